@@ -1,0 +1,359 @@
+#include "client/communicator.h"
+
+#include "ipc/messages.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#include <chrono>
+#include <cstring>
+
+namespace gradsync::client {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long a waiter spins (yielding) before it sleeps on the futex. Yielding spin is what makes
+// small collectives fast when ranks and the daemon share few cores.
+constexpr auto kSpin = std::chrono::microseconds(200);
+// A sleeping waiter wakes this often to check that the daemon is still there.
+constexpr int64_t kLivenessCheckNs = 100'000'000;
+
+int timeout_ms(const gradsync_options& options) {
+  return options.timeout_ms > 0 ? options.timeout_ms : 30'000;
+}
+
+}  // namespace
+
+Communicator::Communicator(const gradsync_options& options) : options_(options) {
+  socket_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!socket_.valid()) throw Error(GRADSYNC_ERR_CONNECT, std::string("socket: ") + strerror(errno));
+  struct sockaddr_un address {};
+  address.sun_family = AF_UNIX;
+  const size_t path_length = strnlen(options.socket_path, sizeof(options.socket_path));
+  if (path_length == 0 || path_length >= sizeof(address.sun_path)) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "socket path is empty or too long");
+  }
+  std::memcpy(address.sun_path, options.socket_path, path_length);
+  if (::connect(socket_.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) != 0) {
+    throw Error(GRADSYNC_ERR_CONNECT, std::string("cannot connect to gradsyncd at ") +
+                                          address.sun_path + ": " + strerror(errno));
+  }
+  capnp::MallocMessageBuilder message;
+  auto hello = message.initRoot<ipc::wire::Request>().initHello();
+  hello.setProtocolVersion(ipc::kProtocolVersion);
+  hello.setJob(options.job);
+  hello.setRank(options.rank);
+  hello.setWorldSize(options.world_size);
+  hello.setLocalRank(options.local_rank);
+  hello.setLocalWorldSize(options.local_world_size);
+  ipc::send_frame(socket_.get(), ipc::encode(message));
+  ipc::Frame frame = ipc::receive_frame(socket_.get(), reader_, timeout_ms(options_));
+  ipc::DecodedMessage reply(frame.payload);
+  const auto root = reply.root<ipc::wire::Reply>();
+  if (root.isError()) {
+    throw Error(static_cast<gradsync_result>(root.getError().getCode()),
+                root.getError().getMessage().cStr());
+  }
+  if (!root.isWelcome() || frame.fds.size() != 2) {
+    throw Error(GRADSYNC_ERR_PROTOCOL, "unexpected reply to hello");
+  }
+  const auto welcome = root.getWelcome();
+  const uint32_t entries = welcome.getRingEntries();
+  const ipc::SegmentLayout layout = ipc::SegmentLayout::for_entries(entries);
+  if (entries == 0 || layout.total_bytes != welcome.getSegmentBytes()) {
+    throw Error(GRADSYNC_ERR_PROTOCOL, "control segment size disagrees with its ring size");
+  }
+  segment_ = ipc::Mapping(frame.fds[0].get(), 0, layout.total_bytes);
+  view_ = ipc::SegmentView::over(segment_.data(), entries);
+  if (view_.header->magic != ipc::kSegmentMagic) {
+    throw Error(GRADSYNC_ERR_PROTOCOL, "control segment has the wrong magic number");
+  }
+  submissions_ = ipc::RingProducer<ipc::SubmissionEntry>(view_.submissions, entries);
+  completions_ = ipc::RingConsumer<ipc::CompletionEntry>(view_.completions, entries);
+  doorbell_ = std::move(frame.fds[1]);
+}
+
+Communicator::~Communicator() {
+  if (daemon_gone_) return;
+  try {
+    capnp::MallocMessageBuilder message;
+    message.initRoot<ipc::wire::Request>().setGoodbye();
+    round_trip(message);
+  } catch (const std::exception&) {
+    // Leaving anyway: closing the socket tells the daemon just as well.
+  }
+}
+
+ipc::DecodedMessage Communicator::round_trip(capnp::MessageBuilder& request,
+                                             std::span<const int> fds) {
+  if (daemon_gone_) throw Error(GRADSYNC_ERR_DAEMON_GONE, daemon_gone_reason_);
+  ipc::Frame frame;
+  try {
+    ipc::send_frame(socket_.get(), ipc::encode(request), fds);
+    frame = ipc::receive_frame(socket_.get(), reader_, timeout_ms(options_));
+  } catch (const ipc::SystemError& e) {
+    daemon_gone_ = true;
+    daemon_gone_reason_ = std::string("lost the connection to gradsyncd: ") + e.what();
+    throw Error(GRADSYNC_ERR_DAEMON_GONE, daemon_gone_reason_);
+  }
+  ipc::DecodedMessage reply(frame.payload);
+  const auto root = reply.root<ipc::wire::Reply>();
+  if (root.isError()) {
+    throw Error(static_cast<gradsync_result>(root.getError().getCode()),
+                root.getError().getMessage().cStr());
+  }
+  return reply;
+}
+
+void* Communicator::allocate(size_t bytes) {
+  void* p = heap_.allocate(bytes);
+  if (p == nullptr) {
+    throw Error(GRADSYNC_ERR_OUT_OF_MEMORY,
+                "cannot allocate " + std::to_string(bytes) + " bytes of shared memory");
+  }
+  allocations_.emplace(reinterpret_cast<uintptr_t>(p), bytes);
+  return p;
+}
+
+void Communicator::free(void* ptr) {
+  if (ptr == nullptr) return;
+  const auto allocation = allocations_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (allocation == allocations_.end()) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "free: pointer was not returned by gradsync_alloc");
+  }
+  // Unregister what lies inside the allocation first, so the daemon lets go of it too.
+  const uintptr_t begin = allocation->first;
+  const uintptr_t end = begin + allocation->second;
+  std::vector<void*> inside;
+  for (auto it = registered_.lower_bound(begin); it != registered_.end() && it->first < end; ++it) {
+    inside.push_back(it->second.base);
+  }
+  for (void* base : inside) unregister(base);
+  allocations_.erase(allocation);
+  heap_.deallocate(ptr);
+}
+
+void Communicator::register_range(void* ptr, size_t bytes) {
+  if (ptr == nullptr || bytes == 0) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "register: null pointer or zero bytes");
+  }
+  const auto location = heap_.locate(ptr, bytes);
+  if (!location) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                "register: memory must come from gradsync_alloc (one allocation arena)");
+  }
+  const auto start = reinterpret_cast<uintptr_t>(ptr);
+  auto next = registered_.lower_bound(start);
+  const bool overlaps_next = next != registered_.end() && next->first < start + bytes;
+  const bool overlaps_previous =
+      next != registered_.begin() &&
+      std::prev(next)->first + std::prev(next)->second.bytes > start;
+  if (overlaps_next || overlaps_previous) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                "register: range overlaps a registered buffer (double registration)");
+  }
+  const uint32_t id = next_buffer_id_++;
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<ipc::wire::Request>().initRegisterBuffer();
+  request.setBufferId(id);
+  request.setOffset(location->offset);
+  request.setBytes(bytes);
+  const int fd = location->fd;
+  round_trip(message, std::span<const int>(&fd, 1));
+  registered_.emplace(start, Registered{static_cast<uint8_t*>(ptr), bytes, id});
+}
+
+void Communicator::unregister(void* ptr) {
+  const auto it = registered_.find(reinterpret_cast<uintptr_t>(ptr));
+  if (it == registered_.end()) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unregister: pointer is not a registered buffer");
+  }
+  capnp::MallocMessageBuilder message;
+  message.initRoot<ipc::wire::Request>().initUnregisterBuffer().setBufferId(it->second.id);
+  registered_.erase(it);
+  round_trip(message);
+}
+
+const Communicator::Registered& Communicator::registered_range(const void* ptr, uint64_t bytes,
+                                                               const char* what) const {
+  const auto address = reinterpret_cast<uintptr_t>(ptr);
+  auto it = registered_.upper_bound(address);
+  if (it != registered_.begin()) {
+    const Registered& range = std::prev(it)->second;
+    if (address - std::prev(it)->first + bytes <= range.bytes) return range;
+  }
+  throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+              std::string(what) + " range is not inside one registered buffer");
+}
+
+gradsync_request Communicator::submit(const CollectiveArgs& args) {
+  if (daemon_gone_) throw Error(GRADSYNC_ERR_DAEMON_GONE, daemon_gone_reason_);
+  ipc::SubmissionEntry entry{};
+  entry.request = next_request_++;
+  entry.collective = static_cast<uint8_t>(args.collective);
+  entry.dtype = static_cast<uint8_t>(args.dtype);
+  entry.op = static_cast<uint8_t>(args.op);
+  entry.root = args.root;
+  entry.count = args.count;
+  std::string generated;
+  const char* name = args.name;
+  if (name == nullptr) {
+    generated = std::string("~") + ipc::collective_name(args.collective) + "." +
+                std::to_string(unnamed_sequence_++);
+    name = generated.c_str();
+  }
+  const size_t name_length = std::strlen(name);
+  if (name_length == 0 || name_length > ipc::kMaxTensorNameBytes) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                "tensor name must be 1-" + std::to_string(ipc::kMaxTensorNameBytes) + " bytes");
+  }
+  std::memcpy(entry.name, name, name_length);
+  entry.name_length = static_cast<uint32_t>(name_length);
+
+  if (args.collective != ipc::Collective::kBarrier) {
+    if (!ipc::parse_dtype(args.dtype)) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown dtype");
+    if (!ipc::parse_op(args.op)) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown op");
+    const auto send_bytes = ipc::checked_bytes(args.count, args.dtype);
+    uint64_t recv_bytes = 0;
+    const uint64_t slots = args.collective == ipc::Collective::kAllgather
+                               ? static_cast<uint64_t>(options_.local_world_size)
+                               : 1;
+    if (!send_bytes || __builtin_mul_overflow(*send_bytes, slots, &recv_bytes)) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "count overflows the byte size");
+    }
+    const Registered& send = registered_range(args.send, *send_bytes, "send");
+    const Registered& recv = registered_range(args.recv, recv_bytes, "receive");
+    entry.send_buffer = send.id;
+    entry.send_offset = static_cast<const uint8_t*>(args.send) - send.base;
+    entry.recv_buffer = recv.id;
+    entry.recv_offset = static_cast<uint8_t*>(args.recv) - recv.base;
+  }
+  pending_.insert(entry.request);
+  if (grouping_) {
+    entry.flags |= ipc::kFlagGrouped;
+    entry.group = next_group_;
+    group_.push_back(entry);
+  } else {
+    push(entry);
+  }
+  return entry.request;
+}
+
+void Communicator::group_start() {
+  if (grouping_) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "groups do not nest");
+  grouping_ = true;
+}
+
+void Communicator::group_end() {
+  if (!grouping_) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "group_end without group_start");
+  grouping_ = false;
+  ++next_group_;
+  for (auto& entry : group_) {
+    entry.group_size = static_cast<uint32_t>(group_.size());
+    push(entry);
+  }
+  group_.clear();
+}
+
+void Communicator::push(const ipc::SubmissionEntry& entry) {
+  // At most one ring's worth in flight, so the daemon always has room for our completions.
+  if (in_flight_ >= submissions_.capacity()) {
+    wait_until([this] { return in_flight_ < submissions_.capacity(); });
+  }
+  submissions_.try_push(entry);
+  ++in_flight_;
+  if (view_.header->daemon_sleeping.load(std::memory_order_seq_cst) != 0) {
+    ipc::eventfd_signal(doorbell_.get());
+  }
+}
+
+void Communicator::drain_completions() {
+  ipc::CompletionEntry entry{};
+  while (completions_.try_pop(entry)) {
+    if (in_flight_ > 0) --in_flight_;
+    if (pending_.erase(entry.request) == 0) continue;  // not ours (or already abandoned)
+    const size_t length = std::min<size_t>(entry.message_length, ipc::kMaxErrorMessageBytes);
+    finished_[entry.request] =
+        Outcome{static_cast<gradsync_result>(entry.status), std::string(entry.message, length)};
+  }
+}
+
+void Communicator::check_daemon_alive() {
+  struct pollfd pfd {socket_.get(), POLLIN, 0};
+  if (::poll(&pfd, 1, 0) <= 0) return;
+  // The daemon never speaks unasked: anything readable now is the connection closing.
+  char byte = 0;
+  const ssize_t n = ::recv(socket_.get(), &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+  if (n == 0 || (n < 0 && errno != EAGAIN)) {
+    daemon_gone_ = true;
+    daemon_gone_reason_ = "gradsyncd closed the connection";
+  }
+}
+
+template <typename Predicate>
+void Communicator::wait_until(Predicate done) {
+  const auto spin_until = Clock::now() + kSpin;
+  while (true) {
+    drain_completions();
+    if (done()) return;
+    if (daemon_gone_) throw Error(GRADSYNC_ERR_DAEMON_GONE, daemon_gone_reason_);
+    if (Clock::now() < spin_until) {
+      sched_yield();
+      continue;
+    }
+    ipc::SegmentHeader& header = *view_.header;
+    const uint32_t sequence = header.completion_sequence.load(std::memory_order_seq_cst);
+    header.client_waiting.store(1, std::memory_order_seq_cst);
+    if (completions_.available() == 0) {
+      if (!ipc::futex_wait(&header.completion_sequence, sequence, kLivenessCheckNs)) {
+        check_daemon_alive();
+      }
+    }
+    header.client_waiting.store(0, std::memory_order_relaxed);
+  }
+}
+
+gradsync_result Communicator::take(gradsync_request request, std::string* message) {
+  auto it = finished_.find(request);
+  const gradsync_result status = it->second.status;
+  if (message != nullptr) *message = std::move(it->second.message);
+  finished_.erase(it);
+  return status;
+}
+
+gradsync_result Communicator::wait(gradsync_request request, std::string* message) {
+  if (!finished_.contains(request) && !pending_.contains(request)) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown or already consumed request");
+  }
+  if (grouping_ && !finished_.contains(request)) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "wait inside a group: call gradsync_group_end first");
+  }
+  try {
+    wait_until([&] { return finished_.contains(request); });
+  } catch (const Error&) {
+    pending_.erase(request);
+    throw;
+  }
+  return take(request, message);
+}
+
+gradsync_result Communicator::test(gradsync_request request, std::string* message) {
+  if (!finished_.contains(request) && !pending_.contains(request)) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown or already consumed request");
+  }
+  drain_completions();
+  if (!finished_.contains(request)) {
+    if (daemon_gone_) check_daemon_alive();
+    if (daemon_gone_) {
+      pending_.erase(request);
+      throw Error(GRADSYNC_ERR_DAEMON_GONE, daemon_gone_reason_);
+    }
+    return GRADSYNC_IN_PROGRESS;
+  }
+  return take(request, message);
+}
+
+}  // namespace gradsync::client

@@ -1,0 +1,112 @@
+// libgradsync's communicator: the control connection, the rings, the registered buffers and
+// the requests in flight. The C ABI (gradsync.cpp) is a thin shim over this class.
+#pragma once
+
+#include "client/shared_heap.h"
+#include "ipc/frame_socket.h"
+#include "ipc/messages.h"
+#include "ipc/protocol.h"
+#include "ipc/segment.h"
+
+#include <gradsync/gradsync.h>
+
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace gradsync::client {
+
+// A failed call: the result code and the message gradsync_last_error() returns.
+class Error : public std::runtime_error {
+ public:
+  Error(gradsync_result code, const std::string& message)
+      : std::runtime_error(message), code_(code) {}
+  gradsync_result code() const { return code_; }
+
+ private:
+  gradsync_result code_;
+};
+
+struct CollectiveArgs {
+  ipc::Collective collective;
+  const char* name;  // nullptr: generated from the collective's sequence number
+  const void* send;
+  void* recv;
+  size_t count;
+  gradsync_dtype dtype;
+  gradsync_op op;
+  int32_t root;
+};
+
+class Communicator {
+ public:
+  explicit Communicator(const gradsync_options& options);
+  ~Communicator();
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  void* allocate(size_t bytes);
+  void free(void* ptr);
+  void register_range(void* ptr, size_t bytes);
+  void unregister(void* ptr);
+
+  gradsync_request submit(const CollectiveArgs& args);
+  void group_start();
+  void group_end();
+
+  // Outcome of a request; the message (for errors) goes to *message.
+  gradsync_result wait(gradsync_request request, std::string* message);
+  gradsync_result test(gradsync_request request, std::string* message);
+
+  const gradsync_options& options() const { return options_; }
+
+ private:
+  struct Registered {
+    uint8_t* base;
+    size_t bytes;
+    uint32_t id;
+  };
+  struct Outcome {
+    gradsync_result status;
+    std::string message;
+  };
+
+  ipc::DecodedMessage round_trip(capnp::MessageBuilder& request, std::span<const int> fds = {});
+  void push(const ipc::SubmissionEntry& entry);
+  void drain_completions();
+  // Waits (spin, yield, then futex) until `done` holds; throws if the daemon goes away.
+  template <typename Predicate>
+  void wait_until(Predicate done);
+  void check_daemon_alive();
+  const Registered& registered_range(const void* ptr, uint64_t bytes, const char* what) const;
+  gradsync_result take(gradsync_request request, std::string* message);
+
+  gradsync_options options_;
+  ipc::UniqueFd socket_;
+  ipc::FrameReader reader_;
+  ipc::Mapping segment_;
+  ipc::SegmentView view_;
+  ipc::RingProducer<ipc::SubmissionEntry> submissions_;
+  ipc::RingConsumer<ipc::CompletionEntry> completions_;
+  ipc::UniqueFd doorbell_;
+  uint32_t in_flight_ = 0;
+  uint64_t next_request_ = 1;
+  uint64_t unnamed_sequence_ = 0;
+  uint32_t next_buffer_id_ = 1;
+  std::map<uintptr_t, Registered> registered_;  // by base address
+  std::map<uintptr_t, size_t> allocations_;     // from allocate(), by address
+  std::unordered_map<uint64_t, Outcome> finished_;
+  std::unordered_set<uint64_t> pending_;  // submitted, not finished
+  bool grouping_ = false;
+  uint64_t next_group_ = 1;
+  std::vector<ipc::SubmissionEntry> group_;
+  bool daemon_gone_ = false;
+  std::string daemon_gone_reason_;
+  SharedHeap heap_;  // last: buffers outlive nothing that points into them
+};
+
+}  // namespace gradsync::client

@@ -1,0 +1,241 @@
+// The C ABI: each entry point catches everything, records the message, returns a code.
+#include <gradsync/gradsync.h>
+
+#include "client/communicator.h"
+
+#include <kj/exception.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+struct gradsync_comm {
+  std::unique_ptr<gradsync::client::Communicator> communicator;
+  std::string last_error;
+};
+
+namespace {
+
+using gradsync::client::Communicator;
+using gradsync::client::Error;
+
+// The message of a failed gradsync_connect (no communicator exists to hold it), per thread
+// like errno.
+thread_local std::string connect_error;
+
+template <typename Body>
+gradsync_result guarded(std::string& last_error, Body body) {
+  try {
+    return body();
+  } catch (const Error& e) {
+    last_error = e.what();
+    return e.code();
+  } catch (const kj::Exception& e) {
+    last_error = std::string("malformed reply from gradsyncd: ") + e.getDescription().cStr();
+    return GRADSYNC_ERR_PROTOCOL;
+  } catch (const std::bad_alloc&) {
+    last_error = "out of memory";
+    return GRADSYNC_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return GRADSYNC_ERR_INTERNAL;
+  }
+}
+
+template <typename Body>
+gradsync_result with_comm(gradsync_comm* comm, Body body) {
+  if (comm == nullptr || !comm->communicator) return GRADSYNC_ERR_INVALID_ARGUMENT;
+  return guarded(comm->last_error, [&] { return body(*comm->communicator); });
+}
+
+gradsync_result read_int(const char* name, int32_t fallback, int32_t* out, std::string& error) {
+  const char* text = std::getenv(name);
+  if (text == nullptr || *text == '\0') {
+    *out = fallback;
+    return GRADSYNC_OK;
+  }
+  char* end = nullptr;
+  const long value = std::strtol(text, &end, 10);
+  if (*end != '\0' || value < 0 || value > INT32_MAX) {
+    error = std::string(name) + "='" + text + "' is not a non-negative integer";
+    return GRADSYNC_ERR_INVALID_ARGUMENT;
+  }
+  *out = static_cast<int32_t>(value);
+  return GRADSYNC_OK;
+}
+
+gradsync_result copy_string(const char* name, const char* value, char* out, size_t capacity,
+                            std::string& error) {
+  if (std::strlen(value) >= capacity) {
+    error = std::string(name) + " is longer than " + std::to_string(capacity - 1) + " bytes";
+    return GRADSYNC_ERR_INVALID_ARGUMENT;
+  }
+  std::strncpy(out, value, capacity - 1);
+  out[capacity - 1] = '\0';
+  return GRADSYNC_OK;
+}
+
+gradsync_result collective(gradsync_comm* comm, const gradsync::client::CollectiveArgs& args,
+                           gradsync_request* request) {
+  return with_comm(comm, [&](Communicator& c) {
+    if (request == nullptr) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "request is NULL");
+    *request = c.submit(args);
+    return GRADSYNC_OK;
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+gradsync_result gradsync_options_from_env(gradsync_options* options) {
+  if (options == nullptr) return GRADSYNC_ERR_INVALID_ARGUMENT;
+  std::string& error = connect_error;
+  *options = gradsync_options{};
+  const char* socket = std::getenv("GRADSYNC_SOCKET");
+  const char* job = std::getenv("GRADSYNC_JOB");
+  if (job == nullptr || *job == '\0') job = std::getenv("TORCHELASTIC_RUN_ID");
+  gradsync_result r = copy_string("GRADSYNC_SOCKET",
+                                  socket != nullptr ? socket : "/run/gradsync/gradsyncd.sock",
+                                  options->socket_path, sizeof(options->socket_path), error);
+  if (r == GRADSYNC_OK) {
+    r = copy_string("GRADSYNC_JOB", job != nullptr && *job != '\0' ? job : "default", options->job,
+                    sizeof(options->job), error);
+  }
+  if (r == GRADSYNC_OK) r = read_int("RANK", 0, &options->rank, error);
+  if (r == GRADSYNC_OK) r = read_int("WORLD_SIZE", 1, &options->world_size, error);
+  if (r == GRADSYNC_OK) r = read_int("LOCAL_RANK", options->rank, &options->local_rank, error);
+  if (r == GRADSYNC_OK) {
+    r = read_int("LOCAL_WORLD_SIZE", options->world_size, &options->local_world_size, error);
+  }
+  return r;
+}
+
+gradsync_result gradsync_connect(const gradsync_options* options, gradsync_comm** comm) {
+  if (comm == nullptr) return GRADSYNC_ERR_INVALID_ARGUMENT;
+  *comm = nullptr;
+  gradsync_options from_env{};
+  if (options == nullptr) {
+    if (const gradsync_result r = gradsync_options_from_env(&from_env); r != GRADSYNC_OK) return r;
+    options = &from_env;
+  }
+  return guarded(connect_error, [&] {
+    auto created = std::make_unique<gradsync_comm>();
+    created->communicator = std::make_unique<Communicator>(*options);
+    *comm = created.release();
+    return GRADSYNC_OK;
+  });
+}
+
+void gradsync_disconnect(gradsync_comm* comm) { delete comm; }
+
+gradsync_result gradsync_alloc(gradsync_comm* comm, size_t bytes, void** ptr) {
+  return with_comm(comm, [&](Communicator& c) {
+    if (ptr == nullptr) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "ptr is NULL");
+    *ptr = c.allocate(bytes);
+    return GRADSYNC_OK;
+  });
+}
+
+gradsync_result gradsync_free(gradsync_comm* comm, void* ptr) {
+  return with_comm(comm, [&](Communicator& c) {
+    c.free(ptr);
+    return GRADSYNC_OK;
+  });
+}
+
+gradsync_result gradsync_register(gradsync_comm* comm, void* ptr, size_t bytes) {
+  return with_comm(comm, [&](Communicator& c) {
+    c.register_range(ptr, bytes);
+    return GRADSYNC_OK;
+  });
+}
+
+gradsync_result gradsync_unregister(gradsync_comm* comm, void* ptr) {
+  return with_comm(comm, [&](Communicator& c) {
+    c.unregister(ptr);
+    return GRADSYNC_OK;
+  });
+}
+
+gradsync_result gradsync_allreduce(gradsync_comm* comm, const char* name, const void* send,
+                                   void* recv, size_t count, gradsync_dtype dtype, gradsync_op op,
+                                   gradsync_request* request) {
+  return collective(comm, {gradsync::ipc::Collective::kAllreduce, name, send, recv, count, dtype, op, 0},
+                    request);
+}
+
+gradsync_result gradsync_broadcast(gradsync_comm* comm, const char* name, const void* send,
+                                   void* recv, size_t count, gradsync_dtype dtype, int32_t root,
+                                   gradsync_request* request) {
+  return collective(
+      comm, {gradsync::ipc::Collective::kBroadcast, name, send, recv, count, dtype, GRADSYNC_SUM, root},
+      request);
+}
+
+gradsync_result gradsync_allgather(gradsync_comm* comm, const char* name, const void* send,
+                                   void* recv, size_t count, gradsync_dtype dtype,
+                                   gradsync_request* request) {
+  return collective(
+      comm, {gradsync::ipc::Collective::kAllgather, name, send, recv, count, dtype, GRADSYNC_SUM, 0},
+      request);
+}
+
+gradsync_result gradsync_barrier(gradsync_comm* comm, gradsync_request* request) {
+  return collective(comm,
+                    {gradsync::ipc::Collective::kBarrier, nullptr, nullptr, nullptr, 0,
+                     GRADSYNC_FLOAT32, GRADSYNC_SUM, 0},
+                    request);
+}
+
+gradsync_result gradsync_group_start(gradsync_comm* comm) {
+  return with_comm(comm, [&](Communicator& c) {
+    c.group_start();
+    return GRADSYNC_OK;
+  });
+}
+
+gradsync_result gradsync_group_end(gradsync_comm* comm) {
+  return with_comm(comm, [&](Communicator& c) {
+    c.group_end();
+    return GRADSYNC_OK;
+  });
+}
+
+gradsync_result gradsync_wait(gradsync_comm* comm, gradsync_request request) {
+  return with_comm(comm, [&](Communicator& c) {
+    const gradsync_result status = c.wait(request, &comm->last_error);
+    return status;
+  });
+}
+
+gradsync_result gradsync_test(gradsync_comm* comm, gradsync_request request) {
+  return with_comm(comm, [&](Communicator& c) { return c.test(request, &comm->last_error); });
+}
+
+const char* gradsync_last_error(const gradsync_comm* comm) {
+  if (comm == nullptr) return connect_error.c_str();
+  return comm->last_error.c_str();
+}
+
+const char* gradsync_result_string(gradsync_result result) {
+  switch (result) {
+    case GRADSYNC_OK: return "ok";
+    case GRADSYNC_IN_PROGRESS: return "in progress";
+    case GRADSYNC_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case GRADSYNC_ERR_CONNECT: return "cannot connect to gradsyncd";
+    case GRADSYNC_ERR_PROTOCOL: return "protocol error";
+    case GRADSYNC_ERR_PERMISSION: return "permission denied";
+    case GRADSYNC_ERR_MISMATCH: return "ranks disagree";
+    case GRADSYNC_ERR_PEER_FAILED: return "another rank failed";
+    case GRADSYNC_ERR_DAEMON_GONE: return "gradsyncd is gone";
+    case GRADSYNC_ERR_OUT_OF_MEMORY: return "out of memory";
+    case GRADSYNC_ERR_INTERNAL: return "internal error";
+    case GRADSYNC_ERR_TIMEOUT: return "timed out";
+  }
+  return "unknown result";
+}
+
+size_t gradsync_dtype_size(gradsync_dtype dtype) { return gradsync::ipc::dtype_bytes(dtype); }
+
+}  // extern "C"

@@ -1,0 +1,50 @@
+// gradsyncd's configuration: one struct, read in one place (load_config), documented in the
+// table of README.md. Every key names its unit.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+namespace gradsync::daemon {
+
+struct DaemonConfig {
+  std::string socket_path = "/run/gradsync/gradsyncd.sock";
+  uint32_t socket_mode = 0660;
+  std::string socket_group;  // empty: keep the daemon's group
+  std::string metrics_listen = "0.0.0.0:9477";  // empty: no metrics endpoint
+  std::string listen = "0.0.0.0:9478";          // inter-node (UCX), used by multi-node jobs
+  std::string log_level = "info";
+
+  uint64_t fusion_threshold_bytes = 64ull << 20;
+  uint32_t cycle_time_us = 1000;
+  uint32_t ring_entries = 1024;          // per client, each ring
+  uint32_t engine_spin_us = 100;         // spin (yielding) before the engine blocks
+  uint32_t reduce_threads = 0;           // 0: one per online CPU
+  uint64_t parallel_reduce_min_bytes = 1ull << 20;  // smaller batches reduce on the engine thread
+  uint32_t max_clients = 1024;
+  uint32_t max_buffers_per_client = 65536;
+};
+
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The configuration the daemon runs with when given no file (and the content of
+// systemd/gradsyncd.toml).
+DaemonConfig default_config();
+
+// Parses TOML text over the defaults. Unknown keys, wrong types and out-of-range values are
+// errors that name the key. `origin` names the source in messages.
+DaemonConfig parse_config(const std::string& toml_text, const std::string& origin);
+DaemonConfig load_config_file(const std::string& path);
+
+// Checks cross-key rules; throws ConfigError.
+void validate(const DaemonConfig& config);
+
+// Effective configuration as TOML (for logs and `gradsyncd --print-config`).
+std::string to_toml(const DaemonConfig& config);
+
+}  // namespace gradsync::daemon

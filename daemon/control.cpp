@@ -1,0 +1,457 @@
+#include "daemon/control.h"
+
+#include "daemon/log.h"
+#include "ipc/protocol.h"
+#include "ipc/segment.h"
+
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <fmt/format.h>
+#include <kj/exception.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <new>
+
+namespace gradsync::daemon {
+namespace {
+
+constexpr uint64_t kListenerTag = 0;
+constexpr uint64_t kSignalTag = UINT64_MAX;
+
+// A request the control thread refuses: replied to the sender as an Error.
+struct Refusal {
+  gradsync_result code;
+  std::string message;
+};
+
+void epoll_add(int epoll, int fd, uint64_t tag) {
+  struct epoll_event event {};
+  event.events = EPOLLIN | EPOLLRDHUP;
+  event.data.u64 = tag;
+  if (::epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) != 0) throw ipc::SystemError("epoll_ctl", errno);
+}
+
+bool valid_job_name(const std::string& name) {
+  if (name.empty() || name.size() > ipc::kMaxJobNameBytes) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+          c == ':')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Binds a unix socket at `path`, replacing a stale socket file but never a live daemon's.
+ipc::UniqueFd bind_listener(const DaemonConfig& config) {
+  const std::filesystem::path path(config.socket_path);
+  std::error_code ignored;
+  std::filesystem::create_directories(path.parent_path(), ignored);
+  ipc::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!fd.valid()) throw ipc::SystemError("socket", errno);
+  struct sockaddr_un address {};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, config.socket_path.c_str(), sizeof(address.sun_path) - 1);
+  auto* sockaddr = reinterpret_cast<struct sockaddr*>(&address);
+  if (::bind(fd.get(), sockaddr, sizeof(address)) != 0) {
+    if (errno != EADDRINUSE) throw ipc::SystemError("bind " + config.socket_path, errno);
+    ipc::UniqueFd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (::connect(probe.get(), sockaddr, sizeof(address)) == 0) {
+      throw std::runtime_error("another gradsyncd is serving " + config.socket_path);
+    }
+    ::unlink(config.socket_path.c_str());
+    if (::bind(fd.get(), sockaddr, sizeof(address)) != 0) {
+      throw ipc::SystemError("bind " + config.socket_path, errno);
+    }
+  }
+  if (::chmod(config.socket_path.c_str(), config.socket_mode) != 0) {
+    throw ipc::SystemError("chmod " + config.socket_path, errno);
+  }
+  if (!config.socket_group.empty()) {
+    const struct group* group = ::getgrnam(config.socket_group.c_str());
+    if (group == nullptr) throw std::runtime_error("unknown socket_group " + config.socket_group);
+    if (::chown(config.socket_path.c_str(), static_cast<uid_t>(-1), group->gr_gid) != 0) {
+      throw ipc::SystemError("chown " + config.socket_path, errno);
+    }
+  }
+  if (::listen(fd.get(), 128) != 0) throw ipc::SystemError("listen", errno);
+  return fd;
+}
+
+}  // namespace
+
+ControlServer::ControlServer(const DaemonConfig& config, Engine& engine, metrics::Metrics& metrics)
+    : config_(config),
+      engine_(engine),
+      metrics_(metrics),
+      log_(logger("control")),
+      epoll_(::epoll_create1(EPOLL_CLOEXEC)) {
+  if (!epoll_.valid()) throw ipc::SystemError("epoll_create1", errno);
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  signals_.reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!signals_.valid()) throw ipc::SystemError("signalfd", errno);
+  listener_ = bind_listener(config);
+  socket_bound_ = true;
+  epoll_add(epoll_.get(), listener_.get(), kListenerTag);
+  epoll_add(epoll_.get(), signals_.get(), kSignalTag);
+  if (sd_watchdog_enabled(0, &watchdog_interval_us_) <= 0) watchdog_interval_us_ = 0;
+  log_->info("listening on {}", config.socket_path);
+}
+
+ControlServer::~ControlServer() {
+  clients_.clear();
+  if (socket_bound_) ::unlink(config_.socket_path.c_str());
+}
+
+void ControlServer::run() {
+  sd_notify(0, "READY=1");
+  // Ping the watchdog at half its interval.
+  const int timeout_ms =
+      watchdog_interval_us_ > 0 ? static_cast<int>(watchdog_interval_us_ / 2000) : -1;
+  std::array<struct epoll_event, 64> events{};
+  while (true) {
+    const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()),
+                               timeout_ms);
+    if (n < 0 && errno != EINTR) throw ipc::SystemError("epoll_wait", errno);
+    notify_watchdog();
+    for (int i = 0; i < n; ++i) {
+      const struct epoll_event& event = events[static_cast<size_t>(i)];
+      if (event.data.u64 == kSignalTag) {
+        struct signalfd_siginfo info {};
+        [[maybe_unused]] ssize_t r = ::read(signals_.get(), &info, sizeof(info));
+        log_->info("signal {}: shutting down", info.ssi_signo);
+        sd_notify(0, "STOPPING=1");
+        // Stop taking clients first, so none connects to a daemon that is going away.
+        ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
+        listener_.reset();
+        ::unlink(config_.socket_path.c_str());
+        socket_bound_ = false;
+        engine_.post(Shutdown{"gradsyncd is shutting down"});
+        return;
+      }
+      if (event.data.u64 == kListenerTag) {
+        accept_clients();
+        continue;
+      }
+      const auto it = clients_.find(event.data.u64);
+      if (it != clients_.end()) serve(*it->second);
+    }
+  }
+}
+
+void ControlServer::notify_watchdog() {
+  if (watchdog_interval_us_ > 0) sd_notify(0, "WATCHDOG=1");
+}
+
+void ControlServer::accept_clients() {
+  while (true) {
+    ipc::UniqueFd socket(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!socket.valid()) {
+      if (errno != EAGAIN && errno != EINTR) log_->warn("accept: {}", std::strerror(errno));
+      return;
+    }
+    auto client = std::make_unique<Client>();
+    socklen_t length = sizeof(client->credentials);
+    if (::getsockopt(socket.get(), SOL_SOCKET, SO_PEERCRED, &client->credentials, &length) != 0) {
+      log_->warn("SO_PEERCRED: {}", std::strerror(errno));
+      continue;
+    }
+    if (clients_.size() >= config_.max_clients) {
+      client->socket = std::move(socket);
+      reply_error(*client, GRADSYNC_ERR_CONNECT,
+                  fmt::format("gradsyncd serves at most {} clients", config_.max_clients));
+      metrics_.client_rejected("too_many_clients");
+      continue;
+    }
+    client->id = next_client_id_++;
+    client->socket = std::move(socket);
+    epoll_add(epoll_.get(), client->socket.get(), client->id);
+    log_->debug("client {} connected: pid {} uid {}", client->id, client->credentials.pid,
+                client->credentials.uid);
+    clients_.emplace(client->id, std::move(client));
+    metrics_.set_connected_clients(static_cast<int64_t>(clients_.size()));
+  }
+}
+
+void ControlServer::serve(Client& client) {
+  const uint64_t id = client.id;
+  try {
+    while (true) {
+      const auto result = client.reader.read_some(client.socket.get());
+      while (auto frame = client.reader.next_frame()) {
+        handle_frame(client, *frame);
+        if (!clients_.contains(id)) return;  // the frame was a goodbye
+      }
+      if (result == ipc::FrameReader::ReadResult::kWouldBlock) return;
+      if (result == ipc::FrameReader::ReadResult::kClosed) {
+        disconnect(id, fmt::format("local rank {} (pid {}) of job '{}' disconnected",
+                                   client.local_rank, client.credentials.pid, client.job));
+        return;
+      }
+    }
+  } catch (const ipc::ProtocolError& e) {
+    // The stream cannot be trusted past a framing error: answer, then hang up.
+    reply_error(client, GRADSYNC_ERR_PROTOCOL, e.what());
+    metrics_.client_rejected("protocol");
+    disconnect(id, fmt::format("local rank {} (pid {}) of job '{}' sent a malformed message: {}",
+                               client.local_rank, client.credentials.pid, client.job, e.what()));
+  } catch (const std::exception& e) {
+    disconnect(id, fmt::format("local rank {} (pid {}) of job '{}' lost its connection: {}",
+                               client.local_rank, client.credentials.pid, client.job, e.what()));
+  }
+}
+
+void ControlServer::handle_frame(Client& client, ipc::Frame& frame) {
+  try {
+    ipc::DecodedMessage message(frame.payload);
+    const auto request = message.root<ipc::wire::Request>();
+    if (!client.joined && request.which() != ipc::wire::Request::HELLO) {
+      throw Refusal{GRADSYNC_ERR_PROTOCOL, "the first message must be a hello"};
+    }
+    switch (request.which()) {
+      case ipc::wire::Request::HELLO:
+        if (client.joined) throw Refusal{GRADSYNC_ERR_PROTOCOL, "hello sent twice"};
+        handle_hello(client, request.getHello());
+        break;
+      case ipc::wire::Request::REGISTER_BUFFER:
+        handle_register(client, request.getRegisterBuffer(), frame.fds);
+        break;
+      case ipc::wire::Request::UNREGISTER_BUFFER:
+        handle_unregister(client, request.getUnregisterBuffer().getBufferId());
+        break;
+      case ipc::wire::Request::GOODBYE:
+        reply_ok(client);
+        disconnect(client.id, fmt::format("local rank {} (pid {}) of job '{}' left the job",
+                                          client.local_rank, client.credentials.pid, client.job));
+        break;
+      default:
+        throw Refusal{GRADSYNC_ERR_PROTOCOL, "unknown request type"};
+    }
+  } catch (const Refusal& refusal) {
+    log_->warn("client {} (pid {}): {}", client.id, client.credentials.pid, refusal.message);
+    metrics_.client_rejected(refusal.code == GRADSYNC_ERR_PERMISSION ? "permission" : "invalid");
+    reply_error(client, refusal.code, refusal.message);
+  } catch (const kj::Exception& e) {
+    throw ipc::ProtocolError(std::string("malformed control message: ") +
+                             e.getDescription().cStr());
+  }
+}
+
+void ControlServer::handle_hello(Client& client, ipc::wire::Hello::Reader hello) {
+  if (hello.getProtocolVersion() != ipc::kProtocolVersion) {
+    throw Refusal{GRADSYNC_ERR_PROTOCOL,
+                  fmt::format("protocol version {} is not supported (gradsyncd speaks {})",
+                              hello.getProtocolVersion(), ipc::kProtocolVersion)};
+  }
+  ClientIdentity who;
+  who.job = hello.getJob().cStr();
+  who.rank = hello.getRank();
+  who.world_size = hello.getWorldSize();
+  who.local_rank = hello.getLocalRank();
+  who.local_world_size = hello.getLocalWorldSize();
+  who.pid = client.credentials.pid;
+  who.uid = client.credentials.uid;
+  if (!valid_job_name(who.job)) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("job name '{}' must be 1-{} characters of [A-Za-z0-9._:-]", who.job,
+                              ipc::kMaxJobNameBytes)};
+  }
+  if (who.local_world_size < 1 || who.local_world_size > ipc::kMaxLocalRanks ||
+      who.local_rank < 0 || who.local_rank >= who.local_world_size || who.world_size < 1 ||
+      who.rank < 0 || who.rank >= who.world_size || who.local_world_size > who.world_size) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("inconsistent identity: rank {} of {}, local rank {} of {} (at most "
+                              "{} local ranks)",
+                              who.rank, who.world_size, who.local_rank, who.local_world_size,
+                              ipc::kMaxLocalRanks)};
+  }
+  if (who.world_size != who.local_world_size) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("job '{}' spans {} ranks but {} are local: multi-node jobs need "
+                              "GRADSYNC_NODES (not supported by this gradsyncd yet)",
+                              who.job, who.world_size, who.local_world_size)};
+  }
+  if (const auto existing = jobs_.find(who.job); existing != jobs_.end()) {
+    const JobRecord& job = existing->second;
+    if (job.owner != who.uid) {
+      throw Refusal{GRADSYNC_ERR_PERMISSION,
+                    fmt::format("job '{}' belongs to uid {}; uid {} may not join it", who.job,
+                                job.owner, who.uid)};
+    }
+    if (!job.failure.empty()) {
+      throw Refusal{GRADSYNC_ERR_PEER_FAILED,
+                    fmt::format("job '{}' has failed ({}); its remaining ranks must leave before "
+                                "it can form again",
+                                who.job, job.failure)};
+    }
+    if (job.local_world_size != who.local_world_size) {
+      throw Refusal{GRADSYNC_ERR_MISMATCH,
+                    fmt::format("job '{}' has {} local ranks; this rank says {}", who.job,
+                                job.local_world_size, who.local_world_size)};
+    }
+    if (job.client_by_rank[static_cast<size_t>(who.local_rank)] != 0) {
+      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                    fmt::format("local rank {} of job '{}' is already connected", who.local_rank,
+                                who.job)};
+    }
+  }
+
+  const uint32_t ring_entries = config_.ring_entries;
+  const ipc::SegmentLayout layout = ipc::SegmentLayout::for_entries(ring_entries);
+  ipc::UniqueFd segment_fd = ipc::create_sealed_memfd("gradsync-control", layout.total_bytes);
+  ipc::Mapping segment(segment_fd.get(), 0, layout.total_bytes);
+  auto* header = new (segment.data()) ipc::SegmentHeader{};
+  header->magic = ipc::kSegmentMagic;
+  header->version = ipc::kProtocolVersion;
+  header->ring_entries = ring_entries;
+  header->submission_offset = layout.submission_offset;
+  header->completion_offset = layout.completion_offset;
+  // Until the engine has attached the session, make the client ring the doorbell.
+  header->daemon_sleeping.store(1);
+  ipc::UniqueFd doorbell = ipc::create_eventfd();
+  const int doorbell_for_client = doorbell.get();
+
+  JobRecord& job = jobs_[who.job];
+  if (job.client_by_rank.empty()) {
+    job.owner = who.uid;
+    job.local_world_size = who.local_world_size;
+    job.client_by_rank.assign(static_cast<size_t>(who.local_world_size), 0);
+  }
+  job.client_by_rank[static_cast<size_t>(who.local_rank)] = client.id;
+  client.joined = true;
+  client.job = who.job;
+  client.local_rank = who.local_rank;
+  log_->info("client {} (pid {} uid {}) joined job '{}' as local rank {}/{}", client.id, who.pid,
+             who.uid, who.job, who.local_rank, who.local_world_size);
+
+  capnp::MallocMessageBuilder reply;
+  auto welcome = reply.initRoot<ipc::wire::Reply>().initWelcome();
+  welcome.setClientId(client.id);
+  welcome.setRingEntries(ring_entries);
+  welcome.setSegmentBytes(layout.total_bytes);
+  const auto bytes = ipc::encode(reply);
+  const std::array<int, 2> fds = {segment_fd.get(), doorbell_for_client};
+  auto session = std::make_unique<Session>(client.id, who, std::move(segment), ring_entries,
+                                           std::move(doorbell), metrics_);
+  engine_.post(AttachSession{std::move(session)});
+  ipc::send_frame(client.socket.get(), bytes, fds);
+}
+
+void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::Reader request,
+                                    std::vector<ipc::UniqueFd>& fds) {
+  const uint32_t id = request.getBufferId();
+  const uint64_t offset = request.getOffset();
+  const uint64_t bytes = request.getBytes();
+  if (fds.size() != 1) {
+    throw Refusal{GRADSYNC_ERR_PROTOCOL,
+                  fmt::format("register buffer {}: expected 1 file descriptor, got {}", id,
+                              fds.size())};
+  }
+  if (client.buffers.contains(id)) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("buffer {} is already registered", id)};
+  }
+  if (client.buffers.size() >= config_.max_buffers_per_client) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("at most {} buffers per client", config_.max_buffers_per_client)};
+  }
+  uint64_t size = 0;
+  try {
+    size = ipc::sealed_memfd_size(fds[0].get());
+  } catch (const ipc::SystemError& e) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("register buffer {}: {}", id, e.what())};
+  }
+  uint64_t end = 0;
+  if (bytes == 0 || __builtin_add_overflow(offset, bytes, &end) || end > size) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("register buffer {}: range [{}, +{}) outside the {}-byte segment",
+                              id, offset, bytes, size)};
+  }
+  // Map exactly the pages of the registered range: the daemon cannot touch anything else.
+  const uint64_t page = ipc::page_size();
+  const uint64_t map_offset = offset & ~(page - 1);
+  const uint64_t map_bytes = (end - map_offset + page - 1) & ~(page - 1);
+  auto buffer = std::make_shared<HostBuffer>();
+  try {
+    buffer->mapping = ipc::Mapping(fds[0].get(), map_offset, map_bytes);
+  } catch (const ipc::SystemError& e) {
+    throw Refusal{GRADSYNC_ERR_OUT_OF_MEMORY,
+                  fmt::format("register buffer {}: {}", id, e.what())};
+  }
+  buffer->data = static_cast<uint8_t*>(buffer->mapping.data()) + (offset - map_offset);
+  buffer->bytes = bytes;
+  AddBuffer command{client.id, id, std::move(buffer), {}};
+  auto done = command.done.get_future();
+  engine_.post(std::move(command));
+  // The client may submit on this buffer as soon as we reply: the engine must know it first.
+  done.wait();
+  client.buffers.insert(id);
+  reply_ok(client);
+}
+
+void ControlServer::handle_unregister(Client& client, uint32_t buffer_id) {
+  if (client.buffers.erase(buffer_id) == 0) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("buffer {} is not registered", buffer_id)};
+  }
+  engine_.post(RemoveBuffer{client.id, buffer_id});
+  reply_ok(client);
+}
+
+void ControlServer::reply_ok(Client& client) {
+  capnp::MallocMessageBuilder reply;
+  reply.initRoot<ipc::wire::Reply>().setOk();
+  ipc::send_frame(client.socket.get(), ipc::encode(reply));
+}
+
+void ControlServer::reply_error(Client& client, gradsync_result code, const std::string& message) {
+  capnp::MallocMessageBuilder reply;
+  auto error = reply.initRoot<ipc::wire::Reply>().initError();
+  error.setCode(static_cast<uint32_t>(code));
+  error.setMessage(message);
+  try {
+    ipc::send_frame(client.socket.get(), ipc::encode(reply));
+  } catch (const std::exception& e) {
+    log_->debug("client {}: error reply not delivered: {}", client.id, e.what());
+  }
+}
+
+void ControlServer::disconnect(uint64_t client_id, const std::string& reason) {
+  const auto it = clients_.find(client_id);
+  if (it == clients_.end()) return;
+  Client& client = *it->second;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, client.socket.get(), nullptr);
+  if (client.joined) {
+    log_->info("client {}: {}", client_id, reason);
+    engine_.post(DetachSession{client_id, reason});
+    auto job = jobs_.find(client.job);
+    if (job != jobs_.end()) {
+      JobRecord& record = job->second;
+      record.client_by_rank[static_cast<size_t>(client.local_rank)] = 0;
+      if (record.failure.empty()) record.failure = reason;
+      const bool anyone_left =
+          std::any_of(record.client_by_rank.begin(), record.client_by_rank.end(),
+                      [](uint64_t c) { return c != 0; });
+      if (!anyone_left) jobs_.erase(job);
+    }
+  }
+  clients_.erase(it);
+  metrics_.set_connected_clients(static_cast<int64_t>(clients_.size()));
+}
+
+}  // namespace gradsync::daemon

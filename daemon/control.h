@@ -1,0 +1,79 @@
+// The control thread: accepts clients on the unix socket, reads their credentials, validates
+// every control message (hello, buffer registration) and hands the results to the engine.
+// Also owns the signals (SIGTERM/SIGINT shut down) and the systemd notifications.
+#pragma once
+
+#include "daemon/config.h"
+#include "daemon/engine.h"
+#include "ipc/frame_socket.h"
+#include "ipc/messages.h"
+#include "metrics/metrics.h"
+
+#include <sys/socket.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace gradsync::daemon {
+
+class ControlServer {
+ public:
+  // Binds the socket (creating its directory) and sets up the epoll set. Throws on failure.
+  ControlServer(const DaemonConfig& config, Engine& engine, metrics::Metrics& metrics);
+  ~ControlServer();  // closes every client and removes the socket file
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Serves until SIGTERM or SIGINT, then asks the engine to shut down and returns.
+  void run();
+
+ private:
+  struct Client {
+    uint64_t id = 0;
+    ipc::UniqueFd socket;
+    ipc::FrameReader reader;
+    struct ucred credentials {};
+    bool joined = false;
+    std::string job;
+    int32_t local_rank = -1;
+    std::set<uint32_t> buffers;
+  };
+  // The control thread's view of a job: who owns it and which local ranks are taken.
+  struct JobRecord {
+    uid_t owner = 0;
+    int32_t local_world_size = 0;
+    std::vector<uint64_t> client_by_rank;  // 0: free
+    std::string failure;                   // non-empty once a rank left
+  };
+
+  void accept_clients();
+  void serve(Client& client);
+  void handle_frame(Client& client, ipc::Frame& frame);
+  void handle_hello(Client& client, ipc::wire::Hello::Reader hello);
+  void handle_register(Client& client, ipc::wire::RegisterBuffer::Reader request,
+                       std::vector<ipc::UniqueFd>& fds);
+  void handle_unregister(Client& client, uint32_t buffer_id);
+  void reply_ok(Client& client);
+  void reply_error(Client& client, gradsync_result code, const std::string& message);
+  void disconnect(uint64_t client_id, const std::string& reason);
+  void notify_watchdog();
+
+  const DaemonConfig& config_;
+  Engine& engine_;
+  metrics::Metrics& metrics_;
+  std::shared_ptr<spdlog::logger> log_;
+  ipc::UniqueFd listener_;
+  ipc::UniqueFd epoll_;
+  ipc::UniqueFd signals_;
+  bool socket_bound_ = false;
+  uint64_t next_client_id_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Client>> clients_;
+  std::map<std::string, JobRecord> jobs_;
+  uint64_t watchdog_interval_us_ = 0;
+};
+
+}  // namespace gradsync::daemon

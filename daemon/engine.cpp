@@ -1,0 +1,221 @@
+#include "daemon/engine.h"
+
+#include "daemon/executor.h"
+#include "daemon/log.h"
+
+#include <sched.h>
+#include <sys/epoll.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+
+namespace gradsync::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Tag in epoll data for the engine's own wake-up eventfd; sessions use their id (never 0).
+constexpr uint64_t kWakeTag = 0;
+
+metrics::CollectiveKind kind_of(ipc::Collective c) { return static_cast<metrics::CollectiveKind>(c); }
+
+}  // namespace
+
+Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics)
+    : config_(config),
+      metrics_(metrics),
+      log_(logger("engine")),
+      pool_(config.reduce_threads),
+      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      wake_(ipc::create_eventfd()) {
+  if (!epoll_.valid()) throw ipc::SystemError("epoll_create1", errno);
+  struct epoll_event event {};
+  event.events = EPOLLIN;
+  event.data.u64 = kWakeTag;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &event) != 0) {
+    throw ipc::SystemError("epoll_ctl(engine wake)", errno);
+  }
+  log_->info("reduce pool of {} threads", pool_.size());
+}
+
+Engine::~Engine() = default;
+
+void Engine::post(EngineCommand command) {
+  {
+    std::lock_guard lock(commands_mutex_);
+    commands_.push_back(std::move(command));
+  }
+  ipc::eventfd_signal(wake_.get());
+}
+
+void Engine::run() {
+  auto last_work = Clock::now();
+  const auto spin = std::chrono::microseconds(config_.engine_spin_us);
+  while (!stopping_) {
+    bool progressed = drain_commands();
+    for (Session* session : polled_) progressed |= poll_submissions(*session);
+    progressed |= run_ready_batches();
+    if (progressed) {
+      last_work = Clock::now();
+      continue;
+    }
+    if (Clock::now() - last_work < spin) {
+      // Yield rather than spin hard: on a machine with few cores the ranks we wait for need
+      // the CPU we would burn.
+      sched_yield();
+      continue;
+    }
+    sleep_until_work();
+    last_work = Clock::now();
+  }
+}
+
+bool Engine::drain_commands() {
+  std::vector<EngineCommand> commands;
+  {
+    std::lock_guard lock(commands_mutex_);
+    if (commands_.empty()) return false;
+    commands.swap(commands_);
+  }
+  for (auto& command : commands) std::visit([this](auto& c) { handle(c); }, command);
+  return true;
+}
+
+void Engine::handle(AttachSession& command) {
+  Session& session = *command.session;
+  const ClientIdentity& who = session.identity();
+  auto& job = jobs_[who.job];
+  if (!job) job = std::make_unique<Job>(who.job, who.local_world_size);
+  job->attach(session);
+  struct epoll_event event {};
+  event.events = EPOLLIN;
+  event.data.u64 = session.id();
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, session.doorbell_fd(), &event) != 0) {
+    log_->error("epoll_ctl(add doorbell of client {}): {}", session.id(), std::strerror(errno));
+  }
+  polled_.push_back(&session);
+  log_->debug("client {} attached: job '{}' local rank {}/{}", session.id(), who.job,
+              who.local_rank, who.local_world_size);
+  sessions_.emplace(session.id(), std::move(command.session));
+  metrics_.set_jobs(static_cast<int64_t>(jobs_.size()));
+}
+
+void Engine::handle(AddBuffer& command) {
+  if (auto it = sessions_.find(command.session); it != sessions_.end()) {
+    it->second->add_buffer(command.buffer_id, std::move(command.buffer));
+  }
+  command.done.set_value();
+}
+
+void Engine::handle(RemoveBuffer& command) {
+  if (auto it = sessions_.find(command.session); it != sessions_.end()) {
+    it->second->remove_buffer(command.buffer_id);
+  }
+}
+
+void Engine::handle(DetachSession& command) {
+  const auto it = sessions_.find(command.session);
+  if (it == sessions_.end()) return;
+  Session& session = *it->second;
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, session.doorbell_fd(), nullptr);
+  std::erase(polled_, &session);
+  if (Job* job = session.job) {
+    const std::string job_name = job->name();
+    job->detach(session, command.reason);
+    if (job->empty()) jobs_.erase(job_name);
+  }
+  log_->debug("client {} detached: {}", session.id(), command.reason);
+  sessions_.erase(it);  // unmaps its segment; buffers go when no collective holds them
+  metrics_.set_jobs(static_cast<int64_t>(jobs_.size()));
+}
+
+void Engine::handle(Shutdown& command) {
+  for (auto& [name, job] : jobs_) job->fail(GRADSYNC_ERR_DAEMON_GONE, command.reason);
+  stopping_ = true;
+}
+
+bool Engine::poll_submissions(Session& session) {
+  ipc::SubmissionEntry entry{};
+  bool any = false;
+  while (session.next_submission(entry)) {
+    any = true;
+    const ClientIdentity& who = session.identity();
+    Submission submission = resolve_submission(
+        entry, [&session](uint32_t id) { return session.buffer(id); }, who.local_rank,
+        who.local_world_size);
+    submission.session = &session;
+    if (!submission.valid()) {
+      log_->warn("client {} (job '{}' local rank {}): invalid submission: {}", session.id(),
+                 who.job, who.local_rank, submission.error);
+    }
+    session.job->submit(std::move(submission));
+  }
+  return any;
+}
+
+bool Engine::run_ready_batches() {
+  bool any = false;
+  for (auto& [name, job] : jobs_) {
+    auto& ready = job->ready();
+    while (!ready.empty()) {
+      // Lazy fusion: take ready units in order up to the threshold; a group is never split,
+      // and a unit larger than the threshold runs alone.
+      std::vector<ReadyUnit> batch;
+      uint64_t bytes = 0;
+      while (!ready.empty() &&
+             (batch.empty() || bytes + ready.front().bytes() <= config_.fusion_threshold_bytes)) {
+        bytes += ready.front().bytes();
+        batch.push_back(std::move(ready.front()));
+        ready.pop_front();
+      }
+      uint64_t collectives = 0;
+      for (const auto& unit : batch) {
+        for (const auto& c : unit.collectives) {
+          metrics_.collective_completed(kind_of(c.first().collective), c.bytes());
+          ++collectives;
+        }
+      }
+      const auto start = Clock::now();
+      const BatchStats stats = execute_batch(batch, pool_, config_.parallel_reduce_min_bytes);
+      metrics_.batch_executed(stats.bytes, collectives,
+                              std::chrono::duration<double>(Clock::now() - start).count());
+      any = true;
+    }
+  }
+  return any;
+}
+
+void Engine::set_sleeping(uint32_t value) {
+  for (Session* session : polled_) {
+    session->header().daemon_sleeping.store(value, std::memory_order_seq_cst);
+  }
+}
+
+bool Engine::any_submission_waiting() {
+  for (Session* session : polled_) {
+    if (session->has_submission()) return true;
+  }
+  return false;
+}
+
+void Engine::sleep_until_work() {
+  // Announce the sleep, then look once more: a client that published a submission before
+  // seeing the flag will not ring the doorbell, so we must see its entry here.
+  set_sleeping(1);
+  if (!any_submission_waiting()) {
+    std::array<struct epoll_event, 64> events{};
+    const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), -1);
+    for (int i = 0; i < n; ++i) {
+      const uint64_t tag = events[static_cast<size_t>(i)].data.u64;
+      if (tag == kWakeTag) {
+        ipc::eventfd_drain(wake_.get());
+      } else if (auto it = sessions_.find(tag); it != sessions_.end()) {
+        ipc::eventfd_drain(it->second->doorbell_fd());
+      }
+    }
+  }
+  set_sleeping(0);
+}
+
+}  // namespace gradsync::daemon

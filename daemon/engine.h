@@ -1,0 +1,89 @@
+// The engine thread: polls the clients' submission rings, negotiates, fuses ready collectives
+// into batches and runs them. It owns every Session and Job; the control thread talks to it
+// only through posted commands.
+#pragma once
+
+#include "daemon/config.h"
+#include "daemon/job.h"
+#include "daemon/reduce_pool.h"
+#include "daemon/session.h"
+#include "metrics/metrics.h"
+
+#include <spdlog/logger.h>
+
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+namespace gradsync::daemon {
+
+struct AttachSession {
+  std::unique_ptr<Session> session;
+};
+struct AddBuffer {
+  uint64_t session;
+  uint32_t buffer_id;
+  std::shared_ptr<const HostBuffer> buffer;
+  std::promise<void> done;  // the control thread replies to the client only after this
+};
+struct RemoveBuffer {
+  uint64_t session;
+  uint32_t buffer_id;
+};
+struct DetachSession {
+  uint64_t session;
+  std::string reason;
+};
+struct Shutdown {
+  std::string reason;
+};
+using EngineCommand = std::variant<AttachSession, AddBuffer, RemoveBuffer, DetachSession, Shutdown>;
+
+class Engine {
+ public:
+  Engine(const DaemonConfig& config, metrics::Metrics& metrics);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Thread-safe; wakes the engine.
+  void post(EngineCommand command);
+
+  // The engine thread's body. Returns after a Shutdown command has failed all pending work.
+  void run();
+
+ private:
+  bool drain_commands();
+  void handle(AttachSession& command);
+  void handle(AddBuffer& command);
+  void handle(RemoveBuffer& command);
+  void handle(DetachSession& command);
+  void handle(Shutdown& command);
+
+  bool poll_submissions(Session& session);
+  bool run_ready_batches();
+  void sleep_until_work();
+  bool any_submission_waiting();
+  void set_sleeping(uint32_t value);
+
+  const DaemonConfig config_;
+  metrics::Metrics& metrics_;
+  std::shared_ptr<spdlog::logger> log_;
+  ReducePool pool_;
+  ipc::UniqueFd epoll_;
+  ipc::UniqueFd wake_;
+
+  std::mutex commands_mutex_;
+  std::vector<EngineCommand> commands_;  // guarded by commands_mutex_
+
+  std::unordered_map<uint64_t, std::unique_ptr<Session>> sessions_;
+  std::vector<Session*> polled_;  // sessions_ in a flat list for the polling loop
+  std::unordered_map<std::string, std::unique_ptr<Job>> jobs_;
+  bool stopping_ = false;
+};
+
+}  // namespace gradsync::daemon

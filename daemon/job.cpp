@@ -1,0 +1,177 @@
+#include "daemon/job.h"
+
+#include <fmt/format.h>
+
+namespace gradsync::daemon {
+
+uint64_t ReadyUnit::bytes() const {
+  uint64_t total = 0;
+  for (const auto& c : collectives) total += c.bytes();
+  return total;
+}
+
+Job::Job(std::string name, int32_t local_world_size)
+    : name_(std::move(name)),
+      local_world_size_(local_world_size),
+      sessions_(static_cast<size_t>(local_world_size), nullptr) {}
+
+void Job::attach(Session& session) {
+  sessions_.at(static_cast<size_t>(session.identity().local_rank)) = &session;
+  session.job = this;
+}
+
+void Job::detach(Session& session, const std::string& reason) {
+  const auto rank = static_cast<size_t>(session.identity().local_rank);
+  if (sessions_.at(rank) != &session) return;
+  // Drop the leaving rank's own work first: it has nobody to complete to.
+  for (auto& [name, tensor] : pending_) tensor.per_rank[rank].clear();
+  sessions_[rank] = nullptr;
+  session.job = nullptr;
+  fail(GRADSYNC_ERR_PEER_FAILED, reason);
+}
+
+bool Job::empty() const {
+  for (const Session* s : sessions_) {
+    if (s != nullptr) return false;
+  }
+  return true;
+}
+
+void Job::submit(Submission submission) {
+  if (failure_) {
+    complete(submission, failure_status_, *failure_);
+    return;
+  }
+  const auto rank = static_cast<size_t>(submission.session->identity().local_rank);
+  auto [it, inserted] = pending_.try_emplace(submission.name);
+  PendingTensor& tensor = it->second;
+  if (inserted) {
+    tensor.per_rank.resize(static_cast<size_t>(local_world_size_));
+    tensor.ranks_waiting = tensor.per_rank.size();
+  }
+  auto& queue = tensor.per_rank[rank];
+  if (queue.empty()) --tensor.ranks_waiting;
+  queue.push_back(std::move(submission));
+  if (tensor.ranks_waiting > 0) return;
+
+  std::vector<Submission> ranks;
+  ranks.reserve(tensor.per_rank.size());
+  size_t still_queued = 0;
+  for (auto& q : tensor.per_rank) {
+    ranks.push_back(std::move(q.front()));
+    q.pop_front();
+    if (!q.empty()) ++still_queued;
+  }
+  // A rank may already have submitted the same name for the next step.
+  tensor.ranks_waiting = tensor.per_rank.size() - still_queued;
+  if (still_queued == 0) pending_.erase(it);
+  on_all_submitted(std::move(ranks));
+}
+
+void Job::on_all_submitted(std::vector<Submission> ranks) {
+  gradsync_result status = GRADSYNC_OK;
+  std::string message;
+  for (size_t r = 0; r < ranks.size() && status == GRADSYNC_OK; ++r) {
+    if (!ranks[r].valid()) {
+      status = GRADSYNC_ERR_INVALID_ARGUMENT;
+      message = fmt::format("tensor '{}': local rank {} submitted it invalidly: {}", ranks[r].name,
+                            r, ranks[r].error);
+      // The sender learns its own reason; the others learn whose submission was bad.
+      complete(ranks[r], status, ranks[r].error);
+      ranks.erase(ranks.begin() + static_cast<ptrdiff_t>(r));
+    }
+  }
+  if (status == GRADSYNC_OK) {
+    if (auto mismatch = find_mismatch(ranks)) {
+      status = GRADSYNC_ERR_MISMATCH;
+      message = std::move(*mismatch);
+    }
+  }
+  const Submission& lead = ranks.front();
+  if (!lead.grouped) {
+    if (status != GRADSYNC_OK) return fail_collective(ranks, status, message);
+    ready_.push_back(ReadyUnit{{ReadyCollective{std::move(ranks)}}});
+    return;
+  }
+  // A group runs whole or fails whole: one bad member fails the members seen so far and every
+  // member still to come.
+  const uint64_t group_id = lead.group;
+  GroupAssembly& group = groups_[group_id];
+  group.expected = lead.group_size;
+  ++group.seen;
+  if (status != GRADSYNC_OK && !group.failure) {
+    group.failure = std::make_pair(status, message);
+    for (auto& c : group.unit.collectives) fail_collective(c.ranks, status, message);
+    group.unit.collectives.clear();
+  }
+  if (group.failure) {
+    fail_collective(ranks, group.failure->first, group.failure->second);
+  } else {
+    group.unit.collectives.push_back(ReadyCollective{std::move(ranks)});
+  }
+  if (group.seen == group.expected) {
+    if (!group.failure) ready_.push_back(std::move(group.unit));
+    groups_.erase(group_id);
+  }
+}
+
+void Job::fail_collective(std::vector<Submission>& ranks, gradsync_result status,
+                          const std::string& message) {
+  for (auto& s : ranks) complete(s, status, message);
+  ranks.clear();
+}
+
+void Job::fail(gradsync_result status, const std::string& message) {
+  if (!failure_) {
+    failure_ = message;
+    failure_status_ = status;
+  }
+  for (auto& [name, tensor] : pending_) {
+    for (auto& queue : tensor.per_rank) {
+      for (auto& s : queue) complete(s, status, message);
+    }
+  }
+  pending_.clear();
+  auto fail_unit = [&](ReadyUnit& unit) {
+    for (auto& c : unit.collectives) fail_collective(c.ranks, status, message);
+  };
+  for (auto& [id, group] : groups_) fail_unit(group.unit);
+  groups_.clear();
+  for (auto& unit : ready_) fail_unit(unit);
+  ready_.clear();
+}
+
+std::optional<std::string> find_mismatch(const std::vector<Submission>& ranks) {
+  const Submission& lead = ranks.front();
+  for (size_t r = 1; r < ranks.size(); ++r) {
+    const Submission& s = ranks[r];
+    auto differ = [&](const char* what, const std::string& a, const std::string& b) {
+      return fmt::format("tensor '{}': local ranks disagree on {}: rank 0 has {}, rank {} has {}",
+                         lead.name, what, a, r, b);
+    };
+    if (s.collective != lead.collective) {
+      return differ("the collective", ipc::collective_name(lead.collective),
+                    ipc::collective_name(s.collective));
+    }
+    if (s.grouped != lead.grouped || s.group_size != lead.group_size) {
+      return differ("grouping", lead.grouped ? fmt::format("a group of {}", lead.group_size) : "none",
+                    s.grouped ? fmt::format("a group of {}", s.group_size) : "none");
+    }
+    if (lead.collective == ipc::Collective::kBarrier) continue;
+    if (s.dtype != lead.dtype) {
+      return differ("the dtype", ipc::dtype_name(lead.dtype), ipc::dtype_name(s.dtype));
+    }
+    if (s.count != lead.count) {
+      return differ("the count", std::to_string(lead.count), std::to_string(s.count));
+    }
+    if (lead.collective == ipc::Collective::kAllreduce && s.op != lead.op) {
+      return differ("the op", ipc::op_name(lead.op), ipc::op_name(s.op));
+    }
+    if (lead.collective == ipc::Collective::kBroadcast && s.root != lead.root) {
+      return differ("the root", std::to_string(lead.root), std::to_string(s.root));
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,84 @@
+// A job's ranks on this node and the negotiation among them: which tensors every local rank
+// has submitted, in which order they run, and which fail. Engine-thread only.
+#pragma once
+
+#include "daemon/submission.h"
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace gradsync::daemon {
+
+// One collective that every local rank of the job submitted, consistently. ranks[r] is local
+// rank r's submission.
+struct ReadyCollective {
+  std::vector<Submission> ranks;
+
+  const Submission& first() const { return ranks.front(); }
+  uint64_t bytes() const { return first().send_bytes(); }
+};
+
+// Collectives that run together: one, or a whole group.
+struct ReadyUnit {
+  std::vector<ReadyCollective> collectives;
+  uint64_t bytes() const;
+};
+
+class Job {
+ public:
+  Job(std::string name, int32_t local_world_size);
+
+  const std::string& name() const { return name_; }
+  int32_t local_world_size() const { return local_world_size_; }
+  const std::optional<std::string>& failure() const { return failure_; }
+
+  void attach(Session& session);
+  // Detaches and fails the job: the others' collectives cannot complete without this rank.
+  void detach(Session& session, const std::string& reason);
+  bool empty() const;
+
+  // Takes one rank's submission. Completes it at once with an error if the job has failed.
+  void submit(Submission submission);
+
+  // Fails everything pending and everything submitted from now on.
+  void fail(gradsync_result status, const std::string& message);
+
+  // Ready units in the order they became ready (the same order on every rank).
+  std::deque<ReadyUnit>& ready() { return ready_; }
+
+ private:
+  struct PendingTensor {
+    std::vector<std::deque<Submission>> per_rank;
+    size_t ranks_waiting;  // ranks with an empty queue
+  };
+
+  void on_all_submitted(std::vector<Submission> ranks);
+  void fail_collective(std::vector<Submission>& ranks, gradsync_result status,
+                       const std::string& message);
+
+  std::string name_;
+  int32_t local_world_size_;
+  std::vector<Session*> sessions_;  // by local rank
+  std::optional<std::string> failure_;
+  gradsync_result failure_status_ = GRADSYNC_OK;
+  std::unordered_map<std::string, PendingTensor> pending_;
+  struct GroupAssembly {
+    ReadyUnit unit;
+    uint32_t expected = 0;
+    uint32_t seen = 0;
+    std::optional<std::pair<gradsync_result, std::string>> failure;
+  };
+
+  // Groups being assembled, by local rank 0's group id.
+  std::unordered_map<uint64_t, GroupAssembly> groups_;
+  std::deque<ReadyUnit> ready_;
+};
+
+// Checks that all ranks agree on a collective; returns the error naming tensor and ranks.
+std::optional<std::string> find_mismatch(const std::vector<Submission>& ranks);
+
+}  // namespace gradsync::daemon

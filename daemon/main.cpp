@@ -1,0 +1,96 @@
+// gradsyncd: the per-node gradient communication daemon.
+#include "daemon/config.h"
+#include "daemon/control.h"
+#include "daemon/engine.h"
+#include "daemon/log.h"
+#include "kernels/reduce.h"
+#include "metrics/metrics.h"
+
+#include <CLI/CLI.hpp>
+
+#include <signal.h>
+
+#include <iostream>
+#include <thread>
+
+#ifndef GRADSYNC_VERSION
+#define GRADSYNC_VERSION "0.0.0"
+#endif
+
+namespace {
+
+int run_daemon(const gradsync::daemon::DaemonConfig& config) {
+  using namespace gradsync;
+  auto log = daemon::logger("daemon");
+  // Signals are read by the control thread through a signalfd: block them in every thread,
+  // which inherit this mask.
+  sigset_t mask;
+  sigemptyset(&mask);
+  sigaddset(&mask, SIGTERM);
+  sigaddset(&mask, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &mask, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  metrics::Metrics metrics(config.metrics_listen,
+                           {GRADSYNC_VERSION, false, kernels::reduce_isa()},
+                           daemon::to_toml(config));
+  for (uint16_t port : metrics.listening_ports()) log->info("metrics on port {}", port);
+  daemon::Engine engine(config, metrics);
+  daemon::ControlServer control(config, engine, metrics);
+  std::thread engine_thread([&engine, &log] {
+    try {
+      engine.run();
+    } catch (const std::exception& e) {
+      log->critical("engine failed: {}", e.what());
+      std::abort();
+    }
+  });
+  try {
+    control.run();
+  } catch (...) {
+    engine.post(daemon::Shutdown{"gradsyncd control thread failed"});
+    engine_thread.join();
+    throw;
+  }
+  engine_thread.join();
+  log->info("stopped");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using gradsync::daemon::DaemonConfig;
+  CLI::App app{"gradsyncd: gradient communication daemon"};
+  std::string config_path;
+  std::optional<std::string> socket_path, metrics_listen, listen, log_level;
+  bool print_config = false;
+  app.add_option("--config", config_path, "TOML configuration file")->check(CLI::ExistingFile);
+  app.add_option("--socket", socket_path, "client socket path (config: socket_path)");
+  app.add_option("--metrics-listen", metrics_listen,
+                 "HOST:PORT for /metrics, empty to disable (config: metrics_listen)");
+  app.add_option("--listen", listen, "HOST:PORT for inter-node traffic (config: listen)");
+  app.add_option("--log-level", log_level, "trace|debug|info|warn|error (config: log_level)");
+  app.add_flag("--print-config", print_config, "print the effective configuration and exit");
+  app.set_version_flag("--version", GRADSYNC_VERSION);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    DaemonConfig config = config_path.empty() ? gradsync::daemon::default_config()
+                                              : gradsync::daemon::load_config_file(config_path);
+    if (socket_path) config.socket_path = *socket_path;
+    if (metrics_listen) config.metrics_listen = *metrics_listen;
+    if (listen) config.listen = *listen;
+    if (log_level) config.log_level = *log_level;
+    gradsync::daemon::validate(config);
+    if (print_config) {
+      std::cout << gradsync::daemon::to_toml(config) << "\n";
+      return 0;
+    }
+    gradsync::daemon::set_log_level(config.log_level);
+    return run_daemon(config);
+  } catch (const std::exception& e) {
+    std::cerr << "gradsyncd: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,61 @@
+#include "daemon/session.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace gradsync::daemon {
+
+static_assert(static_cast<int>(ipc::Collective::kBarrier) ==
+              static_cast<int>(metrics::CollectiveKind::kBarrier));
+
+Session::Session(uint64_t id, ClientIdentity identity, ipc::Mapping segment, uint32_t ring_entries,
+                 ipc::UniqueFd doorbell, metrics::Metrics& metrics)
+    : id_(id),
+      identity_(std::move(identity)),
+      segment_(std::move(segment)),
+      view_(ipc::SegmentView::over(segment_.data(), ring_entries)),
+      submissions_(view_.submissions, ring_entries),
+      completions_(view_.completions, ring_entries),
+      doorbell_(std::move(doorbell)),
+      metrics_(metrics) {}
+
+bool Session::next_submission(ipc::SubmissionEntry& entry) {
+  // Never take more work than the completion ring can answer: a client that stops reading
+  // completions stalls only itself.
+  if (in_flight_ >= completions_.capacity()) return false;
+  if (!submissions_.try_pop(entry)) return false;
+  ++in_flight_;
+  return true;
+}
+
+void Session::complete(uint64_t request, ipc::Collective collective, gradsync_result status,
+                       std::string_view message) {
+  if (status != GRADSYNC_OK) {
+    metrics_.collective_failed(static_cast<metrics::CollectiveKind>(collective));
+  }
+  ipc::CompletionEntry entry{};
+  entry.request = request;
+  entry.status = static_cast<uint32_t>(status);
+  const size_t length = std::min(message.size(), ipc::kMaxErrorMessageBytes);
+  std::memcpy(entry.message, message.data(), length);
+  entry.message_length = static_cast<uint32_t>(length);
+  // Cannot fail: in_flight_ never exceeds the ring's capacity (see next_submission), unless the
+  // client corrupted its consumer index, in which case it loses its own completions.
+  completions_.try_push(entry);
+  if (in_flight_ > 0) --in_flight_;
+  view_.header->completion_sequence.fetch_add(1, std::memory_order_seq_cst);
+  if (view_.header->client_waiting.load(std::memory_order_seq_cst) != 0) {
+    ipc::futex_wake_all(&view_.header->completion_sequence);
+  }
+}
+
+std::shared_ptr<const HostBuffer> Session::buffer(uint32_t id) const {
+  const auto it = buffers_.find(id);
+  return it == buffers_.end() ? nullptr : it->second;
+}
+
+void Session::add_buffer(uint32_t id, std::shared_ptr<const HostBuffer> buffer) {
+  buffers_[id] = std::move(buffer);
+}
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,76 @@
+// One connected client, as the engine thread sees it. Created by the control thread at Hello,
+// then owned by the engine; the control thread keeps only the socket.
+#pragma once
+
+#include "ipc/segment.h"
+#include "ipc/system.h"
+#include "metrics/metrics.h"
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+namespace gradsync::daemon {
+
+// A registered host buffer: the daemon's mapping of exactly the range the client registered.
+struct HostBuffer {
+  ipc::Mapping mapping;  // page-aligned superset of the range
+  uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+};
+
+struct ClientIdentity {
+  std::string job;
+  int32_t rank = 0;
+  int32_t world_size = 1;
+  int32_t local_rank = 0;
+  int32_t local_world_size = 1;
+  pid_t pid = 0;
+  uid_t uid = 0;
+};
+
+class Job;
+
+class Session {
+ public:
+  Session(uint64_t id, ClientIdentity identity, ipc::Mapping segment, uint32_t ring_entries,
+          ipc::UniqueFd doorbell, metrics::Metrics& metrics);
+
+  uint64_t id() const { return id_; }
+  const ClientIdentity& identity() const { return identity_; }
+  int doorbell_fd() const { return doorbell_.get(); }
+  ipc::SegmentHeader& header() { return *view_.header; }
+
+  // Pops the next submission if the completion ring has room for its completion.
+  bool next_submission(ipc::SubmissionEntry& entry);
+  bool has_submission() const {
+    return in_flight_ < completions_.capacity() && submissions_.available() > 0;
+  }
+  // Posts a completion and wakes the client if it sleeps. Message is truncated to fit.
+  void complete(uint64_t request, ipc::Collective collective, gradsync_result status,
+                std::string_view message = {});
+
+  std::shared_ptr<const HostBuffer> buffer(uint32_t id) const;
+  void add_buffer(uint32_t id, std::shared_ptr<const HostBuffer> buffer);
+  void remove_buffer(uint32_t id) { buffers_.erase(id); }
+
+  Job* job = nullptr;  // set when the engine attaches the session
+
+ private:
+  uint64_t id_;
+  ClientIdentity identity_;
+  ipc::Mapping segment_;
+  ipc::SegmentView view_;
+  ipc::RingConsumer<ipc::SubmissionEntry> submissions_;
+  ipc::RingProducer<ipc::CompletionEntry> completions_;
+  ipc::UniqueFd doorbell_;
+  metrics::Metrics& metrics_;
+  uint32_t in_flight_ = 0;  // popped submissions not yet completed: bounded by the ring size
+  std::unordered_map<uint32_t, std::shared_ptr<const HostBuffer>> buffers_;
+};
+
+}  // namespace gradsync::daemon

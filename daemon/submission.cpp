@@ -1,0 +1,115 @@
+#include "daemon/submission.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace gradsync::daemon {
+namespace {
+
+// Checks that [offset, offset + bytes) lies inside the buffer and is element-aligned.
+std::string check_range(const char* what, const std::shared_ptr<const HostBuffer>& buffer,
+                        uint32_t id, uint64_t offset, uint64_t bytes, size_t element) {
+  if (!buffer) return fmt::format("{} buffer {} is not registered", what, id);
+  uint64_t end = 0;
+  if (__builtin_add_overflow(offset, bytes, &end) || end > buffer->bytes) {
+    return fmt::format("{} range [{}, +{}) lies outside buffer {} of {} bytes", what, offset,
+                       bytes, id, buffer->bytes);
+  }
+  if (element > 0 && (reinterpret_cast<uintptr_t>(buffer->data) + offset) % element != 0) {
+    return fmt::format("{} offset {} is not aligned to the {}-byte element", what, offset,
+                       element);
+  }
+  return {};
+}
+
+bool overlaps(const uint8_t* a, uint64_t a_bytes, const uint8_t* b, uint64_t b_bytes) {
+  return a < b + b_bytes && b < a + a_bytes;
+}
+
+}  // namespace
+
+uint64_t Submission::send_bytes() const { return count * ipc::dtype_bytes(dtype); }
+
+uint64_t Submission::recv_bytes(int32_t local_world_size) const {
+  const uint64_t factor =
+      collective == ipc::Collective::kAllgather ? static_cast<uint64_t>(local_world_size) : 1;
+  return send_bytes() * factor;
+}
+
+Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLookup& lookup,
+                              int32_t local_rank, int32_t local_world_size) {
+  Submission s;
+  s.request = entry.request;
+  const size_t name_length = std::min<size_t>(entry.name_length, ipc::kMaxTensorNameBytes);
+  s.name.assign(entry.name, strnlen(entry.name, name_length));
+  auto invalid = [&s](std::string message) {
+    s.error = std::move(message);
+    return s;
+  };
+  if (entry.name_length > ipc::kMaxTensorNameBytes) {
+    return invalid(fmt::format("tensor name of {} bytes exceeds {}", entry.name_length,
+                               ipc::kMaxTensorNameBytes));
+  }
+  if (s.name.empty()) return invalid("empty tensor name");
+
+  const auto collective = ipc::parse_collective(entry.collective);
+  if (!collective) return invalid(fmt::format("unknown collective {}", entry.collective));
+  s.collective = *collective;
+  s.grouped = (entry.flags & ipc::kFlagGrouped) != 0;
+  s.group = entry.group;
+  s.group_size = entry.group_size;
+  if (s.grouped && s.group_size == 0) return invalid("grouped entry with a group size of 0");
+  if (s.collective == ipc::Collective::kBarrier) return s;
+
+  const auto dtype = ipc::parse_dtype(entry.dtype);
+  if (!dtype) return invalid(fmt::format("unknown dtype {}", entry.dtype));
+  s.dtype = *dtype;
+  if (s.collective == ipc::Collective::kAllreduce) {
+    const auto op = ipc::parse_op(entry.op);
+    if (!op) return invalid(fmt::format("unknown reduction op {}", entry.op));
+    s.op = *op;
+  }
+  if (s.collective == ipc::Collective::kBroadcast) {
+    if (entry.root < 0 || entry.root >= local_world_size) {
+      return invalid(fmt::format("broadcast root {} outside [0, {})", entry.root,
+                                 local_world_size));
+    }
+    s.root = entry.root;
+  }
+  s.count = entry.count;
+  const auto send_bytes = ipc::checked_bytes(entry.count, s.dtype);
+  uint64_t recv_bytes = 0;
+  if (!send_bytes ||
+      __builtin_mul_overflow(*send_bytes,
+                             s.collective == ipc::Collective::kAllgather ? local_world_size : 1,
+                             &recv_bytes)) {
+    return invalid(fmt::format("count {} overflows the size of {} elements", entry.count,
+                               ipc::dtype_name(s.dtype)));
+  }
+  const size_t element = ipc::dtype_bytes(s.dtype);
+  s.send_buffer = lookup(entry.send_buffer);
+  s.recv_buffer = lookup(entry.recv_buffer);
+  if (auto error = check_range("send", s.send_buffer, entry.send_buffer, entry.send_offset,
+                               *send_bytes, element);
+      !error.empty()) {
+    return invalid(std::move(error));
+  }
+  if (auto error = check_range("receive", s.recv_buffer, entry.recv_buffer, entry.recv_offset,
+                               recv_bytes, element);
+      !error.empty()) {
+    return invalid(std::move(error));
+  }
+  s.send = s.send_buffer->data + entry.send_offset;
+  s.recv = s.recv_buffer->data + entry.recv_offset;
+  const uint8_t* in_place = s.recv;
+  if (s.collective == ipc::Collective::kAllgather) in_place += local_rank * *send_bytes;
+  if (overlaps(s.send, *send_bytes, s.recv, recv_bytes) && s.send != in_place) {
+    return invalid(s.collective == ipc::Collective::kAllgather
+                       ? "send range overlaps the receive range other than at this rank's slot"
+                       : "send and receive ranges overlap without being the same (in place)");
+  }
+  return s;
+}
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,53 @@
+// A ring entry turned into a collective the engine can run: validated and resolved to pointers
+// into the daemon's mappings. This is the boundary for everything a client writes on its ring.
+#pragma once
+
+#include "daemon/session.h"
+#include "ipc/protocol.h"
+#include "ipc/segment.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace gradsync::daemon {
+
+struct Submission {
+  Session* session = nullptr;  // the engine purges a session's submissions before freeing it
+  uint64_t request = 0;
+  std::string name;
+  ipc::Collective collective = ipc::Collective::kBarrier;
+  gradsync_dtype dtype = GRADSYNC_FLOAT32;
+  gradsync_op op = GRADSYNC_SUM;
+  int32_t root = 0;
+  uint64_t count = 0;
+  bool grouped = false;
+  uint64_t group = 0;
+  uint32_t group_size = 0;
+  const uint8_t* send = nullptr;
+  uint8_t* recv = nullptr;
+  // Keep the mappings alive while the collective is in flight, even if the client unregisters.
+  std::shared_ptr<const HostBuffer> send_buffer;
+  std::shared_ptr<const HostBuffer> recv_buffer;
+  // Non-empty when the entry is invalid. The submission still takes part in negotiation so that
+  // the other ranks of the job fail fast instead of waiting for it.
+  std::string error;
+
+  bool valid() const { return error.empty(); }
+  uint64_t send_bytes() const;
+  uint64_t recv_bytes(int32_t local_world_size) const;
+};
+
+// Completes this rank's part of the collective.
+inline void complete(const Submission& s, gradsync_result status, std::string_view message = {}) {
+  s.session->complete(s.request, s.collective, status, message);
+}
+
+using BufferLookup = std::function<std::shared_ptr<const HostBuffer>(uint32_t id)>;
+
+// Validates every field of `entry` and resolves its buffers. Never throws on bad input.
+// In place means send == recv, or for allgather send == recv + local_rank * count.
+Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLookup& lookup,
+                              int32_t local_rank, int32_t local_world_size);
+
+}  // namespace gradsync::daemon

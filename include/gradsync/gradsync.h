@@ -1,0 +1,130 @@
+/* gradsync: the public C ABI of the client library.
+ *
+ * A training process ("rank") connects to the node's gradsyncd, allocates and registers host
+ * buffers in shared memory, and submits collectives on them. Every call returns a
+ * gradsync_result; on failure gradsync_last_error() names what went wrong.
+ *
+ * Threading: a communicator is used by one thread at a time (as an NCCL communicator is).
+ * Distinct communicators are independent.
+ *
+ * ABI: functions and enum values are only ever added. GRADSYNC_API_VERSION rises with each
+ * addition.
+ */
+#ifndef GRADSYNC_GRADSYNC_H
+#define GRADSYNC_GRADSYNC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GRADSYNC_API_VERSION 1
+
+#if defined(__GNUC__)
+#define GRADSYNC_EXPORT __attribute__((visibility("default")))
+#else
+#define GRADSYNC_EXPORT
+#endif
+
+typedef enum gradsync_result {
+  GRADSYNC_OK = 0,
+  GRADSYNC_IN_PROGRESS = 1,       /* gradsync_test: not complete yet */
+  GRADSYNC_ERR_INVALID_ARGUMENT = 2, /* bad argument, caught before or by the daemon */
+  GRADSYNC_ERR_CONNECT = 3,       /* the daemon cannot be reached or refused the connection */
+  GRADSYNC_ERR_PROTOCOL = 4,      /* protocol version or message error */
+  GRADSYNC_ERR_PERMISSION = 5,    /* the job belongs to another user */
+  GRADSYNC_ERR_MISMATCH = 6,      /* ranks disagree on a tensor's shape, dtype, op or root */
+  GRADSYNC_ERR_PEER_FAILED = 7,   /* another rank of the job died or disconnected */
+  GRADSYNC_ERR_DAEMON_GONE = 8,   /* the daemon shut down or closed the connection */
+  GRADSYNC_ERR_OUT_OF_MEMORY = 9, /* shared memory could not be allocated or mapped */
+  GRADSYNC_ERR_INTERNAL = 10,
+  GRADSYNC_ERR_TIMEOUT = 11       /* a bounded wait expired */
+} gradsync_result;
+
+typedef enum gradsync_dtype {
+  GRADSYNC_FLOAT32 = 0,
+  GRADSYNC_FLOAT64 = 1,
+  GRADSYNC_FLOAT16 = 2,
+  GRADSYNC_BFLOAT16 = 3,
+  GRADSYNC_INT32 = 4,
+  GRADSYNC_INT64 = 5
+} gradsync_dtype;
+
+typedef enum gradsync_op {
+  GRADSYNC_SUM = 0,
+  GRADSYNC_AVG = 1,
+  GRADSYNC_MIN = 2,
+  GRADSYNC_MAX = 3,
+  GRADSYNC_PROD = 4
+} gradsync_op;
+
+typedef struct gradsync_comm gradsync_comm;
+typedef uint64_t gradsync_request; /* 0 is never a valid request */
+
+/* Where to connect and who this rank is. Zero-initialise and fill what you know;
+ * gradsync_options_from_env() fills it from GRADSYNC_SOCKET, GRADSYNC_JOB, RANK, WORLD_SIZE,
+ * LOCAL_RANK and LOCAL_WORLD_SIZE (torchrun's names). */
+typedef struct gradsync_options {
+  char socket_path[108]; /* sun_path of the daemon's socket */
+  char job[64];          /* job name shared by all ranks of the job */
+  int32_t rank;
+  int32_t world_size;
+  int32_t local_rank;
+  int32_t local_world_size;
+  int32_t timeout_ms; /* bound on control-plane waits (connect, register); 0 = 30000 */
+} gradsync_options;
+
+GRADSYNC_EXPORT gradsync_result gradsync_options_from_env(gradsync_options* options);
+
+GRADSYNC_EXPORT gradsync_result gradsync_connect(const gradsync_options* options,
+                                                 gradsync_comm** comm);
+/* Fails every request still in flight, releases all buffers and closes the connection. */
+GRADSYNC_EXPORT void gradsync_disconnect(gradsync_comm* comm);
+
+/* Host memory in a shared segment the daemon can map. Must be registered before use. */
+GRADSYNC_EXPORT gradsync_result gradsync_alloc(gradsync_comm* comm, size_t bytes, void** ptr);
+GRADSYNC_EXPORT gradsync_result gradsync_free(gradsync_comm* comm, void* ptr);
+/* Registers [ptr, ptr+bytes), which must lie inside memory from gradsync_alloc. Collectives
+ * may then use any range inside it. Registering an overlapping range twice is an error. */
+GRADSYNC_EXPORT gradsync_result gradsync_register(gradsync_comm* comm, void* ptr, size_t bytes);
+GRADSYNC_EXPORT gradsync_result gradsync_unregister(gradsync_comm* comm, void* ptr);
+
+/* Collectives. `name` identifies the tensor across ranks (ranks may submit in different
+ * orders); NULL means "the n-th unnamed collective of this communicator". send == recv is
+ * in place. All are asynchronous: wait on the returned request. */
+GRADSYNC_EXPORT gradsync_result gradsync_allreduce(gradsync_comm* comm, const char* name,
+                                                   const void* send, void* recv, size_t count,
+                                                   gradsync_dtype dtype, gradsync_op op,
+                                                   gradsync_request* request);
+GRADSYNC_EXPORT gradsync_result gradsync_broadcast(gradsync_comm* comm, const char* name,
+                                                   const void* send, void* recv, size_t count,
+                                                   gradsync_dtype dtype, int32_t root,
+                                                   gradsync_request* request);
+/* recv holds count * local_world_size elements, rank r's contribution at r * count. */
+GRADSYNC_EXPORT gradsync_result gradsync_allgather(gradsync_comm* comm, const char* name,
+                                                   const void* send, void* recv, size_t count,
+                                                   gradsync_dtype dtype,
+                                                   gradsync_request* request);
+GRADSYNC_EXPORT gradsync_result gradsync_barrier(gradsync_comm* comm, gradsync_request* request);
+
+/* Grouped submission: collectives submitted between group_start and group_end are negotiated
+ * and executed as one unit (fused whole). Groups do not nest. */
+GRADSYNC_EXPORT gradsync_result gradsync_group_start(gradsync_comm* comm);
+GRADSYNC_EXPORT gradsync_result gradsync_group_end(gradsync_comm* comm);
+
+/* Blocks until the request completes; returns its outcome. A request is consumed by a wait
+ * or by a test that returns anything but GRADSYNC_IN_PROGRESS. */
+GRADSYNC_EXPORT gradsync_result gradsync_wait(gradsync_comm* comm, gradsync_request request);
+GRADSYNC_EXPORT gradsync_result gradsync_test(gradsync_comm* comm, gradsync_request request);
+
+/* The message of the last failed call on this communicator (never NULL). */
+GRADSYNC_EXPORT const char* gradsync_last_error(const gradsync_comm* comm);
+GRADSYNC_EXPORT const char* gradsync_result_string(gradsync_result result);
+GRADSYNC_EXPORT size_t gradsync_dtype_size(gradsync_dtype dtype);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* GRADSYNC_GRADSYNC_H */

@@ -1,0 +1,57 @@
+# Control protocol between libgradsync and gradsyncd over the unix socket.
+# Each message is one frame: a 4-byte little-endian length, then a Cap'n Proto flat array.
+# File descriptors ride along a frame with SCM_RIGHTS. The fast path (collectives) does not use
+# this socket: it goes through the shared-memory rings of ipc/segment.h.
+@0xc1f3a9d2e84b7f61;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("gradsync::ipc::wire");
+
+struct Hello {
+  protocolVersion @0 :UInt32;
+  job @1 :Text;
+  rank @2 :Int32;
+  worldSize @3 :Int32;
+  localRank @4 :Int32;
+  localWorldSize @5 :Int32;
+}
+
+# Sent with two fds: the control segment (memfd) and the doorbell (eventfd).
+struct Welcome {
+  clientId @0 :UInt64;
+  ringEntries @1 :UInt32;
+  segmentBytes @2 :UInt64;
+}
+
+# Sent with one fd: the memfd holding the buffer. The daemon maps [offset, offset + bytes).
+struct RegisterBuffer {
+  bufferId @0 :UInt32;
+  offset @1 :UInt64;
+  bytes @2 :UInt64;
+}
+
+struct UnregisterBuffer {
+  bufferId @0 :UInt32;
+}
+
+struct Request {
+  union {
+    hello @0 :Hello;
+    registerBuffer @1 :RegisterBuffer;
+    unregisterBuffer @2 :UnregisterBuffer;
+    goodbye @3 :Void;
+  }
+}
+
+struct Error {
+  code @0 :UInt32;     # a gradsync_result
+  message @1 :Text;
+}
+
+struct Reply {
+  union {
+    ok @0 :Void;
+    welcome @1 :Welcome;
+    error @2 :Error;
+  }
+}

@@ -1,0 +1,45 @@
+// What client and daemon agree on: protocol version, limits, and the checks both sides use.
+#pragma once
+
+#include <gradsync/gradsync.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+namespace gradsync::ipc {
+
+// Bumped on any incompatible change to protocol.capnp or the segment layout.
+inline constexpr uint32_t kProtocolVersion = 1;
+
+// Upper bound on one framed control message; larger frames are a protocol error.
+inline constexpr uint32_t kMaxFrameBytes = 64 * 1024;
+// Upper bound on file descriptors attached to one frame.
+inline constexpr int kMaxFdsPerFrame = 4;
+// Capnp traversal limit for untrusted input (words).
+inline constexpr uint64_t kTraversalLimitWords = kMaxFrameBytes / 8;
+
+inline constexpr size_t kMaxJobNameBytes = 63;
+// Ranks of one job on one node.
+inline constexpr int32_t kMaxLocalRanks = 256;
+// Tensor names longer than this (bytes, without the terminating NUL) are rejected.
+inline constexpr size_t kMaxTensorNameBytes = 159;
+inline constexpr size_t kMaxErrorMessageBytes = 223;
+
+enum class Collective : uint8_t { kAllreduce = 0, kBroadcast = 1, kAllgather = 2, kBarrier = 3 };
+
+const char* collective_name(Collective c);
+const char* dtype_name(gradsync_dtype d);
+const char* op_name(gradsync_op op);
+
+std::optional<Collective> parse_collective(uint32_t raw);
+std::optional<gradsync_dtype> parse_dtype(uint32_t raw);
+std::optional<gradsync_op> parse_op(uint32_t raw);
+
+// Size of one element; 0 for an invalid dtype.
+size_t dtype_bytes(gradsync_dtype d);
+
+// count * element size, or nullopt when it overflows.
+std::optional<uint64_t> checked_bytes(uint64_t count, gradsync_dtype d);
+
+}  // namespace gradsync::ipc

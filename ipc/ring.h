@@ -1,0 +1,95 @@
+// A single-producer single-consumer ring of fixed-size entries that lives in shared memory.
+//
+// The two sides are different processes and may distrust each other: the consumer copies an
+// entry out before it looks at it, and each side keeps its own index privately and only reads
+// the other side's published index, clamping what it sees. A corrupt index from the other side
+// can make a ring look empty or full, never make this side read or write outside the ring.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace gradsync::ipc {
+
+inline constexpr size_t kCacheLine = 64;
+
+// The shared part: two published indices on their own cache lines, then the entries.
+template <typename Entry>
+struct RingShared {
+  static_assert(std::is_trivially_copyable_v<Entry>);
+  alignas(kCacheLine) std::atomic<uint64_t> produced;  // written by the producer only
+  alignas(kCacheLine) std::atomic<uint64_t> consumed;  // written by the consumer only
+  alignas(kCacheLine) Entry entries[1];                // really `capacity` entries
+
+  static size_t bytes_for(uint32_t capacity) {
+    return offsetof(RingShared, entries) + sizeof(Entry) * capacity;
+  }
+};
+static_assert(std::atomic<uint64_t>::is_always_lock_free,
+              "ring indices must be address-free atomics to work across processes");
+
+template <typename Entry>
+class RingProducer {
+ public:
+  RingProducer() = default;
+  RingProducer(RingShared<Entry>* shared, uint32_t capacity)
+      : shared_(shared), capacity_(capacity), produced_(shared->produced.load()) {}
+
+  // Free slots as this side sees them.
+  uint64_t free_slots() const {
+    const uint64_t consumed = shared_->consumed.load(std::memory_order_acquire);
+    const uint64_t used = produced_ - consumed;
+    return used > capacity_ ? 0 : capacity_ - used;  // corrupt index: look full
+  }
+
+  bool try_push(const Entry& entry) {
+    if (free_slots() == 0) return false;
+    std::memcpy(&shared_->entries[produced_ % capacity_], &entry, sizeof(Entry));
+    ++produced_;
+    shared_->produced.store(produced_, std::memory_order_seq_cst);
+    return true;
+  }
+
+  uint32_t capacity() const { return capacity_; }
+
+ private:
+  RingShared<Entry>* shared_ = nullptr;
+  uint32_t capacity_ = 0;
+  uint64_t produced_ = 0;
+};
+
+template <typename Entry>
+class RingConsumer {
+ public:
+  RingConsumer() = default;
+  RingConsumer(RingShared<Entry>* shared, uint32_t capacity)
+      : shared_(shared), capacity_(capacity), consumed_(shared->consumed.load()) {}
+
+  // Entries available as this side sees them.
+  uint64_t available() const {
+    const uint64_t produced = shared_->produced.load(std::memory_order_acquire);
+    const uint64_t ready = produced - consumed_;
+    return ready > capacity_ ? 0 : ready;  // corrupt index: look empty
+  }
+
+  // Copies the next entry out (so the producer cannot change it under us) and frees its slot.
+  bool try_pop(Entry& out) {
+    if (available() == 0) return false;
+    std::memcpy(&out, &shared_->entries[consumed_ % capacity_], sizeof(Entry));
+    ++consumed_;
+    shared_->consumed.store(consumed_, std::memory_order_release);
+    return true;
+  }
+
+  uint32_t capacity() const { return capacity_; }
+
+ private:
+  RingShared<Entry>* shared_ = nullptr;
+  uint32_t capacity_ = 0;
+  uint64_t consumed_ = 0;
+};
+
+}  // namespace gradsync::ipc

@@ -1,0 +1,96 @@
+// Layout of the per-client control segment: a memfd the daemon creates, seals and hands to the
+// client at connect. It holds the submission ring (client -> daemon), the completion ring
+// (daemon -> client) and the doorbell words. The layout is fixed and offset-based, not a Boost
+// managed segment, because the daemon must never interpret allocator metadata a client can write.
+#pragma once
+
+#include "ipc/protocol.h"
+#include "ipc/ring.h"
+
+#include <atomic>
+#include <cstdint>
+
+namespace gradsync::ipc {
+
+inline constexpr uint32_t kSegmentMagic = 0x47534e43;  // "GSNC"
+
+// One collective as a rank submits it. 256 bytes, copied out by the daemon before use.
+struct SubmissionEntry {
+  uint64_t request;      // client's handle, echoed in the completion
+  uint8_t collective;    // Collective
+  uint8_t dtype;         // gradsync_dtype
+  uint8_t op;            // gradsync_op (allreduce)
+  uint8_t flags;         // kFlag*
+  int32_t root;          // broadcast root (local rank)
+  uint32_t send_buffer;  // registered buffer ids
+  uint32_t recv_buffer;
+  uint64_t send_offset;  // bytes from the buffer's start
+  uint64_t recv_offset;
+  uint64_t count;        // elements per rank
+  uint64_t group;        // client-chosen group id, when kFlagGrouped
+  uint32_t group_size;   // members of the group
+  uint32_t name_length;  // bytes of name used, <= kMaxTensorNameBytes
+  char name[kMaxTensorNameBytes + 1];
+  uint8_t reserved[32];
+};
+static_assert(sizeof(SubmissionEntry) == 256);
+inline constexpr uint8_t kFlagGrouped = 1;
+
+struct CompletionEntry {
+  uint64_t request;
+  uint32_t status;  // gradsync_result
+  uint32_t message_length;
+  char message[kMaxErrorMessageBytes + 1];
+  uint8_t reserved[16];
+};
+static_assert(sizeof(CompletionEntry) == 256);
+
+struct SegmentHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint32_t ring_entries;
+  uint32_t reserved;
+  uint64_t submission_offset;  // from the start of the segment
+  uint64_t completion_offset;
+  // The daemon sets this before it blocks; a client that sees it set after publishing a
+  // submission writes the doorbell eventfd. Otherwise the fast path makes no system call.
+  alignas(kCacheLine) std::atomic<uint32_t> daemon_sleeping;
+  // Futex word bumped on every completion; the client sleeps on it after spinning.
+  alignas(kCacheLine) std::atomic<uint32_t> completion_sequence;
+  std::atomic<uint32_t> client_waiting;
+};
+
+struct SegmentLayout {
+  uint64_t submission_offset;
+  uint64_t completion_offset;
+  uint64_t total_bytes;
+
+  static SegmentLayout for_entries(uint32_t ring_entries) {
+    auto align = [](uint64_t v) { return (v + 4095) & ~uint64_t{4095}; };
+    SegmentLayout layout{};
+    layout.submission_offset = align(sizeof(SegmentHeader));
+    layout.completion_offset =
+        align(layout.submission_offset + RingShared<SubmissionEntry>::bytes_for(ring_entries));
+    layout.total_bytes =
+        align(layout.completion_offset + RingShared<CompletionEntry>::bytes_for(ring_entries));
+    return layout;
+  }
+};
+
+// Views into a mapped segment. The layout comes from the ring size both sides agreed on at
+// connect, never from offsets read out of the shared header.
+struct SegmentView {
+  SegmentHeader* header = nullptr;
+  RingShared<SubmissionEntry>* submissions = nullptr;
+  RingShared<CompletionEntry>* completions = nullptr;
+
+  static SegmentView over(void* base, uint32_t ring_entries) {
+    const SegmentLayout layout = SegmentLayout::for_entries(ring_entries);
+    auto* bytes = static_cast<uint8_t*>(base);
+    return SegmentView{reinterpret_cast<SegmentHeader*>(bytes),
+                       reinterpret_cast<RingShared<SubmissionEntry>*>(bytes + layout.submission_offset),
+                       reinterpret_cast<RingShared<CompletionEntry>*>(bytes + layout.completion_offset)};
+  }
+};
+
+}  // namespace gradsync::ipc

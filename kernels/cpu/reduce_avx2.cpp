@@ -1,0 +1,3 @@
+// AVX2 + F16C build of the reduction loops (compile flags set in CMakeLists.txt).
+#define GRADSYNC_KERNEL_NAMESPACE avx2
+#include "kernels/cpu/reduce_impl.h"

@@ -1,0 +1,22 @@
+// Host reduction kernels: pure functions over pointers.
+#pragma once
+
+#include <gradsync/gradsync.h>
+
+#include <cstddef>
+
+namespace gradsync::kernels {
+
+// Reduces `num_inputs` arrays of `count` elements element-wise with `op` and writes the result
+// into each of the `num_outputs` arrays. Outputs may alias inputs (in-place collectives): the
+// work is cache-blocked, every input block is read into an accumulator before any output block
+// is written, so memory traffic is num_inputs reads + num_outputs writes. f16/bf16 accumulate in
+// f32, i32 in i64; integer sums and products wrap; avg divides by num_inputs (integers truncate).
+// Pointers must be aligned to the element size.
+void reduce_to_all(gradsync_dtype dtype, gradsync_op op, const void* const* inputs,
+                   size_t num_inputs, void* const* outputs, size_t num_outputs, size_t count);
+
+// The instruction set the dispatcher chose on this CPU ("avx2" or "generic").
+const char* reduce_isa();
+
+}  // namespace gradsync::kernels

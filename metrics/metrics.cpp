@@ -1,0 +1,142 @@
+#include "metrics/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <array>
+
+namespace gradsync::metrics {
+
+namespace {
+constexpr std::array<const char*, static_cast<size_t>(CollectiveKind::kCount)> kKindNames = {
+    "allreduce", "broadcast", "allgather", "barrier"};
+
+prometheus::Histogram::BucketBoundaries exponential(double start, double factor, int count) {
+  prometheus::Histogram::BucketBoundaries bounds;
+  for (double v = start; count-- > 0; v *= factor) bounds.push_back(v);
+  return bounds;
+}
+}  // namespace
+
+struct Metrics::Impl {
+  // The exposer keeps only a weak pointer to the registry: we own it.
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<prometheus::Exposer> exposer;
+  prometheus::Gauge* clients = nullptr;
+  prometheus::Gauge* jobs = nullptr;
+  std::array<prometheus::Counter*, kKindNames.size()> completed{};
+  std::array<prometheus::Counter*, kKindNames.size()> failed{};
+  std::array<prometheus::Counter*, kKindNames.size()> bytes{};
+  prometheus::Histogram* batch_bytes = nullptr;
+  prometheus::Histogram* batch_collectives = nullptr;
+  prometheus::Histogram* batch_seconds = nullptr;
+  prometheus::Family<prometheus::Counter>* rejected = nullptr;
+};
+
+Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::string& config_toml)
+    : impl_(std::make_unique<Impl>()) {
+  auto& registry = *impl_->registry;
+  // Info metrics the Prometheus way: a gauge fixed at 1 whose labels carry the information.
+  prometheus::BuildGauge()
+      .Name("gradsync_build_info")
+      .Help("Build of this gradsyncd")
+      .Register(registry)
+      .Add({{"version", build.version},
+            {"cuda", build.cuda ? "on" : "off"},
+            {"reduce_isa", build.reduce_isa}})
+      .Set(1);
+  prometheus::BuildGauge()
+      .Name("gradsync_config_info")
+      .Help("Effective configuration of this gradsyncd, as TOML")
+      .Register(registry)
+      .Add({{"toml", config_toml}})
+      .Set(1);
+  impl_->clients = &prometheus::BuildGauge()
+                        .Name("gradsync_connected_clients")
+                        .Help("Client processes connected to this daemon")
+                        .Register(registry)
+                        .Add({});
+  impl_->jobs = &prometheus::BuildGauge()
+                     .Name("gradsync_jobs")
+                     .Help("Jobs with at least one connected rank on this node")
+                     .Register(registry)
+                     .Add({});
+  auto& completed = prometheus::BuildCounter()
+                        .Name("gradsync_collectives_completed_total")
+                        .Help("Collectives completed on this node (one per tensor, not per rank)")
+                        .Register(registry);
+  auto& failed = prometheus::BuildCounter()
+                     .Name("gradsync_collectives_failed_total")
+                     .Help("Collective submissions completed with an error (per rank)")
+                     .Register(registry);
+  auto& bytes = prometheus::BuildCounter()
+                    .Name("gradsync_collective_bytes_total")
+                    .Help("Payload bytes per rank of completed collectives")
+                    .Register(registry);
+  for (size_t i = 0; i < kKindNames.size(); ++i) {
+    impl_->completed[i] = &completed.Add({{"op", kKindNames[i]}, {"algorithm", "local"}});
+    impl_->failed[i] = &failed.Add({{"op", kKindNames[i]}});
+    impl_->bytes[i] = &bytes.Add({{"op", kKindNames[i]}});
+  }
+  impl_->batch_bytes = &prometheus::BuildHistogram()
+                            .Name("gradsync_fusion_batch_bytes")
+                            .Help("Payload bytes per rank of each fused batch")
+                            .Register(registry)
+                            .Add({}, exponential(1024, 4, 12));
+  impl_->batch_collectives = &prometheus::BuildHistogram()
+                                  .Name("gradsync_fusion_batch_tensors")
+                                  .Help("Tensors fused into each batch")
+                                  .Register(registry)
+                                  .Add({}, exponential(1, 2, 10));
+  impl_->batch_seconds = &prometheus::BuildHistogram()
+                              .Name("gradsync_batch_duration_seconds")
+                              .Help("Time to execute one fused batch on the node")
+                              .Register(registry)
+                              .Add({}, exponential(1e-6, 4, 12));
+  impl_->rejected = &prometheus::BuildCounter()
+                         .Name("gradsync_client_requests_rejected_total")
+                         .Help("Control requests refused, by reason")
+                         .Register(registry);
+  if (!listen.empty()) {
+    impl_->exposer = std::make_unique<prometheus::Exposer>(listen, 2);
+    impl_->exposer->RegisterCollectable(impl_->registry);
+  }
+}
+
+Metrics::~Metrics() = default;
+
+std::vector<uint16_t> Metrics::listening_ports() const {
+  if (!impl_->exposer) return {};
+  std::vector<uint16_t> ports;
+  for (int port : impl_->exposer->GetListeningPorts()) ports.push_back(static_cast<uint16_t>(port));
+  return ports;
+}
+
+void Metrics::set_connected_clients(int64_t clients) {
+  impl_->clients->Set(static_cast<double>(clients));
+}
+void Metrics::set_jobs(int64_t jobs) { impl_->jobs->Set(static_cast<double>(jobs)); }
+
+void Metrics::collective_completed(CollectiveKind kind, uint64_t bytes) {
+  impl_->completed[static_cast<size_t>(kind)]->Increment();
+  impl_->bytes[static_cast<size_t>(kind)]->Increment(static_cast<double>(bytes));
+}
+
+void Metrics::collective_failed(CollectiveKind kind) {
+  impl_->failed[static_cast<size_t>(kind)]->Increment();
+}
+
+void Metrics::batch_executed(uint64_t bytes, uint64_t collectives, double seconds) {
+  impl_->batch_bytes->Observe(static_cast<double>(bytes));
+  impl_->batch_collectives->Observe(static_cast<double>(collectives));
+  impl_->batch_seconds->Observe(seconds);
+}
+
+void Metrics::client_rejected(const std::string& reason) {
+  impl_->rejected->Add({{"reason", reason}}).Increment();
+}
+
+}  // namespace gradsync::metrics

@@ -1,0 +1,43 @@
+// The daemon's Prometheus metrics. Other parts record through this interface; only this folder
+// includes prometheus-cpp. Label sets are bounded: no tensor names, no per-step labels.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gradsync::metrics {
+
+enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather, kBarrier, kCount };
+
+struct BuildInfo {
+  std::string version;
+  bool cuda = false;
+  std::string reduce_isa;
+};
+
+class Metrics {
+ public:
+  // Serves /metrics on `listen` (HOST:PORT; port 0 picks one); empty `listen` serves nothing
+  // but still records. Throws std::runtime_error when the address cannot be bound.
+  Metrics(const std::string& listen, const BuildInfo& build, const std::string& config_toml);
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  std::vector<uint16_t> listening_ports() const;
+
+  void set_connected_clients(int64_t clients);
+  void set_jobs(int64_t jobs);
+  void collective_completed(CollectiveKind kind, uint64_t bytes);
+  void collective_failed(CollectiveKind kind);
+  void batch_executed(uint64_t bytes, uint64_t collectives, double seconds);
+  void client_rejected(const std::string& reason);  // reason: a fixed, small set
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gradsync::metrics
