@@ -1,0 +1,138 @@
+// A thin C++ RAII wrapper over the C ABI of gradsync.h. Header-only: it adds no symbols to
+// libgradsync and no ABI of its own.
+#pragma once
+
+#include <gradsync/gradsync.h>
+
+#include <cstddef>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace gradsync {
+
+class Error : public std::runtime_error {
+ public:
+  Error(gradsync_result code, const std::string& message)
+      : std::runtime_error(std::string(gradsync_result_string(code)) + ": " + message),
+        code_(code) {}
+  gradsync_result code() const { return code_; }
+
+ private:
+  gradsync_result code_;
+};
+
+inline void check(gradsync_result result, const gradsync_comm* comm) {
+  if (result != GRADSYNC_OK) throw Error(result, gradsync_last_error(comm));
+}
+
+class Communicator;
+
+// Host memory from gradsync_alloc, registered with the daemon for as long as this object lives.
+class SharedBuffer {
+ public:
+  SharedBuffer() = default;
+  SharedBuffer(SharedBuffer&& other) noexcept
+      : comm_(std::exchange(other.comm_, nullptr)),
+        data_(std::exchange(other.data_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)) {}
+  SharedBuffer& operator=(SharedBuffer&& other) noexcept {
+    if (this != &other) {
+      release();
+      comm_ = std::exchange(other.comm_, nullptr);
+      data_ = std::exchange(other.data_, nullptr);
+      bytes_ = std::exchange(other.bytes_, 0);
+    }
+    return *this;
+  }
+  SharedBuffer(const SharedBuffer&) = delete;
+  SharedBuffer& operator=(const SharedBuffer&) = delete;
+  ~SharedBuffer() { release(); }
+
+  void* data() const { return data_; }
+  size_t size() const { return bytes_; }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+
+ private:
+  friend class Communicator;
+  SharedBuffer(gradsync_comm* comm, size_t bytes) : comm_(comm), bytes_(bytes) {
+    check(gradsync_alloc(comm, bytes, &data_), comm);
+    const gradsync_result registered = gradsync_register(comm, data_, bytes);
+    if (registered != GRADSYNC_OK) {
+      const Error error(registered, gradsync_last_error(comm));
+      gradsync_free(comm, data_);
+      throw error;
+    }
+  }
+  void release() {
+    if (data_ != nullptr) gradsync_free(comm_, data_);  // unregisters too
+    data_ = nullptr;
+  }
+
+  gradsync_comm* comm_ = nullptr;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class Communicator {
+ public:
+  // Connects with the identity from the environment (GRADSYNC_SOCKET, GRADSYNC_JOB, RANK, ...).
+  Communicator() { check(gradsync_connect(nullptr, &comm_), nullptr); }
+  explicit Communicator(const gradsync_options& options) {
+    check(gradsync_connect(&options, &comm_), nullptr);
+  }
+  Communicator(Communicator&& other) noexcept : comm_(std::exchange(other.comm_, nullptr)) {}
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+  Communicator& operator=(Communicator&&) = delete;
+  ~Communicator() { gradsync_disconnect(comm_); }
+
+  gradsync_comm* get() const { return comm_; }
+
+  SharedBuffer allocate(size_t bytes) { return SharedBuffer(comm_, bytes); }
+
+  gradsync_request allreduce(const char* name, const void* send, void* recv, size_t count,
+                             gradsync_dtype dtype, gradsync_op op) {
+    gradsync_request request = 0;
+    check(gradsync_allreduce(comm_, name, send, recv, count, dtype, op, &request), comm_);
+    return request;
+  }
+  gradsync_request broadcast(const char* name, const void* send, void* recv, size_t count,
+                             gradsync_dtype dtype, int root) {
+    gradsync_request request = 0;
+    check(gradsync_broadcast(comm_, name, send, recv, count, dtype, root, &request), comm_);
+    return request;
+  }
+  gradsync_request allgather(const char* name, const void* send, void* recv, size_t count,
+                             gradsync_dtype dtype) {
+    gradsync_request request = 0;
+    check(gradsync_allgather(comm_, name, send, recv, count, dtype, &request), comm_);
+    return request;
+  }
+  gradsync_request barrier_async() {
+    gradsync_request request = 0;
+    check(gradsync_barrier(comm_, &request), comm_);
+    return request;
+  }
+  void barrier() { wait(barrier_async()); }
+
+  void group_start() { check(gradsync_group_start(comm_), comm_); }
+  void group_end() { check(gradsync_group_end(comm_), comm_); }
+
+  void wait(gradsync_request request) { check(gradsync_wait(comm_, request), comm_); }
+  // True when complete; throws if it completed with an error.
+  bool test(gradsync_request request) {
+    const gradsync_result result = gradsync_test(comm_, request);
+    if (result == GRADSYNC_IN_PROGRESS) return false;
+    check(result, comm_);
+    return true;
+  }
+
+ private:
+  gradsync_comm* comm_ = nullptr;
+};
+
+}  // namespace gradsync

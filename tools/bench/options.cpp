@@ -1,0 +1,171 @@
+#include "tools/bench/options.h"
+
+#include <cstdlib>
+#include <map>
+#include <stdexcept>
+
+namespace gradsync::bench {
+namespace {
+
+const std::map<std::string, gradsync_dtype> kDtypes = {
+    {"float", GRADSYNC_FLOAT32},   {"float32", GRADSYNC_FLOAT32}, {"double", GRADSYNC_FLOAT64},
+    {"float64", GRADSYNC_FLOAT64}, {"half", GRADSYNC_FLOAT16},    {"float16", GRADSYNC_FLOAT16},
+    {"bfloat16", GRADSYNC_BFLOAT16}, {"int32", GRADSYNC_INT32},   {"int", GRADSYNC_INT32},
+    {"int64", GRADSYNC_INT64}};
+const std::map<std::string, gradsync_op> kOps = {{"sum", GRADSYNC_SUM},
+                                                 {"prod", GRADSYNC_PROD},
+                                                 {"min", GRADSYNC_MIN},
+                                                 {"max", GRADSYNC_MAX},
+                                                 {"avg", GRADSYNC_AVG}};
+
+int parse_int(const std::string& flag, const std::string& text, int min) {
+  char* end = nullptr;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || value < min || value > 1'000'000'000) {
+    throw std::invalid_argument(flag + ": expected an integer >= " + std::to_string(min) +
+                                ", got '" + text + "'");
+  }
+  return static_cast<int>(value);
+}
+
+}  // namespace
+
+uint64_t parse_size(const std::string& text) {
+  char* end = nullptr;
+  const unsigned long long value = std::strtoull(text.c_str(), &end, 10);
+  if (text.empty() || end == text.c_str()) throw std::invalid_argument("bad size '" + text + "'");
+  const std::string suffix(end);
+  uint64_t scale = 1;
+  if (suffix == "K" || suffix == "k") scale = 1ull << 10;
+  else if (suffix == "M" || suffix == "m") scale = 1ull << 20;
+  else if (suffix == "G" || suffix == "g") scale = 1ull << 30;
+  else if (!suffix.empty()) throw std::invalid_argument("bad size suffix in '" + text + "'");
+  return value * scale;
+}
+
+const char* dtype_flag_name(gradsync_dtype dtype) {
+  switch (dtype) {
+    case GRADSYNC_FLOAT32: return "float";
+    case GRADSYNC_FLOAT64: return "double";
+    case GRADSYNC_FLOAT16: return "half";
+    case GRADSYNC_BFLOAT16: return "bfloat16";
+    case GRADSYNC_INT32: return "int32";
+    case GRADSYNC_INT64: return "int64";
+  }
+  return "?";
+}
+
+const char* op_flag_name(gradsync_op op) {
+  for (const auto& [name, value] : kOps) {
+    if (value == op) return name.c_str();
+  }
+  return "?";
+}
+
+std::string usage() {
+  return "usage: gradsync-bench [-np K] [--spawn-daemon] [-c allreduce|broadcast|allgather]\n"
+         "  -b MIN -e MAX [-f FACTOR | -i STEP]   sizes in bytes, K/M/G suffixes\n"
+         "  -d float|double|half|bfloat16|int32|int64   -o sum|prod|min|max|avg   -r ROOT\n"
+         "  -n ITERS -w WARMUP  --check  --json FILE  --daemon PATH\n"
+         "  --model resnet50 [--fused] [--steps N] [--no-progress]\n"
+         "Without -np, runs as one rank whose identity comes from RANK, WORLD_SIZE,\n"
+         "LOCAL_RANK, LOCAL_WORLD_SIZE; it talks to the daemon at GRADSYNC_SOCKET.\n";
+}
+
+BenchOptions parse_options(int argc, char** argv) {
+  BenchOptions o;
+  o.rank_argv.push_back(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::invalid_argument(flag + " needs a value");
+      return argv[++i];
+    };
+    auto keep = [&](const std::string& v) {
+      o.rank_argv.push_back(flag);
+      o.rank_argv.push_back(v);
+    };
+    if (flag == "-np") {
+      o.processes = parse_int(flag, value(), 1);
+    } else if (flag == "--spawn-daemon") {
+      o.spawn_daemon = true;
+    } else if (flag == "--daemon") {
+      o.daemon_path = value();
+    } else if (flag == "-c" || flag == "--collective") {
+      const std::string v = value();
+      if (v == "allreduce") o.collective = CollectiveKind::kAllreduce;
+      else if (v == "broadcast") o.collective = CollectiveKind::kBroadcast;
+      else if (v == "allgather") o.collective = CollectiveKind::kAllgather;
+      else throw std::invalid_argument(flag + ": unknown collective '" + v + "'");
+      keep(v);
+    } else if (flag == "-b" || flag == "--minbytes") {
+      const std::string v = value();
+      o.min_bytes = parse_size(v);
+      keep(v);
+    } else if (flag == "-e" || flag == "--maxbytes") {
+      const std::string v = value();
+      o.max_bytes = parse_size(v);
+      keep(v);
+    } else if (flag == "-f" || flag == "--stepfactor") {
+      const std::string v = value();
+      o.step_factor = static_cast<uint64_t>(parse_int(flag, v, 2));
+      keep(v);
+    } else if (flag == "-i" || flag == "--stepbytes") {
+      const std::string v = value();
+      o.step_bytes = parse_size(v);
+      keep(v);
+    } else if (flag == "-d" || flag == "--datatype") {
+      const std::string v = value();
+      const auto it = kDtypes.find(v);
+      if (it == kDtypes.end()) throw std::invalid_argument(flag + ": unknown dtype '" + v + "'");
+      o.dtype = it->second;
+      keep(v);
+    } else if (flag == "-o" || flag == "--op") {
+      const std::string v = value();
+      const auto it = kOps.find(v);
+      if (it == kOps.end()) throw std::invalid_argument(flag + ": unknown op '" + v + "'");
+      o.op = it->second;
+      keep(v);
+    } else if (flag == "-r" || flag == "--root") {
+      const std::string v = value();
+      o.root = parse_int(flag, v, 0);
+      keep(v);
+    } else if (flag == "-n" || flag == "--iters") {
+      const std::string v = value();
+      o.iterations = parse_int(flag, v, 1);
+      keep(v);
+    } else if (flag == "-w" || flag == "--warmup_iters") {
+      const std::string v = value();
+      o.warmup = parse_int(flag, v, 0);
+      keep(v);
+    } else if (flag == "--check" || flag == "-z") {
+      o.check = true;
+      o.rank_argv.push_back("--check");
+    } else if (flag == "--json") {
+      const std::string v = value();
+      o.json_path = v;
+      keep(v);
+    } else if (flag == "--model") {
+      const std::string v = value();
+      if (v != "resnet50") throw std::invalid_argument(flag + ": unknown model '" + v + "'");
+      o.model = v;
+      keep(v);
+    } else if (flag == "--fused") {
+      o.fused = true;
+      o.rank_argv.push_back(flag);
+    } else if (flag == "--steps") {
+      const std::string v = value();
+      o.steps = parse_int(flag, v, 1);
+      keep(v);
+    } else if (flag == "--no-progress") {
+      o.progress = false;
+      o.rank_argv.push_back(flag);
+    } else {
+      throw std::invalid_argument("unknown flag '" + flag + "'");
+    }
+  }
+  if (o.min_bytes > o.max_bytes) throw std::invalid_argument("-b is larger than -e");
+  return o;
+}
+
+}  // namespace gradsync::bench

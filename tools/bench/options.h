@@ -1,0 +1,45 @@
+// gradsync-bench's command line, nccl-tests style.
+#pragma once
+
+#include <gradsync/gradsync.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gradsync::bench {
+
+enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather };
+
+struct BenchOptions {
+  int processes = 0;  // -np: spawn this many local ranks; 0: run as one rank from the env
+  bool spawn_daemon = false;
+  std::string daemon_path;  // default: gradsyncd beside this executable
+  CollectiveKind collective = CollectiveKind::kAllreduce;
+  uint64_t min_bytes = 32ull << 20;
+  uint64_t max_bytes = 32ull << 20;
+  uint64_t step_factor = 2;
+  uint64_t step_bytes = 0;  // -i: additive step instead of a factor
+  gradsync_dtype dtype = GRADSYNC_FLOAT32;
+  gradsync_op op = GRADSYNC_SUM;
+  int root = 0;
+  int iterations = 20;
+  int warmup = 5;
+  bool check = false;
+  std::string json_path;
+  std::string model;  // "resnet50": the gradient set of a training step instead of a sweep
+  bool fused = false;  // model mode: one tensor of the model's total size
+  int steps = 50;
+  bool progress = true;
+  std::vector<std::string> rank_argv;  // argv for spawned ranks (without -np / --spawn-daemon)
+};
+
+// Parses argv; throws std::invalid_argument with a message naming the flag.
+BenchOptions parse_options(int argc, char** argv);
+std::string usage();
+
+uint64_t parse_size(const std::string& text);  // 8, 64K, 1M, 2G
+const char* dtype_flag_name(gradsync_dtype dtype);  // nccl-tests names
+const char* op_flag_name(gradsync_op op);
+
+}  // namespace gradsync::bench

@@ -1,0 +1,151 @@
+// The nccl-tests style size sweep: one row per size, time is the median over iterations of the
+// slowest rank's time for that iteration.
+#include "tools/bench/runner.h"
+#include "tools/common/reference.h"
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace gradsync::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Row {
+  uint64_t bytes;
+  uint64_t count;
+  double median_us;
+  double mean_us;
+  double algbw;
+  double busbw;
+  uint64_t wrong;
+};
+
+const char* collective_name(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::kAllreduce: return "allreduce";
+    case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kAllgather: return "allgather";
+  }
+  return "?";
+}
+
+// nccl-tests' bus bandwidth factors (PERFORMANCE.md there): what each rank's links carry.
+double bus_factor(CollectiveKind kind, int ranks) {
+  const double n = ranks;
+  switch (kind) {
+    case CollectiveKind::kAllreduce: return 2 * (n - 1) / n;
+    case CollectiveKind::kBroadcast: return 1;
+    case CollectiveKind::kAllgather: return (n - 1) / n;
+  }
+  return 1;
+}
+
+std::vector<uint64_t> sizes(const BenchOptions& o) {
+  std::vector<uint64_t> out;
+  for (uint64_t s = o.min_bytes; s <= o.max_bytes;) {
+    out.push_back(s);
+    const uint64_t next = o.step_bytes > 0 ? s + o.step_bytes : s * o.step_factor;
+    if (next <= s) break;
+    s = next;
+  }
+  return out;
+}
+
+void write_json(const BenchOptions& o, int ranks, const std::vector<Row>& rows) {
+  std::ofstream out(o.json_path);
+  out << "{\n  \"collective\": \"" << collective_name(o.collective) << "\",\n  \"ranks\": "
+      << ranks << ",\n  \"dtype\": \"" << dtype_flag_name(o.dtype) << "\",\n  \"op\": \""
+      << op_flag_name(o.op) << "\",\n  \"iterations\": " << o.iterations
+      << ",\n  \"warmup\": " << o.warmup << ",\n  \"rows\": [\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    out << "    {\"bytes\": " << r.bytes << ", \"count\": " << r.count
+        << ", \"time_us\": " << r.median_us << ", \"mean_time_us\": " << r.mean_us
+        << ", \"algbw_gbps\": " << r.algbw << ", \"busbw_gbps\": " << r.busbw
+        << ", \"wrong\": " << r.wrong << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  out << "  ]\n}\n";
+}
+
+}  // namespace
+
+uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int ranks) {
+  const size_t element = gradsync_dtype_size(o.dtype);
+  const bool gather = o.collective == CollectiveKind::kAllgather;
+  const uint64_t max_recv = std::max<uint64_t>(o.max_bytes, element * (gather ? ranks : 1));
+  SharedBuffer send = comm.allocate(max_recv);
+  SharedBuffer recv = comm.allocate(max_recv);
+  SharedBuffer scratch = comm.allocate(sizeof(double) * (o.iterations + 1));
+  if (rank == 0) {
+    std::printf("# gradsync-bench: %s, %d local ranks, %s, %s, %d iterations (%d warm-up)\n",
+                collective_name(o.collective), ranks, dtype_flag_name(o.dtype),
+                op_flag_name(o.op), o.iterations, o.warmup);
+    std::printf("# time: median over iterations of the slowest rank; busbw as nccl-tests\n");
+    std::printf("# %10s %12s %8s %6s %6s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
+                "root", "time", "algbw", "busbw", "#wrong");
+    std::printf("# %10s %12s %8s %6s %6s %10s %8s %8s %7s\n", "(B)", "(elements)", "", "", "",
+                "(us)", "(GB/s)", "(GB/s)", "");
+    std::fflush(stdout);
+  }
+  std::vector<Row> rows;
+  uint64_t wrong_total = 0;
+  for (const uint64_t requested : sizes(o)) {
+    // Size is the receive size, as in nccl-tests: for allgather, ranks * count elements.
+    const uint64_t count = requested / element / (gather ? ranks : 1);
+    const uint64_t bytes = count * element * (gather ? ranks : 1);
+    reference::fill_input(send.data(), count, o.dtype, rank, o.op, bytes);
+    const std::string name = "bench." + std::to_string(bytes);
+    auto once = [&] {
+      switch (o.collective) {
+        case CollectiveKind::kAllreduce:
+          comm.wait(comm.allreduce(name.c_str(), send.data(), recv.data(), count, o.dtype, o.op));
+          break;
+        case CollectiveKind::kBroadcast:
+          comm.wait(comm.broadcast(name.c_str(), send.data(), recv.data(), count, o.dtype, o.root));
+          break;
+        case CollectiveKind::kAllgather:
+          comm.wait(comm.allgather(name.c_str(), send.data(), recv.data(), count, o.dtype));
+          break;
+      }
+    };
+    for (int i = 0; i < o.warmup; ++i) once();
+    comm.barrier();
+    std::vector<double> times(static_cast<size_t>(o.iterations));
+    for (auto& t : times) {
+      const auto start = Clock::now();
+      once();
+      t = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+    }
+    uint64_t wrong = 0;
+    if (o.check) {
+      const auto kind = gather ? reference::Kind::kAllgather
+                               : (o.collective == CollectiveKind::kBroadcast
+                                      ? reference::Kind::kBroadcast
+                                      : reference::Kind::kAllreduce);
+      wrong = reference::count_wrong(kind, recv.data(), count, o.dtype, o.op, ranks, o.root, bytes);
+    }
+    max_across_ranks(comm, scratch, times);
+    wrong = sum_across_ranks(comm, scratch, wrong);
+    wrong_total += wrong;
+    Row row{bytes, count, median(times), 0, 0, 0, wrong};
+    for (double t : times) row.mean_us += t / static_cast<double>(times.size());
+    row.algbw = row.median_us > 0 ? static_cast<double>(bytes) / row.median_us / 1e3 : 0;
+    row.busbw = row.algbw * bus_factor(o.collective, ranks);
+    rows.push_back(row);
+    if (rank == 0) {
+      const int root = o.collective == CollectiveKind::kBroadcast ? o.root : -1;
+      std::printf("  %10llu %12llu %8s %6s %6d %10.2f %8.2f %8.2f %7llu\n",
+                  static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(count),
+                  dtype_flag_name(o.dtype), op_flag_name(o.op), root, row.median_us, row.algbw,
+                  row.busbw, static_cast<unsigned long long>(wrong));
+      std::fflush(stdout);
+    }
+  }
+  if (rank == 0 && !o.json_path.empty()) write_json(o, ranks, rows);
+  return wrong_total;
+}
+
+}  // namespace gradsync::bench

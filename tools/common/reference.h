@@ -1,0 +1,35 @@
+// Deterministic test data and the double-precision reference every collective result is checked
+// against. Shared by gradsync-bench --check and the tests.
+#pragma once
+
+#include <gradsync/gradsync.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace gradsync::reference {
+
+enum class Kind { kAllreduce, kBroadcast, kAllgather };
+
+// The value rank `rank` contributes at element `i` (small integers: exact in every dtype).
+double input_value(int rank, size_t i, gradsync_op op, uint64_t seed = 0);
+
+// What element `i` of every rank's result must be.
+double expected_allreduce(int ranks, size_t i, gradsync_dtype dtype, gradsync_op op,
+                          uint64_t seed = 0);
+
+void store(void* base, size_t i, gradsync_dtype dtype, double value);
+double load(const void* base, size_t i, gradsync_dtype dtype);
+
+// Fills `count` elements with this rank's input.
+void fill_input(void* base, size_t count, gradsync_dtype dtype, int rank, gradsync_op op,
+                uint64_t seed = 0);
+
+// Whether `got` matches `expected` for the dtype (exact for integers; relative for floats).
+bool matches(double got, double expected, gradsync_dtype dtype);
+
+// Number of wrong elements in a result of the given collective.
+size_t count_wrong(Kind kind, const void* result, size_t count, gradsync_dtype dtype,
+                   gradsync_op op, int ranks, int root, uint64_t seed = 0);
+
+}  // namespace gradsync::reference
