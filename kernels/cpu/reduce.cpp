@@ -1,27 +1,17 @@
 // Picks the widest build of the reduction loops this CPU runs, once.
 #include "kernels/reduce.h"
 
+#include "kernels/cpu/reduce_variants.h"
+
 
 namespace gradsync::kernels {
-namespace generic {
-void reduce_to_all(gradsync_dtype, gradsync_op, const void* const*, size_t, void* const*, size_t,
-                   size_t);
-}
-namespace avx2 {
-void reduce_to_all(gradsync_dtype, gradsync_op, const void* const*, size_t, void* const*, size_t,
-                   size_t);
-}
-
-namespace {
-using ReduceFn = void (*)(gradsync_dtype, gradsync_op, const void* const*, size_t, void* const*,
-                          size_t, size_t);
-
 bool cpu_has_avx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c") &&
          __builtin_cpu_supports("fma");
 }
 
+namespace {
 // Immutable after the first call (a function-local static, initialised thread-safely).
 ReduceFn selected() {
   static const ReduceFn fn = cpu_has_avx2() ? &avx2::reduce_to_all : &generic::reduce_to_all;

@@ -1,0 +1,80 @@
+#include "daemon/config.h"
+
+#include <gtest/gtest.h>
+
+namespace gradsync::daemon {
+namespace {
+
+TEST(Config, DefaultsAreValidAndDocumented) {
+  const DaemonConfig config = default_config();
+  EXPECT_NO_THROW(validate(config));
+  EXPECT_EQ(config.socket_path, "/run/gradsync/gradsyncd.sock");
+  EXPECT_EQ(config.metrics_listen, "0.0.0.0:9477");
+  EXPECT_EQ(config.fusion_threshold_bytes, 64ull << 20);
+}
+
+TEST(Config, ParsesEveryKey) {
+  const DaemonConfig c = parse_config(R"(
+socket_path = "/tmp/x.sock"
+socket_mode = 0o600
+socket_group = ""
+metrics_listen = "127.0.0.1:0"
+listen = "198.18.0.1:7000"
+log_level = "debug"
+fusion_threshold_bytes = 1048576
+cycle_time_us = 250
+ring_entries = 64
+engine_spin_us = 5
+reduce_threads = 3
+parallel_reduce_min_bytes = 65536
+max_clients = 10
+max_buffers_per_client = 7
+)",
+                                      "test");
+  EXPECT_EQ(c.socket_path, "/tmp/x.sock");
+  EXPECT_EQ(c.socket_mode, 0600u);
+  EXPECT_EQ(c.metrics_listen, "127.0.0.1:0");
+  EXPECT_EQ(c.listen, "198.18.0.1:7000");
+  EXPECT_EQ(c.log_level, "debug");
+  EXPECT_EQ(c.fusion_threshold_bytes, 1048576u);
+  EXPECT_EQ(c.cycle_time_us, 250u);
+  EXPECT_EQ(c.ring_entries, 64u);
+  EXPECT_EQ(c.engine_spin_us, 5u);
+  EXPECT_EQ(c.reduce_threads, 3u);
+  EXPECT_EQ(c.parallel_reduce_min_bytes, 65536u);
+  EXPECT_EQ(c.max_clients, 10u);
+  EXPECT_EQ(c.max_buffers_per_client, 7u);
+}
+
+TEST(Config, RoundTripsThroughToml) {
+  DaemonConfig c = default_config();
+  c.cycle_time_us = 42;
+  c.socket_path = "/tmp/round.sock";
+  const DaemonConfig again = parse_config(to_toml(c), "round trip");
+  EXPECT_EQ(again.cycle_time_us, 42u);
+  EXPECT_EQ(again.socket_path, "/tmp/round.sock");
+}
+
+void expect_error(const std::string& toml, const std::string& fragment) {
+  try {
+    parse_config(toml, "bad.toml");
+    FAIL() << "accepted: " << toml;
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos)
+        << "message '" << e.what() << "' lacks '" << fragment << "'";
+  }
+}
+
+TEST(Config, RejectsUnknownKeysByName) { expect_error("fusion_threshold = 5", "fusion_threshold"); }
+TEST(Config, RejectsWrongTypes) { expect_error("cycle_time_us = \"fast\"", "cycle_time_us"); }
+TEST(Config, RejectsOutOfRange) { expect_error("cycle_time_us = 0", "cycle_time_us"); }
+TEST(Config, RejectsNegativeSizes) { expect_error("fusion_threshold_bytes = -1", "fusion_threshold_bytes"); }
+TEST(Config, RejectsNonPowerOfTwoRings) { expect_error("ring_entries = 100", "power of two"); }
+TEST(Config, RejectsUnknownLogLevel) { expect_error("log_level = \"loud\"", "log_level"); }
+TEST(Config, ReportsSyntaxErrorsWithLine) { expect_error("\n\nsocket_path = ", "bad.toml:3"); }
+TEST(Config, RejectsOverlongSocketPath) {
+  expect_error("socket_path = \"/" + std::string(120, 'a') + "\"", "socket_path");
+}
+
+}  // namespace
+}  // namespace gradsync::daemon

@@ -1,0 +1,153 @@
+// The daemon's validation of ring entries: everything a hostile client can write.
+#include "daemon/submission.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+namespace gradsync::daemon {
+namespace {
+
+class SubmissionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    storage_.resize(4096 / sizeof(uint64_t));
+    buffer_ = std::make_shared<HostBuffer>();
+    buffer_->data = reinterpret_cast<uint8_t*>(storage_.data());
+    buffer_->bytes = 4096;
+    entry_ = ipc::SubmissionEntry{};
+    entry_.request = 7;
+    entry_.collective = static_cast<uint8_t>(ipc::Collective::kAllreduce);
+    entry_.dtype = GRADSYNC_FLOAT32;
+    entry_.op = GRADSYNC_SUM;
+    entry_.send_buffer = 1;
+    entry_.recv_buffer = 1;
+    entry_.send_offset = 0;
+    entry_.recv_offset = 2048;
+    entry_.count = 512;
+    set_name("grad");
+  }
+  void set_name(const std::string& name) {
+    std::memcpy(entry_.name, name.data(), std::min(name.size(), sizeof(entry_.name)));
+    entry_.name_length = static_cast<uint32_t>(name.size());
+  }
+  Submission resolve(int32_t local_rank = 0, int32_t ranks = 2) {
+    return resolve_submission(
+        entry_, [this](uint32_t id) { return id == 1 ? buffer_ : nullptr; }, local_rank, ranks);
+  }
+  void expect_invalid(const std::string& fragment, int32_t local_rank = 0) {
+    const Submission s = resolve(local_rank);
+    EXPECT_FALSE(s.valid());
+    EXPECT_NE(s.error.find(fragment), std::string::npos) << s.error;
+  }
+
+  std::vector<uint64_t> storage_;
+  std::shared_ptr<HostBuffer> buffer_;
+  ipc::SubmissionEntry entry_{};
+};
+
+TEST_F(SubmissionTest, AcceptsAValidEntry) {
+  const Submission s = resolve();
+  ASSERT_TRUE(s.valid()) << s.error;
+  EXPECT_EQ(s.name, "grad");
+  EXPECT_EQ(s.send, buffer_->data);
+  EXPECT_EQ(s.recv, buffer_->data + 2048);
+  EXPECT_EQ(s.send_bytes(), 2048u);
+}
+
+TEST_F(SubmissionTest, AcceptsInPlace) {
+  entry_.recv_offset = 0;
+  EXPECT_TRUE(resolve().valid());
+}
+
+TEST_F(SubmissionTest, AcceptsARangeEndingExactlyAtTheBufferEnd) {
+  entry_.recv_offset = 4096 - 2048;
+  EXPECT_TRUE(resolve().valid());
+}
+
+TEST_F(SubmissionTest, RejectsOneElementPastTheEnd) {
+  entry_.recv_offset = 4096 - 2048 + 4;
+  expect_invalid("outside buffer 1");
+}
+
+TEST_F(SubmissionTest, RejectsCountThatOverflowsBytes) {
+  entry_.count = UINT64_MAX / 2;
+  expect_invalid("overflows");
+}
+
+TEST_F(SubmissionTest, RejectsOffsetThatOverflowsTheEnd) {
+  entry_.send_offset = UINT64_MAX - 100;
+  expect_invalid("outside buffer");
+}
+
+TEST_F(SubmissionTest, RejectsUnregisteredBuffers) {
+  entry_.send_buffer = 9;
+  expect_invalid("not registered");
+}
+
+TEST_F(SubmissionTest, RejectsMisalignedOffsets) {
+  entry_.send_offset = 2;
+  expect_invalid("aligned");
+}
+
+TEST_F(SubmissionTest, RejectsUnknownEnums) {
+  entry_.dtype = 17;
+  expect_invalid("dtype");
+  SetUp();
+  entry_.op = 9;
+  expect_invalid("op");
+  SetUp();
+  entry_.collective = 200;
+  expect_invalid("collective");
+}
+
+TEST_F(SubmissionTest, RejectsBadRoots) {
+  entry_.collective = static_cast<uint8_t>(ipc::Collective::kBroadcast);
+  entry_.root = 2;
+  expect_invalid("root");
+  entry_.root = -1;
+  expect_invalid("root");
+}
+
+TEST_F(SubmissionTest, RejectsBadNames) {
+  entry_.name_length = ipc::kMaxTensorNameBytes + 1;
+  expect_invalid("name");
+  SetUp();
+  entry_.name_length = 0;
+  expect_invalid("empty");
+}
+
+TEST_F(SubmissionTest, RejectsPartialOverlap) {
+  entry_.recv_offset = 1024;
+  expect_invalid("overlap");
+}
+
+TEST_F(SubmissionTest, AllgatherInPlaceIsThisRanksSlot) {
+  entry_.collective = static_cast<uint8_t>(ipc::Collective::kAllgather);
+  entry_.count = 256;  // 1 KiB per rank, 2 KiB received
+  entry_.recv_offset = 0;
+  entry_.send_offset = 1024;
+  EXPECT_TRUE(resolve(/*local_rank=*/1).valid());
+  expect_invalid("overlaps", /*local_rank=*/0);
+}
+
+TEST_F(SubmissionTest, AllgatherReceiveMustHoldEveryRank) {
+  entry_.collective = static_cast<uint8_t>(ipc::Collective::kAllgather);
+  entry_.count = 512;  // 2 KiB per rank: 4 KiB received from offset 2048 does not fit
+  expect_invalid("outside buffer");
+}
+
+TEST_F(SubmissionTest, BarrierNeedsNoBuffers) {
+  entry_.collective = static_cast<uint8_t>(ipc::Collective::kBarrier);
+  entry_.send_buffer = 42;
+  EXPECT_TRUE(resolve().valid());
+}
+
+TEST_F(SubmissionTest, GroupedEntryNeedsAGroupSize) {
+  entry_.flags = ipc::kFlagGrouped;
+  entry_.group_size = 0;
+  expect_invalid("group");
+}
+
+}  // namespace
+}  // namespace gradsync::daemon
