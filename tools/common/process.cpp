@@ -123,18 +123,19 @@ PrivateDaemon::PrivateDaemon(const std::string& gradsyncd_path,
 }
 
 int PrivateDaemon::stop(std::chrono::milliseconds timeout) {
-  stopped_ = true;
+  if (exit_status_) return *exit_status_;
   process_.signal(SIGTERM);
-  auto status = process_.wait_for(timeout);
-  if (!status) {
+  exit_status_ = process_.wait_for(timeout);
+  if (!exit_status_) {
     process_.signal(SIGKILL);
-    return 255;
+    process_.wait();
+    exit_status_ = 255;
   }
-  return *status;
+  return *exit_status_;
 }
 
 PrivateDaemon::~PrivateDaemon() {
-  if (!stopped_) stop();
+  stop();
   std::error_code ignored;
   std::filesystem::remove_all(directory_, ignored);
 }

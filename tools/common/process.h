@@ -56,7 +56,7 @@ class PrivateDaemon {
   std::string directory_;
   std::string socket_path_;
   ChildProcess process_;
-  bool stopped_ = false;
+  std::optional<int> exit_status_;
 };
 
 }  // namespace gradsync::tools

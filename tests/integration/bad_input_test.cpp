@@ -1,0 +1,195 @@
+// Input no well-behaved client sends, straight onto the socket and the rings. Each case: the
+// sender gets a clear error, and the daemon goes on serving everyone else.
+#include "tests/integration/harness.h"
+
+#include "ipc/protocol.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <thread>
+
+namespace gradsync::testing {
+namespace {
+
+class BadInputTest : public DaemonTest {
+ protected:
+  void SetUp() override { start_daemon(); }
+
+  // After each case: a normal job still works on this daemon.
+  void TearDown() override {
+    auto ranks = spawn_ranks("bystander", 2, {"grouped"});
+    expect_all_succeed(ranks);
+    DaemonTest::TearDown();
+  }
+};
+
+TEST_F(BadInputTest, GarbageFrameGetsAProtocolErrorAndIsDisconnected) {
+  RawClient client(socket());
+  const uint32_t length = 24;
+  client.send_bytes(&length, 4);
+  const std::vector<uint8_t> garbage(24, 0xee);
+  client.send_bytes(garbage.data(), garbage.size());
+  const auto [code, message] = client.receive_status();
+  EXPECT_EQ(code, GRADSYNC_ERR_PROTOCOL);
+  EXPECT_NE(message.find("malformed"), std::string::npos) << message;
+  EXPECT_TRUE(client.closed_by_daemon());
+}
+
+TEST_F(BadInputTest, OversizedFrameIsRefused) {
+  RawClient client(socket());
+  const uint32_t length = ipc::kMaxFrameBytes + 8;
+  client.send_bytes(&length, 4);
+  const auto [code, message] = client.receive_status();
+  EXPECT_EQ(code, GRADSYNC_ERR_PROTOCOL);
+  EXPECT_NE(message.find("exceeds"), std::string::npos) << message;
+  EXPECT_TRUE(client.closed_by_daemon());
+}
+
+TEST_F(BadInputTest, UnknownProtocolVersionIsNamed) {
+  RawClient client(socket());
+  const auto [code, message] = client.hello("job", 0, 1, ipc::kProtocolVersion + 7);
+  EXPECT_EQ(code, GRADSYNC_ERR_PROTOCOL);
+  EXPECT_NE(message.find("protocol version"), std::string::npos) << message;
+}
+
+TEST_F(BadInputTest, FirstMessageMustBeHello) {
+  RawClient client(socket());
+  const auto [code, message] = client.register_buffer(1, -1, 0, 4096);
+  EXPECT_EQ(code, GRADSYNC_ERR_PROTOCOL);
+  EXPECT_NE(message.find("hello"), std::string::npos) << message;
+}
+
+TEST_F(BadInputTest, InconsistentIdentityIsRefused) {
+  RawClient client(socket());
+  const auto [code, message] = client.hello("job", 5, 2);
+  EXPECT_EQ(code, GRADSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(message.find("local rank 5 of 2"), std::string::npos) << message;
+  RawClient bad_name(socket());
+  EXPECT_EQ(bad_name.hello("job/../x", 0, 1).first, GRADSYNC_ERR_INVALID_ARGUMENT);
+}
+
+TEST_F(BadInputTest, SecondClaimOnALocalRankIsRefused) {
+  RawClient first(socket());
+  ASSERT_EQ(first.hello("dup", 0, 2).first, 0u);
+  RawClient second(socket());
+  const auto [code, message] = second.hello("dup", 0, 2);
+  EXPECT_EQ(code, GRADSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(message.find("already connected"), std::string::npos) << message;
+}
+
+TEST_F(BadInputTest, DoubleRegistrationIsRefused) {
+  RawClient client(socket());
+  ASSERT_EQ(client.hello("reg", 0, 1).first, 0u);
+  ipc::UniqueFd memfd = ipc::create_sealed_memfd("test", 1 << 16);
+  EXPECT_EQ(client.register_buffer(3, memfd.get(), 0, 4096).first, 0u);
+  const auto [code, message] = client.register_buffer(3, memfd.get(), 4096, 4096);
+  EXPECT_EQ(code, GRADSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(message.find("already registered"), std::string::npos) << message;
+}
+
+TEST_F(BadInputTest, RegistrationOutsideTheSegmentIsRefused) {
+  RawClient client(socket());
+  ASSERT_EQ(client.hello("range", 0, 1).first, 0u);
+  ipc::UniqueFd memfd = ipc::create_sealed_memfd("test", 1 << 16);
+  auto [code, message] = client.register_buffer(1, memfd.get(), (1 << 16) - 4096, 8192);
+  EXPECT_EQ(code, GRADSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(message.find("outside"), std::string::npos) << message;
+  std::tie(code, message) = client.register_buffer(2, memfd.get(), UINT64_MAX - 10, 100);
+  EXPECT_EQ(code, GRADSYNC_ERR_INVALID_ARGUMENT);
+}
+
+TEST_F(BadInputTest, UnsealedMemoryIsRefused) {
+  // A segment its owner could shrink would make the daemon fault with SIGBUS.
+  RawClient client(socket());
+  ASSERT_EQ(client.hello("unsealed", 0, 1).first, 0u);
+  ipc::UniqueFd memfd(::memfd_create("unsealed", MFD_CLOEXEC));
+  ASSERT_EQ(::ftruncate(memfd.get(), 8192), 0);
+  const auto [code, message] = client.register_buffer(1, memfd.get(), 0, 4096);
+  EXPECT_EQ(code, GRADSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(message.find("sealed"), std::string::npos) << message;
+}
+
+TEST_F(BadInputTest, RegistrationWithoutAFileDescriptorIsRefused) {
+  RawClient client(socket());
+  ASSERT_EQ(client.hello("nofd", 0, 1).first, 0u);
+  const auto [code, message] = client.register_buffer(1, -1, 0, 4096);
+  EXPECT_EQ(code, GRADSYNC_ERR_PROTOCOL);
+  EXPECT_NE(message.find("file descriptor"), std::string::npos) << message;
+}
+
+class BadSubmissionTest : public BadInputTest {
+ protected:
+  void SetUp() override {
+    BadInputTest::SetUp();
+    client_ = std::make_unique<RawClient>(socket());
+    ASSERT_EQ(client_->hello("ring", 0, 1).first, 0u);
+    memfd_ = ipc::create_sealed_memfd("test", 1 << 16);
+    ASSERT_EQ(client_->register_buffer(1, memfd_.get(), 0, 8192).first, 0u);
+  }
+  void expect_rejected(const ipc::SubmissionEntry& entry, const std::string& fragment) {
+    client_->submit(entry);
+    const ipc::CompletionEntry done = client_->next_completion();
+    EXPECT_EQ(done.request, entry.request);
+    EXPECT_EQ(done.status, static_cast<uint32_t>(GRADSYNC_ERR_INVALID_ARGUMENT));
+    const std::string message(done.message, done.message_length);
+    EXPECT_NE(message.find(fragment), std::string::npos) << message;
+  }
+  std::unique_ptr<RawClient> client_;
+  ipc::UniqueFd memfd_;
+};
+
+TEST_F(BadSubmissionTest, ValidEntryCompletes) {
+  client_->submit(allreduce_entry("ok", 1, 0, 2048));
+  EXPECT_EQ(client_->next_completion().status, static_cast<uint32_t>(GRADSYNC_OK));
+}
+
+TEST_F(BadSubmissionTest, RangePastTheBufferEnd) {
+  expect_rejected(allreduce_entry("past-end", 1, 8192 - 4, 2), "outside buffer 1");
+}
+
+TEST_F(BadSubmissionTest, CountOverflowingTheByteSize) {
+  expect_rejected(allreduce_entry("overflow", 1, 0, UINT64_MAX / 2 + 1), "overflows");
+}
+
+TEST_F(BadSubmissionTest, NegativeSizeFromAMaliciousClient) {
+  // A "negative" count is a huge unsigned one.
+  expect_rejected(allreduce_entry("negative", 1, 0, static_cast<uint64_t>(-16)), "overflows");
+}
+
+TEST_F(BadSubmissionTest, UnknownBufferAndDtype) {
+  expect_rejected(allreduce_entry("nobuf", 7, 0, 1), "not registered");
+  auto entry = allreduce_entry("dtype", 1, 0, 1);
+  entry.dtype = 99;
+  expect_rejected(entry, "dtype");
+}
+
+TEST_F(BadSubmissionTest, NameWithoutTerminatorIsBounded) {
+  auto entry = allreduce_entry("x", 1, 0, 1);
+  std::memset(entry.name, 'a', sizeof(entry.name));
+  entry.name_length = 100000;
+  expect_rejected(entry, "name");
+}
+
+TEST_F(DaemonTest, InvalidSubmissionFailsThePeersOfItsTensorToo) {
+  start_daemon();
+  RawClient bad(socket());
+  ASSERT_EQ(bad.hello("peer", 0, 2).first, 0u);
+  ipc::UniqueFd memfd = ipc::create_sealed_memfd("test", 1 << 16);
+  ASSERT_EQ(bad.register_buffer(1, memfd.get(), 0, 4096).first, 0u);
+  RawClient good(socket());
+  ASSERT_EQ(good.hello("peer", 1, 2).first, 0u);
+  ASSERT_EQ(good.register_buffer(1, memfd.get(), 0, 4096).first, 0u);
+  bad.submit(allreduce_entry("shared.name", 1, 4096, 1));  // past the end
+  good.submit(allreduce_entry("shared.name", 1, 0, 1));
+  const auto bad_done = bad.next_completion();
+  const auto good_done = good.next_completion();
+  EXPECT_EQ(bad_done.status, static_cast<uint32_t>(GRADSYNC_ERR_INVALID_ARGUMENT));
+  EXPECT_EQ(good_done.status, static_cast<uint32_t>(GRADSYNC_ERR_INVALID_ARGUMENT));
+  const std::string message(good_done.message, good_done.message_length);
+  EXPECT_NE(message.find("local rank 0"), std::string::npos) << message;
+  EXPECT_NE(message.find("shared.name"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace gradsync::testing

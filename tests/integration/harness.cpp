@@ -1,0 +1,216 @@
+#include "tests/integration/harness.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+namespace gradsync::testing {
+
+DaemonResources resources_of(pid_t pid) {
+  DaemonResources r;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator(proc + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++r.open_fds;
+  }
+  std::ifstream maps(proc + "/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("memfd:gradsync") != std::string::npos) ++r.memfd_mappings;
+  }
+  return r;
+}
+
+void DaemonTest::SetUp() {}
+
+void DaemonTest::TearDown() {
+  if (daemon_) {
+    EXPECT_EQ(daemon_->stop(), 0) << "gradsyncd did not exit cleanly on SIGTERM";
+    const std::string socket = daemon_->socket_path();
+    EXPECT_FALSE(std::filesystem::exists(socket)) << "socket file left behind";
+    daemon_.reset();
+  }
+  if (!config_path_.empty()) std::filesystem::remove(config_path_);
+}
+
+void DaemonTest::start_daemon(const std::string& extra_toml) {
+  config_path_ = std::filesystem::temp_directory_path() /
+                 ("gradsync-test-" + std::to_string(::getpid()) + ".toml");
+  std::ofstream config(config_path_);
+  // Open to every uid so the isolation tests can try; the job, not the socket, is the boundary.
+  config << "socket_mode = 0o666\n" << extra_toml << "\n";
+  config.close();
+  daemon_ = std::make_unique<tools::PrivateDaemon>(build_dir() + "/gradsyncd",
+                                                   std::vector<std::string>{"--config", config_path_});
+}
+
+tools::ChildProcess DaemonTest::spawn_rank(const std::string& job, int rank, int ranks,
+                                           const std::vector<std::string>& args,
+                                           const std::vector<std::string>& prefix) {
+  std::vector<std::string> argv = {build_dir() + "/gradsync-test-rank"};
+  argv.insert(argv.end(), prefix.begin(), prefix.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  return tools::ChildProcess(argv, {{"GRADSYNC_SOCKET", socket()},
+                                    {"GRADSYNC_JOB", job},
+                                    {"RANK", std::to_string(rank)},
+                                    {"LOCAL_RANK", std::to_string(rank)},
+                                    {"WORLD_SIZE", std::to_string(ranks)},
+                                    {"LOCAL_WORLD_SIZE", std::to_string(ranks)}});
+}
+
+std::vector<tools::ChildProcess> DaemonTest::spawn_ranks(const std::string& job, int ranks,
+                                                         const std::vector<std::string>& args,
+                                                         const std::vector<std::string>& prefix) {
+  std::vector<tools::ChildProcess> children;
+  for (int r = 0; r < ranks; ++r) children.push_back(spawn_rank(job, r, ranks, args, prefix));
+  return children;
+}
+
+void DaemonTest::expect_all_succeed(std::vector<tools::ChildProcess>& children,
+                                    std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (size_t r = 0; r < children.size(); ++r) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    const auto status = children[r].wait_for(std::max(left, std::chrono::milliseconds(1)));
+    ASSERT_TRUE(status.has_value()) << "rank " << r << " did not finish within " << timeout.count()
+                                    << " s";
+    EXPECT_EQ(*status, 0) << "rank " << r << " failed";
+  }
+}
+
+void DaemonTest::expect_resources_return_to(const DaemonResources& baseline,
+                                            std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  DaemonResources now = resources_of(daemon_->process().pid());
+  while (!(now == baseline) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    now = resources_of(daemon_->process().pid());
+  }
+  EXPECT_EQ(now.open_fds, baseline.open_fds) << "daemon fds did not return to baseline";
+  EXPECT_EQ(now.memfd_mappings, baseline.memfd_mappings)
+      << "daemon shared-memory mappings did not return to baseline";
+}
+
+RawClient::RawClient(const std::string& socket_path) {
+  socket_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  struct sockaddr_un address {};
+  address.sun_family = AF_UNIX;
+  std::strncpy(address.sun_path, socket_path.c_str(), sizeof(address.sun_path) - 1);
+  if (::connect(socket_.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) != 0) {
+    throw ipc::SystemError("connect", errno);
+  }
+}
+
+void RawClient::send_bytes(const void* data, size_t bytes) {
+  ASSERT_EQ(::send(socket_.get(), data, bytes, MSG_NOSIGNAL), static_cast<ssize_t>(bytes));
+}
+
+void RawClient::send(capnp::MessageBuilder& message, std::span<const int> fds) {
+  ipc::send_frame(socket_.get(), ipc::encode(message), fds);
+}
+
+ipc::Frame RawClient::receive(int timeout_ms) {
+  return ipc::receive_frame(socket_.get(), reader_, timeout_ms);
+}
+
+std::pair<uint32_t, std::string> RawClient::receive_status(int timeout_ms) {
+  ipc::Frame frame = receive(timeout_ms);
+  ipc::DecodedMessage message(frame.payload);
+  const auto reply = message.root<ipc::wire::Reply>();
+  if (reply.isError()) return {reply.getError().getCode(), reply.getError().getMessage().cStr()};
+  return {0, ""};
+}
+
+bool RawClient::closed_by_daemon(int timeout_ms) {
+  struct pollfd pfd {socket_.get(), POLLIN, 0};
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (::poll(&pfd, 1, 50) > 0) {
+      char byte;
+      const ssize_t n = ::recv(socket_.get(), &byte, 1, MSG_DONTWAIT);
+      if (n == 0 || (n < 0 && errno != EAGAIN)) return true;
+    }
+  }
+  return false;
+}
+
+std::pair<uint32_t, std::string> RawClient::hello(const std::string& job, int local_rank,
+                                                  int ranks, uint32_t version) {
+  capnp::MallocMessageBuilder message;
+  auto hello = message.initRoot<ipc::wire::Request>().initHello();
+  hello.setProtocolVersion(version);
+  hello.setJob(job);
+  hello.setRank(local_rank);
+  hello.setWorldSize(ranks);
+  hello.setLocalRank(local_rank);
+  hello.setLocalWorldSize(ranks);
+  send(message);
+  ipc::Frame frame = receive();
+  ipc::DecodedMessage decoded(frame.payload);
+  const auto reply = decoded.root<ipc::wire::Reply>();
+  if (reply.isError()) return {reply.getError().getCode(), reply.getError().getMessage().cStr()};
+  const uint32_t entries = reply.getWelcome().getRingEntries();
+  segment_ = ipc::Mapping(frame.fds.at(0).get(), 0, reply.getWelcome().getSegmentBytes());
+  view_ = ipc::SegmentView::over(segment_.data(), entries);
+  doorbell_ = std::move(frame.fds.at(1));
+  submissions_ = ipc::RingProducer<ipc::SubmissionEntry>(view_.submissions, entries);
+  completions_ = ipc::RingConsumer<ipc::CompletionEntry>(view_.completions, entries);
+  return {0, ""};
+}
+
+std::pair<uint32_t, std::string> RawClient::register_buffer(uint32_t id, int fd, uint64_t offset,
+                                                            uint64_t bytes) {
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<ipc::wire::Request>().initRegisterBuffer();
+  request.setBufferId(id);
+  request.setOffset(offset);
+  request.setBytes(bytes);
+  if (fd >= 0) {
+    send(message, std::span<const int>(&fd, 1));
+  } else {
+    send(message);
+  }
+  return receive_status();
+}
+
+void RawClient::submit(const ipc::SubmissionEntry& entry) {
+  ASSERT_TRUE(submissions_.try_push(entry));
+  ipc::eventfd_signal(doorbell_.get());
+}
+
+ipc::CompletionEntry RawClient::next_completion(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  ipc::CompletionEntry entry{};
+  while (!completions_.try_pop(entry)) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ADD_FAILURE() << "no completion within " << timeout.count() << " ms";
+      return {};
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return entry;
+}
+
+ipc::SubmissionEntry allreduce_entry(const std::string& name, uint32_t buffer, uint64_t offset,
+                                     uint64_t count) {
+  ipc::SubmissionEntry entry{};
+  entry.request = 1;
+  entry.collective = static_cast<uint8_t>(ipc::Collective::kAllreduce);
+  entry.dtype = GRADSYNC_FLOAT32;
+  entry.op = GRADSYNC_SUM;
+  entry.send_buffer = entry.recv_buffer = buffer;
+  entry.send_offset = entry.recv_offset = offset;
+  entry.count = count;
+  std::memcpy(entry.name, name.data(), name.size());
+  entry.name_length = static_cast<uint32_t>(name.size());
+  return entry;
+}
+
+}  // namespace gradsync::testing

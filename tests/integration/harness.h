@@ -1,0 +1,95 @@
+// Integration harness: a real gradsyncd process per test, real rank processes, and a raw
+// protocol client for input no well-behaved library would send.
+#pragma once
+
+#include "ipc/frame_socket.h"
+#include "ipc/messages.h"
+#include "ipc/segment.h"
+#include "tools/common/process.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gradsync::testing {
+
+// The daemon's own resources, to check that clients leave nothing behind.
+struct DaemonResources {
+  size_t open_fds = 0;
+  size_t memfd_mappings = 0;
+  bool operator==(const DaemonResources&) const = default;
+};
+DaemonResources resources_of(pid_t pid);
+
+class DaemonTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  // Extra daemon config (TOML lines) for a test; call before start_daemon().
+  void start_daemon(const std::string& extra_toml = "");
+
+  std::string build_dir() const { return tools::executable_dir(); }
+  const std::string& socket() const { return daemon_->socket_path(); }
+  tools::PrivateDaemon& daemon() { return *daemon_; }
+
+  // Spawns `ranks` local ranks of `job` running gradsync-test-rank with `args`.
+  std::vector<tools::ChildProcess> spawn_ranks(const std::string& job, int ranks,
+                                               const std::vector<std::string>& args,
+                                               const std::vector<std::string>& prefix = {});
+  tools::ChildProcess spawn_rank(const std::string& job, int rank, int ranks,
+                                 const std::vector<std::string>& args,
+                                 const std::vector<std::string>& prefix = {});
+
+  // Waits for every child; fails the test naming the rank on a non-zero status or a timeout.
+  void expect_all_succeed(std::vector<tools::ChildProcess>& children,
+                          std::chrono::seconds timeout = std::chrono::seconds(120));
+
+  // Polls until the daemon's resources equal `baseline` (they settle asynchronously).
+  void expect_resources_return_to(const DaemonResources& baseline,
+                                  std::chrono::seconds timeout = std::chrono::seconds(10));
+
+ private:
+  std::string config_path_;
+  std::unique_ptr<tools::PrivateDaemon> daemon_;
+};
+
+// Speaks the control protocol and the rings directly.
+class RawClient {
+ public:
+  explicit RawClient(const std::string& socket_path);
+
+  int socket() const { return socket_.get(); }
+  void send_bytes(const void* data, size_t bytes);
+  void send(capnp::MessageBuilder& message, std::span<const int> fds = {});
+  ipc::Frame receive(int timeout_ms = 10'000);
+  // The reply's error (code, message), or code 0 for ok/welcome.
+  std::pair<uint32_t, std::string> receive_status(int timeout_ms = 10'000);
+  bool closed_by_daemon(int timeout_ms = 5'000);
+
+  // hello + welcome; maps the segment.
+  std::pair<uint32_t, std::string> hello(const std::string& job, int local_rank, int ranks,
+                                         uint32_t version = ipc::kProtocolVersion);
+  std::pair<uint32_t, std::string> register_buffer(uint32_t id, int fd, uint64_t offset,
+                                                   uint64_t bytes);
+  void submit(const ipc::SubmissionEntry& entry);
+  ipc::CompletionEntry next_completion(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+ private:
+  ipc::UniqueFd socket_;
+  ipc::FrameReader reader_;
+  ipc::Mapping segment_;
+  ipc::SegmentView view_{};
+  ipc::UniqueFd doorbell_;
+  ipc::RingProducer<ipc::SubmissionEntry> submissions_;
+  ipc::RingConsumer<ipc::CompletionEntry> completions_;
+};
+
+ipc::SubmissionEntry allreduce_entry(const std::string& name, uint32_t buffer, uint64_t offset,
+                                     uint64_t count);
+
+}  // namespace gradsync::testing

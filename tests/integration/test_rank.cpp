@@ -1,0 +1,249 @@
+// gradsync-test-rank: one rank of an integration test, a real client process. Identity comes
+// from the environment, as for any rank. The scenario is argv[1]; the exit status is the result
+// (0: every check passed; for the fault scenarios, the gradsync_result the rank ended with).
+#include "tools/common/reference.h"
+
+#include <gradsync/gradsync.hpp>
+
+#include <grp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using gradsync::Communicator;
+using gradsync::SharedBuffer;
+namespace reference = gradsync::reference;
+
+int g_rank = 0;
+int g_ranks = 1;
+
+#define EXPECT_OR_FAIL(cond, ...)                                          \
+  do {                                                                     \
+    if (!(cond)) {                                                         \
+      std::fprintf(stderr, "rank %d: %s:%d: ", g_rank, __FILE__, __LINE__); \
+      std::fprintf(stderr, __VA_ARGS__);                                   \
+      std::fprintf(stderr, "\n");                                          \
+      return 1;                                                            \
+    }                                                                      \
+  } while (0)
+
+const gradsync_dtype kDtypes[] = {GRADSYNC_FLOAT32, GRADSYNC_FLOAT64, GRADSYNC_FLOAT16,
+                                  GRADSYNC_BFLOAT16, GRADSYNC_INT32,  GRADSYNC_INT64};
+const gradsync_op kOps[] = {GRADSYNC_SUM, GRADSYNC_AVG, GRADSYNC_MIN, GRADSYNC_MAX, GRADSYNC_PROD};
+
+// Every collective, op and dtype, in place and out of place, checked against the reference.
+int scenario_collectives(Communicator& comm) {
+  const size_t max_count = 100003;
+  SharedBuffer a = comm.allocate(max_count * 8 * static_cast<size_t>(g_ranks));
+  SharedBuffer b = comm.allocate(max_count * 8 * static_cast<size_t>(g_ranks));
+  uint64_t seed = 0;
+  for (gradsync_dtype dtype : kDtypes) {
+    const size_t element = gradsync_dtype_size(dtype);
+    for (size_t count : {size_t{1}, size_t{1000}, max_count}) {
+      for (gradsync_op op : kOps) {
+        for (bool in_place : {false, true}) {
+          ++seed;
+          reference::fill_input(a.data(), count, dtype, g_rank, op, seed);
+          void* recv = in_place ? a.data() : b.data();
+          const std::string name = "ar." + std::to_string(seed);
+          comm.wait(comm.allreduce(name.c_str(), a.data(), recv, count, dtype, op));
+          const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, recv, count,
+                                                      dtype, op, g_ranks, 0, seed);
+          EXPECT_OR_FAIL(wrong == 0, "allreduce dtype %d op %d count %zu in_place %d: %zu wrong",
+                         dtype, op, count, in_place, wrong);
+        }
+      }
+      for (int root = 0; root < g_ranks; ++root) {
+        ++seed;
+        reference::fill_input(a.data(), count, dtype, g_rank, GRADSYNC_SUM, seed);
+        const std::string name = "bc." + std::to_string(seed);
+        comm.wait(comm.broadcast(name.c_str(), a.data(), b.data(), count, dtype, root));
+        const size_t wrong = reference::count_wrong(reference::Kind::kBroadcast, b.data(), count,
+                                                    dtype, GRADSYNC_SUM, g_ranks, root, seed);
+        EXPECT_OR_FAIL(wrong == 0, "broadcast root %d dtype %d count %zu: %zu wrong", root, dtype,
+                       count, wrong);
+      }
+      for (bool in_place : {false, true}) {
+        ++seed;
+        auto* recv = b.as<uint8_t>();
+        uint8_t* send = in_place ? recv + static_cast<size_t>(g_rank) * count * element : a.as<uint8_t>();
+        reference::fill_input(send, count, dtype, g_rank, GRADSYNC_SUM, seed);
+        const std::string name = "ag." + std::to_string(seed);
+        comm.wait(comm.allgather(name.c_str(), send, recv, count, dtype));
+        const size_t wrong = reference::count_wrong(reference::Kind::kAllgather, recv, count,
+                                                    dtype, GRADSYNC_SUM, g_ranks, 0, seed);
+        EXPECT_OR_FAIL(wrong == 0, "allgather dtype %d count %zu in_place %d: %zu wrong", dtype,
+                       count, in_place, wrong);
+      }
+    }
+  }
+  for (int i = 0; i < 10; ++i) comm.barrier();
+  return 0;
+}
+
+// Many tensors, all in flight, submitted in a different random order on every rank.
+int scenario_random_order(Communicator& comm) {
+  constexpr size_t kTensors = 300;
+  std::mt19937_64 sizes_rng(42);  // same sizes on every rank
+  std::vector<size_t> counts(kTensors), offsets(kTensors);
+  size_t total = 0;
+  for (size_t i = 0; i < kTensors; ++i) {
+    counts[i] = 1 + sizes_rng() % 20000;
+    offsets[i] = total;
+    total += counts[i];
+  }
+  SharedBuffer in = comm.allocate(total * sizeof(float));
+  SharedBuffer out = comm.allocate(total * sizeof(float));
+  for (size_t i = 0; i < kTensors; ++i) {
+    reference::fill_input(in.as<float>() + offsets[i], counts[i], GRADSYNC_FLOAT32, g_rank,
+                          GRADSYNC_SUM, i);
+  }
+  std::vector<size_t> order(kTensors);
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 order_rng(1000 + static_cast<uint64_t>(g_rank));
+  for (int step = 0; step < 3; ++step) {
+    std::shuffle(order.begin(), order.end(), order_rng);
+    std::vector<gradsync_request> requests(kTensors);
+    for (size_t i : order) {
+      const std::string name = "tensor." + std::to_string(i);
+      requests[i] = comm.allreduce(name.c_str(), in.as<float>() + offsets[i],
+                                   out.as<float>() + offsets[i], counts[i], GRADSYNC_FLOAT32,
+                                   GRADSYNC_SUM);
+    }
+    for (size_t i : order) comm.wait(requests[i]);
+    for (size_t i = 0; i < kTensors; ++i) {
+      const size_t wrong =
+          reference::count_wrong(reference::Kind::kAllreduce, out.as<float>() + offsets[i],
+                                 counts[i], GRADSYNC_FLOAT32, GRADSYNC_SUM, g_ranks, 0, i);
+      EXPECT_OR_FAIL(wrong == 0, "step %d tensor %zu: %zu wrong", step, i, wrong);
+    }
+  }
+  return 0;
+}
+
+// A group of tensors negotiated and run as one unit, between ungrouped collectives.
+int scenario_grouped(Communicator& comm) {
+  constexpr size_t kMembers = 16;
+  constexpr size_t kCount = 5000;
+  SharedBuffer buf = comm.allocate((kMembers + 2) * kCount * sizeof(double));
+  auto* data = buf.as<double>();
+  for (size_t i = 0; i < kMembers + 2; ++i) {
+    reference::fill_input(data + i * kCount, kCount, GRADSYNC_FLOAT64, g_rank, GRADSYNC_MAX, i);
+  }
+  std::vector<gradsync_request> requests;
+  requests.push_back(comm.allreduce("before", data, data, kCount, GRADSYNC_FLOAT64, GRADSYNC_MAX));
+  comm.group_start();
+  // Ranks list the members in different orders: the group is still one unit.
+  for (size_t j = 0; j < kMembers; ++j) {
+    const size_t i = g_rank % 2 == 0 ? j : kMembers - 1 - j;
+    const std::string name = "group.member." + std::to_string(i);
+    requests.push_back(comm.allreduce(name.c_str(), data + (i + 1) * kCount,
+                                      data + (i + 1) * kCount, kCount, GRADSYNC_FLOAT64,
+                                      GRADSYNC_MAX));
+  }
+  comm.group_end();
+  requests.push_back(comm.allreduce("after", data + (kMembers + 1) * kCount,
+                                    data + (kMembers + 1) * kCount, kCount, GRADSYNC_FLOAT64,
+                                    GRADSYNC_MAX));
+  for (auto r : requests) comm.wait(r);
+  for (size_t i = 0; i < kMembers + 2; ++i) {
+    const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, data + i * kCount,
+                                                kCount, GRADSYNC_FLOAT64, GRADSYNC_MAX, g_ranks, 0, i);
+    EXPECT_OR_FAIL(wrong == 0, "tensor %zu: %zu wrong", i, wrong);
+  }
+  return 0;
+}
+
+// Ranks disagree on a tensor's count: every rank gets the error, naming the tensor; the job
+// goes on working.
+int scenario_mismatch(Communicator& comm) {
+  SharedBuffer buf = comm.allocate(4096);
+  const size_t count = g_rank == g_ranks - 1 ? 101 : 100;
+  const gradsync_request r =
+      comm.allreduce("mismatched.tensor", buf.data(), buf.data(), count, GRADSYNC_FLOAT32, GRADSYNC_SUM);
+  const gradsync_result result = gradsync_wait(comm.get(), r);
+  const std::string message = gradsync_last_error(comm.get());
+  EXPECT_OR_FAIL(result == GRADSYNC_ERR_MISMATCH, "expected a mismatch, got %d (%s)", result,
+                 message.c_str());
+  EXPECT_OR_FAIL(message.find("mismatched.tensor") != std::string::npos &&
+                     message.find("count") != std::string::npos,
+                 "message does not name tensor and field: %s", message.c_str());
+  reference::fill_input(buf.data(), 100, GRADSYNC_FLOAT32, g_rank, GRADSYNC_SUM, 3);
+  comm.wait(comm.allreduce("fine.tensor", buf.data(), buf.data(), 100, GRADSYNC_FLOAT32, GRADSYNC_SUM));
+  EXPECT_OR_FAIL(reference::count_wrong(reference::Kind::kAllreduce, buf.data(), 100,
+                                        GRADSYNC_FLOAT32, GRADSYNC_SUM, g_ranks, 0, 3) == 0,
+                 "allreduce after the mismatch is wrong");
+  return 0;
+}
+
+// Allreduce in a loop until something fails; the exit status is the failure's result code.
+int scenario_loop(Communicator& comm, size_t bytes) {
+  SharedBuffer buf = comm.allocate(bytes);
+  std::printf("ready\n");
+  std::fflush(stdout);
+  while (true) {
+    gradsync_request r = 0;
+    gradsync_result result = gradsync_allreduce(comm.get(), "loop", buf.data(), buf.data(),
+                                                bytes / 4, GRADSYNC_FLOAT32, GRADSYNC_SUM, &r);
+    if (result == GRADSYNC_OK) result = gradsync_wait(comm.get(), r);
+    if (result != GRADSYNC_OK) {
+      std::fprintf(stderr, "rank %d: loop ended: %s: %s\n", g_rank,
+                   gradsync_result_string(result), gradsync_last_error(comm.get()));
+      return static_cast<int>(result);
+    }
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  // --as-uid N: become another user first (the tests run as root).
+  if (args.size() >= 2 && args[0] == "--as-uid") {
+    const auto uid = static_cast<uid_t>(std::stoul(args[1]));
+    if (::setgroups(0, nullptr) != 0 || ::setgid(uid) != 0 || ::setuid(uid) != 0) {
+      std::perror("setuid");
+      return 100;
+    }
+    args.erase(args.begin(), args.begin() + 2);
+  }
+  if (args.empty()) {
+    std::fprintf(stderr, "usage: gradsync-test-rank [--as-uid N] SCENARIO [ARGS]\n");
+    return 64;
+  }
+  gradsync_options options{};
+  gradsync_options_from_env(&options);
+  g_rank = options.local_rank;
+  g_ranks = options.local_world_size;
+  const std::string& scenario = args[0];
+  if (scenario == "join") {
+    // Connect and report the outcome as the exit status.
+    gradsync_comm* comm = nullptr;
+    const gradsync_result result = gradsync_connect(&options, &comm);
+    if (result != GRADSYNC_OK) std::fprintf(stderr, "join: %s\n", gradsync_last_error(nullptr));
+    gradsync_disconnect(comm);
+    return static_cast<int>(result);
+  }
+  try {
+    Communicator comm(options);
+    if (scenario == "collectives") return scenario_collectives(comm);
+    if (scenario == "random_order") return scenario_random_order(comm);
+    if (scenario == "grouped") return scenario_grouped(comm);
+    if (scenario == "mismatch") return scenario_mismatch(comm);
+    if (scenario == "loop") return scenario_loop(comm, args.size() > 1 ? std::stoul(args[1]) : 4096);
+    std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
+    return 64;
+  } catch (const gradsync::Error& e) {
+    std::fprintf(stderr, "rank %d: %s\n", g_rank, e.what());
+    return 100 + static_cast<int>(e.code());
+  }
+}
