@@ -29,7 +29,8 @@ int timeout_ms(const gradsync_options& options) {
 
 Communicator::Communicator(const gradsync_options& options) : options_(options) {
   socket_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!socket_.valid()) throw Error(GRADSYNC_ERR_CONNECT, std::string("socket: ") + strerror(errno));
+  if (!socket_.valid())
+    throw Error(GRADSYNC_ERR_CONNECT, std::string("socket: ") + strerror(errno));
   struct sockaddr_un address {};
   address.sun_family = AF_UNIX;
   const size_t path_length = strnlen(options.socket_path, sizeof(options.socket_path));
@@ -37,7 +38,8 @@ Communicator::Communicator(const gradsync_options& options) : options_(options) 
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "socket path is empty or too long");
   }
   std::memcpy(address.sun_path, options.socket_path, path_length);
-  if (::connect(socket_.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) != 0) {
+  if (::connect(socket_.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) !=
+      0) {
     throw Error(GRADSYNC_ERR_CONNECT, std::string("cannot connect to gradsyncd at ") +
                                           address.sun_path + ": " + strerror(errno));
   }
@@ -149,8 +151,7 @@ void Communicator::register_range(void* ptr, size_t bytes) {
   auto next = registered_.lower_bound(start);
   const bool overlaps_next = next != registered_.end() && next->first < start + bytes;
   const bool overlaps_previous =
-      next != registered_.begin() &&
-      std::prev(next)->first + std::prev(next)->second.bytes > start;
+      next != registered_.begin() && std::prev(next)->first + std::prev(next)->second.bytes > start;
   if (overlaps_next || overlaps_previous) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
                 "register: range overlaps a registered buffer (double registration)");
@@ -282,7 +283,9 @@ void Communicator::drain_completions() {
 }
 
 void Communicator::check_daemon_alive() {
-  struct pollfd pfd {socket_.get(), POLLIN, 0};
+  struct pollfd pfd {
+    socket_.get(), POLLIN, 0
+  };
   if (::poll(&pfd, 1, 0) <= 0) return;
   // The daemon never speaks unasked: anything readable now is the connection closing.
   char byte = 0;
@@ -329,7 +332,8 @@ gradsync_result Communicator::wait(gradsync_request request, std::string* messag
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown or already consumed request");
   }
   if (grouping_ && !finished_.contains(request)) {
-    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "wait inside a group: call gradsync_group_end first");
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                "wait inside a group: call gradsync_group_end first");
   }
   try {
     wait_until([&] { return finished_.contains(request); });

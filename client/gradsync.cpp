@@ -95,9 +95,9 @@ gradsync_result gradsync_options_from_env(gradsync_options* options) {
   const char* socket = std::getenv("GRADSYNC_SOCKET");
   const char* job = std::getenv("GRADSYNC_JOB");
   if (job == nullptr || *job == '\0') job = std::getenv("TORCHELASTIC_RUN_ID");
-  gradsync_result r = copy_string("GRADSYNC_SOCKET",
-                                  socket != nullptr ? socket : "/run/gradsync/gradsyncd.sock",
-                                  options->socket_path, sizeof(options->socket_path), error);
+  gradsync_result r =
+      copy_string("GRADSYNC_SOCKET", socket != nullptr ? socket : "/run/gradsync/gradsyncd.sock",
+                  options->socket_path, sizeof(options->socket_path), error);
   if (r == GRADSYNC_OK) {
     r = copy_string("GRADSYNC_JOB", job != nullptr && *job != '\0' ? job : "default", options->job,
                     sizeof(options->job), error);
@@ -127,7 +127,9 @@ gradsync_result gradsync_connect(const gradsync_options* options, gradsync_comm*
   });
 }
 
-void gradsync_disconnect(gradsync_comm* comm) { delete comm; }
+void gradsync_disconnect(gradsync_comm* comm) {
+  delete comm;
+}
 
 gradsync_result gradsync_alloc(gradsync_comm* comm, size_t bytes, void** ptr) {
   return with_comm(comm, [&](Communicator& c) {
@@ -161,7 +163,8 @@ gradsync_result gradsync_unregister(gradsync_comm* comm, void* ptr) {
 gradsync_result gradsync_allreduce(gradsync_comm* comm, const char* name, const void* send,
                                    void* recv, size_t count, gradsync_dtype dtype, gradsync_op op,
                                    gradsync_request* request) {
-  return collective(comm, {gradsync::ipc::Collective::kAllreduce, name, send, recv, count, dtype, op, 0},
+  return collective(comm,
+                    {gradsync::ipc::Collective::kAllreduce, name, send, recv, count, dtype, op, 0},
                     request);
 }
 
@@ -169,7 +172,8 @@ gradsync_result gradsync_broadcast(gradsync_comm* comm, const char* name, const 
                                    void* recv, size_t count, gradsync_dtype dtype, int32_t root,
                                    gradsync_request* request) {
   return collective(
-      comm, {gradsync::ipc::Collective::kBroadcast, name, send, recv, count, dtype, GRADSYNC_SUM, root},
+      comm,
+      {gradsync::ipc::Collective::kBroadcast, name, send, recv, count, dtype, GRADSYNC_SUM, root},
       request);
 }
 
@@ -177,7 +181,8 @@ gradsync_result gradsync_allgather(gradsync_comm* comm, const char* name, const 
                                    void* recv, size_t count, gradsync_dtype dtype,
                                    gradsync_request* request) {
   return collective(
-      comm, {gradsync::ipc::Collective::kAllgather, name, send, recv, count, dtype, GRADSYNC_SUM, 0},
+      comm,
+      {gradsync::ipc::Collective::kAllgather, name, send, recv, count, dtype, GRADSYNC_SUM, 0},
       request);
 }
 
@@ -220,22 +225,36 @@ const char* gradsync_last_error(const gradsync_comm* comm) {
 
 const char* gradsync_result_string(gradsync_result result) {
   switch (result) {
-    case GRADSYNC_OK: return "ok";
-    case GRADSYNC_IN_PROGRESS: return "in progress";
-    case GRADSYNC_ERR_INVALID_ARGUMENT: return "invalid argument";
-    case GRADSYNC_ERR_CONNECT: return "cannot connect to gradsyncd";
-    case GRADSYNC_ERR_PROTOCOL: return "protocol error";
-    case GRADSYNC_ERR_PERMISSION: return "permission denied";
-    case GRADSYNC_ERR_MISMATCH: return "ranks disagree";
-    case GRADSYNC_ERR_PEER_FAILED: return "another rank failed";
-    case GRADSYNC_ERR_DAEMON_GONE: return "gradsyncd is gone";
-    case GRADSYNC_ERR_OUT_OF_MEMORY: return "out of memory";
-    case GRADSYNC_ERR_INTERNAL: return "internal error";
-    case GRADSYNC_ERR_TIMEOUT: return "timed out";
+    case GRADSYNC_OK:
+      return "ok";
+    case GRADSYNC_IN_PROGRESS:
+      return "in progress";
+    case GRADSYNC_ERR_INVALID_ARGUMENT:
+      return "invalid argument";
+    case GRADSYNC_ERR_CONNECT:
+      return "cannot connect to gradsyncd";
+    case GRADSYNC_ERR_PROTOCOL:
+      return "protocol error";
+    case GRADSYNC_ERR_PERMISSION:
+      return "permission denied";
+    case GRADSYNC_ERR_MISMATCH:
+      return "ranks disagree";
+    case GRADSYNC_ERR_PEER_FAILED:
+      return "another rank failed";
+    case GRADSYNC_ERR_DAEMON_GONE:
+      return "gradsyncd is gone";
+    case GRADSYNC_ERR_OUT_OF_MEMORY:
+      return "out of memory";
+    case GRADSYNC_ERR_INTERNAL:
+      return "internal error";
+    case GRADSYNC_ERR_TIMEOUT:
+      return "timed out";
   }
   return "unknown result";
 }
 
-size_t gradsync_dtype_size(gradsync_dtype dtype) { return gradsync::ipc::dtype_bytes(dtype); }
+size_t gradsync_dtype_size(gradsync_dtype dtype) {
+  return gradsync::ipc::dtype_bytes(dtype);
+}
 
 }  // extern "C"

@@ -25,8 +25,8 @@ void* SharedHeap::allocate(size_t bytes) {
     auto arena = std::make_unique<Arena>();
     arena->fd = ipc::create_sealed_memfd("gradsync-heap", arena_bytes);
     arena->mapping = ipc::Mapping(arena->fd.get(), 0, arena_bytes);
-    arena->allocator = bip::managed_external_buffer(bip::create_only, arena->mapping.data(),
-                                                    arena_bytes);
+    arena->allocator =
+        bip::managed_external_buffer(bip::create_only, arena->mapping.data(), arena_bytes);
     void* p = arena->allocator.allocate_aligned(bytes, kAlignment, std::nothrow);
     arenas_.push_back(std::move(arena));
     return p;

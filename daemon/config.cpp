@@ -64,7 +64,9 @@ const std::map<std::string, Setter>& setters() {
 
 }  // namespace
 
-DaemonConfig default_config() { return DaemonConfig{}; }
+DaemonConfig default_config() {
+  return DaemonConfig{};
+}
 
 DaemonConfig parse_config(const std::string& toml_text, const std::string& origin) {
   toml::table table;
@@ -80,7 +82,8 @@ DaemonConfig parse_config(const std::string& toml_text, const std::string& origi
   for (const auto& [key, node] : table) {
     const std::string name(key.str());
     const auto setter = setters().find(name);
-    if (setter == setters().end()) throw ConfigError(origin + ": unknown config key '" + name + "'");
+    if (setter == setters().end())
+      throw ConfigError(origin + ": unknown config key '" + name + "'");
     setter->second(config, node, name);
   }
   validate(config);
@@ -98,7 +101,8 @@ DaemonConfig load_config_file(const std::string& path) {
 void validate(const DaemonConfig& config) {
   if (config.socket_path.empty()) throw key_error("socket_path", "must not be empty");
   if (config.socket_path.size() >= 108) throw key_error("socket_path", "longer than 107 bytes");
-  static const char* const kLevels[] = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+  static const char* const kLevels[] = {"trace", "debug",    "info", "warn",
+                                        "error", "critical", "off"};
   bool level_known = false;
   for (const char* level : kLevels) level_known = level_known || config.log_level == level;
   if (!level_known) throw key_error("log_level", "unknown level '" + config.log_level + "'");

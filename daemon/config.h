@@ -12,16 +12,16 @@ namespace gradsync::daemon {
 struct DaemonConfig {
   std::string socket_path = "/run/gradsync/gradsyncd.sock";
   uint32_t socket_mode = 0660;
-  std::string socket_group;  // empty: keep the daemon's group
+  std::string socket_group;                     // empty: keep the daemon's group
   std::string metrics_listen = "0.0.0.0:9477";  // empty: no metrics endpoint
   std::string listen = "0.0.0.0:9478";          // inter-node (UCX), used by multi-node jobs
   std::string log_level = "info";
 
   uint64_t fusion_threshold_bytes = 64ull << 20;
   uint32_t cycle_time_us = 1000;
-  uint32_t ring_entries = 1024;          // per client, each ring
-  uint32_t engine_spin_us = 100;         // spin (yielding) before the engine blocks
-  uint32_t reduce_threads = 0;           // 0: one per online CPU
+  uint32_t ring_entries = 1024;                     // per client, each ring
+  uint32_t engine_spin_us = 100;                    // spin (yielding) before the engine blocks
+  uint32_t reduce_threads = 0;                      // 0: one per online CPU
   uint64_t parallel_reduce_min_bytes = 1ull << 20;  // smaller batches reduce on the engine thread
   uint32_t max_clients = 1024;
   uint32_t max_buffers_per_client = 65536;

@@ -39,7 +39,8 @@ void epoll_add(int epoll, int fd, uint64_t tag) {
   struct epoll_event event {};
   event.events = EPOLLIN | EPOLLRDHUP;
   event.data.u64 = tag;
-  if (::epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) != 0) throw ipc::SystemError("epoll_ctl", errno);
+  if (::epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) != 0)
+    throw ipc::SystemError("epoll_ctl", errno);
 }
 
 bool valid_job_name(const std::string& name) {
@@ -124,8 +125,8 @@ void ControlServer::run() {
       watchdog_interval_us_ > 0 ? static_cast<int>(watchdog_interval_us_ / 2000) : -1;
   std::array<struct epoll_event, 64> events{};
   while (true) {
-    const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()),
-                               timeout_ms);
+    const int n =
+        ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), timeout_ms);
     if (n < 0 && errno != EINTR) throw ipc::SystemError("epoll_wait", errno);
     notify_watchdog();
     for (int i = 0; i < n; ++i) {
@@ -159,7 +160,8 @@ void ControlServer::notify_watchdog() {
 
 void ControlServer::accept_clients() {
   while (true) {
-    ipc::UniqueFd socket(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    ipc::UniqueFd socket(
+        ::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!socket.valid()) {
       if (errno != EAGAIN && errno != EINTR) log_->warn("accept: {}", std::strerror(errno));
       return;
@@ -304,9 +306,9 @@ void ControlServer::handle_hello(Client& client, ipc::wire::Hello::Reader hello)
                                 job.local_world_size, who.local_world_size)};
     }
     if (job.client_by_rank[static_cast<size_t>(who.local_rank)] != 0) {
-      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                    fmt::format("local rank {} of job '{}' is already connected", who.local_rank,
-                                who.job)};
+      throw Refusal{
+          GRADSYNC_ERR_INVALID_ARGUMENT,
+          fmt::format("local rank {} of job '{}' is already connected", who.local_rank, who.job)};
     }
   }
 
@@ -357,9 +359,9 @@ void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::R
   const uint64_t offset = request.getOffset();
   const uint64_t bytes = request.getBytes();
   if (fds.size() != 1) {
-    throw Refusal{GRADSYNC_ERR_PROTOCOL,
-                  fmt::format("register buffer {}: expected 1 file descriptor, got {}", id,
-                              fds.size())};
+    throw Refusal{
+        GRADSYNC_ERR_PROTOCOL,
+        fmt::format("register buffer {}: expected 1 file descriptor, got {}", id, fds.size())};
   }
   if (client.buffers.contains(id)) {
     throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
@@ -379,8 +381,8 @@ void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::R
   uint64_t end = 0;
   if (bytes == 0 || __builtin_add_overflow(offset, bytes, &end) || end > size) {
     throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                  fmt::format("register buffer {}: range [{}, +{}) outside the {}-byte segment",
-                              id, offset, bytes, size)};
+                  fmt::format("register buffer {}: range [{}, +{}) outside the {}-byte segment", id,
+                              offset, bytes, size)};
   }
   // Map exactly the pages of the registered range: the daemon cannot touch anything else.
   const uint64_t page = ipc::page_size();
@@ -390,8 +392,7 @@ void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::R
   try {
     buffer->mapping = ipc::Mapping(fds[0].get(), map_offset, map_bytes);
   } catch (const ipc::SystemError& e) {
-    throw Refusal{GRADSYNC_ERR_OUT_OF_MEMORY,
-                  fmt::format("register buffer {}: {}", id, e.what())};
+    throw Refusal{GRADSYNC_ERR_OUT_OF_MEMORY, fmt::format("register buffer {}: {}", id, e.what())};
   }
   buffer->data = static_cast<uint8_t*>(buffer->mapping.data()) + (offset - map_offset);
   buffer->bytes = bytes;

@@ -18,7 +18,9 @@ using Clock = std::chrono::steady_clock;
 // Tag in epoll data for the engine's own wake-up eventfd; sessions use their id (never 0).
 constexpr uint64_t kWakeTag = 0;
 
-metrics::CollectiveKind kind_of(ipc::Collective c) { return static_cast<metrics::CollectiveKind>(c); }
+metrics::CollectiveKind kind_of(ipc::Collective c) {
+  return static_cast<metrics::CollectiveKind>(c);
+}
 
 }  // namespace
 

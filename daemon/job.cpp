@@ -154,7 +154,8 @@ std::optional<std::string> find_mismatch(const std::vector<Submission>& ranks) {
                     ipc::collective_name(s.collective));
     }
     if (s.grouped != lead.grouped || s.group_size != lead.group_size) {
-      return differ("grouping", lead.grouped ? fmt::format("a group of {}", lead.group_size) : "none",
+      return differ("grouping",
+                    lead.grouped ? fmt::format("a group of {}", lead.group_size) : "none",
                     s.grouped ? fmt::format("a group of {}", s.group_size) : "none");
     }
     if (lead.collective == ipc::Collective::kBarrier) continue;

@@ -31,8 +31,7 @@ int run_daemon(const gradsync::daemon::DaemonConfig& config) {
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  metrics::Metrics metrics(config.metrics_listen,
-                           {GRADSYNC_VERSION, false, kernels::reduce_isa()},
+  metrics::Metrics metrics(config.metrics_listen, {GRADSYNC_VERSION, false, kernels::reduce_isa()},
                            daemon::to_toml(config));
   for (uint16_t port : metrics.listening_ports()) log->info("metrics on port {}", port);
   daemon::Engine engine(config, metrics);

@@ -13,12 +13,11 @@ std::string check_range(const char* what, const std::shared_ptr<const HostBuffer
   if (!buffer) return fmt::format("{} buffer {} is not registered", what, id);
   uint64_t end = 0;
   if (__builtin_add_overflow(offset, bytes, &end) || end > buffer->bytes) {
-    return fmt::format("{} range [{}, +{}) lies outside buffer {} of {} bytes", what, offset,
-                       bytes, id, buffer->bytes);
+    return fmt::format("{} range [{}, +{}) lies outside buffer {} of {} bytes", what, offset, bytes,
+                       id, buffer->bytes);
   }
   if (element > 0 && (reinterpret_cast<uintptr_t>(buffer->data) + offset) % element != 0) {
-    return fmt::format("{} offset {} is not aligned to the {}-byte element", what, offset,
-                       element);
+    return fmt::format("{} offset {} is not aligned to the {}-byte element", what, offset, element);
   }
   return {};
 }
@@ -29,7 +28,9 @@ bool overlaps(const uint8_t* a, uint64_t a_bytes, const uint8_t* b, uint64_t b_b
 
 }  // namespace
 
-uint64_t Submission::send_bytes() const { return count * ipc::dtype_bytes(dtype); }
+uint64_t Submission::send_bytes() const {
+  return count * ipc::dtype_bytes(dtype);
+}
 
 uint64_t Submission::recv_bytes(int32_t local_world_size) const {
   const uint64_t factor =
@@ -72,8 +73,8 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLoo
   }
   if (s.collective == ipc::Collective::kBroadcast) {
     if (entry.root < 0 || entry.root >= local_world_size) {
-      return invalid(fmt::format("broadcast root {} outside [0, {})", entry.root,
-                                 local_world_size));
+      return invalid(
+          fmt::format("broadcast root {} outside [0, {})", entry.root, local_world_size));
     }
     s.root = entry.root;
   }

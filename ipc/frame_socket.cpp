@@ -27,7 +27,9 @@ void send_frame(int socket, std::span<const uint8_t> payload, std::span<const in
   size_t sent = 0;
   bool fds_sent = fds.empty();
   while (sent < wire.size()) {
-    struct iovec iov {wire.data() + sent, wire.size() - sent};
+    struct iovec iov {
+      wire.data() + sent, wire.size() - sent
+    };
     struct msghdr msg {};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
@@ -45,7 +47,9 @@ void send_frame(int socket, std::span<const uint8_t> payload, std::span<const in
     if (n < 0) {
       if (errno == EINTR) continue;
       if (errno == EAGAIN) {
-        struct pollfd pfd {socket, POLLOUT, 0};
+        struct pollfd pfd {
+          socket, POLLOUT, 0
+        };
         ::poll(&pfd, 1, 1000);
         continue;
       }
@@ -58,7 +62,9 @@ void send_frame(int socket, std::span<const uint8_t> payload, std::span<const in
 
 FrameReader::ReadResult FrameReader::read_some(int socket) {
   uint8_t buffer[16384];
-  struct iovec iov {buffer, sizeof(buffer)};
+  struct iovec iov {
+    buffer, sizeof(buffer)
+  };
   struct msghdr msg {};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -72,7 +78,8 @@ FrameReader::ReadResult FrameReader::read_some(int socket) {
     throw SystemError("recvmsg", errno);
   }
   // Take ownership of every fd first, so none leaks when we reject the frame below.
-  for (struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg != nullptr; cmsg = CMSG_NXTHDR(&msg, cmsg)) {
+  for (struct cmsghdr* cmsg = CMSG_FIRSTHDR(&msg); cmsg != nullptr;
+       cmsg = CMSG_NXTHDR(&msg, cmsg)) {
     if (cmsg->cmsg_level == SOL_SOCKET && cmsg->cmsg_type == SCM_RIGHTS) {
       const size_t count = (cmsg->cmsg_len - CMSG_LEN(0)) / sizeof(int);
       for (size_t i = 0; i < count; ++i) {
@@ -82,7 +89,8 @@ FrameReader::ReadResult FrameReader::read_some(int socket) {
       }
     }
   }
-  if ((msg.msg_flags & MSG_CTRUNC) != 0) throw ProtocolError("too many file descriptors in a frame");
+  if ((msg.msg_flags & MSG_CTRUNC) != 0)
+    throw ProtocolError("too many file descriptors in a frame");
   if (fds_.size() > static_cast<size_t>(kMaxFdsPerFrame) * 2) {
     throw ProtocolError("too many file descriptors pending");
   }
@@ -124,7 +132,9 @@ Frame receive_frame(int socket, FrameReader& reader, int timeout_ms) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) throw SystemError("waiting for the daemon's reply", ETIMEDOUT);
-    struct pollfd pfd {socket, POLLIN, 0};
+    struct pollfd pfd {
+      socket, POLLIN, 0
+    };
     const int rc = ::poll(&pfd, 1, static_cast<int>(left.count()));
     if (rc < 0 && errno != EINTR) throw SystemError("poll", errno);
     if (rc <= 0) continue;

@@ -87,9 +87,10 @@ struct SegmentView {
   static SegmentView over(void* base, uint32_t ring_entries) {
     const SegmentLayout layout = SegmentLayout::for_entries(ring_entries);
     auto* bytes = static_cast<uint8_t*>(base);
-    return SegmentView{reinterpret_cast<SegmentHeader*>(bytes),
-                       reinterpret_cast<RingShared<SubmissionEntry>*>(bytes + layout.submission_offset),
-                       reinterpret_cast<RingShared<CompletionEntry>*>(bytes + layout.completion_offset)};
+    return SegmentView{
+        reinterpret_cast<SegmentHeader*>(bytes),
+        reinterpret_cast<RingShared<SubmissionEntry>*>(bytes + layout.submission_offset),
+        reinterpret_cast<RingShared<CompletionEntry>*>(bytes + layout.completion_offset)};
   }
 };
 

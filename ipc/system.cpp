@@ -23,8 +23,8 @@ void UniqueFd::reset(int fd) {
 }
 
 Mapping::Mapping(int fd, uint64_t offset, size_t bytes) : bytes_(bytes) {
-  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
-                      static_cast<off_t>(offset));
+  void* base =
+      ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
   if (base == MAP_FAILED) throw SystemError("mmap of " + std::to_string(bytes) + " bytes", errno);
   base_ = base;
 }
@@ -57,7 +57,8 @@ UniqueFd create_sealed_memfd(const char* name, size_t bytes) {
 uint64_t sealed_memfd_size(int fd) {
   const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0) throw SystemError("not a memfd (F_GET_SEALS)", errno);
-  if ((seals & F_SEAL_SHRINK) == 0) throw SystemError("memfd is not sealed against shrinking", EPERM);
+  if ((seals & F_SEAL_SHRINK) == 0)
+    throw SystemError("memfd is not sealed against shrinking", EPERM);
   struct stat st {};
   if (::fstat(fd, &st) != 0) throw SystemError("fstat", errno);
   return static_cast<uint64_t>(st.st_size);

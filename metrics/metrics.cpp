@@ -118,7 +118,9 @@ std::vector<uint16_t> Metrics::listening_ports() const {
 void Metrics::set_connected_clients(int64_t clients) {
   impl_->clients->Set(static_cast<double>(clients));
 }
-void Metrics::set_jobs(int64_t jobs) { impl_->jobs->Set(static_cast<double>(jobs)); }
+void Metrics::set_jobs(int64_t jobs) {
+  impl_->jobs->Set(static_cast<double>(jobs));
+}
 
 void Metrics::collective_completed(CollectiveKind kind, uint64_t bytes) {
   impl_->completed[static_cast<size_t>(kind)]->Increment();

@@ -10,7 +10,9 @@ namespace gradsync::daemon {
 LocalWork local_allreduce(const ReadyCollective& collective) {
   const Submission& lead = collective.first();
   const size_t element = ipc::dtype_bytes(lead.dtype);
-  return LocalWork{lead.count, element, [&collective, element](uint64_t begin, uint64_t end) {
+  const bool streaming = lead.send_bytes() >= kernels::kStreamingMinBytes;
+  return LocalWork{lead.count, element,
+                   [&collective, element, streaming](uint64_t begin, uint64_t end) {
                      const auto& ranks = collective.ranks;
                      const Submission& lead = ranks.front();
                      std::array<const void*, ipc::kMaxLocalRanks> inputs{};
@@ -20,16 +22,20 @@ LocalWork local_allreduce(const ReadyCollective& collective) {
                        outputs[r] = ranks[r].recv + begin * element;
                      }
                      kernels::reduce_to_all(lead.dtype, lead.op, inputs.data(), ranks.size(),
-                                            outputs.data(), ranks.size(), end - begin);
+                                            outputs.data(), ranks.size(), end - begin, streaming);
                    }};
 }
 
 LocalWork local_work_for(const ReadyCollective& collective) {
   switch (collective.first().collective) {
-    case ipc::Collective::kAllreduce: return local_allreduce(collective);
-    case ipc::Collective::kBroadcast: return local_broadcast(collective);
-    case ipc::Collective::kAllgather: return local_allgather(collective);
-    case ipc::Collective::kBarrier: break;
+    case ipc::Collective::kAllreduce:
+      return local_allreduce(collective);
+    case ipc::Collective::kBroadcast:
+      return local_broadcast(collective);
+    case ipc::Collective::kAllgather:
+      return local_allgather(collective);
+    case ipc::Collective::kBarrier:
+      break;
   }
   return LocalWork{};  // a barrier moves no data
 }

@@ -30,17 +30,17 @@ extern "C" {
 
 typedef enum gradsync_result {
   GRADSYNC_OK = 0,
-  GRADSYNC_IN_PROGRESS = 1,       /* gradsync_test: not complete yet */
+  GRADSYNC_IN_PROGRESS = 1,          /* gradsync_test: not complete yet */
   GRADSYNC_ERR_INVALID_ARGUMENT = 2, /* bad argument, caught before or by the daemon */
-  GRADSYNC_ERR_CONNECT = 3,       /* the daemon cannot be reached or refused the connection */
-  GRADSYNC_ERR_PROTOCOL = 4,      /* protocol version or message error */
-  GRADSYNC_ERR_PERMISSION = 5,    /* the job belongs to another user */
-  GRADSYNC_ERR_MISMATCH = 6,      /* ranks disagree on a tensor's shape, dtype, op or root */
-  GRADSYNC_ERR_PEER_FAILED = 7,   /* another rank of the job died or disconnected */
-  GRADSYNC_ERR_DAEMON_GONE = 8,   /* the daemon shut down or closed the connection */
-  GRADSYNC_ERR_OUT_OF_MEMORY = 9, /* shared memory could not be allocated or mapped */
+  GRADSYNC_ERR_CONNECT = 3,          /* the daemon cannot be reached or refused the connection */
+  GRADSYNC_ERR_PROTOCOL = 4,         /* protocol version or message error */
+  GRADSYNC_ERR_PERMISSION = 5,       /* the job belongs to another user */
+  GRADSYNC_ERR_MISMATCH = 6,         /* ranks disagree on a tensor's shape, dtype, op or root */
+  GRADSYNC_ERR_PEER_FAILED = 7,      /* another rank of the job died or disconnected */
+  GRADSYNC_ERR_DAEMON_GONE = 8,      /* the daemon shut down or closed the connection */
+  GRADSYNC_ERR_OUT_OF_MEMORY = 9,    /* shared memory could not be allocated or mapped */
   GRADSYNC_ERR_INTERNAL = 10,
-  GRADSYNC_ERR_TIMEOUT = 11       /* a bounded wait expired */
+  GRADSYNC_ERR_TIMEOUT = 11 /* a bounded wait expired */
 } gradsync_result;
 
 typedef enum gradsync_dtype {
@@ -105,8 +105,7 @@ GRADSYNC_EXPORT gradsync_result gradsync_broadcast(gradsync_comm* comm, const ch
 /* recv holds count * local_world_size elements, rank r's contribution at r * count. */
 GRADSYNC_EXPORT gradsync_result gradsync_allgather(gradsync_comm* comm, const char* name,
                                                    const void* send, void* recv, size_t count,
-                                                   gradsync_dtype dtype,
-                                                   gradsync_request* request);
+                                                   gradsync_dtype dtype, gradsync_request* request);
 GRADSYNC_EXPORT gradsync_result gradsync_barrier(gradsync_comm* comm, gradsync_request* request);
 
 /* Grouped submission: collectives submitted between group_start and group_end are negotiated

@@ -3,7 +3,6 @@
 
 #include "kernels/cpu/reduce_variants.h"
 
-
 namespace gradsync::kernels {
 bool cpu_has_avx2() {
   __builtin_cpu_init();
@@ -12,18 +11,33 @@ bool cpu_has_avx2() {
 }
 
 namespace {
+struct Kernels {
+  ReduceFn reduce;
+  CopyFn copy;
+  const char* isa;
+};
+
 // Immutable after the first call (a function-local static, initialised thread-safely).
-ReduceFn selected() {
-  static const ReduceFn fn = cpu_has_avx2() ? &avx2::reduce_to_all : &generic::reduce_to_all;
-  return fn;
+const Kernels& selected() {
+  static const Kernels kernels = cpu_has_avx2()
+                                     ? Kernels{&avx2::reduce_to_all, &avx2::copy, "avx2"}
+                                     : Kernels{&generic::reduce_to_all, &generic::copy, "generic"};
+  return kernels;
 }
 }  // namespace
 
 void reduce_to_all(gradsync_dtype dtype, gradsync_op op, const void* const* inputs,
-                   size_t num_inputs, void* const* outputs, size_t num_outputs, size_t count) {
-  selected()(dtype, op, inputs, num_inputs, outputs, num_outputs, count);
+                   size_t num_inputs, void* const* outputs, size_t num_outputs, size_t count,
+                   bool streaming) {
+  selected().reduce(dtype, op, inputs, num_inputs, outputs, num_outputs, count, streaming);
 }
 
-const char* reduce_isa() { return selected() == &avx2::reduce_to_all ? "avx2" : "generic"; }
+void copy(void* dst, const void* src, size_t bytes, bool streaming) {
+  selected().copy(dst, src, bytes, streaming);
+}
+
+const char* reduce_isa() {
+  return selected().isa;
+}
 
 }  // namespace gradsync::kernels

@@ -9,16 +9,19 @@
 namespace gradsync::kernels {
 
 using ReduceFn = void (*)(gradsync_dtype, gradsync_op, const void* const*, size_t, void* const*,
-                          size_t, size_t);
+                          size_t, size_t, bool);
+using CopyFn = void (*)(void*, const void*, size_t, bool);
 
 namespace generic {
 void reduce_to_all(gradsync_dtype, gradsync_op, const void* const*, size_t, void* const*, size_t,
-                   size_t);
-}
+                   size_t, bool);
+void copy(void*, const void*, size_t, bool);
+}  // namespace generic
 namespace avx2 {
 void reduce_to_all(gradsync_dtype, gradsync_op, const void* const*, size_t, void* const*, size_t,
-                   size_t);
-}
+                   size_t, bool);
+void copy(void*, const void*, size_t, bool);
+}  // namespace avx2
 
 bool cpu_has_avx2();
 

@@ -50,7 +50,8 @@ class FusionTest : public DaemonTest {};
 TEST_F(FusionTest, SmallThresholdSplitsBatchesAndStaysCorrect) {
   // A threshold below most tensor sizes forces one batch per tensor, and a parallel reduce for
   // every batch: the same results must come out.
-  start_daemon("fusion_threshold_bytes = 1024\nparallel_reduce_min_bytes = 4096\nreduce_threads = 2");
+  start_daemon(
+      "fusion_threshold_bytes = 1024\nparallel_reduce_min_bytes = 4096\nreduce_threads = 2");
   auto ranks = spawn_ranks("fusion", 2, {"random_order"});
   expect_all_succeed(ranks);
 }

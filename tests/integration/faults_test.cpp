@@ -36,7 +36,8 @@ TEST_F(FaultsTest, JobCanFormAgainAfterAFailure) {
   auto ranks = spawn_ranks("again", 2, {"loop", "4096"});
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ranks[0].signal(SIGKILL);
-  ASSERT_EQ(ranks[1].wait_for(std::chrono::seconds(5)), std::optional<int>(GRADSYNC_ERR_PEER_FAILED));
+  ASSERT_EQ(ranks[1].wait_for(std::chrono::seconds(5)),
+            std::optional<int>(GRADSYNC_ERR_PEER_FAILED));
   ranks[0].wait();
   auto next = spawn_ranks("again", 2, {"grouped"});
   expect_all_succeed(next);

@@ -46,8 +46,8 @@ void DaemonTest::start_daemon(const std::string& extra_toml) {
   // Open to every uid so the isolation tests can try; the job, not the socket, is the boundary.
   config << "socket_mode = 0o666\n" << extra_toml << "\n";
   config.close();
-  daemon_ = std::make_unique<tools::PrivateDaemon>(build_dir() + "/gradsyncd",
-                                                   std::vector<std::string>{"--config", config_path_});
+  daemon_ = std::make_unique<tools::PrivateDaemon>(
+      build_dir() + "/gradsyncd", std::vector<std::string>{"--config", config_path_});
 }
 
 tools::ChildProcess DaemonTest::spawn_rank(const std::string& job, int rank, int ranks,
@@ -79,8 +79,8 @@ void DaemonTest::expect_all_succeed(std::vector<tools::ChildProcess>& children,
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     const auto status = children[r].wait_for(std::max(left, std::chrono::milliseconds(1)));
-    ASSERT_TRUE(status.has_value()) << "rank " << r << " did not finish within " << timeout.count()
-                                    << " s";
+    ASSERT_TRUE(status.has_value())
+        << "rank " << r << " did not finish within " << timeout.count() << " s";
     EXPECT_EQ(*status, 0) << "rank " << r << " failed";
   }
 }
@@ -103,7 +103,8 @@ RawClient::RawClient(const std::string& socket_path) {
   struct sockaddr_un address {};
   address.sun_family = AF_UNIX;
   std::strncpy(address.sun_path, socket_path.c_str(), sizeof(address.sun_path) - 1);
-  if (::connect(socket_.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) != 0) {
+  if (::connect(socket_.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) !=
+      0) {
     throw ipc::SystemError("connect", errno);
   }
 }
@@ -129,7 +130,9 @@ std::pair<uint32_t, std::string> RawClient::receive_status(int timeout_ms) {
 }
 
 bool RawClient::closed_by_daemon(int timeout_ms) {
-  struct pollfd pfd {socket_.get(), POLLIN, 0};
+  struct pollfd pfd {
+    socket_.get(), POLLIN, 0
+  };
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     if (::poll(&pfd, 1, 50) > 0) {
@@ -141,8 +144,8 @@ bool RawClient::closed_by_daemon(int timeout_ms) {
   return false;
 }
 
-std::pair<uint32_t, std::string> RawClient::hello(const std::string& job, int local_rank,
-                                                  int ranks, uint32_t version) {
+std::pair<uint32_t, std::string> RawClient::hello(const std::string& job, int local_rank, int ranks,
+                                                  uint32_t version) {
   capnp::MallocMessageBuilder message;
   auto hello = message.initRoot<ipc::wire::Request>().initHello();
   hello.setProtocolVersion(version);

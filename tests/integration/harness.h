@@ -77,7 +77,8 @@ class RawClient {
   std::pair<uint32_t, std::string> register_buffer(uint32_t id, int fd, uint64_t offset,
                                                    uint64_t bytes);
   void submit(const ipc::SubmissionEntry& entry);
-  ipc::CompletionEntry next_completion(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  ipc::CompletionEntry next_completion(
+      std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
  private:
   ipc::UniqueFd socket_;

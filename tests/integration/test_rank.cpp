@@ -26,18 +26,18 @@ namespace reference = gradsync::reference;
 int g_rank = 0;
 int g_ranks = 1;
 
-#define EXPECT_OR_FAIL(cond, ...)                                          \
-  do {                                                                     \
-    if (!(cond)) {                                                         \
+#define EXPECT_OR_FAIL(cond, ...)                                           \
+  do {                                                                      \
+    if (!(cond)) {                                                          \
       std::fprintf(stderr, "rank %d: %s:%d: ", g_rank, __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                                   \
-      std::fprintf(stderr, "\n");                                          \
-      return 1;                                                            \
-    }                                                                      \
+      std::fprintf(stderr, __VA_ARGS__);                                    \
+      std::fprintf(stderr, "\n");                                           \
+      return 1;                                                             \
+    }                                                                       \
   } while (0)
 
-const gradsync_dtype kDtypes[] = {GRADSYNC_FLOAT32, GRADSYNC_FLOAT64, GRADSYNC_FLOAT16,
-                                  GRADSYNC_BFLOAT16, GRADSYNC_INT32,  GRADSYNC_INT64};
+const gradsync_dtype kDtypes[] = {GRADSYNC_FLOAT32,  GRADSYNC_FLOAT64, GRADSYNC_FLOAT16,
+                                  GRADSYNC_BFLOAT16, GRADSYNC_INT32,   GRADSYNC_INT64};
 const gradsync_op kOps[] = {GRADSYNC_SUM, GRADSYNC_AVG, GRADSYNC_MIN, GRADSYNC_MAX, GRADSYNC_PROD};
 
 // Every collective, op and dtype, in place and out of place, checked against the reference.
@@ -75,12 +75,13 @@ int scenario_collectives(Communicator& comm) {
       for (bool in_place : {false, true}) {
         ++seed;
         auto* recv = b.as<uint8_t>();
-        uint8_t* send = in_place ? recv + static_cast<size_t>(g_rank) * count * element : a.as<uint8_t>();
+        uint8_t* send =
+            in_place ? recv + static_cast<size_t>(g_rank) * count * element : a.as<uint8_t>();
         reference::fill_input(send, count, dtype, g_rank, GRADSYNC_SUM, seed);
         const std::string name = "ag." + std::to_string(seed);
         comm.wait(comm.allgather(name.c_str(), send, recv, count, dtype));
-        const size_t wrong = reference::count_wrong(reference::Kind::kAllgather, recv, count,
-                                                    dtype, GRADSYNC_SUM, g_ranks, 0, seed);
+        const size_t wrong = reference::count_wrong(reference::Kind::kAllgather, recv, count, dtype,
+                                                    GRADSYNC_SUM, g_ranks, 0, seed);
         EXPECT_OR_FAIL(wrong == 0, "allgather dtype %d count %zu in_place %d: %zu wrong", dtype,
                        count, in_place, wrong);
       }
@@ -115,9 +116,9 @@ int scenario_random_order(Communicator& comm) {
     std::vector<gradsync_request> requests(kTensors);
     for (size_t i : order) {
       const std::string name = "tensor." + std::to_string(i);
-      requests[i] = comm.allreduce(name.c_str(), in.as<float>() + offsets[i],
-                                   out.as<float>() + offsets[i], counts[i], GRADSYNC_FLOAT32,
-                                   GRADSYNC_SUM);
+      requests[i] =
+          comm.allreduce(name.c_str(), in.as<float>() + offsets[i], out.as<float>() + offsets[i],
+                         counts[i], GRADSYNC_FLOAT32, GRADSYNC_SUM);
     }
     for (size_t i : order) comm.wait(requests[i]);
     for (size_t i = 0; i < kTensors; ++i) {
@@ -156,8 +157,9 @@ int scenario_grouped(Communicator& comm) {
                                     GRADSYNC_MAX));
   for (auto r : requests) comm.wait(r);
   for (size_t i = 0; i < kMembers + 2; ++i) {
-    const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, data + i * kCount,
-                                                kCount, GRADSYNC_FLOAT64, GRADSYNC_MAX, g_ranks, 0, i);
+    const size_t wrong =
+        reference::count_wrong(reference::Kind::kAllreduce, data + i * kCount, kCount,
+                               GRADSYNC_FLOAT64, GRADSYNC_MAX, g_ranks, 0, i);
     EXPECT_OR_FAIL(wrong == 0, "tensor %zu: %zu wrong", i, wrong);
   }
   return 0;
@@ -168,8 +170,8 @@ int scenario_grouped(Communicator& comm) {
 int scenario_mismatch(Communicator& comm) {
   SharedBuffer buf = comm.allocate(4096);
   const size_t count = g_rank == g_ranks - 1 ? 101 : 100;
-  const gradsync_request r =
-      comm.allreduce("mismatched.tensor", buf.data(), buf.data(), count, GRADSYNC_FLOAT32, GRADSYNC_SUM);
+  const gradsync_request r = comm.allreduce("mismatched.tensor", buf.data(), buf.data(), count,
+                                            GRADSYNC_FLOAT32, GRADSYNC_SUM);
   const gradsync_result result = gradsync_wait(comm.get(), r);
   const std::string message = gradsync_last_error(comm.get());
   EXPECT_OR_FAIL(result == GRADSYNC_ERR_MISMATCH, "expected a mismatch, got %d (%s)", result,
@@ -178,7 +180,8 @@ int scenario_mismatch(Communicator& comm) {
                      message.find("count") != std::string::npos,
                  "message does not name tensor and field: %s", message.c_str());
   reference::fill_input(buf.data(), 100, GRADSYNC_FLOAT32, g_rank, GRADSYNC_SUM, 3);
-  comm.wait(comm.allreduce("fine.tensor", buf.data(), buf.data(), 100, GRADSYNC_FLOAT32, GRADSYNC_SUM));
+  comm.wait(
+      comm.allreduce("fine.tensor", buf.data(), buf.data(), 100, GRADSYNC_FLOAT32, GRADSYNC_SUM));
   EXPECT_OR_FAIL(reference::count_wrong(reference::Kind::kAllreduce, buf.data(), 100,
                                         GRADSYNC_FLOAT32, GRADSYNC_SUM, g_ranks, 0, 3) == 0,
                  "allreduce after the mismatch is wrong");
@@ -196,8 +199,8 @@ int scenario_loop(Communicator& comm, size_t bytes) {
                                                 bytes / 4, GRADSYNC_FLOAT32, GRADSYNC_SUM, &r);
     if (result == GRADSYNC_OK) result = gradsync_wait(comm.get(), r);
     if (result != GRADSYNC_OK) {
-      std::fprintf(stderr, "rank %d: loop ended: %s: %s\n", g_rank,
-                   gradsync_result_string(result), gradsync_last_error(comm.get()));
+      std::fprintf(stderr, "rank %d: loop ended: %s: %s\n", g_rank, gradsync_result_string(result),
+                   gradsync_last_error(comm.get()));
       return static_cast<int>(result);
     }
   }
@@ -239,7 +242,8 @@ int main(int argc, char** argv) {
     if (scenario == "random_order") return scenario_random_order(comm);
     if (scenario == "grouped") return scenario_grouped(comm);
     if (scenario == "mismatch") return scenario_mismatch(comm);
-    if (scenario == "loop") return scenario_loop(comm, args.size() > 1 ? std::stoul(args[1]) : 4096);
+    if (scenario == "loop")
+      return scenario_loop(comm, args.size() > 1 ? std::stoul(args[1]) : 4096);
     std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 64;
   } catch (const gradsync::Error& e) {

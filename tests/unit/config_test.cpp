@@ -65,13 +65,27 @@ void expect_error(const std::string& toml, const std::string& fragment) {
   }
 }
 
-TEST(Config, RejectsUnknownKeysByName) { expect_error("fusion_threshold = 5", "fusion_threshold"); }
-TEST(Config, RejectsWrongTypes) { expect_error("cycle_time_us = \"fast\"", "cycle_time_us"); }
-TEST(Config, RejectsOutOfRange) { expect_error("cycle_time_us = 0", "cycle_time_us"); }
-TEST(Config, RejectsNegativeSizes) { expect_error("fusion_threshold_bytes = -1", "fusion_threshold_bytes"); }
-TEST(Config, RejectsNonPowerOfTwoRings) { expect_error("ring_entries = 100", "power of two"); }
-TEST(Config, RejectsUnknownLogLevel) { expect_error("log_level = \"loud\"", "log_level"); }
-TEST(Config, ReportsSyntaxErrorsWithLine) { expect_error("\n\nsocket_path = ", "bad.toml:3"); }
+TEST(Config, RejectsUnknownKeysByName) {
+  expect_error("fusion_threshold = 5", "fusion_threshold");
+}
+TEST(Config, RejectsWrongTypes) {
+  expect_error("cycle_time_us = \"fast\"", "cycle_time_us");
+}
+TEST(Config, RejectsOutOfRange) {
+  expect_error("cycle_time_us = 0", "cycle_time_us");
+}
+TEST(Config, RejectsNegativeSizes) {
+  expect_error("fusion_threshold_bytes = -1", "fusion_threshold_bytes");
+}
+TEST(Config, RejectsNonPowerOfTwoRings) {
+  expect_error("ring_entries = 100", "power of two");
+}
+TEST(Config, RejectsUnknownLogLevel) {
+  expect_error("log_level = \"loud\"", "log_level");
+}
+TEST(Config, ReportsSyntaxErrorsWithLine) {
+  expect_error("\n\nsocket_path = ", "bad.toml:3");
+}
 TEST(Config, RejectsOverlongSocketPath) {
   expect_error("socket_path = \"/" + std::string(120, 'a') + "\"", "socket_path");
 }

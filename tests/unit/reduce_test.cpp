@@ -1,9 +1,9 @@
 // Every op x dtype of the host kernels against a double-precision reference, with odd counts,
 // block boundaries, element offsets that break vector alignment, in place and out of place.
-#include "ipc/protocol.h"
-#include "kernels/cpu/reduce_variants.h"
 #include "kernels/reduce.h"
+#include "ipc/protocol.h"
 #include "kernels/convert.h"
+#include "kernels/cpu/reduce_variants.h"
 #include "tools/common/reference.h"
 
 #include <gtest/gtest.h>
@@ -19,8 +19,8 @@ using reference::fill_input;
 using reference::load;
 using reference::matches;
 
-const gradsync_dtype kDtypes[] = {GRADSYNC_FLOAT32, GRADSYNC_FLOAT64, GRADSYNC_FLOAT16,
-                                  GRADSYNC_BFLOAT16, GRADSYNC_INT32,  GRADSYNC_INT64};
+const gradsync_dtype kDtypes[] = {GRADSYNC_FLOAT32,  GRADSYNC_FLOAT64, GRADSYNC_FLOAT16,
+                                  GRADSYNC_BFLOAT16, GRADSYNC_INT32,   GRADSYNC_INT64};
 const gradsync_op kOps[] = {GRADSYNC_SUM, GRADSYNC_AVG, GRADSYNC_MIN, GRADSYNC_MAX, GRADSYNC_PROD};
 
 using Params = std::tuple<gradsync_dtype, gradsync_op, int /*ranks*/, bool /*avx2*/>;
@@ -28,7 +28,7 @@ using Params = std::tuple<gradsync_dtype, gradsync_op, int /*ranks*/, bool /*avx
 class ReduceTest : public ::testing::TestWithParam<Params> {};
 
 void check_reduce(ReduceFn reduce, gradsync_dtype dtype, gradsync_op op, int ranks, size_t count,
-                  size_t element_offset, bool in_place) {
+                  size_t element_offset, bool in_place, bool streaming) {
   const size_t element = ipc::dtype_bytes(dtype);
   const size_t bytes = (count + element_offset + 16) * element;
   std::vector<std::vector<uint8_t>> inputs(ranks, std::vector<uint8_t>(bytes));
@@ -41,7 +41,8 @@ void check_reduce(ReduceFn reduce, gradsync_dtype dtype, gradsync_op op, int ran
     in_ptrs.push_back(in);
     out_ptrs.push_back(in_place ? in : outputs[r].data() + element_offset * element);
   }
-  reduce(dtype, op, in_ptrs.data(), in_ptrs.size(), out_ptrs.data(), out_ptrs.size(), count);
+  reduce(dtype, op, in_ptrs.data(), in_ptrs.size(), out_ptrs.data(), out_ptrs.size(), count,
+         streaming);
   for (int r = 0; r < ranks; ++r) {
     size_t wrong = 0;
     size_t first_wrong = count;
@@ -51,9 +52,10 @@ void check_reduce(ReduceFn reduce, gradsync_dtype dtype, gradsync_op op, int ran
       }
     }
     ASSERT_EQ(wrong, 0u) << "rank " << r << " count " << count << " offset " << element_offset
-                         << (in_place ? " in place" : "") << ": first wrong element "
-                         << first_wrong << " = " << load(out_ptrs[r], first_wrong, dtype)
-                         << ", expected " << expected_allreduce(ranks, first_wrong, dtype, op);
+                         << (in_place ? " in place" : "") << (streaming ? " streaming" : "")
+                         << ": first wrong element " << first_wrong << " = "
+                         << load(out_ptrs[r], first_wrong, dtype) << ", expected "
+                         << expected_allreduce(ranks, first_wrong, dtype, op);
     if (!in_place) {
       // Nothing written past the end of the output.
       const uint8_t* end = static_cast<uint8_t*>(out_ptrs[r]) + count * element;
@@ -68,8 +70,10 @@ TEST_P(ReduceTest, MatchesReference) {
   const ReduceFn reduce = use_avx2 ? &avx2::reduce_to_all : &generic::reduce_to_all;
   for (size_t count : {1u, 7u, 31u, 2047u, 2048u, 2049u, 10001u}) {
     for (size_t offset : {0u, 1u, 3u}) {
-      check_reduce(reduce, dtype, op, ranks, count, offset, false);
-      check_reduce(reduce, dtype, op, ranks, count, offset, true);
+      for (bool streaming : {false, true}) {
+        check_reduce(reduce, dtype, op, ranks, count, offset, false, streaming);
+        check_reduce(reduce, dtype, op, ranks, count, offset, true, streaming);
+      }
     }
   }
 }
@@ -79,7 +83,7 @@ TEST(Reduce, ZeroCountWritesNothing) {
   float out = 5.0f;
   const void* inputs[] = {&in};
   void* outputs[] = {&out};
-  reduce_to_all(GRADSYNC_FLOAT32, GRADSYNC_SUM, inputs, 1, outputs, 1, 0);
+  reduce_to_all(GRADSYNC_FLOAT32, GRADSYNC_SUM, inputs, 1, outputs, 1, 0, true);
   EXPECT_EQ(out, 5.0f);
 }
 
@@ -89,7 +93,7 @@ TEST(Reduce, IntegerSumWrapsInsteadOfOverflowing) {
   int32_t out = 0;
   const void* inputs[] = {&a, &b};
   void* outputs[] = {&out};
-  reduce_to_all(GRADSYNC_INT32, GRADSYNC_SUM, inputs, 2, outputs, 1, 1);
+  reduce_to_all(GRADSYNC_INT32, GRADSYNC_SUM, inputs, 2, outputs, 1, 1, false);
   EXPECT_EQ(out, INT32_MIN);
 }
 
@@ -102,8 +106,25 @@ TEST(Reduce, HalfAccumulatesInFloat) {
   uint16_t out = 0;
   const void* inputs[] = {&a, &b, &c};
   void* outputs[] = {&out};
-  reduce_to_all(GRADSYNC_FLOAT16, GRADSYNC_SUM, inputs, 3, outputs, 1, 1);
+  reduce_to_all(GRADSYNC_FLOAT16, GRADSYNC_SUM, inputs, 3, outputs, 1, 1, false);
   EXPECT_EQ(half_to_float(out), 2050.0f);
+}
+
+TEST(Copy, StreamingCopyHandlesEveryAlignmentAndLength) {
+  std::vector<uint8_t> src(4096), dst(4200);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 31 + 7);
+  for (CopyFn copy_fn : {&generic::copy, &avx2::copy}) {
+    if (copy_fn == &avx2::copy && !cpu_has_avx2()) continue;
+    for (size_t offset : {0u, 1u, 15u, 31u, 33u}) {
+      for (size_t bytes : {0u, 1u, 31u, 32u, 100u, 4000u}) {
+        std::fill(dst.begin(), dst.end(), 0);
+        copy_fn(dst.data() + offset, src.data() + 3, bytes, true);
+        for (size_t i = 0; i < bytes; ++i) ASSERT_EQ(dst[offset + i], src[3 + i]);
+        for (size_t i = offset + bytes; i < dst.size(); ++i) ASSERT_EQ(dst[i], 0) << "overrun";
+        for (size_t i = 0; i < offset; ++i) ASSERT_EQ(dst[i], 0) << "underrun";
+      }
+    }
+  }
 }
 
 TEST(Reduce, DispatchPicksAnInstructionSet) {

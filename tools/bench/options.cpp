@@ -8,9 +8,9 @@ namespace gradsync::bench {
 namespace {
 
 const std::map<std::string, gradsync_dtype> kDtypes = {
-    {"float", GRADSYNC_FLOAT32},   {"float32", GRADSYNC_FLOAT32}, {"double", GRADSYNC_FLOAT64},
-    {"float64", GRADSYNC_FLOAT64}, {"half", GRADSYNC_FLOAT16},    {"float16", GRADSYNC_FLOAT16},
-    {"bfloat16", GRADSYNC_BFLOAT16}, {"int32", GRADSYNC_INT32},   {"int", GRADSYNC_INT32},
+    {"float", GRADSYNC_FLOAT32},     {"float32", GRADSYNC_FLOAT32}, {"double", GRADSYNC_FLOAT64},
+    {"float64", GRADSYNC_FLOAT64},   {"half", GRADSYNC_FLOAT16},    {"float16", GRADSYNC_FLOAT16},
+    {"bfloat16", GRADSYNC_BFLOAT16}, {"int32", GRADSYNC_INT32},     {"int", GRADSYNC_INT32},
     {"int64", GRADSYNC_INT64}};
 const std::map<std::string, gradsync_op> kOps = {{"sum", GRADSYNC_SUM},
                                                  {"prod", GRADSYNC_PROD},
@@ -36,21 +36,31 @@ uint64_t parse_size(const std::string& text) {
   if (text.empty() || end == text.c_str()) throw std::invalid_argument("bad size '" + text + "'");
   const std::string suffix(end);
   uint64_t scale = 1;
-  if (suffix == "K" || suffix == "k") scale = 1ull << 10;
-  else if (suffix == "M" || suffix == "m") scale = 1ull << 20;
-  else if (suffix == "G" || suffix == "g") scale = 1ull << 30;
-  else if (!suffix.empty()) throw std::invalid_argument("bad size suffix in '" + text + "'");
+  if (suffix == "K" || suffix == "k")
+    scale = 1ull << 10;
+  else if (suffix == "M" || suffix == "m")
+    scale = 1ull << 20;
+  else if (suffix == "G" || suffix == "g")
+    scale = 1ull << 30;
+  else if (!suffix.empty())
+    throw std::invalid_argument("bad size suffix in '" + text + "'");
   return value * scale;
 }
 
 const char* dtype_flag_name(gradsync_dtype dtype) {
   switch (dtype) {
-    case GRADSYNC_FLOAT32: return "float";
-    case GRADSYNC_FLOAT64: return "double";
-    case GRADSYNC_FLOAT16: return "half";
-    case GRADSYNC_BFLOAT16: return "bfloat16";
-    case GRADSYNC_INT32: return "int32";
-    case GRADSYNC_INT64: return "int64";
+    case GRADSYNC_FLOAT32:
+      return "float";
+    case GRADSYNC_FLOAT64:
+      return "double";
+    case GRADSYNC_FLOAT16:
+      return "half";
+    case GRADSYNC_BFLOAT16:
+      return "bfloat16";
+    case GRADSYNC_INT32:
+      return "int32";
+    case GRADSYNC_INT64:
+      return "int64";
   }
   return "?";
 }
@@ -93,10 +103,14 @@ BenchOptions parse_options(int argc, char** argv) {
       o.daemon_path = value();
     } else if (flag == "-c" || flag == "--collective") {
       const std::string v = value();
-      if (v == "allreduce") o.collective = CollectiveKind::kAllreduce;
-      else if (v == "broadcast") o.collective = CollectiveKind::kBroadcast;
-      else if (v == "allgather") o.collective = CollectiveKind::kAllgather;
-      else throw std::invalid_argument(flag + ": unknown collective '" + v + "'");
+      if (v == "allreduce")
+        o.collective = CollectiveKind::kAllreduce;
+      else if (v == "broadcast")
+        o.collective = CollectiveKind::kBroadcast;
+      else if (v == "allgather")
+        o.collective = CollectiveKind::kAllgather;
+      else
+        throw std::invalid_argument(flag + ": unknown collective '" + v + "'");
       keep(v);
     } else if (flag == "-b" || flag == "--minbytes") {
       const std::string v = value();

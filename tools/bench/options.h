@@ -27,7 +27,7 @@ struct BenchOptions {
   int warmup = 5;
   bool check = false;
   std::string json_path;
-  std::string model;  // "resnet50": the gradient set of a training step instead of a sweep
+  std::string model;   // "resnet50": the gradient set of a training step instead of a sweep
   bool fused = false;  // model mode: one tensor of the model's total size
   int steps = 50;
   bool progress = true;
@@ -38,7 +38,7 @@ struct BenchOptions {
 BenchOptions parse_options(int argc, char** argv);
 std::string usage();
 
-uint64_t parse_size(const std::string& text);  // 8, 64K, 1M, 2G
+uint64_t parse_size(const std::string& text);       // 8, 64K, 1M, 2G
 const char* dtype_flag_name(gradsync_dtype dtype);  // nccl-tests names
 const char* op_flag_name(gradsync_op op);
 

@@ -29,6 +29,8 @@ double percentile(std::vector<double> values, double p) {
   return values[lower] * (1 - fraction) + values[upper] * fraction;
 }
 
-double median(std::vector<double> values) { return percentile(std::move(values), 0.5); }
+double median(std::vector<double> values) {
+  return percentile(std::move(values), 0.5);
+}
 
 }  // namespace gradsync::bench

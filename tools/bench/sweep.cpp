@@ -25,9 +25,12 @@ struct Row {
 
 const char* collective_name(CollectiveKind kind) {
   switch (kind) {
-    case CollectiveKind::kAllreduce: return "allreduce";
-    case CollectiveKind::kBroadcast: return "broadcast";
-    case CollectiveKind::kAllgather: return "allgather";
+    case CollectiveKind::kAllreduce:
+      return "allreduce";
+    case CollectiveKind::kBroadcast:
+      return "broadcast";
+    case CollectiveKind::kAllgather:
+      return "allgather";
   }
   return "?";
 }
@@ -36,9 +39,12 @@ const char* collective_name(CollectiveKind kind) {
 double bus_factor(CollectiveKind kind, int ranks) {
   const double n = ranks;
   switch (kind) {
-    case CollectiveKind::kAllreduce: return 2 * (n - 1) / n;
-    case CollectiveKind::kBroadcast: return 1;
-    case CollectiveKind::kAllgather: return (n - 1) / n;
+    case CollectiveKind::kAllreduce:
+      return 2 * (n - 1) / n;
+    case CollectiveKind::kBroadcast:
+      return 1;
+    case CollectiveKind::kAllgather:
+      return (n - 1) / n;
   }
   return 1;
 }
@@ -56,8 +62,8 @@ std::vector<uint64_t> sizes(const BenchOptions& o) {
 
 void write_json(const BenchOptions& o, int ranks, const std::vector<Row>& rows) {
   std::ofstream out(o.json_path);
-  out << "{\n  \"collective\": \"" << collective_name(o.collective) << "\",\n  \"ranks\": "
-      << ranks << ",\n  \"dtype\": \"" << dtype_flag_name(o.dtype) << "\",\n  \"op\": \""
+  out << "{\n  \"collective\": \"" << collective_name(o.collective) << "\",\n  \"ranks\": " << ranks
+      << ",\n  \"dtype\": \"" << dtype_flag_name(o.dtype) << "\",\n  \"op\": \""
       << op_flag_name(o.op) << "\",\n  \"iterations\": " << o.iterations
       << ",\n  \"warmup\": " << o.warmup << ",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -81,8 +87,8 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int rank
   SharedBuffer scratch = comm.allocate(sizeof(double) * (o.iterations + 1));
   if (rank == 0) {
     std::printf("# gradsync-bench: %s, %d local ranks, %s, %s, %d iterations (%d warm-up)\n",
-                collective_name(o.collective), ranks, dtype_flag_name(o.dtype),
-                op_flag_name(o.op), o.iterations, o.warmup);
+                collective_name(o.collective), ranks, dtype_flag_name(o.dtype), op_flag_name(o.op),
+                o.iterations, o.warmup);
     std::printf("# time: median over iterations of the slowest rank; busbw as nccl-tests\n");
     std::printf("# %10s %12s %8s %6s %6s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
                 "root", "time", "algbw", "busbw", "#wrong");
@@ -121,10 +127,10 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int rank
     }
     uint64_t wrong = 0;
     if (o.check) {
-      const auto kind = gather ? reference::Kind::kAllgather
-                               : (o.collective == CollectiveKind::kBroadcast
-                                      ? reference::Kind::kBroadcast
-                                      : reference::Kind::kAllreduce);
+      const auto kind =
+          gather ? reference::Kind::kAllgather
+                 : (o.collective == CollectiveKind::kBroadcast ? reference::Kind::kBroadcast
+                                                               : reference::Kind::kAllreduce);
       wrong = reference::count_wrong(kind, recv.data(), count, o.dtype, o.op, ranks, o.root, bytes);
     }
     max_across_ranks(comm, scratch, times);

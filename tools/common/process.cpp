@@ -91,7 +91,9 @@ std::optional<int> ChildProcess::wait_for(std::chrono::milliseconds timeout) {
   return 255;
 }
 
-int ChildProcess::wait() { return *wait_for(std::chrono::hours(24 * 365)); }
+int ChildProcess::wait() {
+  return *wait_for(std::chrono::hours(24 * 365));
+}
 
 std::string executable_dir() {
   return std::filesystem::read_symlink("/proc/self/exe").parent_path().string();
@@ -106,8 +108,8 @@ PrivateDaemon::PrivateDaemon(const std::string& gradsyncd_path,
   directory_ = pattern;
   ::chmod(directory_.c_str(), 0755);  // tests connect from other uids too
   socket_path_ = directory_ + "/gradsyncd.sock";
-  std::vector<std::string> argv = {gradsyncd_path, "--socket", socket_path_, "--metrics-listen",
-                                   "", "--log-level", "warn"};
+  std::vector<std::string> argv = {gradsyncd_path, "--socket", socket_path_, "--metrics-listen", "",
+                                   "--log-level",  "warn"};
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   process_ = ChildProcess(argv, {});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);

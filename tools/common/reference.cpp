@@ -25,10 +25,18 @@ double expected_allreduce(int ranks, size_t i, gradsync_dtype dtype, gradsync_op
     const double v = input_value(r, i, op, seed);
     switch (op) {
       case GRADSYNC_SUM:
-      case GRADSYNC_AVG: acc += v; break;
-      case GRADSYNC_PROD: acc *= v; break;
-      case GRADSYNC_MIN: acc = std::min(acc, v); break;
-      case GRADSYNC_MAX: acc = std::max(acc, v); break;
+      case GRADSYNC_AVG:
+        acc += v;
+        break;
+      case GRADSYNC_PROD:
+        acc *= v;
+        break;
+      case GRADSYNC_MIN:
+        acc = std::min(acc, v);
+        break;
+      case GRADSYNC_MAX:
+        acc = std::max(acc, v);
+        break;
     }
   }
   if (op == GRADSYNC_AVG) {
@@ -40,28 +48,41 @@ double expected_allreduce(int ranks, size_t i, gradsync_dtype dtype, gradsync_op
 
 void store(void* base, size_t i, gradsync_dtype dtype, double value) {
   switch (dtype) {
-    case GRADSYNC_FLOAT32: static_cast<float*>(base)[i] = static_cast<float>(value); break;
-    case GRADSYNC_FLOAT64: static_cast<double*>(base)[i] = value; break;
+    case GRADSYNC_FLOAT32:
+      static_cast<float*>(base)[i] = static_cast<float>(value);
+      break;
+    case GRADSYNC_FLOAT64:
+      static_cast<double*>(base)[i] = value;
+      break;
     case GRADSYNC_FLOAT16:
       static_cast<uint16_t*>(base)[i] = kernels::float_to_half(static_cast<float>(value));
       break;
     case GRADSYNC_BFLOAT16:
       static_cast<uint16_t*>(base)[i] = kernels::float_to_bfloat16(static_cast<float>(value));
       break;
-    case GRADSYNC_INT32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(value); break;
-    case GRADSYNC_INT64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(value); break;
+    case GRADSYNC_INT32:
+      static_cast<int32_t*>(base)[i] = static_cast<int32_t>(value);
+      break;
+    case GRADSYNC_INT64:
+      static_cast<int64_t*>(base)[i] = static_cast<int64_t>(value);
+      break;
   }
 }
 
 double load(const void* base, size_t i, gradsync_dtype dtype) {
   switch (dtype) {
-    case GRADSYNC_FLOAT32: return static_cast<const float*>(base)[i];
-    case GRADSYNC_FLOAT64: return static_cast<const double*>(base)[i];
-    case GRADSYNC_FLOAT16: return kernels::half_to_float(static_cast<const uint16_t*>(base)[i]);
+    case GRADSYNC_FLOAT32:
+      return static_cast<const float*>(base)[i];
+    case GRADSYNC_FLOAT64:
+      return static_cast<const double*>(base)[i];
+    case GRADSYNC_FLOAT16:
+      return kernels::half_to_float(static_cast<const uint16_t*>(base)[i]);
     case GRADSYNC_BFLOAT16:
       return kernels::bfloat16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case GRADSYNC_INT32: return static_cast<const int32_t*>(base)[i];
-    case GRADSYNC_INT64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case GRADSYNC_INT32:
+      return static_cast<const int32_t*>(base)[i];
+    case GRADSYNC_INT64:
+      return static_cast<double>(static_cast<const int64_t*>(base)[i]);
   }
   return NAN;
 }
@@ -74,12 +95,21 @@ void fill_input(void* base, size_t count, gradsync_dtype dtype, int rank, gradsy
 bool matches(double got, double expected, gradsync_dtype dtype) {
   double tolerance = 0;
   switch (dtype) {
-    case GRADSYNC_FLOAT32: tolerance = 1e-6; break;
-    case GRADSYNC_FLOAT64: tolerance = 1e-12; break;
-    case GRADSYNC_FLOAT16: tolerance = 1e-3; break;  // 10-bit mantissa
-    case GRADSYNC_BFLOAT16: tolerance = 8e-3; break;  // 7-bit mantissa
+    case GRADSYNC_FLOAT32:
+      tolerance = 1e-6;
+      break;
+    case GRADSYNC_FLOAT64:
+      tolerance = 1e-12;
+      break;
+    case GRADSYNC_FLOAT16:
+      tolerance = 1e-3;
+      break;  // 10-bit mantissa
+    case GRADSYNC_BFLOAT16:
+      tolerance = 8e-3;
+      break;  // 7-bit mantissa
     case GRADSYNC_INT32:
-    case GRADSYNC_INT64: return got == expected;
+    case GRADSYNC_INT64:
+      return got == expected;
   }
   return std::fabs(got - expected) <= tolerance * std::max(1.0, std::fabs(expected));
 }
@@ -90,8 +120,8 @@ size_t count_wrong(Kind kind, const void* result, size_t count, gradsync_dtype d
   switch (kind) {
     case Kind::kAllreduce:
       for (size_t i = 0; i < count; ++i) {
-        wrong += !matches(load(result, i, dtype), expected_allreduce(ranks, i, dtype, op, seed),
-                          dtype);
+        wrong +=
+            !matches(load(result, i, dtype), expected_allreduce(ranks, i, dtype, op, seed), dtype);
       }
       break;
     case Kind::kBroadcast:
