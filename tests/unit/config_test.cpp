@@ -46,6 +46,12 @@ max_buffers_per_client = 7
   EXPECT_EQ(c.max_buffers_per_client, 7u);
 }
 
+TEST(Config, ShippedConfigFileIsTheDefaults) {
+  // systemd/gradsyncd.toml documents the defaults: it must not drift from the code.
+  const DaemonConfig shipped = load_config_file(GRADSYNC_SOURCE_DIR "/systemd/gradsyncd.toml");
+  EXPECT_EQ(to_toml(shipped), to_toml(default_config()));
+}
+
 TEST(Config, RoundTripsThroughToml) {
   DaemonConfig c = default_config();
   c.cycle_time_us = 42;
