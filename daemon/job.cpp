@@ -90,7 +90,8 @@ void Job::on_all_submitted(std::vector<Submission> ranks) {
   const Submission& lead = ranks.front();
   if (!lead.grouped) {
     if (status != GRADSYNC_OK) return fail_collective(ranks, status, message);
-    ready_.push_back(ReadyUnit{{ReadyCollective{std::move(ranks)}}});
+    // emplace, not an initializer list: that would copy every submission.
+    ready_.emplace_back().collectives.push_back(ReadyCollective{std::move(ranks)});
     return;
   }
   // A group runs whole or fails whole: one bad member fails the members seen so far and every
