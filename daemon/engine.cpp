@@ -47,6 +47,7 @@ void Engine::post(EngineCommand command) {
   {
     std::lock_guard lock(commands_mutex_);
     commands_.push_back(std::move(command));
+    commands_posted_.store(true, std::memory_order_release);
   }
   ipc::eventfd_signal(wake_.get());
 }
@@ -74,9 +75,11 @@ void Engine::run() {
 }
 
 bool Engine::drain_commands() {
+  if (!commands_posted_.load(std::memory_order_acquire)) return false;
   std::vector<EngineCommand> commands;
   {
     std::lock_guard lock(commands_mutex_);
+    commands_posted_.store(false, std::memory_order_relaxed);
     if (commands_.empty()) return false;
     commands.swap(commands_);
   }

@@ -11,6 +11,7 @@
 
 #include <spdlog/logger.h>
 
+#include <atomic>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -79,6 +80,8 @@ class Engine {
 
   std::mutex commands_mutex_;
   std::vector<EngineCommand> commands_;  // guarded by commands_mutex_
+  // Set with each post: lets the polling loop skip the mutex when there is nothing to take.
+  std::atomic<bool> commands_posted_{false};
 
   std::unordered_map<uint64_t, std::unique_ptr<Session>> sessions_;
   std::vector<Session*> polled_;  // sessions_ in a flat list for the polling loop

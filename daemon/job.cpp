@@ -64,7 +64,13 @@ void Job::submit(Submission submission) {
   }
   // A rank may already have submitted the same name for the next step.
   tensor.ranks_waiting = tensor.per_rank.size() - still_queued;
-  if (still_queued == 0) pending_.erase(it);
+  // The entry stays for the next step (names repeat every step: no allocation per step), until
+  // too many idle ones pile up (unnamed collectives get a fresh name each time).
+  if (pending_.size() > kMaxIdleTensors) {
+    std::erase_if(pending_, [](const auto& entry) {
+      return entry.second.ranks_waiting == entry.second.per_rank.size();
+    });
+  }
   on_all_submitted(std::move(ranks));
 }
 

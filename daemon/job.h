@@ -51,6 +51,9 @@ class Job {
   std::deque<ReadyUnit>& ready() { return ready_; }
 
  private:
+  // Negotiation entries kept between steps before idle ones are swept.
+  static constexpr size_t kMaxIdleTensors = 1 << 16;
+
   struct PendingTensor {
     std::vector<std::deque<Submission>> per_rank;
     size_t ranks_waiting;  // ranks with an empty queue

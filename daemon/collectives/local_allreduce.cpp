@@ -11,10 +11,10 @@ LocalWork local_allreduce(const ReadyCollective& collective) {
   const Submission& lead = collective.first();
   const size_t element = ipc::dtype_bytes(lead.dtype);
   const bool streaming = lead.send_bytes() >= kernels::kStreamingMinBytes;
-  return LocalWork{lead.count, element,
-                   [&collective, element, streaming](uint64_t begin, uint64_t end) {
+  return LocalWork{lead.count, element, [&collective, streaming](uint64_t begin, uint64_t end) {
                      const auto& ranks = collective.ranks;
                      const Submission& lead = ranks.front();
+                     const size_t element = ipc::dtype_bytes(lead.dtype);
                      std::array<const void*, ipc::kMaxLocalRanks> inputs{};
                      std::array<void*, ipc::kMaxLocalRanks> outputs{};
                      for (size_t r = 0; r < ranks.size(); ++r) {

@@ -9,9 +9,9 @@ LocalWork local_broadcast(const ReadyCollective& collective) {
   const Submission& lead = collective.first();
   const size_t element = ipc::dtype_bytes(lead.dtype);
   const bool streaming = lead.send_bytes() >= kernels::kStreamingMinBytes;
-  return LocalWork{lead.count, element,
-                   [&collective, element, streaming](uint64_t begin, uint64_t end) {
+  return LocalWork{lead.count, element, [&collective, streaming](uint64_t begin, uint64_t end) {
                      const auto& ranks = collective.ranks;
+                     const size_t element = ipc::dtype_bytes(ranks.front().dtype);
                      const uint8_t* source =
                          ranks[static_cast<size_t>(ranks.front().root)].send + begin * element;
                      const size_t bytes = (end - begin) * element;

@@ -10,6 +10,7 @@
 
 namespace gradsync::daemon {
 
+// `run` captures at most two words, so std::function keeps it inline (no allocation).
 struct LocalWork {
   uint64_t elements = 0;
   size_t element_bytes = 1;
