@@ -56,9 +56,7 @@ int run_daemon(const gradsync::daemon::DaemonConfig& config) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int parse_and_run(int argc, char** argv) {
   using gradsync::daemon::DaemonConfig;
   CLI::App app{"gradsyncd: gradient communication daemon"};
   std::string config_path;
@@ -90,6 +88,17 @@ int main(int argc, char** argv) {
     return run_daemon(config);
   } catch (const std::exception& e) {
     std::cerr << "gradsyncd: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return parse_and_run(argc, argv);
+  } catch (...) {
+    std::cerr << "gradsyncd: unexpected failure\n";
     return 1;
   }
 }

@@ -18,13 +18,13 @@ DecodedMessage::DecodedMessage(std::span<const uint8_t> payload) {
     throw ProtocolError("control message of " + std::to_string(payload.size()) +
                         " bytes is not a whole number of 8-byte words");
   }
-  words_.resize(payload.size() / sizeof(capnp::word));
-  std::memcpy(words_.data(), payload.data(), payload.size());
+  words_ = kj::heapArray<capnp::word>(payload.size() / sizeof(capnp::word));
+  std::memcpy(words_.begin(), payload.data(), payload.size());
   capnp::ReaderOptions options;
   options.traversalLimitInWords = kTraversalLimitWords;
   options.nestingLimit = 16;
   reader_ = std::make_unique<capnp::FlatArrayMessageReader>(
-      kj::ArrayPtr<const capnp::word>(words_.data(), words_.size()), options);
+      kj::ArrayPtr<const capnp::word>(words_.begin(), words_.size()), options);
 }
 
 }  // namespace gradsync::ipc

@@ -27,7 +27,7 @@ class DecodedMessage {
   }
 
  private:
-  std::vector<capnp::word> words_;
+  kj::Array<capnp::word> words_;
   std::unique_ptr<capnp::FlatArrayMessageReader> reader_;
 };
 

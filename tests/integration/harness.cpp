@@ -68,6 +68,7 @@ std::vector<tools::ChildProcess> DaemonTest::spawn_ranks(const std::string& job,
                                                          const std::vector<std::string>& args,
                                                          const std::vector<std::string>& prefix) {
   std::vector<tools::ChildProcess> children;
+  children.reserve(static_cast<size_t>(ranks));
   for (int r = 0; r < ranks; ++r) children.push_back(spawn_rank(job, r, ranks, args, prefix));
   return children;
 }
@@ -136,7 +137,7 @@ bool RawClient::closed_by_daemon(int timeout_ms) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (std::chrono::steady_clock::now() < deadline) {
     if (::poll(&pfd, 1, 50) > 0) {
-      char byte;
+      char byte = 0;
       const ssize_t n = ::recv(socket_.get(), &byte, 1, MSG_DONTWAIT);
       if (n == 0 || (n < 0 && errno != EAGAIN)) return true;
     }

@@ -8,6 +8,9 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
+#include <limits>
 #include <tuple>
 #include <vector>
 
@@ -125,6 +128,44 @@ TEST(Copy, StreamingCopyHandlesEveryAlignmentAndLength) {
       }
     }
   }
+}
+
+TEST(Convert, PortableHalfMatchesTheCompilerForEveryHalf) {
+  for (uint32_t bits = 0; bits < 65536; ++bits) {
+    const auto h = static_cast<uint16_t>(bits);
+    const float expected = half_to_float(h);
+    const float got = half_to_float_portable(h);
+    if (std::isnan(expected)) {
+      ASSERT_TRUE(std::isnan(got)) << bits;
+    } else {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(expected)) << bits;
+    }
+  }
+}
+
+TEST(Convert, PortableFloatToHalfRoundsLikeTheCompiler) {
+  std::vector<float> values = {
+      0.0f,     -0.0f,   1.0f,     65504.0f, 65519.0f,
+      65520.0f, 1e9f,    -1e9f,    5.96e-8f, 2.98e-8f,
+      2.99e-8f, 6.1e-5f, 6.09e-5f, 1e-10f,   std::numeric_limits<float>::infinity()};
+  uint32_t state = 12345;
+  for (int i = 0; i < 200000; ++i) {
+    state = state * 1664525u + 1013904223u;
+    const float v = std::bit_cast<float>(state);
+    if (!std::isnan(v)) values.push_back(v);
+  }
+  for (uint32_t bits = 0; bits < 65536; ++bits) {  // every half and the midpoints next to it
+    const float h = half_to_float(static_cast<uint16_t>(bits));
+    if (std::isnan(h)) continue;
+    const uint32_t u = std::bit_cast<uint32_t>(h);
+    values.push_back(h);
+    values.push_back(std::bit_cast<float>(u + 0x1000u));
+    values.push_back(std::bit_cast<float>(u + 0xfffu));
+  }
+  for (float v : values) {
+    ASSERT_EQ(float_to_half_portable(v), float_to_half(v)) << v;
+  }
+  EXPECT_TRUE(std::isnan(half_to_float(float_to_half_portable(std::nanf("")))));
 }
 
 TEST(Reduce, DispatchPicksAnInstructionSet) {

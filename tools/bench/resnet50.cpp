@@ -34,7 +34,7 @@ std::vector<ParameterTensor> resnet50_parameters() {
       in = width * kExpansion;
     }
   }
-  params.push_back({"fc.weight", 1000 * 2048});
+  params.push_back({"fc.weight", size_t{1000} * 2048});
   params.push_back({"fc.bias", 1000});
   return params;
 }

@@ -27,12 +27,15 @@ ChildProcess::ChildProcess(const std::vector<std::string>& argv,
   }
   for (const auto& [key, value] : env) merged[key] = value;
   std::vector<std::string> env_strings;
+  env_strings.reserve(merged.size());
   for (const auto& [key, value] : merged) env_strings.push_back(key + "=" + value);
   std::vector<char*> env_ptrs;
+  env_ptrs.reserve(env_strings.size() + 1);
   for (auto& s : env_strings) env_ptrs.push_back(s.data());
   env_ptrs.push_back(nullptr);
   std::vector<std::string> args = argv;
   std::vector<char*> arg_ptrs;
+  arg_ptrs.reserve(args.size() + 1);
   for (auto& s : args) arg_ptrs.push_back(s.data());
   arg_ptrs.push_back(nullptr);
   // The child starts with no blocked signals, whatever its parent blocks.
