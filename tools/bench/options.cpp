@@ -1,17 +1,21 @@
 #include "tools/bench/options.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <stdexcept>
+#include <utility>
+#include <vector>
 
 namespace gradsync::bench {
 namespace {
 
-const std::map<std::string, gradsync_dtype> kDtypes = {
-    {"float", GRADSYNC_FLOAT32},     {"float32", GRADSYNC_FLOAT32}, {"double", GRADSYNC_FLOAT64},
-    {"float64", GRADSYNC_FLOAT64},   {"half", GRADSYNC_FLOAT16},    {"float16", GRADSYNC_FLOAT16},
-    {"bfloat16", GRADSYNC_BFLOAT16}, {"int32", GRADSYNC_INT32},     {"int", GRADSYNC_INT32},
-    {"int64", GRADSYNC_INT64}};
+// The nccl-tests name of each dtype comes first; the others are accepted too.
+const std::vector<std::pair<std::string, gradsync_dtype>> kDtypes = {
+    {"float", GRADSYNC_FLOAT32},     {"double", GRADSYNC_FLOAT64},  {"half", GRADSYNC_FLOAT16},
+    {"bfloat16", GRADSYNC_BFLOAT16}, {"int32", GRADSYNC_INT32},     {"int64", GRADSYNC_INT64},
+    {"float32", GRADSYNC_FLOAT32},   {"float64", GRADSYNC_FLOAT64}, {"float16", GRADSYNC_FLOAT16},
+    {"int", GRADSYNC_INT32}};
 const std::map<std::string, gradsync_op> kOps = {{"sum", GRADSYNC_SUM},
                                                  {"prod", GRADSYNC_PROD},
                                                  {"min", GRADSYNC_MIN},
@@ -48,19 +52,8 @@ uint64_t parse_size(const std::string& text) {
 }
 
 const char* dtype_flag_name(gradsync_dtype dtype) {
-  switch (dtype) {
-    case GRADSYNC_FLOAT32:
-      return "float";
-    case GRADSYNC_FLOAT64:
-      return "double";
-    case GRADSYNC_FLOAT16:
-      return "half";
-    case GRADSYNC_BFLOAT16:
-      return "bfloat16";
-    case GRADSYNC_INT32:
-      return "int32";
-    case GRADSYNC_INT64:
-      return "int64";
+  for (const auto& [name, value] : kDtypes) {
+    if (value == dtype) return name.c_str();
   }
   return "?";
 }
@@ -130,7 +123,8 @@ BenchOptions parse_options(int argc, char** argv) {
       keep(v);
     } else if (flag == "-d" || flag == "--datatype") {
       const std::string v = value();
-      const auto it = kDtypes.find(v);
+      const auto it = std::find_if(kDtypes.begin(), kDtypes.end(),
+                                   [&v](const auto& entry) { return entry.first == v; });
       if (it == kDtypes.end()) throw std::invalid_argument(flag + ": unknown dtype '" + v + "'");
       o.dtype = it->second;
       keep(v);
