@@ -59,6 +59,7 @@ void Engine::run() {
     bool progressed = drain_commands();
     for (Session* session : polled_) progressed |= poll_submissions(*session);
     progressed |= run_ready_batches();
+    progressed |= check_formation();
     if (progressed) {
       last_work = Clock::now();
       continue;
@@ -91,7 +92,11 @@ void Engine::handle(AttachSession& command) {
   Session& session = *command.session;
   const ClientIdentity& who = session.identity();
   auto& job = jobs_[who.job];
-  if (!job) job = std::make_unique<Job>(who.job, who.local_world_size);
+  if (!job) {
+    job = std::make_unique<Job>(
+        who.job, who.local_world_size,
+        Clock::now() + std::chrono::seconds(config_.job_formation_timeout_seconds));
+  }
   job->attach(session);
   struct epoll_event event {};
   event.events = EPOLLIN;
@@ -191,6 +196,29 @@ bool Engine::run_ready_batches() {
   return any;
 }
 
+bool Engine::check_formation() {
+  // Cheap in the common case: every job formed long ago.
+  bool failed = false;
+  const auto now = Clock::now();
+  for (auto& [name, job] : jobs_) {
+    if (!job->formed() && job->check_formation(now)) {
+      log_->warn("{}", *job->failure());
+      failed = true;
+    }
+  }
+  return failed;
+}
+
+int Engine::sleep_timeout_ms() const {
+  auto deadline = Clock::time_point::max();
+  for (const auto& [name, job] : jobs_) {
+    if (!job->formed() && !job->failure()) deadline = std::min(deadline, job->formation_deadline());
+  }
+  if (deadline == Clock::time_point::max()) return -1;
+  const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
+  return static_cast<int>(std::max<int64_t>(0, left.count()));
+}
+
 void Engine::set_sleeping(uint32_t value) {
   for (Session* session : polled_) {
     session->header().daemon_sleeping.store(value, std::memory_order_seq_cst);
@@ -210,7 +238,8 @@ void Engine::sleep_until_work() {
   set_sleeping(1);
   if (!any_submission_waiting()) {
     std::array<struct epoll_event, 64> events{};
-    const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), -1);
+    const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()),
+                               sleep_timeout_ms());
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = events[static_cast<size_t>(i)].data.u64;
       if (tag == kWakeTag) {

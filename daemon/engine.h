@@ -67,6 +67,8 @@ class Engine {
 
   bool poll_submissions(Session& session);
   bool run_ready_batches();
+  bool check_formation();
+  int sleep_timeout_ms() const;  // until the next formation deadline; -1: none
   void sleep_until_work();
   bool any_submission_waiting();
   void set_sleeping(uint32_t value);

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace gradsync::daemon {
 
 uint64_t ReadyUnit::bytes() const {
@@ -10,14 +12,29 @@ uint64_t ReadyUnit::bytes() const {
   return total;
 }
 
-Job::Job(std::string name, int32_t local_world_size)
+Job::Job(std::string name, int32_t local_world_size, Clock::time_point formation_deadline)
     : name_(std::move(name)),
       local_world_size_(local_world_size),
-      sessions_(static_cast<size_t>(local_world_size), nullptr) {}
+      sessions_(static_cast<size_t>(local_world_size), nullptr),
+      formation_deadline_(formation_deadline) {}
 
 void Job::attach(Session& session) {
   sessions_.at(static_cast<size_t>(session.identity().local_rank)) = &session;
   session.job = this;
+  formed_ = formed_ || std::none_of(sessions_.begin(), sessions_.end(),
+                                    [](const Session* s) { return s == nullptr; });
+}
+
+bool Job::check_formation(Clock::time_point now) {
+  if (formed_ || failure_ || now < formation_deadline_) return false;
+  std::string missing;
+  for (size_t r = 0; r < sessions_.size(); ++r) {
+    if (sessions_[r] == nullptr) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  }
+  fail(GRADSYNC_ERR_TIMEOUT,
+       fmt::format("job '{}' did not form: local ranks {} of {} never connected", name_, missing,
+                   local_world_size_));
+  return true;
 }
 
 void Job::detach(Session& session, const std::string& reason) {

@@ -4,6 +4,7 @@
 
 #include "daemon/submission.h"
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -30,7 +31,9 @@ struct ReadyUnit {
 
 class Job {
  public:
-  Job(std::string name, int32_t local_world_size);
+  using Clock = std::chrono::steady_clock;
+
+  Job(std::string name, int32_t local_world_size, Clock::time_point formation_deadline);
 
   const std::string& name() const { return name_; }
   int32_t local_world_size() const { return local_world_size_; }
@@ -40,6 +43,11 @@ class Job {
   // Detaches and fails the job: the others' collectives cannot complete without this rank.
   void detach(Session& session, const std::string& reason);
   bool empty() const;
+  // Every local rank has connected at some point.
+  bool formed() const { return formed_; }
+  Clock::time_point formation_deadline() const { return formation_deadline_; }
+  // Fails the job if it has not formed by its deadline; true if it did so now.
+  bool check_formation(Clock::time_point now);
 
   // Takes one rank's submission. Completes it at once with an error if the job has failed.
   void submit(Submission submission);
@@ -66,6 +74,8 @@ class Job {
   std::string name_;
   int32_t local_world_size_;
   std::vector<Session*> sessions_;  // by local rank
+  bool formed_ = false;
+  Clock::time_point formation_deadline_;
   std::optional<std::string> failure_;
   gradsync_result failure_status_ = GRADSYNC_OK;
   std::unordered_map<std::string, PendingTensor> pending_;

@@ -52,6 +52,31 @@ TEST_F(FaultsTest, ClientsComingAndGoingLeaveNothingBehind) {
   expect_resources_return_to(baseline);
 }
 
+TEST_F(FaultsTest, SecondDaemonOnTheSameSocketRefusesToStart) {
+  tools::ChildProcess second(
+      {build_dir() + "/gradsyncd", "--socket", socket(), "--metrics-listen", ""}, {});
+  const auto status = second.wait_for(std::chrono::seconds(10));
+  ASSERT_TRUE(status);
+  EXPECT_NE(*status, 0);
+  // The first daemon still serves.
+  auto ranks = spawn_ranks("still-serving", 2, {"grouped"});
+  expect_all_succeed(ranks);
+}
+
+class FormationTest : public DaemonTest {};
+
+TEST_F(FormationTest, RankThatNeverConnectsFailsTheJobNamingIt) {
+  start_daemon("job_formation_timeout_seconds = 1");
+  // Ranks 0 and 2 of 3 start; rank 1 never does.
+  auto rank0 = spawn_rank("incomplete", 0, 3, {"loop", "4096"});
+  auto rank2 = spawn_rank("incomplete", 2, 3, {"loop", "4096"});
+  for (auto* rank : {&rank0, &rank2}) {
+    const auto status = rank->wait_for(std::chrono::seconds(10));
+    ASSERT_TRUE(status) << "a rank waited forever for a peer that never came";
+    EXPECT_EQ(*status, GRADSYNC_ERR_TIMEOUT);
+  }
+}
+
 class ShutdownTest : public DaemonTest {
  protected:
   void SetUp() override { start_daemon(); }

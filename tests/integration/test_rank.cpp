@@ -199,8 +199,8 @@ int scenario_loop(Communicator& comm, size_t bytes) {
                                                 bytes / 4, GRADSYNC_FLOAT32, GRADSYNC_SUM, &r);
     if (result == GRADSYNC_OK) result = gradsync_wait(comm.get(), r);
     if (result != GRADSYNC_OK) {
-      std::fprintf(stderr, "rank %d: loop ended: %s: %s\n", g_rank, gradsync_result_string(result),
-                   gradsync_last_error(comm.get()));
+      std::printf("rank %d: loop ended: %s: %s\n", g_rank, gradsync_result_string(result),
+                  gradsync_last_error(comm.get()));
       return static_cast<int>(result);
     }
   }

@@ -27,6 +27,7 @@ ring_entries = 64
 engine_spin_us = 5
 reduce_threads = 3
 parallel_reduce_min_bytes = 65536
+job_formation_timeout_seconds = 9
 max_clients = 10
 max_buffers_per_client = 7
 )",
@@ -42,6 +43,7 @@ max_buffers_per_client = 7
   EXPECT_EQ(c.engine_spin_us, 5u);
   EXPECT_EQ(c.reduce_threads, 3u);
   EXPECT_EQ(c.parallel_reduce_min_bytes, 65536u);
+  EXPECT_EQ(c.job_formation_timeout_seconds, 9u);
   EXPECT_EQ(c.max_clients, 10u);
   EXPECT_EQ(c.max_buffers_per_client, 7u);
 }
