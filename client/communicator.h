@@ -10,6 +10,7 @@
 
 #include <gradsync/gradsync.h>
 
+#include <chrono>
 #include <map>
 #include <memory>
 #include <stdexcept>
@@ -105,6 +106,7 @@ class Communicator {
   uint64_t next_group_ = 1;
   std::vector<ipc::SubmissionEntry> group_;
   bool daemon_gone_ = false;
+  std::chrono::steady_clock::time_point last_liveness_check_{};
   std::string daemon_gone_reason_;
   SharedHeap heap_;  // last: buffers outlive nothing that points into them
 };

@@ -82,8 +82,11 @@ class ShutdownTest : public DaemonTest {
   void SetUp() override { start_daemon(); }
 };
 
-TEST_F(ShutdownTest, SigtermMidStepFailsRanksAndCleansUp) {
-  auto ranks = spawn_ranks("shutdown", 2, {"loop", std::to_string(4 << 20)});
+class ShutdownWhileWaitingTest : public ShutdownTest,
+                                 public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ShutdownWhileWaitingTest, SigtermMidStepFailsRanksAndCleansUp) {
+  auto ranks = spawn_ranks("shutdown", 2, {GetParam(), std::to_string(4 << 20)});
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const std::string socket_path = socket();
   const auto start = Clock::now();
@@ -96,6 +99,23 @@ TEST_F(ShutdownTest, SigtermMidStepFailsRanksAndCleansUp) {
     EXPECT_EQ(*status, GRADSYNC_ERR_DAEMON_GONE) << "rank " << r;
   }
 }
+
+TEST_P(ShutdownWhileWaitingTest, KilledDaemonIsAnErrorWithinABound) {
+  // No completion comes from a daemon killed with SIGKILL: the ranks must notice the closed
+  // connection themselves.
+  auto ranks = spawn_ranks("killed", 2, {GetParam(), std::to_string(4 << 20)});
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  kill_daemon();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const auto status = ranks[r].wait_for(std::chrono::seconds(5));
+    ASSERT_TRUE(status) << "rank " << r << " hung after the daemon was killed";
+    EXPECT_EQ(*status, GRADSYNC_ERR_DAEMON_GONE) << "rank " << r;
+  }
+}
+
+// Ranks blocked in gradsync_wait, and ranks polling with gradsync_test.
+INSTANTIATE_TEST_SUITE_P(WaitStyles, ShutdownWhileWaitingTest,
+                         ::testing::Values("loop", "loop_polling"));
 
 }  // namespace
 }  // namespace gradsync::testing

@@ -1,6 +1,7 @@
 #include "tests/integration/harness.h"
 
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -29,7 +30,13 @@ DaemonResources resources_of(pid_t pid) {
 
 void DaemonTest::SetUp() {}
 
+void DaemonTest::kill_daemon() {
+  daemon_killed_ = true;
+  daemon_->process().signal(SIGKILL);
+}
+
 void DaemonTest::TearDown() {
+  if (daemon_ && daemon_killed_) daemon_.reset();
   if (daemon_) {
     EXPECT_EQ(daemon_->stop(), 0) << "gradsyncd did not exit cleanly on SIGTERM";
     const std::string socket = daemon_->socket_path();

@@ -36,6 +36,8 @@ class DaemonTest : public ::testing::Test {
   std::string build_dir() const { return tools::executable_dir(); }
   const std::string& socket() const { return daemon_->socket_path(); }
   tools::PrivateDaemon& daemon() { return *daemon_; }
+  // SIGKILL: the daemon gets no chance to clean up, and the teardown checks expect none.
+  void kill_daemon();
 
   // Spawns `ranks` local ranks of `job` running gradsync-test-rank with `args`.
   std::vector<tools::ChildProcess> spawn_ranks(const std::string& job, int ranks,
@@ -56,6 +58,7 @@ class DaemonTest : public ::testing::Test {
  private:
   std::string config_path_;
   std::unique_ptr<tools::PrivateDaemon> daemon_;
+  bool daemon_killed_ = false;
 };
 
 // Speaks the control protocol and the rings directly.

@@ -189,7 +189,8 @@ int scenario_mismatch(Communicator& comm) {
 }
 
 // Allreduce in a loop until something fails; the exit status is the failure's result code.
-int scenario_loop(Communicator& comm, size_t bytes) {
+// `polling` waits with gradsync_test instead of gradsync_wait.
+int scenario_loop(Communicator& comm, size_t bytes, bool polling) {
   SharedBuffer buf = comm.allocate(bytes);
   std::printf("ready\n");
   std::fflush(stdout);
@@ -197,7 +198,13 @@ int scenario_loop(Communicator& comm, size_t bytes) {
     gradsync_request r = 0;
     gradsync_result result = gradsync_allreduce(comm.get(), "loop", buf.data(), buf.data(),
                                                 bytes / 4, GRADSYNC_FLOAT32, GRADSYNC_SUM, &r);
-    if (result == GRADSYNC_OK) result = gradsync_wait(comm.get(), r);
+    if (result == GRADSYNC_OK && polling) {
+      do {
+        result = gradsync_test(comm.get(), r);
+      } while (result == GRADSYNC_IN_PROGRESS);
+    } else if (result == GRADSYNC_OK) {
+      result = gradsync_wait(comm.get(), r);
+    }
     if (result != GRADSYNC_OK) {
       std::printf("rank %d: loop ended: %s: %s\n", g_rank, gradsync_result_string(result),
                   gradsync_last_error(comm.get()));
@@ -242,8 +249,10 @@ int main(int argc, char** argv) {
     if (scenario == "random_order") return scenario_random_order(comm);
     if (scenario == "grouped") return scenario_grouped(comm);
     if (scenario == "mismatch") return scenario_mismatch(comm);
-    if (scenario == "loop")
-      return scenario_loop(comm, args.size() > 1 ? std::stoul(args[1]) : 4096);
+    if (scenario == "loop" || scenario == "loop_polling") {
+      return scenario_loop(comm, args.size() > 1 ? std::stoul(args[1]) : 4096,
+                           scenario == "loop_polling");
+    }
     std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 64;
   } catch (const gradsync::Error& e) {
