@@ -1,0 +1,76 @@
+"""gradsync: gradient communication through the node's gradsyncd.
+
+    import gradsync
+    gradsync.init()                      # identity from torchrun's environment
+    gradsync.allreduce(tensor, name="w", op="avg")
+    h = gradsync.allreduce(tensor, async_op=True); h.wait()
+
+The module-level functions use one default Communicator made by init(); create Communicator
+objects directly to hold several. PyTorch DDP: see gradsync.torch.
+"""
+from ._core import (Communicator, DaemonGoneError, GradsyncError, Handle, InvalidArgumentError,
+                    MismatchError, PeerFailedError, SharedBuffer)
+
+__all__ = ["Communicator", "DaemonGoneError", "GradsyncError", "Handle", "InvalidArgumentError",
+           "MismatchError", "PeerFailedError", "SharedBuffer", "init", "shutdown",
+           "communicator", "rank", "size", "local_rank", "local_size", "allreduce", "broadcast",
+           "allgather", "barrier", "empty"]
+
+_default = None
+
+
+def init(**options):
+    """Connects the default communicator (keyword arguments as for Communicator)."""
+    global _default
+    if _default is None:
+        _default = Communicator(**options)
+    return _default
+
+
+def shutdown():
+    global _default
+    if _default is not None:
+        _default.close()
+        _default = None
+
+
+def communicator():
+    if _default is None:
+        raise GradsyncError(2, "gradsync.init() has not been called")
+    return _default
+
+
+def rank():
+    return communicator().rank
+
+
+def size():
+    return communicator().size
+
+
+def local_rank():
+    return communicator().local_rank
+
+
+def local_size():
+    return communicator().local_size
+
+
+def allreduce(tensor, name=None, op="sum", out=None, async_op=False):
+    return communicator().allreduce(tensor, name=name, op=op, out=out, async_op=async_op)
+
+
+def broadcast(tensor, root=0, name=None, async_op=False):
+    return communicator().broadcast(tensor, root=root, name=name, async_op=async_op)
+
+
+def allgather(tensor, name=None, async_op=False):
+    return communicator().allgather(tensor, name=name, async_op=async_op)
+
+
+def barrier():
+    communicator().barrier()
+
+
+def empty(shape, dtype=None):
+    return communicator().empty(shape, dtype)

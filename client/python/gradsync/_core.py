@@ -1,0 +1,344 @@
+"""The Python client: a Communicator over libgradsync, asynchronous handles, errors.
+
+Data the daemon reads and writes must live in gradsync's shared memory. Tensors made with
+`Communicator.empty` live there already (zero copy). Any other tensor or array is copied into a
+registered staging buffer, reduced there, and copied back; staging buffers are pooled by size,
+so a training loop with stable shapes (DDP buckets) registers them once, not every step.
+"""
+import contextlib
+import ctypes
+import threading
+
+from . import _library
+
+# gradsync_result, gradsync_dtype and gradsync_op values (include/gradsync/gradsync.h; a test
+# checks that they match).
+OK, IN_PROGRESS = 0, 1
+ERR_INVALID_ARGUMENT, ERR_CONNECT, ERR_PROTOCOL, ERR_PERMISSION = 2, 3, 4, 5
+ERR_MISMATCH, ERR_PEER_FAILED, ERR_DAEMON_GONE, ERR_OUT_OF_MEMORY = 6, 7, 8, 9
+ERR_INTERNAL, ERR_TIMEOUT = 10, 11
+FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64 = 0, 1, 2, 3, 4, 5
+OPS = {"sum": 0, "avg": 1, "average": 1, "mean": 1, "min": 2, "max": 3, "prod": 4, "product": 4}
+
+_ELEMENT_BYTES = {FLOAT32: 4, FLOAT64: 8, FLOAT16: 2, BFLOAT16: 2, INT32: 4, INT64: 8}
+_DTYPE_BY_NAME = {
+    "float32": FLOAT32, "float": FLOAT32, "float64": FLOAT64, "double": FLOAT64,
+    "float16": FLOAT16, "half": FLOAT16, "bfloat16": BFLOAT16, "int32": INT32, "int64": INT64,
+}
+_PAGE = 4096
+
+
+class GradsyncError(RuntimeError):
+    """A failed gradsync call: `code` is the gradsync_result, the message the daemon's."""
+
+    def __init__(self, code, message):
+        super().__init__(message)
+        self.code = code
+
+
+class InvalidArgumentError(GradsyncError, ValueError):
+    pass
+
+
+class MismatchError(GradsyncError):
+    """Ranks disagree on a tensor's count, dtype, op or root."""
+
+
+class PeerFailedError(GradsyncError):
+    """Another rank of the job died or left."""
+
+
+class DaemonGoneError(GradsyncError):
+    """gradsyncd shut down or closed the connection."""
+
+
+class TimeoutError_(GradsyncError):
+    pass
+
+
+_ERRORS = {ERR_INVALID_ARGUMENT: InvalidArgumentError, ERR_MISMATCH: MismatchError,
+           ERR_PEER_FAILED: PeerFailedError, ERR_DAEMON_GONE: DaemonGoneError,
+           ERR_TIMEOUT: TimeoutError_}
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def library():
+    global _lib
+    with _lib_lock:
+        if _lib is None:
+            _lib = _library.load()
+        return _lib
+
+
+def _error(code, message):
+    return _ERRORS.get(code, GradsyncError)(code, message)
+
+
+def _dtype_of(array):
+    name = str(array.dtype).replace("torch.", "")
+    if name not in _DTYPE_BY_NAME:
+        raise InvalidArgumentError(ERR_INVALID_ARGUMENT, f"unsupported dtype {array.dtype}")
+    return _DTYPE_BY_NAME[name]
+
+
+def _is_torch(array):
+    return type(array).__module__.startswith("torch")
+
+
+def _address_and_bytes(array):
+    """Data address and size of a contiguous torch tensor or NumPy array."""
+    if _is_torch(array):
+        if array.device.type != "cpu":
+            raise InvalidArgumentError(ERR_INVALID_ARGUMENT,
+                                       "device tensors need the CUDA build of gradsync")
+        if not array.is_contiguous():
+            raise InvalidArgumentError(ERR_INVALID_ARGUMENT, "tensor must be contiguous")
+        return array.data_ptr(), array.numel() * array.element_size()
+    if not array.flags["C_CONTIGUOUS"]:
+        raise InvalidArgumentError(ERR_INVALID_ARGUMENT, "array must be C-contiguous")
+    return array.ctypes.data, array.nbytes
+
+
+class SharedBuffer:
+    """Registered shared memory. Views made from it keep it alive; it must not outlive its
+    communicator (closing the communicator unmaps it)."""
+
+    def __init__(self, comm, nbytes):
+        self._comm = comm
+        self.nbytes = nbytes
+        pointer = ctypes.c_void_p()
+        comm._check(library().gradsync_alloc(comm._handle, nbytes, ctypes.byref(pointer)))
+        self.address = pointer.value
+        try:
+            comm._check(library().gradsync_register(comm._handle, self.address, nbytes))
+        except GradsyncError:
+            library().gradsync_free(comm._handle, self.address)
+            raise
+        # Buffer-protocol object over the memory; it holds us, so views hold us.
+        self._memory = (ctypes.c_char * nbytes).from_address(self.address)
+        self._memory._owner = self
+
+    def contains(self, address, nbytes):
+        return self.address <= address and address + nbytes <= self.address + self.nbytes
+
+    def tensor(self, dtype, count, offset=0):
+        import torch
+        return torch.frombuffer(self._memory, dtype=dtype, count=count, offset=offset)
+
+    def numpy(self, dtype, count, offset=0):
+        import numpy
+        return numpy.frombuffer(self._memory, dtype=dtype, count=count, offset=offset)
+
+    def free(self):
+        if self.address is not None and self._comm._handle is not None:
+            library().gradsync_free(self._comm._handle, self.address)
+        self.address = None
+
+
+class Handle:
+    """An asynchronous collective. wait() returns its output (the input tensor for in-place
+    collectives) or raises the daemon's error."""
+
+    def __init__(self, comm, request, output, staging=None, copy_back=None):
+        self._comm = comm
+        self._request = request
+        self._output = output
+        self._staging = staging
+        self._copy_back = copy_back
+        self._done = False
+
+    def wait(self):
+        if not self._done:
+            code = library().gradsync_wait(self._comm._handle, self._request)
+            self._finish(code)
+        return self._output
+
+    def test(self):
+        """True once complete (raising if it failed)."""
+        if self._done:
+            return True
+        code = library().gradsync_test(self._comm._handle, self._request)
+        if code == IN_PROGRESS:
+            return False
+        self._finish(code)
+        return True
+
+    def _finish(self, code):
+        self._done = True
+        try:
+            if code != OK:
+                raise _error(code, self._comm._last_error())
+            if self._copy_back is not None:
+                self._copy_back()
+        finally:
+            if self._staging is not None:
+                self._comm._release_staging(self._staging)
+                self._staging = None
+
+
+class Communicator:
+    """A connection to the node's gradsyncd as one rank of a job. Arguments default to the
+    environment (GRADSYNC_SOCKET, GRADSYNC_JOB, RANK, WORLD_SIZE, LOCAL_RANK,
+    LOCAL_WORLD_SIZE: torchrun's variables). Used by one thread at a time."""
+
+    def __init__(self, socket=None, job=None, rank=None, world_size=None, local_rank=None,
+                 local_world_size=None, timeout_ms=0):
+        lib = library()
+        options = _library.Options()
+        code = lib.gradsync_options_from_env(ctypes.byref(options))
+        if code != OK:
+            raise _error(code, lib.gradsync_last_error(None).decode())
+        if socket is not None:
+            options.socket_path = socket.encode()
+        if job is not None:
+            options.job = job.encode()
+        for field, value in (("rank", rank), ("world_size", world_size),
+                             ("local_rank", local_rank), ("local_world_size", local_world_size)):
+            if value is not None:
+                setattr(options, field, value)
+        options.timeout_ms = timeout_ms
+        self.rank, self.size = options.rank, options.world_size
+        self.local_rank, self.local_size = options.local_rank, options.local_world_size
+        self.job = options.job.decode()
+        handle = ctypes.c_void_p()
+        code = lib.gradsync_connect(ctypes.byref(options), ctypes.byref(handle))
+        if code != OK:
+            raise _error(code, lib.gradsync_last_error(None).decode())
+        self._handle = handle
+        self._buffers = []       # from empty(): zero-copy candidates
+        self._staging_free = {}  # nbytes -> [SharedBuffer]
+        self._staging_all = []
+
+    # -- lifetime -----------------------------------------------------------------------------
+    def close(self):
+        if self._handle is not None:
+            for buffer in self._staging_all + self._buffers:
+                buffer.free()
+            library().gradsync_disconnect(self._handle)
+            self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: the process exit closes the connection
+            pass
+
+    # -- memory -------------------------------------------------------------------------------
+    def empty(self, shape, dtype=None):
+        """A torch tensor in registered shared memory: collectives on it copy nothing."""
+        import torch
+        dtype = dtype or torch.float32
+        count = 1
+        for dim in (shape if isinstance(shape, (tuple, list)) else (shape,)):
+            count *= dim
+        nbytes = max(1, count) * torch.tensor([], dtype=dtype).element_size()
+        buffer = SharedBuffer(self, nbytes)
+        self._buffers.append(buffer)
+        return buffer.tensor(dtype, count).view(shape)
+
+    def _staging_for(self, nbytes):
+        size = max(_PAGE, (nbytes + _PAGE - 1) // _PAGE * _PAGE)
+        free = self._staging_free.setdefault(size, [])
+        if free:
+            return free.pop()
+        buffer = SharedBuffer(self, size)
+        self._staging_all.append(buffer)
+        return buffer
+
+    def _release_staging(self, buffer):
+        self._staging_free.setdefault(buffer.nbytes, []).append(buffer)
+
+    def _registered(self, address, nbytes):
+        return any(b.contains(address, nbytes) for b in self._buffers)
+
+    # -- collectives --------------------------------------------------------------------------
+    def _check(self, code):
+        if code != OK:
+            raise _error(code, self._last_error())
+
+    def _last_error(self):
+        return library().gradsync_last_error(self._handle).decode(errors="replace")
+
+    def _submit(self, function, name, send_array, out_array, out_bytes, *args):
+        """Runs one collective from send_array into out_array, staging whichever is not in
+        registered memory."""
+        dtype = _dtype_of(send_array)
+        send_address, send_bytes = _address_and_bytes(send_array)
+        out_address, _ = _address_and_bytes(out_array)
+        count = send_bytes // _ELEMENT_BYTES[dtype]
+        in_place = send_address == out_address
+        staging = None
+        copy_back = None
+        if not (self._registered(send_address, send_bytes) and
+                self._registered(out_address, out_bytes)):
+            # Receive region first, send region after it (in place: the same region).
+            total = out_bytes if in_place else out_bytes + send_bytes
+            staging = self._staging_for(total)
+            recv_staged = staging.address
+            send_staged = recv_staged if in_place else recv_staged + out_bytes
+            ctypes.memmove(send_staged, send_address, send_bytes)
+            send_address, out_target, out_address = send_staged, out_address, recv_staged
+
+            def copy_back(source=recv_staged, target=out_target, nbytes=out_bytes):
+                ctypes.memmove(target, source, nbytes)
+        request = ctypes.c_uint64()
+        encoded = name.encode() if name is not None else None
+        code = function(self._handle, encoded, send_address, out_address, count, dtype, *args,
+                        ctypes.byref(request))
+        if code != OK:
+            if staging is not None:
+                self._release_staging(staging)
+            raise _error(code, self._last_error())
+        return Handle(self, request.value, out_array, staging, copy_back)
+
+    def allreduce(self, tensor, name=None, op="sum", out=None, async_op=False):
+        """Reduces `tensor` across the job's ranks into `out` (default: in place)."""
+        if op not in OPS:
+            raise InvalidArgumentError(ERR_INVALID_ARGUMENT, f"unknown op {op!r}")
+        out = tensor if out is None else out
+        _, nbytes = _address_and_bytes(tensor)
+        handle = self._submit(library().gradsync_allreduce, name, tensor, out, nbytes, OPS[op])
+        return handle if async_op else handle.wait()
+
+    def broadcast(self, tensor, root=0, name=None, async_op=False):
+        """Replaces `tensor` on every rank with root's."""
+        _, nbytes = _address_and_bytes(tensor)
+        handle = self._submit(library().gradsync_broadcast, name, tensor, tensor, nbytes, root)
+        return handle if async_op else handle.wait()
+
+    def allgather(self, tensor, name=None, async_op=False):
+        """Every rank's `tensor`, concatenated along a new first dimension of size()."""
+        out = self._new_like(tensor, (self.local_size,) + tuple(tensor.shape))
+        _, nbytes = _address_and_bytes(out)
+        handle = self._submit(library().gradsync_allgather, name, tensor, out, nbytes)
+        return handle if async_op else handle.wait()
+
+    def barrier(self):
+        request = ctypes.c_uint64()
+        self._check(library().gradsync_barrier(self._handle, ctypes.byref(request)))
+        Handle(self, request.value, None).wait()
+
+    @contextlib.contextmanager
+    def group(self):
+        """Collectives submitted inside run as one unit (fused whole)."""
+        self._check(library().gradsync_group_start(self._handle))
+        try:
+            yield
+        finally:
+            self._check(library().gradsync_group_end(self._handle))
+
+    @staticmethod
+    def _new_like(array, shape):
+        if _is_torch(array):
+            import torch
+            return torch.empty(shape, dtype=array.dtype)
+        import numpy
+        return numpy.empty(shape, dtype=array.dtype)

@@ -1,0 +1,78 @@
+"""Finds and declares libgradsync (ctypes): GRADSYNC_LIBRARY, then the installed library, then
+the build tree of the repository this package sits in."""
+import ctypes
+import ctypes.util
+import os
+from pathlib import Path
+
+
+class Options(ctypes.Structure):
+    """gradsync_options (include/gradsync/gradsync.h)."""
+    _fields_ = [
+        ("socket_path", ctypes.c_char * 108),
+        ("job", ctypes.c_char * 64),
+        ("rank", ctypes.c_int32),
+        ("world_size", ctypes.c_int32),
+        ("local_rank", ctypes.c_int32),
+        ("local_world_size", ctypes.c_int32),
+        ("timeout_ms", ctypes.c_int32),
+    ]
+
+
+def _candidates():
+    explicit = os.environ.get("GRADSYNC_LIBRARY")
+    if explicit:
+        yield explicit
+        return
+    installed = ctypes.util.find_library("gradsync")
+    if installed:
+        yield installed
+    for prefix in ("/usr/local/lib", "/usr/lib", "/usr/lib/x86_64-linux-gnu"):
+        yield os.path.join(prefix, "libgradsync.so")
+    repository = Path(__file__).resolve().parents[3]
+    yield str(repository / "build" / "libgradsync.so")
+
+
+def load():
+    errors = []
+    for path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as error:
+            errors.append(f"{path}: {error}")
+            continue
+        _declare(lib)
+        return lib
+    raise OSError("libgradsync.so not found (set GRADSYNC_LIBRARY); tried:\n  " + "\n  ".join(errors))
+
+
+def _declare(lib):
+    c_int, c_size, c_void, c_char = ctypes.c_int, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_char_p
+    comm = ctypes.c_void_p
+    request = ctypes.c_uint64
+    signatures = {
+        "gradsync_options_from_env": ([ctypes.POINTER(Options)], c_int),
+        "gradsync_connect": ([ctypes.POINTER(Options), ctypes.POINTER(comm)], c_int),
+        "gradsync_disconnect": ([comm], None),
+        "gradsync_alloc": ([comm, c_size, ctypes.POINTER(c_void)], c_int),
+        "gradsync_free": ([comm, c_void], c_int),
+        "gradsync_register": ([comm, c_void, c_size], c_int),
+        "gradsync_unregister": ([comm, c_void], c_int),
+        "gradsync_allreduce": ([comm, c_char, c_void, c_void, c_size, c_int, c_int,
+                                ctypes.POINTER(request)], c_int),
+        "gradsync_broadcast": ([comm, c_char, c_void, c_void, c_size, c_int, ctypes.c_int32,
+                                ctypes.POINTER(request)], c_int),
+        "gradsync_allgather": ([comm, c_char, c_void, c_void, c_size, c_int,
+                                ctypes.POINTER(request)], c_int),
+        "gradsync_barrier": ([comm, ctypes.POINTER(request)], c_int),
+        "gradsync_group_start": ([comm], c_int),
+        "gradsync_group_end": ([comm], c_int),
+        "gradsync_wait": ([comm, request], c_int),
+        "gradsync_test": ([comm, request], c_int),
+        "gradsync_last_error": ([comm], c_char),
+        "gradsync_result_string": ([c_int], c_char),
+    }
+    for name, (arguments, result) in signatures.items():
+        function = getattr(lib, name)
+        function.argtypes = arguments
+        function.restype = result

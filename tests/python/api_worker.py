@@ -1,0 +1,92 @@
+"""One rank exercising the gradsync Python API on torch tensors and NumPy arrays, every result
+checked against a locally computed reference. Exit status 0 when all pass."""
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
+import gradsync  # noqa: E402
+
+
+def expect(condition, what):
+    if not condition:
+        raise AssertionError(what)
+
+
+def main():
+    comm = gradsync.init()
+    rank, size = gradsync.rank(), gradsync.size()
+    contributions = [torch.arange(1000, dtype=torch.float64) * (r + 1) for r in range(size)]
+
+    # Ordinary tensors (staged), every op.
+    for op, reduce in (("sum", lambda xs: sum(xs)), ("avg", lambda xs: sum(xs) / size),
+                       ("max", lambda xs: torch.stack(xs).max(0).values),
+                       ("min", lambda xs: torch.stack(xs).min(0).values),
+                       ("prod", lambda xs: torch.stack(xs).prod(0))):
+        t = contributions[rank].clone()
+        gradsync.allreduce(t, name=f"op.{op}", op=op)
+        expect(torch.allclose(t, reduce(contributions)), f"allreduce {op}")
+
+    # Every dtype, out of place, asynchronous, several in flight.
+    handles = []
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+                  torch.int64):
+        source = (torch.arange(257) % 7 + rank).to(dtype)
+        out = torch.empty_like(source)
+        handles.append((gradsync.allreduce(source, name=f"dtype.{dtype}", out=out,
+                                           async_op=True), out, dtype))
+    for handle, out, dtype in handles:
+        handle.wait()
+        expected = sum((torch.arange(257) % 7 + r) for r in range(size)).to(dtype)
+        expect(torch.equal(out, expected), f"allreduce {dtype}")
+
+    # Zero-copy tensors in shared memory.
+    shared = comm.empty((64, 64))
+    shared.fill_(rank + 1.0)
+    gradsync.allreduce(shared, name="shared")
+    expect(bool((shared == size * (size + 1) / 2).all()), "allreduce on shared memory")
+
+    # NumPy arrays.
+    array = np.full(100, rank + 1, dtype=np.float32)
+    gradsync.allreduce(array, name="numpy", op="max")
+    expect(bool((array == size).all()), "allreduce on numpy")
+
+    # Broadcast and allgather.
+    b = torch.full((33,), float(rank))
+    gradsync.broadcast(b, root=size - 1, name="bcast")
+    expect(bool((b == size - 1).all()), "broadcast")
+    gathered = gradsync.allgather(torch.full((5,), rank, dtype=torch.int64), name="gather")
+    expect(gathered.tolist() == [[r] * 5 for r in range(size)], "allgather")
+
+    # A group runs as one unit.
+    tensors = [torch.full((10,), float(rank + i)) for i in range(4)]
+    with comm.group():
+        group_handles = [gradsync.allreduce(t, name=f"group.{i}", async_op=True)
+                         for i, t in enumerate(tensors)]
+    for h in group_handles:
+        h.wait()
+    for i, t in enumerate(tensors):
+        expect(bool((t == sum(r + i for r in range(size))).all()), "grouped allreduce")
+
+    # Errors are exceptions carrying the daemon's message.
+    try:
+        gradsync.allreduce(torch.ones(10 + rank), name="mismatch")
+        expect(size == 1, "a mismatch went unnoticed")
+    except gradsync.MismatchError as error:
+        expect("mismatch" in str(error) and "count" in str(error), f"message: {error}")
+    try:
+        gradsync.allreduce(torch.ones(3), op="median")
+        expect(False, "unknown op accepted")
+    except gradsync.InvalidArgumentError:
+        pass
+
+    gradsync.barrier()
+    gradsync.shutdown()
+    print(f"rank {rank}: API checks passed", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
