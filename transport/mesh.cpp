@@ -1,0 +1,172 @@
+#include "transport/mesh.h"
+
+#include <arpa/inet.h>
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+
+namespace gradsync::transport {
+
+struct sockaddr_in parse_host_port(const std::string& host_port) {
+  const size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos) throw std::invalid_argument("expected HOST:PORT, got " + host_port);
+  const std::string host = host_port.substr(0, colon);
+  const std::string port = host_port.substr(colon + 1);
+  struct sockaddr_in address {};
+  address.sin_family = AF_INET;
+  char* end = nullptr;
+  const long number = std::strtol(port.c_str(), &end, 10);
+  if (port.empty() || *end != '\0' || number < 0 || number > 65535) {
+    throw std::invalid_argument("bad port in " + host_port);
+  }
+  address.sin_port = htons(static_cast<uint16_t>(number));
+  if (::inet_pton(AF_INET, host.c_str(), &address.sin_addr) != 1) {
+    throw std::invalid_argument("bad IPv4 address in " + host_port);
+  }
+  return address;
+}
+
+Mesh::Mesh(const std::string& listen)
+    : context_(create_context()), worker_(create_worker(context_.get())) {
+  struct sockaddr_in address = parse_host_port(listen);
+  ucp_listener_params_t params{};
+  params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
+  params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&address);
+  params.sockaddr.addrlen = sizeof(address);
+  params.conn_handler.cb = &Mesh::on_connection;
+  params.conn_handler.arg = this;
+  ucp_listener_h listener = nullptr;
+  GRADSYNC_UCX_CHECK(ucp_listener_create(worker_.get(), &params, &listener));
+  listener_.reset(listener);
+  ucp_listener_attr_t attributes{};
+  attributes.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+  GRADSYNC_UCX_CHECK(ucp_listener_query(listener, &attributes));
+  port_ = ntohs(reinterpret_cast<const struct sockaddr_in*>(&attributes.sockaddr)->sin_port);
+  GRADSYNC_UCX_CHECK(ucp_worker_get_efd(worker_.get(), &event_fd_));
+}
+
+Mesh::~Mesh() {
+  // Endpoints before the listener and the worker (members are destroyed after this body).
+  for (auto& peer : peers_) {
+    if (peer.endpoint != nullptr) close_endpoint(peer.endpoint, true);
+  }
+  for (ucp_ep_h endpoint : incoming_) close_endpoint(endpoint, true);
+}
+
+void Mesh::on_connection(ucp_conn_request_h request, void* arg) {
+  auto* mesh = static_cast<Mesh*>(arg);
+  auto context = std::make_unique<ErrorContext>(ErrorContext{mesh, kIncoming});
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_CONN_REQUEST | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.conn_request = request;
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &Mesh::on_endpoint_error;
+  params.err_handler.arg = context.get();
+  ucp_ep_h endpoint = nullptr;
+  if (ucp_ep_create(mesh->worker_.get(), &params, &endpoint) == UCS_OK) {
+    mesh->incoming_.push_back(endpoint);
+    mesh->error_contexts_.push_back(std::move(context));
+  } else {
+    ucp_listener_reject(mesh->listener_.get(), request);
+  }
+}
+
+void Mesh::on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t /*status*/) {
+  auto* context = static_cast<ErrorContext*>(arg);
+  Mesh& mesh = *context->mesh;
+  if (context->peer == kIncoming) {
+    // The peer's own connection to us; its failure shows on our endpoint to it as well.
+    std::erase(mesh.incoming_, endpoint);
+    mesh.close_endpoint(endpoint, true);
+    return;
+  }
+  Peer& peer = mesh.peers_[context->peer];
+  peer.failed = true;
+  if (peer.endpoint == endpoint) {
+    mesh.close_endpoint(endpoint, true);
+    peer.endpoint = nullptr;
+  }
+}
+
+void Mesh::close_endpoint(ucp_ep_h endpoint, bool force) {
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  params.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  ucs_status_ptr_t request = ucp_ep_close_nbx(endpoint, &params);
+  if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+    // Bounded: a forced close completes without the peer.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (ucp_request_check_status(request) == UCS_INPROGRESS &&
+           std::chrono::steady_clock::now() < deadline) {
+      ucp_worker_progress(worker_.get());
+    }
+    ucp_request_free(request);
+  }
+}
+
+PeerId Mesh::connect(const std::string& address) {
+  if (auto it = peer_by_address_.find(address); it != peer_by_address_.end()) return it->second;
+  const struct sockaddr_in socket_address = parse_host_port(address);
+  const auto id = static_cast<PeerId>(peers_.size());
+  auto context = std::make_unique<ErrorContext>(ErrorContext{this, id});
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&socket_address);
+  params.sockaddr.addrlen = sizeof(socket_address);
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = &Mesh::on_endpoint_error;
+  params.err_handler.arg = context.get();
+  ucp_ep_h endpoint = nullptr;
+  GRADSYNC_UCX_CHECK(ucp_ep_create(worker_.get(), &params, &endpoint));
+  peers_.push_back(Peer{address, endpoint, false, false});
+  peer_by_address_[address] = id;
+  error_contexts_.push_back(std::move(context));
+  return id;
+}
+
+Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t bytes) {
+  auto state = std::make_unique<Operation::State>();
+  Peer& peer = peers_.at(peer_id);
+  if (peer.failed || peer.endpoint == nullptr) {
+    return Operation::started(worker_.get(), UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET),
+                              std::move(state));
+  }
+  ucp_request_param_t params = send_params(state.get());
+  return Operation::started(worker_.get(),
+                            ucp_tag_send_nbx(peer.endpoint, data, bytes, tag, &params),
+                            std::move(state));
+}
+
+Operation Mesh::receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes) {
+  auto state = std::make_unique<Operation::State>();
+  ucp_request_param_t params = receive_params(state.get());
+  return Operation::started(worker_.get(),
+                            ucp_tag_recv_nbx(worker_.get(), data, bytes, tag, tag_mask, &params),
+                            std::move(state));
+}
+
+bool Mesh::progress() { return ucp_worker_progress(worker_.get()) != 0; }
+
+bool Mesh::arm() {
+  const ucs_status_t status = ucp_worker_arm(worker_.get());
+  if (status == UCS_ERR_BUSY) return false;
+  GRADSYNC_UCX_CHECK(status);
+  return true;
+}
+
+std::vector<PeerId> Mesh::take_failed_peers() {
+  std::vector<PeerId> failed;
+  for (PeerId id = 0; id < peers_.size(); ++id) {
+    if (peers_[id].failed && !peers_[id].reported) {
+      peers_[id].reported = true;
+      failed.push_back(id);
+    }
+  }
+  return failed;
+}
+
+}  // namespace gradsync::transport

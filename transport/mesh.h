@@ -1,0 +1,83 @@
+// The daemon's view of its peers over UCX: one worker, a listener for peers that connect to
+// us, and an endpoint to each peer we connect to. Messages are tagged; receives are posted
+// against a tag and mask and land directly in the caller's buffer.
+//
+// Every pair of daemons holds two connections, one each way: a daemon sends only on the
+// endpoint it created, and tags carry the sender's node index, so the listener side never has
+// to learn who connected. Endpoints use peer-failure error handling: a peer that dies shows up
+// in failed_peers() rather than as a hang.
+#pragma once
+
+#include "transport/ucx.h"
+
+#include <netinet/in.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace gradsync::transport {
+
+using PeerId = uint32_t;
+
+// HOST:PORT (IPv4) to a socket address; throws std::invalid_argument.
+struct sockaddr_in parse_host_port(const std::string& host_port);
+
+class Mesh {
+ public:
+  // Listens on `listen` (HOST:PORT; port 0 picks one).
+  explicit Mesh(const std::string& listen);
+  ~Mesh();
+  Mesh(const Mesh&) = delete;
+  Mesh& operator=(const Mesh&) = delete;
+
+  uint16_t port() const { return port_; }
+
+  // The peer at `address` (HOST:PORT), connecting on first use.
+  PeerId connect(const std::string& address);
+  const std::string& address_of(PeerId peer) const { return peers_.at(peer).address; }
+
+  Operation send(PeerId peer, uint64_t tag, const void* data, size_t bytes);
+  Operation receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes);
+
+  // Drives UCX; true when it made progress.
+  bool progress();
+  // For sleeping: the fd to poll, and arm() before polling (false: progress first, events
+  // are pending).
+  int event_fd() const { return event_fd_; }
+  bool arm();
+
+  // Peers whose endpoint failed since the last call (each reported once).
+  std::vector<PeerId> take_failed_peers();
+  bool failed(PeerId peer) const { return peers_.at(peer).failed; }
+
+ private:
+  struct Peer {
+    std::string address;
+    ucp_ep_h endpoint = nullptr;
+    bool failed = false;
+    bool reported = false;
+  };
+  struct ErrorContext {
+    Mesh* mesh;
+    PeerId peer;  // kIncoming for listener-side endpoints
+  };
+  static constexpr PeerId kIncoming = UINT32_MAX;
+
+  static void on_connection(ucp_conn_request_h request, void* arg);
+  static void on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t status);
+  void close_endpoint(ucp_ep_h endpoint, bool force);
+
+  Context context_;
+  Worker worker_;
+  Listener listener_;
+  uint16_t port_ = 0;
+  int event_fd_ = -1;
+  std::vector<Peer> peers_;
+  std::map<std::string, PeerId> peer_by_address_;
+  std::vector<ucp_ep_h> incoming_;
+  std::vector<std::unique_ptr<ErrorContext>> error_contexts_;
+};
+
+}  // namespace gradsync::transport

@@ -1,0 +1,91 @@
+// RAII over the parts of UCX (UCP) gradsync uses: context, worker, listener, endpoints and
+// requests. Every call's status is checked; failures throw UcxError naming the call, the UCX
+// status and where it was made.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace gradsync::transport {
+
+class UcxError : public std::runtime_error {
+ public:
+  UcxError(const std::string& call, ucs_status_t status, const char* file, int line);
+  ucs_status_t status() const { return status_; }
+
+ private:
+  ucs_status_t status_;
+};
+
+#define GRADSYNC_UCX_CHECK(call)                                                        \
+  do {                                                                                  \
+    const ucs_status_t gradsync_ucx_status_ = (call);                                   \
+    if (gradsync_ucx_status_ != UCS_OK) {                                               \
+      throw ::gradsync::transport::UcxError(#call, gradsync_ucx_status_, __FILE__, __LINE__); \
+    }                                                                                   \
+  } while (0)
+
+struct ContextDeleter {
+  void operator()(ucp_context_h context) const { ucp_cleanup(context); }
+};
+struct WorkerDeleter {
+  void operator()(ucp_worker_h worker) const { ucp_worker_destroy(worker); }
+};
+struct ListenerDeleter {
+  void operator()(ucp_listener_h listener) const { ucp_listener_destroy(listener); }
+};
+using Context = std::unique_ptr<std::remove_pointer_t<ucp_context_h>, ContextDeleter>;
+using Worker = std::unique_ptr<std::remove_pointer_t<ucp_worker_h>, WorkerDeleter>;
+using Listener = std::unique_ptr<std::remove_pointer_t<ucp_listener_h>, ListenerDeleter>;
+
+// Tag matching plus wake-ups; one worker per engine thread (UCS_THREAD_MODE_SINGLE).
+Context create_context();
+Worker create_worker(ucp_context_h context);
+
+// One send or receive in flight. Move-only. Destroying it while pending cancels a receive and
+// releases the request: UCX never calls back into it again, though a receive already matched
+// may still be writing its buffer, so a buffer must outlive the worker's progress, not only
+// the Operation. A pending Operation must not outlive its worker; a completed one may.
+class Operation {
+ public:
+  Operation() = default;
+  Operation(Operation&& other) noexcept
+      : worker_(std::exchange(other.worker_, nullptr)),
+        request_(std::exchange(other.request_, nullptr)),
+        state_(std::move(other.state_)) {}
+  Operation& operator=(Operation&& other) noexcept;
+  Operation(const Operation&) = delete;
+  Operation& operator=(const Operation&) = delete;
+  ~Operation() { release(); }
+
+  bool valid() const { return state_ != nullptr; }
+  bool done() const { return state_->done; }
+  ucs_status_t status() const { return state_->status; }
+  size_t received_bytes() const { return state_->received; }
+
+  // The state UCX's callback writes; public for the callbacks in ucx.cpp.
+  struct State {
+    bool done = false;
+    ucs_status_t status = UCS_OK;
+    size_t received = 0;
+  };
+  static Operation started(ucp_worker_h worker, ucs_status_ptr_t request,
+                           std::unique_ptr<State> state);
+
+ private:
+  void release();
+  ucp_worker_h worker_ = nullptr;
+  void* request_ = nullptr;
+  std::unique_ptr<State> state_;
+};
+
+// Request parameters whose callback completes an Operation::State.
+ucp_request_param_t send_params(Operation::State* state);
+ucp_request_param_t receive_params(Operation::State* state);
+
+}  // namespace gradsync::transport
