@@ -51,6 +51,16 @@ Communicator::Communicator(const gradsync_options& options) : options_(options) 
   hello.setWorldSize(options.world_size);
   hello.setLocalRank(options.local_rank);
   hello.setLocalWorldSize(options.local_world_size);
+  std::vector<std::string> nodes;
+  const std::string node_list(options.nodes, strnlen(options.nodes, sizeof(options.nodes)));
+  for (size_t start = 0; start < node_list.size();) {
+    const size_t comma = std::min(node_list.find(',', start), node_list.size());
+    if (comma > start) nodes.push_back(node_list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  auto node_builder = hello.initNodes(static_cast<unsigned>(nodes.size()));
+  for (size_t i = 0; i < nodes.size(); ++i) node_builder.set(static_cast<unsigned>(i), nodes[i]);
+  hello.setNodeRank(nodes.empty() ? 0 : options.node_rank);
   ipc::send_frame(socket_.get(), ipc::encode(message));
   ipc::Frame frame = ipc::receive_frame(socket_.get(), reader_, timeout_ms(options_));
   ipc::DecodedMessage reply(frame.payload);

@@ -108,6 +108,15 @@ gradsync_result gradsync_options_from_env(gradsync_options* options) {
   if (r == GRADSYNC_OK) {
     r = read_int("LOCAL_WORLD_SIZE", options->world_size, &options->local_world_size, error);
   }
+  const char* nodes = std::getenv("GRADSYNC_NODES");
+  if (r == GRADSYNC_OK) {
+    r = copy_string("GRADSYNC_NODES", nodes != nullptr ? nodes : "", options->nodes,
+                    sizeof(options->nodes), error);
+  }
+  options->node_rank = -1;
+  if (r == GRADSYNC_OK && std::getenv("GRADSYNC_NODE_RANK") != nullptr) {
+    r = read_int("GRADSYNC_NODE_RANK", -1, &options->node_rank, error);
+  }
   return r;
 }
 

@@ -58,6 +58,7 @@ const std::map<std::string, Setter>& setters() {
        integer_key(&DaemonConfig::parallel_reduce_min_bytes, 4096, kMaxI64)},
       {"job_formation_timeout_seconds",
        integer_key(&DaemonConfig::job_formation_timeout_seconds, 1, 86400)},
+      {"peer_timeout_seconds", integer_key(&DaemonConfig::peer_timeout_seconds, 1, 86400)},
       {"max_clients", integer_key(&DaemonConfig::max_clients, 1, 1 << 20)},
       {"max_buffers_per_client", integer_key(&DaemonConfig::max_buffers_per_client, 1, kMaxU32)},
   };
@@ -128,6 +129,7 @@ std::string to_toml(const DaemonConfig& c) {
       {"reduce_threads", static_cast<int64_t>(c.reduce_threads)},
       {"parallel_reduce_min_bytes", static_cast<int64_t>(c.parallel_reduce_min_bytes)},
       {"job_formation_timeout_seconds", static_cast<int64_t>(c.job_formation_timeout_seconds)},
+      {"peer_timeout_seconds", static_cast<int64_t>(c.peer_timeout_seconds)},
       {"max_clients", static_cast<int64_t>(c.max_clients)},
       {"max_buffers_per_client", static_cast<int64_t>(c.max_buffers_per_client)},
   };

@@ -24,6 +24,7 @@ struct DaemonConfig {
   uint32_t reduce_threads = 0;                      // 0: one per online CPU
   uint64_t parallel_reduce_min_bytes = 1ull << 20;  // smaller batches reduce on the engine thread
   uint32_t job_formation_timeout_seconds = 300;     // all local ranks must connect within this
+  uint32_t peer_timeout_seconds = 60;  // a node daemon silent this long mid-collective fails it
   uint32_t max_clients = 1024;
   uint32_t max_buffers_per_client = 65536;
 };

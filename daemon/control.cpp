@@ -1,6 +1,7 @@
 #include "daemon/control.h"
 
 #include "daemon/log.h"
+#include "daemon/node_job.h"
 #include "ipc/protocol.h"
 #include "ipc/segment.h"
 
@@ -105,11 +106,13 @@ ipc::UniqueFd bind_listener(const DaemonConfig& config) {
 
 }  // namespace
 
-ControlServer::ControlServer(const DaemonConfig& config, Engine& engine, metrics::Metrics& metrics)
+ControlServer::ControlServer(const DaemonConfig& config, Engine& engine, metrics::Metrics& metrics,
+                             std::string listen_address)
     : config_(config),
       engine_(engine),
       metrics_(metrics),
       log_(logger("control")),
+      listen_address_(std::move(listen_address)),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)) {
   if (!epoll_.valid()) throw ipc::SystemError("epoll_create1", errno);
   sigset_t mask;
@@ -266,6 +269,51 @@ void ControlServer::handle_frame(Client& client, ipc::Frame& frame) {
   }
 }
 
+void ControlServer::resolve_nodes(ClientIdentity& who, ipc::wire::Hello::Reader hello) const {
+  for (auto node : hello.getNodes()) who.nodes.emplace_back(node.cStr());
+  if (who.nodes.size() <= 1) {
+    if (who.world_size != who.local_world_size) {
+      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                    fmt::format("job '{}' spans {} ranks but {} are local: a multi-node job "
+                                "needs GRADSYNC_NODES",
+                                who.job, who.world_size, who.local_world_size)};
+    }
+    who.nodes.clear();
+    return;
+  }
+  if (config_.listen.empty()) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  "this gradsyncd has no inter-node listener (listen is empty)"};
+  }
+  if (who.nodes.size() > kMaxNodes) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("at most {} nodes per job", kMaxNodes)};
+  }
+  const int32_t rank = hello.getNodeRank();
+  if (rank >= 0) {
+    if (static_cast<size_t>(rank) >= who.nodes.size()) {
+      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                    fmt::format("node rank {} outside the {} nodes of GRADSYNC_NODES", rank,
+                                who.nodes.size())};
+    }
+    who.node_rank = static_cast<uint32_t>(rank);
+  } else {
+    const auto self = std::find(who.nodes.begin(), who.nodes.end(), listen_address_);
+    if (self == who.nodes.end()) {
+      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                    fmt::format("this gradsyncd ({}) is not in GRADSYNC_NODES: set "
+                                "GRADSYNC_NODE_RANK",
+                                listen_address_)};
+    }
+    who.node_rank = static_cast<uint32_t>(self - who.nodes.begin());
+  }
+  if (who.world_size < who.local_world_size) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("WORLD_SIZE {} is smaller than LOCAL_WORLD_SIZE {}", who.world_size,
+                              who.local_world_size)};
+  }
+}
+
 void ControlServer::handle_hello(Client& client, ipc::wire::Hello::Reader hello) {
   if (hello.getProtocolVersion() != ipc::kProtocolVersion) {
     throw Refusal{GRADSYNC_ERR_PROTOCOL,
@@ -294,12 +342,7 @@ void ControlServer::handle_hello(Client& client, ipc::wire::Hello::Reader hello)
                               who.rank, who.world_size, who.local_rank, who.local_world_size,
                               ipc::kMaxLocalRanks)};
   }
-  if (who.world_size != who.local_world_size) {
-    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                  fmt::format("job '{}' spans {} ranks but {} are local: multi-node jobs need "
-                              "GRADSYNC_NODES (not supported by this gradsyncd yet)",
-                              who.job, who.world_size, who.local_world_size)};
-  }
+  resolve_nodes(who, hello);
   if (const auto existing = jobs_.find(who.job); existing != jobs_.end()) {
     const JobRecord& job = existing->second;
     if (job.owner != who.uid) {
@@ -312,6 +355,12 @@ void ControlServer::handle_hello(Client& client, ipc::wire::Hello::Reader hello)
                     fmt::format("job '{}' has failed ({}); its remaining ranks must leave before "
                                 "it can form again",
                                 who.job, job.failure)};
+    }
+    if (job.nodes != who.nodes || job.node_rank != who.node_rank) {
+      throw Refusal{GRADSYNC_ERR_MISMATCH,
+                    fmt::format("job '{}': this rank's GRADSYNC_NODES or node rank differs from "
+                                "the job's first rank's",
+                                who.job)};
     }
     if (job.local_world_size != who.local_world_size) {
       throw Refusal{GRADSYNC_ERR_MISMATCH,
@@ -344,6 +393,8 @@ void ControlServer::handle_hello(Client& client, ipc::wire::Hello::Reader hello)
   if (job.client_by_rank.empty()) {
     job.owner = who.uid;
     job.local_world_size = who.local_world_size;
+    job.nodes = who.nodes;
+    job.node_rank = who.node_rank;
     job.client_by_rank.assign(static_cast<size_t>(who.local_world_size), 0);
   }
   job.client_by_rank[static_cast<size_t>(who.local_rank)] = client.id;

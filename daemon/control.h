@@ -23,7 +23,8 @@ namespace gradsync::daemon {
 class ControlServer {
  public:
   // Binds the socket (creating its directory) and sets up the epoll set. Throws on failure.
-  ControlServer(const DaemonConfig& config, Engine& engine, metrics::Metrics& metrics);
+  ControlServer(const DaemonConfig& config, Engine& engine, metrics::Metrics& metrics,
+                std::string listen_address);
   ~ControlServer();  // closes every client and removes the socket file
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -46,6 +47,8 @@ class ControlServer {
   struct JobRecord {
     uid_t owner = 0;
     int32_t local_world_size = 0;
+    std::vector<std::string> nodes;
+    uint32_t node_rank = 0;
     std::vector<uint64_t> client_by_rank;  // 0: free
     std::string failure;                   // non-empty once a rank left
   };
@@ -54,6 +57,7 @@ class ControlServer {
   void serve(Client& client);
   void handle_frame(Client& client, ipc::Frame& frame);
   void handle_hello(Client& client, ipc::wire::Hello::Reader hello);
+  void resolve_nodes(ClientIdentity& who, ipc::wire::Hello::Reader hello) const;
   void handle_register(Client& client, ipc::wire::RegisterBuffer::Reader request,
                        std::vector<ipc::UniqueFd>& fds);
   void handle_unregister(Client& client, uint32_t buffer_id);
@@ -66,6 +70,7 @@ class ControlServer {
   Engine& engine_;
   metrics::Metrics& metrics_;
   std::shared_ptr<spdlog::logger> log_;
+  std::string listen_address_;  // this daemon's inter-node address as peers name it
   ipc::UniqueFd listener_;
   ipc::UniqueFd epoll_;
   ipc::UniqueFd signals_;

@@ -2,6 +2,11 @@
 
 #include "daemon/executor.h"
 #include "daemon/log.h"
+#include "daemon/node_job.h"
+#include "ipc/messages.h"
+
+#include <fmt/format.h>
+#include <kj/exception.h>
 
 #include <sched.h>
 #include <sys/epoll.h>
@@ -15,8 +20,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Tag in epoll data for the engine's own wake-up eventfd; sessions use their id (never 0).
+// Tags in epoll data for the engine's own wake-up eventfd and UCX's; sessions use their id
+// (never 0, never the maximum).
 constexpr uint64_t kWakeTag = 0;
+constexpr uint64_t kMeshTag = UINT64_MAX;
+// Bound on control messages kept for jobs with no local rank yet.
+constexpr size_t kMaxEarlyMessages = 65536;
 
 metrics::CollectiveKind kind_of(ipc::Collective c) {
   return static_cast<metrics::CollectiveKind>(c);
@@ -38,6 +47,16 @@ Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics)
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &event) != 0) {
     throw ipc::SystemError("epoll_ctl(engine wake)", errno);
   }
+  if (!config.listen.empty()) {
+    mesh_ = std::make_unique<transport::Mesh>(config.listen);
+    listen_address_ =
+        config.listen.substr(0, config.listen.rfind(':')) + ":" + std::to_string(mesh_->port());
+    event.data.u64 = kMeshTag;
+    if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, mesh_->event_fd(), &event) != 0) {
+      throw ipc::SystemError("epoll_ctl(ucx)", errno);
+    }
+    log_->info("inter-node listener on {}", listen_address_);
+  }
   log_->info("reduce pool of {} threads", pool_.size());
 }
 
@@ -58,6 +77,7 @@ void Engine::run() {
   while (!stopping_) {
     bool progressed = drain_commands();
     for (Session* session : polled_) progressed |= poll_submissions(*session);
+    if (mesh_) progressed |= poll_peers();
     progressed |= run_ready_batches();
     progressed |= check_formation();
     if (progressed) {
@@ -96,6 +116,14 @@ void Engine::handle(AttachSession& command) {
     job = std::make_unique<Job>(
         who.job, who.local_world_size,
         Clock::now() + std::chrono::seconds(config_.job_formation_timeout_seconds));
+    if (!who.nodes.empty()) {
+      job->set_network(
+          std::make_unique<NodeJob>(who.job, NodeLayout{who.nodes, who.node_rank, who.world_size},
+                                    *mesh_, std::chrono::seconds(config_.peer_timeout_seconds)));
+      if (auto early = early_messages_.extract(who.job)) {
+        for (const auto& payload : early.mapped()) handle_node_message(payload);
+      }
+    }
   }
   job->attach(session);
   struct epoll_event event {};
@@ -132,7 +160,9 @@ void Engine::handle(DetachSession& command) {
   std::erase(polled_, &session);
   if (Job* job = session.job) {
     const std::string job_name = job->name();
+    const bool first_failure = !job->failure();
     job->detach(session, command.reason);
+    if (first_failure && job->network()) job->network()->broadcast_abort(command.reason);
     if (job->empty()) jobs_.erase(job_name);
   }
   log_->debug("client {} detached: {}", session.id(), command.reason);
@@ -141,7 +171,7 @@ void Engine::handle(DetachSession& command) {
 }
 
 void Engine::handle(Shutdown& command) {
-  for (auto& [name, job] : jobs_) job->fail(GRADSYNC_ERR_DAEMON_GONE, command.reason);
+  for (auto& [name, job] : jobs_) fail_job(*job, GRADSYNC_ERR_DAEMON_GONE, command.reason, true);
   stopping_ = true;
 }
 
@@ -164,10 +194,78 @@ bool Engine::poll_submissions(Session& session) {
   return any;
 }
 
+void Engine::fail_job(Job& job, gradsync_result status, const std::string& reason,
+                      bool tell_peers) {
+  if (job.failure()) return;
+  log_->warn("job '{}' failed: {}", job.name(), reason);
+  job.fail(status, reason);
+  if (tell_peers && job.network()) job.network()->broadcast_abort(reason);
+}
+
+bool Engine::poll_peers() {
+  bool any = mesh_->progress();
+  while (auto message = mesh_->poll_message(tags::make(tags::kControl, 0, 0, 0), tags::kKindMask)) {
+    handle_node_message(message->payload);
+    any = true;
+  }
+  for (const transport::PeerId peer : mesh_->take_failed_peers()) {
+    for (auto& [name, job] : jobs_) {
+      if (job->network() && job->network()->has_peer(peer)) {
+        fail_job(*job, GRADSYNC_ERR_PEER_FAILED,
+                 fmt::format("node daemon {} of job '{}' failed", mesh_->address_of(peer), name),
+                 true);
+      }
+    }
+    any = true;
+  }
+  return any;
+}
+
+void Engine::handle_node_message(const std::vector<uint8_t>& payload) {
+  try {
+    ipc::DecodedMessage decoded(payload);
+    const auto message = decoded.root<wire::NodeMessage>();
+    const std::string name = message.getJob();
+    const auto job = jobs_.find(name);
+    if (job == jobs_.end() || !job->second->network()) {
+      // Peers may be a step ahead of this node's ranks connecting.
+      size_t kept = 0;
+      for (const auto& [job_name, messages] : early_messages_) kept += messages.size();
+      if (kept < kMaxEarlyMessages) early_messages_[name].push_back(payload);
+      return;
+    }
+    if (message.isAbort()) {
+      fail_job(*job->second, GRADSYNC_ERR_PEER_FAILED, message.getAbort(), false);
+      return;
+    }
+    job->second->network()->on_message(message);
+  } catch (const std::exception& e) {
+    log_->warn("dropped a malformed message from a peer daemon: {}", e.what());
+  } catch (const kj::Exception& e) {
+    log_->warn("dropped a malformed message from a peer daemon: {}", e.getDescription().cStr());
+  }
+}
+
 bool Engine::run_ready_batches() {
   bool any = false;
   for (auto& [name, job] : jobs_) {
     auto& ready = job->ready();
+    if (NodeJob* network = job->network()) {
+      // Across nodes: announce what is ready here, run what every node agreed on, in order.
+      while (!ready.empty()) {
+        network->on_locally_ready(std::move(ready.front()));
+        ready.pop_front();
+        any = true;
+      }
+      while (auto unit = network->next_runnable()) {
+        any = true;
+        if (auto error = network->execute(*unit, pool_)) {
+          fail_job(*job, GRADSYNC_ERR_PEER_FAILED, *error, true);
+          break;
+        }
+      }
+      continue;
+    }
     while (!ready.empty()) {
       // Lazy fusion: take ready units in order up to the threshold; a group is never split,
       // and a unit larger than the threshold runs alone.
@@ -236,7 +334,9 @@ void Engine::sleep_until_work() {
   // Announce the sleep, then look once more: a client that published a submission before
   // seeing the flag will not ring the doorbell, so we must see its entry here.
   set_sleeping(1);
-  if (!any_submission_waiting()) {
+  // UCX must be armed before its fd can wake us; false means events are pending already.
+  const bool armed = !mesh_ || mesh_->arm();
+  if (armed && !any_submission_waiting()) {
     std::array<struct epoll_event, 64> events{};
     const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()),
                                sleep_timeout_ms());

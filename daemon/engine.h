@@ -8,6 +8,7 @@
 #include "daemon/reduce_pool.h"
 #include "daemon/session.h"
 #include "metrics/metrics.h"
+#include "transport/mesh.h"
 
 #include <spdlog/logger.h>
 
@@ -54,6 +55,10 @@ class Engine {
   // Thread-safe; wakes the engine.
   void post(EngineCommand command);
 
+  // HOST:PORT of the inter-node listener (the port resolved when configured as 0); empty
+  // when the daemon serves single-node jobs only.
+  const std::string& listen_address() const { return listen_address_; }
+
   // The engine thread's body. Returns after a Shutdown command has failed all pending work.
   void run();
 
@@ -66,6 +71,9 @@ class Engine {
   void handle(Shutdown& command);
 
   bool poll_submissions(Session& session);
+  bool poll_peers();
+  void handle_node_message(const std::vector<uint8_t>& payload);
+  void fail_job(Job& job, gradsync_result status, const std::string& reason, bool tell_peers);
   bool run_ready_batches();
   bool check_formation();
   int sleep_timeout_ms() const;  // until the next formation deadline; -1: none
@@ -77,6 +85,10 @@ class Engine {
   metrics::Metrics& metrics_;
   std::shared_ptr<spdlog::logger> log_;
   ReducePool pool_;
+  std::unique_ptr<transport::Mesh> mesh_;  // null without an inter-node listener
+  std::string listen_address_;
+  // Control messages for jobs that have no rank here yet, replayed when one connects.
+  std::unordered_map<std::string, std::vector<std::vector<uint8_t>>> early_messages_;
   ipc::UniqueFd epoll_;
   ipc::UniqueFd wake_;
 

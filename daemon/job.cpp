@@ -1,5 +1,7 @@
 #include "daemon/job.h"
 
+#include "daemon/node_job.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -17,6 +19,12 @@ Job::Job(std::string name, int32_t local_world_size, Clock::time_point formation
       local_world_size_(local_world_size),
       sessions_(static_cast<size_t>(local_world_size), nullptr),
       formation_deadline_(formation_deadline) {}
+
+Job::~Job() = default;
+
+void Job::set_network(std::unique_ptr<NodeJob> network) {
+  network_ = std::move(network);
+}
 
 void Job::attach(Session& session) {
   sessions_.at(static_cast<size_t>(session.identity().local_rank)) = &session;
@@ -163,6 +171,7 @@ void Job::fail(gradsync_result status, const std::string& message) {
   groups_.clear();
   for (auto& unit : ready_) fail_unit(unit);
   ready_.clear();
+  if (network_) network_->fail_waiting(status, message);
 }
 
 std::optional<std::string> find_mismatch(const std::vector<Submission>& ranks) {

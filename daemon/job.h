@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -29,11 +30,18 @@ struct ReadyUnit {
   uint64_t bytes() const;
 };
 
+class NodeJob;
+
 class Job {
  public:
   using Clock = std::chrono::steady_clock;
 
   Job(std::string name, int32_t local_world_size, Clock::time_point formation_deadline);
+  ~Job();
+
+  // The job's part across nodes; null for a single-node job.
+  NodeJob* network() const { return network_.get(); }
+  void set_network(std::unique_ptr<NodeJob> network);
 
   const std::string& name() const { return name_; }
   int32_t local_world_size() const { return local_world_size_; }
@@ -89,6 +97,7 @@ class Job {
   // Groups being assembled, by local rank 0's group id.
   std::unordered_map<uint64_t, GroupAssembly> groups_;
   std::deque<ReadyUnit> ready_;
+  std::unique_ptr<NodeJob> network_;
 };
 
 // Checks that all ranks agree on a collective; returns the error naming tensor and ranks.

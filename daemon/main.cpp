@@ -35,7 +35,7 @@ int run_daemon(const gradsync::daemon::DaemonConfig& config) {
                            daemon::to_toml(config));
   for (uint16_t port : metrics.listening_ports()) log->info("metrics on port {}", port);
   daemon::Engine engine(config, metrics);
-  daemon::ControlServer control(config, engine, metrics);
+  daemon::ControlServer control(config, engine, metrics, engine.listen_address());
   std::thread engine_thread([&engine, &log] {
     try {
       engine.run();

@@ -13,6 +13,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 namespace gradsync::daemon {
 
@@ -31,6 +32,8 @@ struct ClientIdentity {
   int32_t local_world_size = 1;
   pid_t pid = 0;
   uid_t uid = 0;
+  std::vector<std::string> nodes;  // multi-node jobs: inter-node addresses in node order
+  uint32_t node_rank = 0;
 };
 
 class Job;

@@ -14,6 +14,11 @@ struct Hello {
   worldSize @3 :Int32;
   localRank @4 :Int32;
   localWorldSize @5 :Int32;
+  # The job's node daemons (HOST:PORT of their inter-node listeners) in node order, and this
+  # node's index among them (-1: the daemon finds its own listen address in the list). Empty
+  # for a single-node job.
+  nodes @6 :List(Text);
+  nodeRank @7 :Int32;
 }
 
 # Sent with two fds: the control segment (memfd) and the doorbell (eventfd).

@@ -24,6 +24,10 @@ void reduce_to_all(gradsync_dtype dtype, gradsync_op op, const void* const* inpu
 // memcpy, or with non-temporal stores when `streaming` (as above).
 void copy(void* dst, const void* src, size_t bytes, bool streaming);
 
+// data[i] /= divisor, in place: floats multiply by 1/divisor (16-bit floats through f32),
+// integers divide and truncate. Finishes an average whose sum was reduced in pieces.
+void divide(gradsync_dtype dtype, void* data, size_t count, uint64_t divisor);
+
 // Results at least this large are written with non-temporal stores.
 inline constexpr size_t kStreamingMinBytes = 1 << 20;
 

@@ -10,7 +10,8 @@ namespace gradsync::transport {
 
 struct sockaddr_in parse_host_port(const std::string& host_port) {
   const size_t colon = host_port.rfind(':');
-  if (colon == std::string::npos) throw std::invalid_argument("expected HOST:PORT, got " + host_port);
+  if (colon == std::string::npos)
+    throw std::invalid_argument("expected HOST:PORT, got " + host_port);
   const std::string host = host_port.substr(0, colon);
   const std::string port = host_port.substr(colon + 1);
   struct sockaddr_in address {};
@@ -136,9 +137,8 @@ Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t byte
                               std::move(state));
   }
   ucp_request_param_t params = send_params(state.get());
-  return Operation::started(worker_.get(),
-                            ucp_tag_send_nbx(peer.endpoint, data, bytes, tag, &params),
-                            std::move(state));
+  return Operation::started(
+      worker_.get(), ucp_tag_send_nbx(peer.endpoint, data, bytes, tag, &params), std::move(state));
 }
 
 Operation Mesh::receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes) {
@@ -149,9 +149,32 @@ Operation Mesh::receive(uint64_t tag, uint64_t tag_mask, void* data, size_t byte
                             std::move(state));
 }
 
-bool Mesh::progress() { return ucp_worker_progress(worker_.get()) != 0; }
+std::optional<Mesh::Message> Mesh::poll_message(uint64_t tag, uint64_t tag_mask) {
+  ucp_tag_recv_info_t info{};
+  ucp_tag_message_h handle = ucp_tag_probe_nb(worker_.get(), tag, tag_mask, 1, &info);
+  if (handle == nullptr) return std::nullopt;
+  Message message{info.sender_tag, std::vector<uint8_t>(info.length)};
+  auto state = std::make_unique<Operation::State>();
+  ucp_request_param_t params = receive_params(state.get());
+  Operation operation = Operation::started(
+      worker_.get(),
+      ucp_tag_msg_recv_nbx(worker_.get(), message.payload.data(), info.length, handle, &params),
+      std::move(state));
+  while (!operation.done()) ucp_worker_progress(worker_.get());
+  if (operation.status() != UCS_OK) {
+    throw UcxError("ucp_tag_msg_recv_nbx", operation.status(), __FILE__, __LINE__);
+  }
+  return message;
+}
+
+bool Mesh::progress() {
+  return ucp_worker_progress(worker_.get()) != 0;
+}
 
 bool Mesh::arm() {
+  // Arming is only valid once progress has nothing left to do; and whatever progress does
+  // now (a message landing in the unexpected queue) the caller must look at before sleeping.
+  if (ucp_worker_progress(worker_.get()) != 0) return false;
   const ucs_status_t status = ucp_worker_arm(worker_.get());
   if (status == UCS_ERR_BUSY) return false;
   GRADSYNC_UCX_CHECK(status);

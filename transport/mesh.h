@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,12 +40,19 @@ class Mesh {
   const std::string& address_of(PeerId peer) const { return peers_.at(peer).address; }
 
   Operation send(PeerId peer, uint64_t tag, const void* data, size_t bytes);
+  // A whole message of unknown size matching tag/mask, if one has arrived (for control
+  // messages: small, so it completes without waiting on the sender).
+  struct Message {
+    uint64_t tag;
+    std::vector<uint8_t> payload;
+  };
+  std::optional<Message> poll_message(uint64_t tag, uint64_t tag_mask);
   Operation receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes);
 
   // Drives UCX; true when it made progress.
   bool progress();
-  // For sleeping: the fd to poll, and arm() before polling (false: progress first, events
-  // are pending).
+  // For sleeping: the fd to poll, and arm() before polling (false: something happened or is
+  // pending; poll for messages again instead of sleeping).
   int event_fd() const { return event_fd_; }
   bool arm();
 

@@ -22,12 +22,12 @@ class UcxError : public std::runtime_error {
   ucs_status_t status_;
 };
 
-#define GRADSYNC_UCX_CHECK(call)                                                        \
-  do {                                                                                  \
-    const ucs_status_t gradsync_ucx_status_ = (call);                                   \
-    if (gradsync_ucx_status_ != UCS_OK) {                                               \
+#define GRADSYNC_UCX_CHECK(call)                                                              \
+  do {                                                                                        \
+    const ucs_status_t gradsync_ucx_status_ = (call);                                         \
+    if (gradsync_ucx_status_ != UCS_OK) {                                                     \
       throw ::gradsync::transport::UcxError(#call, gradsync_ucx_status_, __FILE__, __LINE__); \
-    }                                                                                   \
+    }                                                                                         \
   } while (0)
 
 struct ContextDeleter {

@@ -65,7 +65,7 @@ typedef uint64_t gradsync_request; /* 0 is never a valid request */
 
 /* Where to connect and who this rank is. Zero-initialise and fill what you know;
  * gradsync_options_from_env() fills it from GRADSYNC_SOCKET, GRADSYNC_JOB, RANK, WORLD_SIZE,
- * LOCAL_RANK and LOCAL_WORLD_SIZE (torchrun's names). */
+ * LOCAL_RANK and LOCAL_WORLD_SIZE (torchrun's names), GRADSYNC_NODES and GRADSYNC_NODE_RANK. */
 typedef struct gradsync_options {
   char socket_path[108]; /* sun_path of the daemon's socket */
   char job[64];          /* job name shared by all ranks of the job */
@@ -74,6 +74,11 @@ typedef struct gradsync_options {
   int32_t local_rank;
   int32_t local_world_size;
   int32_t timeout_ms; /* bound on control-plane waits (connect, register); 0 = 30000 */
+  /* Multi-node jobs: the node daemons' inter-node addresses (HOST:PORT), comma-separated in
+   * node order, and this node's index (-1: the daemon finds its own address in the list).
+   * Empty for a single-node job. */
+  char nodes[1024];
+  int32_t node_rank;
 } gradsync_options;
 
 GRADSYNC_EXPORT gradsync_result gradsync_options_from_env(gradsync_options* options);

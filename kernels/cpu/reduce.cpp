@@ -1,6 +1,7 @@
 // Picks the widest build of the reduction loops this CPU runs, once.
 #include "kernels/reduce.h"
 
+#include "kernels/convert.h"
 #include "kernels/cpu/reduce_variants.h"
 
 #include <cpuid.h>
@@ -37,6 +38,42 @@ void reduce_to_all(gradsync_dtype dtype, gradsync_op op, const void* const* inpu
 
 void copy(void* dst, const void* src, size_t bytes, bool streaming) {
   selected().copy(dst, src, bytes, streaming);
+}
+
+namespace {
+template <typename T, typename Load, typename Store>
+void divide_each(void* data, size_t count, Load load, Store store) {
+  auto* values = static_cast<T*>(data);
+  for (size_t i = 0; i < count; ++i) values[i] = store(load(values[i]));
+}
+}  // namespace
+
+void divide(gradsync_dtype dtype, void* data, size_t count, uint64_t divisor) {
+  const float scale_f = 1.0f / static_cast<float>(divisor);
+  const double scale_d = 1.0 / static_cast<double>(divisor);
+  const auto d = static_cast<int64_t>(divisor);
+  auto same = [](auto v) { return v; };
+  switch (dtype) {
+    case GRADSYNC_FLOAT32:
+      return divide_each<float>(
+          data, count, [&](float v) { return v * scale_f; }, same);
+    case GRADSYNC_FLOAT64:
+      return divide_each<double>(
+          data, count, [&](double v) { return v * scale_d; }, same);
+    case GRADSYNC_FLOAT16:
+      return divide_each<uint16_t>(
+          data, count, [&](uint16_t v) { return half_to_float(v) * scale_f; }, float_to_half);
+    case GRADSYNC_BFLOAT16:
+      return divide_each<uint16_t>(
+          data, count, [&](uint16_t v) { return bfloat16_to_float(v) * scale_f; },
+          float_to_bfloat16);
+    case GRADSYNC_INT32:
+      return divide_each<int32_t>(
+          data, count, [&](int32_t v) { return static_cast<int32_t>(v / d); }, same);
+    case GRADSYNC_INT64:
+      return divide_each<int64_t>(
+          data, count, [&](int64_t v) { return v / d; }, same);
+  }
 }
 
 const char* reduce_isa() {

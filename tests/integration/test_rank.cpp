@@ -188,6 +188,35 @@ int scenario_mismatch(Communicator& comm) {
   return 0;
 }
 
+// Across nodes: allreduce for every dtype and op, counts below and not divisible by the node
+// count, then many tensors in per-rank random order, groups and barriers.
+int scenario_cluster(Communicator& comm) {
+  const size_t max_count = 100003;
+  SharedBuffer a = comm.allocate(max_count * 8);
+  SharedBuffer b = comm.allocate(max_count * 8);
+  uint64_t seed = 0;
+  for (int step = 0; step < 2; ++step) {  // the second pass reuses every name
+    for (gradsync_dtype dtype : kDtypes) {
+      for (size_t count : {size_t{1}, size_t{2}, size_t{3}, size_t{1001}, max_count}) {
+        for (gradsync_op op : kOps) {
+          ++seed;
+          reference::fill_input(a.data(), count, dtype, g_rank, op, seed);
+          const std::string name =
+              "c." + std::to_string(dtype) + "." + std::to_string(count) + "." + std::to_string(op);
+          comm.wait(comm.allreduce(name.c_str(), a.data(), b.data(), count, dtype, op));
+          const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, b.data(), count,
+                                                      dtype, op, g_ranks, 0, seed);
+          EXPECT_OR_FAIL(wrong == 0, "allreduce dtype %d op %d count %zu: %zu wrong", dtype, op,
+                         count, wrong);
+        }
+      }
+    }
+  }
+  for (int i = 0; i < 5; ++i) comm.barrier();
+  if (const int failed = scenario_random_order(comm); failed != 0) return failed;
+  return scenario_grouped(comm);
+}
+
 // Allreduce in a loop until something fails; the exit status is the failure's result code.
 // `polling` waits with gradsync_test instead of gradsync_wait.
 int scenario_loop(Communicator& comm, size_t bytes, bool polling) {
@@ -232,8 +261,8 @@ int main(int argc, char** argv) {
   }
   gradsync_options options{};
   gradsync_options_from_env(&options);
-  g_rank = options.local_rank;
-  g_ranks = options.local_world_size;
+  g_rank = options.rank;
+  g_ranks = options.world_size;
   const std::string& scenario = args[0];
   if (scenario == "join") {
     // Connect and report the outcome as the exit status.
@@ -249,6 +278,7 @@ int main(int argc, char** argv) {
     if (scenario == "random_order") return scenario_random_order(comm);
     if (scenario == "grouped") return scenario_grouped(comm);
     if (scenario == "mismatch") return scenario_mismatch(comm);
+    if (scenario == "cluster") return scenario_cluster(comm);
     if (scenario == "loop" || scenario == "loop_polling") {
       return scenario_loop(comm, args.size() > 1 ? std::stoul(args[1]) : 4096,
                            scenario == "loop_polling");

@@ -19,7 +19,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def start_daemon(build_dir, directory):
     socket = os.path.join(directory, "gradsyncd.sock")
     daemon = subprocess.Popen([os.path.join(build_dir, "gradsyncd"), "--socket", socket,
-                               "--metrics-listen", "", "--log-level", "warn"])
+                               "--metrics-listen", "", "--listen", "127.0.0.1:0",
+                               "--log-level", "warn"])
     deadline = time.monotonic() + 20
     while not os.path.exists(socket):
         if daemon.poll() is not None or time.monotonic() > deadline:

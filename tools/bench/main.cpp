@@ -47,9 +47,9 @@ int run_rank(const BenchOptions& o) {
   gradsync::Communicator comm;
   gradsync_options who{};
   gradsync_options_from_env(&who);
-  const uint64_t wrong =
-      o.model.empty() ? gradsync::bench::run_sweep(o, comm, who.local_rank, who.local_world_size)
-                      : gradsync::bench::run_model(o, comm, who.local_rank, who.local_world_size);
+  const uint64_t wrong = o.model.empty()
+                             ? gradsync::bench::run_sweep(o, comm, who.rank, who.world_size)
+                             : gradsync::bench::run_model(o, comm, who.rank, who.world_size);
   return wrong == 0 ? 0 : 2;
 }
 

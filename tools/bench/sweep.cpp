@@ -86,7 +86,7 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int rank
   SharedBuffer recv = comm.allocate(max_recv);
   SharedBuffer scratch = comm.allocate(sizeof(double) * (o.iterations + 1));
   if (rank == 0) {
-    std::printf("# gradsync-bench: %s, %d local ranks, %s, %s, %d iterations (%d warm-up)\n",
+    std::printf("# gradsync-bench: %s, %d ranks, %s, %s, %d iterations (%d warm-up)\n",
                 collective_name(o.collective), ranks, dtype_flag_name(o.dtype), op_flag_name(o.op),
                 o.iterations, o.warmup);
     std::printf("# time: median over iterations of the slowest rank; busbw as nccl-tests\n");

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -113,6 +114,10 @@ PrivateDaemon::PrivateDaemon(const std::string& gradsyncd_path,
   socket_path_ = directory_ + "/gradsyncd.sock";
   std::vector<std::string> argv = {gradsyncd_path, "--socket", socket_path_, "--metrics-listen", "",
                                    "--log-level",  "warn"};
+  // Its own inter-node port, unless the caller names one: private daemons never collide.
+  if (std::find(extra_args.begin(), extra_args.end(), "--listen") == extra_args.end()) {
+    argv.insert(argv.end(), {"--listen", "127.0.0.1:0"});
+  }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
   process_ = ChildProcess(argv, {});
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);

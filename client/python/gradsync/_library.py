@@ -16,6 +16,8 @@ class Options(ctypes.Structure):
         ("local_rank", ctypes.c_int32),
         ("local_world_size", ctypes.c_int32),
         ("timeout_ms", ctypes.c_int32),
+        ("nodes", ctypes.c_char * 1024),
+        ("node_rank", ctypes.c_int32),
     ]
 
 

@@ -1,0 +1,156 @@
+// Several gradsyncd on one machine, one per "node", talking UCX over TCP on loopback, with
+// real rank processes on each: the multi-node path end to end.
+#include "tests/integration/harness.h"
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <numeric>
+#include <random>
+#include <thread>
+
+namespace gradsync::testing {
+namespace {
+
+// A port that is free now, below the kernel's ephemeral range (32768 and up by default), so
+// that neither outgoing connections nor daemons listening on port 0 take it before our daemon
+// binds it.
+uint16_t free_tcp_port() {
+  static std::mt19937 random(static_cast<unsigned>(::getpid()));
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const auto port = static_cast<uint16_t>(20000 + random() % 10000);
+    ipc::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    struct sockaddr_in address {};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    if (::bind(fd.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) == 0) {
+      return port;
+    }
+  }
+  throw std::runtime_error("no free TCP port in [20000, 30000)");
+}
+
+class LoopbackCluster {
+ public:
+  explicit LoopbackCluster(int nodes) {
+    for (int n = 0; n < nodes; ++n) {
+      const std::string address = "127.0.0.1:" + std::to_string(free_tcp_port());
+      addresses_ += (n == 0 ? "" : ",") + address;
+      daemons_.push_back(std::make_unique<tools::PrivateDaemon>(
+          tools::executable_dir() + "/gradsyncd",
+          std::vector<std::string>{"--listen", address}));
+    }
+  }
+  int nodes() const { return static_cast<int>(daemons_.size()); }
+  tools::PrivateDaemon& daemon(int node) { return *daemons_[static_cast<size_t>(node)]; }
+
+  // ranks_per_node[n] ranks on node n, global ranks in node order.
+  std::vector<tools::ChildProcess> spawn(const std::string& job,
+                                         const std::vector<int>& ranks_per_node,
+                                         const std::vector<std::string>& args) {
+    const int world = std::accumulate(ranks_per_node.begin(), ranks_per_node.end(), 0);
+    std::vector<tools::ChildProcess> children;
+    int rank = 0;
+    for (int node = 0; node < nodes(); ++node) {
+      for (int local = 0; local < ranks_per_node[static_cast<size_t>(node)]; ++local, ++rank) {
+        std::vector<std::string> argv = {tools::executable_dir() + "/gradsync-test-rank"};
+        argv.insert(argv.end(), args.begin(), args.end());
+        children.emplace_back(
+            argv, std::map<std::string, std::string>{
+                      {"GRADSYNC_SOCKET", daemon(node).socket_path()},
+                      {"GRADSYNC_JOB", job},
+                      {"GRADSYNC_NODES", addresses_},
+                      {"GRADSYNC_NODE_RANK", std::to_string(node)},
+                      {"RANK", std::to_string(rank)},
+                      {"WORLD_SIZE", std::to_string(world)},
+                      {"LOCAL_RANK", std::to_string(local)},
+                      {"LOCAL_WORLD_SIZE",
+                       std::to_string(ranks_per_node[static_cast<size_t>(node)])}});
+      }
+    }
+    return children;
+  }
+
+ private:
+  std::string addresses_;
+  std::vector<std::unique_ptr<tools::PrivateDaemon>> daemons_;
+};
+
+void expect_all_succeed(std::vector<tools::ChildProcess>& children) {
+  for (size_t r = 0; r < children.size(); ++r) {
+    const auto status = children[r].wait_for(std::chrono::seconds(240));
+    ASSERT_TRUE(status) << "rank " << r << " did not finish";
+    EXPECT_EQ(*status, 0) << "rank " << r << " failed";
+  }
+}
+
+struct Shape {
+  int nodes;
+  int ranks_per_node;
+};
+
+class ClusterTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(ClusterTest, AllreduceEveryDtypeOpAndCountAcrossNodes) {
+  LoopbackCluster cluster(GetParam().nodes);
+  auto ranks = cluster.spawn("cluster",
+                             std::vector<int>(static_cast<size_t>(GetParam().nodes),
+                                              GetParam().ranks_per_node),
+                             {"cluster"});
+  expect_all_succeed(ranks);
+  for (int n = 0; n < cluster.nodes(); ++n) EXPECT_EQ(cluster.daemon(n).stop(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ClusterTest,
+                         ::testing::Values(Shape{2, 1}, Shape{2, 2}, Shape{3, 1}, Shape{3, 2},
+                                           Shape{4, 1}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.nodes) + "nodes_" +
+                                  std::to_string(info.param.ranks_per_node) + "ranks";
+                         });
+
+TEST(Cluster, RanksPerNodeMayDiffer) {
+  LoopbackCluster cluster(3);
+  auto ranks = cluster.spawn("uneven", {1, 3, 2}, {"grouped"});
+  expect_all_succeed(ranks);
+}
+
+TEST(Cluster, MismatchAcrossNodesIsAnErrorForEveryRank) {
+  // The last rank (on the last node) submits a different count.
+  LoopbackCluster cluster(2);
+  auto ranks = cluster.spawn("mismatch", {1, 1}, {"mismatch"});
+  expect_all_succeed(ranks);
+}
+
+TEST(Cluster, KilledPeerDaemonFailsSurvivingRanksWithinTenSeconds) {
+  LoopbackCluster cluster(3);
+  auto ranks = cluster.spawn("victim", {1, 1, 1}, {"loop", std::to_string(1 << 20)});
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  cluster.daemon(2).process().signal(SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  for (size_t r = 0; r < 3; ++r) {
+    const auto status = ranks[r].wait_for(std::chrono::seconds(10));
+    ASSERT_TRUE(status) << "rank " << r << " hung after node 2's daemon died";
+    EXPECT_EQ(*status, r == 2 ? GRADSYNC_ERR_DAEMON_GONE : GRADSYNC_ERR_PEER_FAILED) << "rank " << r;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(10));
+  // The survivors keep serving: a new job on nodes 0 and 1 works.
+  cluster.daemon(2).stop();
+  LoopbackCluster fresh_peer_check(1);  // (a single-node job on a fresh daemon for contrast)
+  auto after = std::vector<tools::ChildProcess>{};
+  {
+    std::vector<std::string> argv = {tools::executable_dir() + "/gradsync-test-rank", "grouped"};
+    after.emplace_back(argv, std::map<std::string, std::string>{
+                                 {"GRADSYNC_SOCKET", cluster.daemon(0).socket_path()},
+                                 {"GRADSYNC_JOB", "after"},
+                                 {"RANK", "0"},
+                                 {"WORLD_SIZE", "1"}});
+  }
+  expect_all_succeed(after);
+}
+
+}  // namespace
+}  // namespace gradsync::testing
