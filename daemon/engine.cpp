@@ -259,7 +259,7 @@ bool Engine::run_ready_batches() {
       }
       while (auto unit = network->next_runnable()) {
         any = true;
-        if (auto error = network->execute(*unit, pool_)) {
+        if (auto error = network->execute(*unit)) {
           fail_job(*job, GRADSYNC_ERR_PEER_FAILED, *error, true);
           break;
         }

@@ -257,7 +257,7 @@ std::optional<std::string> NodeJob::ring_allreduce(uint8_t* data, uint64_t count
   return std::nullopt;
 }
 
-std::optional<std::string> NodeJob::execute(ReadyUnit& unit, ReducePool& /*pool*/) {
+std::optional<std::string> NodeJob::execute(ReadyUnit& unit) {
   const auto sequence = static_cast<uint32_t>(next_to_run_ - 1);
   for (auto& collective : unit.collectives) {
     const Submission& lead = collective.first();

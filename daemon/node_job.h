@@ -10,7 +10,6 @@
 
 #include "daemon/internode.capnp.h"
 #include "daemon/job.h"
-#include "daemon/reduce_pool.h"
 #include "transport/mesh.h"
 
 #include <spdlog/logger.h>
@@ -62,7 +61,7 @@ class NodeJob {
   std::optional<ReadyUnit> next_runnable();
   // Runs it across the nodes and completes it on every local rank. Returns an error message
   // when the job cannot go on (a peer failed or timed out); the unit's ranks got it already.
-  std::optional<std::string> execute(ReadyUnit& unit, ReducePool& pool);
+  std::optional<std::string> execute(ReadyUnit& unit);
 
   // Tells every other node that the job failed here.
   void broadcast_abort(const std::string& reason);

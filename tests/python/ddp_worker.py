@@ -98,10 +98,15 @@ def main():
     parser.add_argument("--raise-at", type=int, default=-1)
     parser.add_argument("--raising-rank", type=int, default=1)
     parser.add_argument("--init-file", required=True)
+    # Float64 training: the comparison with Gloo then measures the communication, not how one
+    # rounding difference in float32 grows once a max-pool tie flips.
+    parser.add_argument("--double", action="store_true")
     args = parser.parse_args()
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
+    if args.double:
+        torch.set_default_dtype(torch.float64)
     dist.init_process_group("gloo", init_method=f"file://{args.init_file}", rank=rank,
                             world_size=world)
     comm = gradsync.init()

@@ -4,9 +4,13 @@
     run_ranks.py --build-dir build --ranks 2 --worker ddp_worker.py [worker options]
     run_ranks.py --build-dir build --ranks 3 --worker ddp_worker.py --raise-at 3
         (rank 1 fails mid-training: it must die, every other rank must get gradsync's error)
+    run_ranks.py --build-dir build --nodes 2 --ranks 4 ...
+        (a loopback cluster: one gradsyncd per node, ranks split evenly across them)
 """
 import argparse
 import os
+import random
+import socket as sockets
 import signal
 import subprocess
 import sys
@@ -16,10 +20,23 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def start_daemon(build_dir, directory):
-    socket = os.path.join(directory, "gradsyncd.sock")
+def free_port():
+    """A free TCP port below the ephemeral range, so nothing else takes it before the daemon."""
+    for _ in range(1000):
+        port = random.randrange(20000, 30000)
+        with sockets.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free port")
+
+
+def start_daemon(build_dir, directory, node, listen):
+    socket = os.path.join(directory, f"gradsyncd{node}.sock")
     daemon = subprocess.Popen([os.path.join(build_dir, "gradsyncd"), "--socket", socket,
-                               "--metrics-listen", "", "--listen", "127.0.0.1:0",
+                               "--metrics-listen", "", "--listen", listen,
                                "--log-level", "warn"])
     deadline = time.monotonic() + 20
     while not os.path.exists(socket):
@@ -35,23 +52,34 @@ def main():
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--worker", default="ddp_worker.py")
+    parser.add_argument("--nodes", type=int, default=1)
     args, worker_args = parser.parse_known_args()
     raising = "--raise-at" in worker_args
 
+    if args.ranks % args.nodes != 0:
+        parser.error("--ranks must be a multiple of --nodes")
+    per_node = args.ranks // args.nodes
     with tempfile.TemporaryDirectory() as directory:
-        daemon, socket = start_daemon(os.path.abspath(args.build_dir), directory)
+        build_dir = os.path.abspath(args.build_dir)
+        listens = [f"127.0.0.1:{free_port()}" if args.nodes > 1 else "127.0.0.1:0"
+                   for _ in range(args.nodes)]
+        daemons = [start_daemon(build_dir, directory, node, listen)
+                   for node, listen in enumerate(listens)]
         try:
-            env = dict(os.environ, GRADSYNC_SOCKET=socket, GRADSYNC_JOB=f"ddp-{os.getpid()}",
-                       GRADSYNC_LIBRARY=os.path.join(os.path.abspath(args.build_dir),
-                                                     "libgradsync.so"),
-                       WORLD_SIZE=str(args.ranks), LOCAL_WORLD_SIZE=str(args.ranks))
+            env = dict(os.environ, GRADSYNC_JOB=f"ddp-{os.getpid()}",
+                       GRADSYNC_LIBRARY=os.path.join(build_dir, "libgradsync.so"),
+                       WORLD_SIZE=str(args.ranks), LOCAL_WORLD_SIZE=str(per_node))
+            if args.nodes > 1:
+                env["GRADSYNC_NODES"] = ",".join(listens)
             init_file = os.path.join(directory, "gloo-init")
             workers = []
             for rank in range(args.ranks):
+                node = rank // per_node
                 workers.append(subprocess.Popen(
                     ["/usr/bin/python3", os.path.join(HERE, args.worker),
                      "--init-file", init_file] + worker_args,
-                    env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank))))
+                    env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank % per_node),
+                             GRADSYNC_NODE_RANK=str(node), GRADSYNC_SOCKET=daemons[node][1])))
             deadline = time.monotonic() + args.timeout
             codes = []
             for rank, worker in enumerate(workers):
@@ -63,8 +91,10 @@ def main():
                         w.kill()
                     return 1
         finally:
-            daemon.send_signal(signal.SIGTERM)
-            daemon_code = daemon.wait(timeout=30)
+            daemon_code = 0
+            for daemon, _ in daemons:
+                daemon.send_signal(signal.SIGTERM)
+                daemon_code = max(daemon_code, daemon.wait(timeout=30))
     print(f"worker exit codes {codes}, gradsyncd {daemon_code}")
     if daemon_code != 0:
         return 1
