@@ -164,8 +164,7 @@ void NodeJob::on_message(wire::NodeMessage::Reader message) {
 }
 
 void NodeJob::on_go(const std::string& key, uint64_t sequence, const std::string& error) {
-  log_->debug("job '{}': go '{}' as {} on node {}", job_name_, key, sequence,
-                         layout_.node_rank);
+  log_->debug("job '{}': go '{}' as {} on node {}", job_name_, key, sequence, layout_.node_rank);
   go_by_sequence_[sequence] = {key, error};
 }
 
@@ -247,9 +246,9 @@ std::optional<std::string> NodeJob::ring_allreduce(uint8_t* data, uint64_t count
   for (uint32_t s = 0; s + 1 < nodes; ++s, ++step) {
     const auto [send_begin, send_end] = chunk(count, nodes, (me + 1 + nodes - s) % nodes);
     const auto [recv_begin, recv_end] = chunk(count, nodes, (me + nodes - s) % nodes);
-    transport::Operation receive = mesh_.receive(tag(left), tags::sender_mask(),
-                                                 data + recv_begin * element,
-                                                 (recv_end - recv_begin) * element);
+    transport::Operation receive =
+        mesh_.receive(tag(left), tags::sender_mask(), data + recv_begin * element,
+                      (recv_end - recv_begin) * element);
     transport::Operation send = mesh_.send(peers_[right], tag(me), data + send_begin * element,
                                            (send_end - send_begin) * element);
     if (auto error = wait_for({&send, &receive}, "gathering across nodes")) return error;
@@ -269,8 +268,8 @@ std::optional<std::string> NodeJob::execute(ReadyUnit& unit) {
       std::vector<const void*> inputs;
       for (const auto& s : collective.ranks) inputs.push_back(s.send);
       void* staging = staging_.data();
-      kernels::reduce_to_all(lead.dtype, op, inputs.data(), inputs.size(), &staging, 1,
-                             lead.count, false);
+      kernels::reduce_to_all(lead.dtype, op, inputs.data(), inputs.size(), &staging, 1, lead.count,
+                             false);
       if (auto error = ring_allreduce(staging_.data(), lead.count, lead.dtype, op, sequence)) {
         for (auto& c : unit.collectives) {
           for (auto& s : c.ranks) complete(s, GRADSYNC_ERR_PEER_FAILED, *error);
@@ -282,7 +281,8 @@ std::optional<std::string> NodeJob::execute(ReadyUnit& unit) {
                         static_cast<uint64_t>(layout_.world_size));
       }
       const bool streaming = bytes >= kernels::kStreamingMinBytes;
-      for (const auto& s : collective.ranks) kernels::copy(s.recv, staging_.data(), bytes, streaming);
+      for (const auto& s : collective.ranks)
+        kernels::copy(s.recv, staging_.data(), bytes, streaming);
     }
     // A barrier moves no data: its Go from the coordinator is the barrier.
   }
@@ -301,9 +301,9 @@ void NodeJob::broadcast_abort(const std::string& reason) {
   const std::vector<uint8_t> bytes = ipc::encode(message);
   for (uint32_t node = 0; node < peers_.size(); ++node) {
     if (node == layout_.node_rank || mesh_.failed(peers_[node])) continue;
-    transport::Operation op = mesh_.send(
-        peers_[node], tags::make(tags::kControl, layout_.node_rank, job_tag_, 0), bytes.data(),
-        bytes.size());
+    transport::Operation op =
+        mesh_.send(peers_[node], tags::make(tags::kControl, layout_.node_rank, job_tag_, 0),
+                   bytes.data(), bytes.size());
     // Best effort, bounded: a peer that is gone does not hold us up.
     const auto deadline = Clock::now() + std::chrono::seconds(1);
     while (!op.done() && Clock::now() < deadline) mesh_.progress();

@@ -15,10 +15,10 @@
 #include <spdlog/logger.h>
 
 #include <chrono>
-#include <memory>
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,7 +33,9 @@ inline constexpr uint64_t kKindMask = uint64_t{0xff} << 56;
 inline uint64_t make(uint64_t kind, uint32_t node, uint16_t job, uint32_t low) {
   return (kind << 56) | (uint64_t{node & 0xffu} << 48) | (uint64_t{job} << 32) | low;
 }
-inline uint64_t sender_mask() { return kKindMask | (uint64_t{0xff} << 48) | (uint64_t{0xffff} << 32) | 0xffffffffu; }
+inline uint64_t sender_mask() {
+  return kKindMask | (uint64_t{0xff} << 48) | (uint64_t{0xffff} << 32) | 0xffffffffu;
+}
 }  // namespace tags
 
 inline constexpr uint32_t kMaxNodes = 255;

@@ -40,8 +40,7 @@ class LoopbackCluster {
       const std::string address = "127.0.0.1:" + std::to_string(free_tcp_port());
       addresses_ += (n == 0 ? "" : ",") + address;
       daemons_.push_back(std::make_unique<tools::PrivateDaemon>(
-          tools::executable_dir() + "/gradsyncd",
-          std::vector<std::string>{"--listen", address}));
+          tools::executable_dir() + "/gradsyncd", std::vector<std::string>{"--listen", address}));
     }
   }
   int nodes() const { return static_cast<int>(daemons_.size()); }
@@ -59,16 +58,16 @@ class LoopbackCluster {
         std::vector<std::string> argv = {tools::executable_dir() + "/gradsync-test-rank"};
         argv.insert(argv.end(), args.begin(), args.end());
         children.emplace_back(
-            argv, std::map<std::string, std::string>{
-                      {"GRADSYNC_SOCKET", daemon(node).socket_path()},
-                      {"GRADSYNC_JOB", job},
-                      {"GRADSYNC_NODES", addresses_},
-                      {"GRADSYNC_NODE_RANK", std::to_string(node)},
-                      {"RANK", std::to_string(rank)},
-                      {"WORLD_SIZE", std::to_string(world)},
-                      {"LOCAL_RANK", std::to_string(local)},
-                      {"LOCAL_WORLD_SIZE",
-                       std::to_string(ranks_per_node[static_cast<size_t>(node)])}});
+            argv,
+            std::map<std::string, std::string>{
+                {"GRADSYNC_SOCKET", daemon(node).socket_path()},
+                {"GRADSYNC_JOB", job},
+                {"GRADSYNC_NODES", addresses_},
+                {"GRADSYNC_NODE_RANK", std::to_string(node)},
+                {"RANK", std::to_string(rank)},
+                {"WORLD_SIZE", std::to_string(world)},
+                {"LOCAL_RANK", std::to_string(local)},
+                {"LOCAL_WORLD_SIZE", std::to_string(ranks_per_node[static_cast<size_t>(node)])}});
       }
     }
     return children;
@@ -96,10 +95,9 @@ class ClusterTest : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(ClusterTest, AllreduceEveryDtypeOpAndCountAcrossNodes) {
   LoopbackCluster cluster(GetParam().nodes);
-  auto ranks = cluster.spawn("cluster",
-                             std::vector<int>(static_cast<size_t>(GetParam().nodes),
-                                              GetParam().ranks_per_node),
-                             {"cluster"});
+  auto ranks = cluster.spawn(
+      "cluster", std::vector<int>(static_cast<size_t>(GetParam().nodes), GetParam().ranks_per_node),
+      {"cluster"});
   expect_all_succeed(ranks);
   for (int n = 0; n < cluster.nodes(); ++n) EXPECT_EQ(cluster.daemon(n).stop(), 0);
 }
@@ -134,7 +132,8 @@ TEST(Cluster, KilledPeerDaemonFailsSurvivingRanksWithinTenSeconds) {
   for (size_t r = 0; r < 3; ++r) {
     const auto status = ranks[r].wait_for(std::chrono::seconds(10));
     ASSERT_TRUE(status) << "rank " << r << " hung after node 2's daemon died";
-    EXPECT_EQ(*status, r == 2 ? GRADSYNC_ERR_DAEMON_GONE : GRADSYNC_ERR_PEER_FAILED) << "rank " << r;
+    EXPECT_EQ(*status, r == 2 ? GRADSYNC_ERR_DAEMON_GONE : GRADSYNC_ERR_PEER_FAILED)
+        << "rank " << r;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(10));
   // The survivors keep serving: a new job on nodes 0 and 1 works.
