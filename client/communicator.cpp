@@ -230,7 +230,7 @@ gradsync_request Communicator::submit(const CollectiveArgs& args) {
     const auto send_bytes = ipc::checked_bytes(args.count, args.dtype);
     uint64_t recv_bytes = 0;
     const uint64_t slots = args.collective == ipc::Collective::kAllgather
-                               ? static_cast<uint64_t>(options_.local_world_size)
+                               ? static_cast<uint64_t>(options_.world_size)
                                : 1;
     if (!send_bytes || __builtin_mul_overflow(*send_bytes, slots, &recv_bytes)) {
       throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "count overflows the byte size");

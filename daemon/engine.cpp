@@ -181,9 +181,13 @@ bool Engine::poll_submissions(Session& session) {
   while (session.next_submission(entry)) {
     any = true;
     const ClientIdentity& who = session.identity();
+    // Roots and allgather slots count local ranks in a single-node job, global ranks across
+    // nodes.
+    const bool across_nodes = !who.nodes.empty();
     Submission submission = resolve_submission(
-        entry, [&session](uint32_t id) { return session.buffer(id); }, who.local_rank,
-        who.local_world_size);
+        entry, [&session](uint32_t id) { return session.buffer(id); },
+        across_nodes ? who.rank : who.local_rank,
+        across_nodes ? who.world_size : who.local_world_size);
     submission.session = &session;
     if (!submission.valid()) {
       log_->warn("client {} (job '{}' local rank {}): invalid submission: {}", session.id(),

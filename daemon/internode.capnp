@@ -12,6 +12,7 @@ struct Ready {
   op @3 :UInt8;
   count @4 :UInt64;
   members @5 :UInt32;
+  root @6 :Int32;
 }
 
 # From the coordinator (node 0): run `key` as collective number `sequence` of the job, or fail

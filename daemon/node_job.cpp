@@ -17,16 +17,18 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 std::string describe(ipc::Collective collective, gradsync_dtype dtype, gradsync_op op,
-                     uint64_t count, uint32_t members) {
-  return fmt::format("{}, count {}, {}, {}{}", ipc::collective_name(collective), count,
+                     uint64_t count, uint32_t members, int32_t root) {
+  return fmt::format("{}, count {}, {}, {}{}{}", ipc::collective_name(collective), count,
                      ipc::dtype_name(dtype), ipc::op_name(op),
+                     root >= 0 ? fmt::format(", root {}", root) : "",
                      members > 1 ? fmt::format(", a group of {}", members) : "");
 }
 
 std::string describe(wire::Ready::Reader ready) {
   return describe(static_cast<ipc::Collective>(ready.getCollective()),
                   static_cast<gradsync_dtype>(ready.getDtype()),
-                  static_cast<gradsync_op>(ready.getOp()), ready.getCount(), ready.getMembers());
+                  static_cast<gradsync_op>(ready.getOp()), ready.getCount(), ready.getMembers(),
+                  ready.getRoot());
 }
 
 // Chunk c of a ring over n nodes: elements [begin, end) of count.
@@ -69,18 +71,6 @@ void NodeJob::send(uint32_t node, capnp::MessageBuilder& message) {
 }
 
 void NodeJob::on_locally_ready(ReadyUnit unit) {
-  for (const auto& collective : unit.collectives) {
-    const ipc::Collective kind = collective.first().collective;
-    if (kind == ipc::Collective::kBroadcast || kind == ipc::Collective::kAllgather) {
-      const std::string message =
-          fmt::format("tensor '{}': {} across nodes is not supported by this gradsyncd yet",
-                      collective.first().name, ipc::collective_name(kind));
-      for (auto& c : unit.collectives) {
-        for (auto& s : c.ranks) complete(s, GRADSYNC_ERR_INVALID_ARGUMENT, message);
-      }
-      return;
-    }
-  }
   // Nodes may assemble a group in different orders: run its members in name order, and name
   // the group by its first member, so that every node agrees on both.
   std::sort(unit.collectives.begin(), unit.collectives.end(),
@@ -100,6 +90,7 @@ void NodeJob::on_locally_ready(ReadyUnit unit) {
   ready.setOp(static_cast<uint8_t>(lead.op));
   ready.setCount(lead.count);
   ready.setMembers(static_cast<uint32_t>(unit.collectives.size()));
+  ready.setRoot(lead.collective == ipc::Collective::kBroadcast ? lead.root : -1);
   awaiting_go_[key].push_back(std::move(unit));
   log_->debug("job '{}': '{}' ready on node {}", job_name_, key, layout_.node_rank);
   if (layout_.node_rank == 0) {
@@ -226,9 +217,7 @@ std::optional<std::string> NodeJob::ring_allreduce(uint8_t* data, uint64_t count
   const size_t element = ipc::dtype_bytes(dtype);
   incoming_.resize(static_cast<size_t>((count / nodes + 1) * element));
   uint32_t step = 0;
-  auto tag = [&](uint32_t sender) {
-    return tags::make(tags::kData, sender, job_tag_, ((sequence & 0xffffffu) << 8) | step);
-  };
+  auto tag = [&](uint32_t sender) { return data_tag(sender, sequence, step); };
   // Reduce-scatter: after N-1 steps this node holds the full reduction of chunk me+1.
   for (uint32_t s = 0; s + 1 < nodes; ++s, ++step) {
     const auto [send_begin, send_end] = chunk(count, nodes, (me + nodes - s) % nodes);
@@ -256,10 +245,113 @@ std::optional<std::string> NodeJob::ring_allreduce(uint8_t* data, uint64_t count
   return std::nullopt;
 }
 
+uint64_t NodeJob::data_tag(uint32_t sender, uint32_t sequence, uint32_t part) const {
+  // Collectives run one at a time in sequence order, so 16 bits of sequence are plenty to
+  // keep a late message of one apart from the next.
+  return tags::make(tags::kData, sender, job_tag_, ((sequence & 0xffffu) << 16) | (part & 0xffffu));
+}
+
+std::optional<std::string> NodeJob::broadcast(const ReadyCollective& collective,
+                                              uint32_t sequence) {
+  const Submission& lead = collective.first();
+  const uint64_t bytes = lead.send_bytes();
+  const Submission* root = nullptr;
+  for (const auto& s : collective.ranks) {
+    if (s.session->identity().rank == lead.root) root = &s;
+  }
+  const uint8_t* source = nullptr;
+  if (root != nullptr) {
+    // The root's node sends its data straight from the root's buffer to every other node.
+    std::vector<transport::Operation> sends;
+    for (uint32_t node = 0; node < peers_.size(); ++node) {
+      if (node == layout_.node_rank) continue;
+      sends.push_back(
+          mesh_.send(peers_[node], data_tag(layout_.node_rank, sequence, 0), root->send, bytes));
+    }
+    for (auto& send : sends) {
+      if (auto error = wait_for({&send}, "broadcasting to other nodes")) return error;
+    }
+    source = root->send;
+  } else {
+    staging_.resize(std::max<uint64_t>(bytes, 1));
+    // From whichever node holds the root: match any sender.
+    transport::Operation receive = mesh_.receive(
+        data_tag(0, sequence, 0), tags::sender_mask() & ~tags::kNodeMask, staging_.data(), bytes);
+    if (auto error = wait_for({&receive}, "receiving a broadcast")) return error;
+    source = staging_.data();
+  }
+  const bool streaming = bytes >= kernels::kStreamingMinBytes;
+  for (const auto& s : collective.ranks) {
+    if (s.recv != source) kernels::copy(s.recv, source, bytes, streaming);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> NodeJob::allgather(const ReadyCollective& collective,
+                                              uint32_t sequence) {
+  const Submission& lead = collective.first();
+  const uint64_t block = lead.send_bytes();
+  const auto world = static_cast<uint32_t>(layout_.world_size);
+  std::vector<bool> local(world, false);
+  for (const auto& s : collective.ranks)
+    local[static_cast<uint32_t>(s.session->identity().rank)] = true;
+  // Remote blocks land in staging at their slot; local blocks go out from the ranks' buffers.
+  staging_.resize(std::max<uint64_t>(block * world, 1));
+  std::vector<transport::Operation> operations;
+  for (uint32_t slot = 0; slot < world; ++slot) {
+    if (!local[slot]) {
+      operations.push_back(mesh_.receive(data_tag(0, sequence, slot),
+                                         tags::sender_mask() & ~tags::kNodeMask,
+                                         staging_.data() + slot * block, block));
+    }
+  }
+  for (const auto& s : collective.ranks) {
+    const auto slot = static_cast<uint32_t>(s.session->identity().rank);
+    for (uint32_t node = 0; node < peers_.size(); ++node) {
+      if (node == layout_.node_rank) continue;
+      operations.push_back(
+          mesh_.send(peers_[node], data_tag(layout_.node_rank, sequence, slot), s.send, block));
+    }
+  }
+  for (auto& operation : operations) {
+    if (auto error = wait_for({&operation}, "gathering from other nodes")) return error;
+  }
+  const bool streaming = block * world >= kernels::kStreamingMinBytes;
+  for (const auto& target : collective.ranks) {
+    for (uint32_t slot = 0; slot < world; ++slot) {
+      uint8_t* destination = target.recv + slot * block;
+      if (!local[slot]) {
+        kernels::copy(destination, staging_.data() + slot * block, block, streaming);
+        continue;
+      }
+      for (const auto& source : collective.ranks) {
+        // In place, a rank's own slot is already there.
+        if (static_cast<uint32_t>(source.session->identity().rank) == slot &&
+            destination != source.send) {
+          kernels::copy(destination, source.send, block, streaming);
+        }
+      }
+    }
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> NodeJob::execute(ReadyUnit& unit) {
   const auto sequence = static_cast<uint32_t>(next_to_run_ - 1);
+  auto fail_unit = [&unit](const std::string& error) {
+    for (auto& c : unit.collectives) {
+      for (auto& s : c.ranks) complete(s, GRADSYNC_ERR_PEER_FAILED, error);
+    }
+  };
   for (auto& collective : unit.collectives) {
     const Submission& lead = collective.first();
+    std::optional<std::string> error;
+    if (lead.collective == ipc::Collective::kBroadcast) error = broadcast(collective, sequence);
+    if (lead.collective == ipc::Collective::kAllgather) error = allgather(collective, sequence);
+    if (error) {
+      fail_unit(*error);
+      return error;
+    }
     if (lead.collective == ipc::Collective::kAllreduce) {
       const uint64_t bytes = lead.send_bytes();
       staging_.resize(std::max<uint64_t>(bytes, 1));
@@ -271,9 +363,7 @@ std::optional<std::string> NodeJob::execute(ReadyUnit& unit) {
       kernels::reduce_to_all(lead.dtype, op, inputs.data(), inputs.size(), &staging, 1, lead.count,
                              false);
       if (auto error = ring_allreduce(staging_.data(), lead.count, lead.dtype, op, sequence)) {
-        for (auto& c : unit.collectives) {
-          for (auto& s : c.ranks) complete(s, GRADSYNC_ERR_PEER_FAILED, *error);
-        }
+        fail_unit(*error);
         return error;
       }
       if (lead.op == GRADSYNC_AVG) {

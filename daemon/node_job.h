@@ -30,6 +30,7 @@ namespace tags {
 inline constexpr uint64_t kControl = 1;
 inline constexpr uint64_t kData = 2;
 inline constexpr uint64_t kKindMask = uint64_t{0xff} << 56;
+inline constexpr uint64_t kNodeMask = uint64_t{0xff} << 48;
 inline uint64_t make(uint64_t kind, uint32_t node, uint16_t job, uint32_t low) {
   return (kind << 56) | (uint64_t{node & 0xffu} << 48) | (uint64_t{job} << 32) | low;
 }
@@ -82,6 +83,9 @@ class NodeJob {
   void send(uint32_t node, capnp::MessageBuilder& message);
   void coordinate_ready(uint32_t node, wire::Ready::Reader ready);
   void on_go(const std::string& key, uint64_t sequence, const std::string& error);
+  uint64_t data_tag(uint32_t sender, uint32_t sequence, uint32_t part) const;
+  std::optional<std::string> broadcast(const ReadyCollective& collective, uint32_t sequence);
+  std::optional<std::string> allgather(const ReadyCollective& collective, uint32_t sequence);
   std::optional<std::string> ring_allreduce(uint8_t* data, uint64_t count, gradsync_dtype dtype,
                                             gradsync_op op, uint32_t sequence);
   std::optional<std::string> wait_for(std::initializer_list<transport::Operation*> operations,

@@ -32,14 +32,14 @@ uint64_t Submission::send_bytes() const {
   return count * ipc::dtype_bytes(dtype);
 }
 
-uint64_t Submission::recv_bytes(int32_t local_world_size) const {
+uint64_t Submission::recv_bytes(int32_t ranks) const {
   const uint64_t factor =
-      collective == ipc::Collective::kAllgather ? static_cast<uint64_t>(local_world_size) : 1;
+      collective == ipc::Collective::kAllgather ? static_cast<uint64_t>(ranks) : 1;
   return send_bytes() * factor;
 }
 
 Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLookup& lookup,
-                              int32_t local_rank, int32_t local_world_size) {
+                              int32_t rank, int32_t ranks) {
   Submission s;
   s.request = entry.request;
   const size_t name_length = std::min<size_t>(entry.name_length, ipc::kMaxTensorNameBytes);
@@ -72,9 +72,8 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLoo
     s.op = *op;
   }
   if (s.collective == ipc::Collective::kBroadcast) {
-    if (entry.root < 0 || entry.root >= local_world_size) {
-      return invalid(
-          fmt::format("broadcast root {} outside [0, {})", entry.root, local_world_size));
+    if (entry.root < 0 || entry.root >= ranks) {
+      return invalid(fmt::format("broadcast root {} outside [0, {})", entry.root, ranks));
     }
     s.root = entry.root;
   }
@@ -82,8 +81,7 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLoo
   const auto send_bytes = ipc::checked_bytes(entry.count, s.dtype);
   uint64_t recv_bytes = 0;
   if (!send_bytes ||
-      __builtin_mul_overflow(*send_bytes,
-                             s.collective == ipc::Collective::kAllgather ? local_world_size : 1,
+      __builtin_mul_overflow(*send_bytes, s.collective == ipc::Collective::kAllgather ? ranks : 1,
                              &recv_bytes)) {
     return invalid(fmt::format("count {} overflows the size of {} elements", entry.count,
                                ipc::dtype_name(s.dtype)));
@@ -104,7 +102,7 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLoo
   s.send = s.send_buffer->data + entry.send_offset;
   s.recv = s.recv_buffer->data + entry.recv_offset;
   const uint8_t* in_place = s.recv;
-  if (s.collective == ipc::Collective::kAllgather) in_place += local_rank * *send_bytes;
+  if (s.collective == ipc::Collective::kAllgather) in_place += rank * *send_bytes;
   if (overlaps(s.send, *send_bytes, s.recv, recv_bytes) && s.send != in_place) {
     return invalid(s.collective == ipc::Collective::kAllgather
                        ? "send range overlaps the receive range other than at this rank's slot"

@@ -35,7 +35,7 @@ struct Submission {
 
   bool valid() const { return error.empty(); }
   uint64_t send_bytes() const;
-  uint64_t recv_bytes(int32_t local_world_size) const;
+  uint64_t recv_bytes(int32_t ranks) const;
 };
 
 // Completes this rank's part of the collective.
@@ -46,8 +46,10 @@ inline void complete(const Submission& s, gradsync_result status, std::string_vi
 using BufferLookup = std::function<std::shared_ptr<const HostBuffer>(uint32_t id)>;
 
 // Validates every field of `entry` and resolves its buffers. Never throws on bad input.
-// In place means send == recv, or for allgather send == recv + local_rank * count.
+// `rank` and `ranks` number the job's ranks as roots and allgather slots do (local ranks in a
+// single-node job, global ranks across nodes). In place means send == recv, or for allgather
+// send == recv + rank * count.
 Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLookup& lookup,
-                              int32_t local_rank, int32_t local_world_size);
+                              int32_t rank, int32_t ranks);
 
 }  // namespace gradsync::daemon

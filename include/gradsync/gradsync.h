@@ -107,7 +107,8 @@ GRADSYNC_EXPORT gradsync_result gradsync_broadcast(gradsync_comm* comm, const ch
                                                    const void* send, void* recv, size_t count,
                                                    gradsync_dtype dtype, int32_t root,
                                                    gradsync_request* request);
-/* recv holds count * local_world_size elements, rank r's contribution at r * count. */
+/* recv holds count * world_size elements, rank r's contribution at r * count. Broadcast roots
+ * and allgather slots are ranks (RANK). */
 GRADSYNC_EXPORT gradsync_result gradsync_allgather(gradsync_comm* comm, const char* name,
                                                    const void* send, void* recv, size_t count,
                                                    gradsync_dtype dtype, gradsync_request* request);

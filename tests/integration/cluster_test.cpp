@@ -93,7 +93,7 @@ struct Shape {
 
 class ClusterTest : public ::testing::TestWithParam<Shape> {};
 
-TEST_P(ClusterTest, AllreduceEveryDtypeOpAndCountAcrossNodes) {
+TEST_P(ClusterTest, EveryCollectiveDtypeOpAndCountAcrossNodes) {
   LoopbackCluster cluster(GetParam().nodes);
   auto ranks = cluster.spawn(
       "cluster", std::vector<int>(static_cast<size_t>(GetParam().nodes), GetParam().ranks_per_node),

@@ -189,7 +189,7 @@ int scenario_mismatch(Communicator& comm) {
 }
 
 // Across nodes: allreduce for every dtype and op, counts below and not divisible by the node
-// count, then many tensors in per-rank random order, groups and barriers.
+// count, then every collective, many tensors in per-rank random order, groups and barriers.
 int scenario_cluster(Communicator& comm) {
   const size_t max_count = 100003;
   SharedBuffer a = comm.allocate(max_count * 8);
@@ -213,6 +213,7 @@ int scenario_cluster(Communicator& comm) {
     }
   }
   for (int i = 0; i < 5; ++i) comm.barrier();
+  if (const int failed = scenario_collectives(comm); failed != 0) return failed;
   if (const int failed = scenario_random_order(comm); failed != 0) return failed;
   return scenario_grouped(comm);
 }

@@ -316,7 +316,7 @@ class Communicator:
 
     def allgather(self, tensor, name=None, async_op=False):
         """Every rank's `tensor`, concatenated along a new first dimension of size()."""
-        out = self._new_like(tensor, (self.local_size,) + tuple(tensor.shape))
+        out = self._new_like(tensor, (self.size,) + tuple(tensor.shape))
         _, nbytes = _address_and_bytes(out)
         handle = self._submit(library().gradsync_allgather, name, tensor, out, nbytes)
         return handle if async_op else handle.wait()
