@@ -77,7 +77,9 @@ void Engine::run() {
   while (!stopping_) {
     bool progressed = drain_commands();
     for (Session* session : polled_) progressed |= poll_submissions(*session);
-    if (mesh_) progressed |= poll_peers();
+    // UCX progress costs about a microsecond: only while a job spans nodes. (Otherwise its
+    // fd still wakes a sleeping engine, and a job's first rank picks up what arrived early.)
+    if (network_jobs_ > 0) progressed |= poll_peers();
     progressed |= run_ready_batches();
     progressed |= check_formation();
     if (progressed) {
@@ -120,6 +122,7 @@ void Engine::handle(AttachSession& command) {
       job->set_network(
           std::make_unique<NodeJob>(who.job, NodeLayout{who.nodes, who.node_rank, who.world_size},
                                     *mesh_, std::chrono::seconds(config_.peer_timeout_seconds)));
+      ++network_jobs_;
       if (auto early = early_messages_.extract(who.job)) {
         for (const auto& payload : early.mapped()) handle_node_message(payload);
       }
@@ -163,7 +166,10 @@ void Engine::handle(DetachSession& command) {
     const bool first_failure = !job->failure();
     job->detach(session, command.reason);
     if (first_failure && job->network()) job->network()->broadcast_abort(command.reason);
-    if (job->empty()) jobs_.erase(job_name);
+    if (job->empty()) {
+      if (job->network()) --network_jobs_;
+      jobs_.erase(job_name);
+    }
   }
   log_->debug("client {} detached: {}", session.id(), command.reason);
   sessions_.erase(it);  // unmaps its segment; buffers go when no collective holds them

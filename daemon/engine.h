@@ -87,6 +87,7 @@ class Engine {
   ReducePool pool_;
   std::unique_ptr<transport::Mesh> mesh_;  // null without an inter-node listener
   std::string listen_address_;
+  size_t network_jobs_ = 0;  // jobs with a NodeJob: the mesh is polled only while there are any
   // Control messages for jobs that have no rank here yet, replayed when one connects.
   std::unordered_map<std::string, std::vector<std::vector<uint8_t>>> early_messages_;
   ipc::UniqueFd epoll_;
