@@ -245,6 +245,9 @@ void Engine::handle_node_message(const std::vector<uint8_t>& payload) {
       return;
     }
     if (message.isAbort()) {
+      // What every node agreed to run before the sender failed (its Go came first, on the same
+      // connection) still runs: a peer that finished the job and left has done its part.
+      run_agreed(*job->second);
       fail_job(*job->second, GRADSYNC_ERR_PEER_FAILED, message.getAbort(), false);
       return;
     }
@@ -254,6 +257,18 @@ void Engine::handle_node_message(const std::vector<uint8_t>& payload) {
   } catch (const kj::Exception& e) {
     log_->warn("dropped a malformed message from a peer daemon: {}", e.getDescription().cStr());
   }
+}
+
+bool Engine::run_agreed(Job& job) {
+  bool any = false;
+  while (auto unit = job.network()->next_runnable()) {
+    any = true;
+    if (auto error = job.network()->execute(*unit)) {
+      fail_job(job, GRADSYNC_ERR_PEER_FAILED, *error, true);
+      break;
+    }
+  }
+  return any;
 }
 
 bool Engine::run_ready_batches() {
@@ -267,13 +282,7 @@ bool Engine::run_ready_batches() {
         ready.pop_front();
         any = true;
       }
-      while (auto unit = network->next_runnable()) {
-        any = true;
-        if (auto error = network->execute(*unit)) {
-          fail_job(*job, GRADSYNC_ERR_PEER_FAILED, *error, true);
-          break;
-        }
-      }
+      any |= run_agreed(*job);
       continue;
     }
     while (!ready.empty()) {

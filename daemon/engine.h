@@ -75,6 +75,8 @@ class Engine {
   void handle_node_message(const std::vector<uint8_t>& payload);
   void fail_job(Job& job, gradsync_result status, const std::string& reason, bool tell_peers);
   bool run_ready_batches();
+  // Runs the collectives every node of a multi-node job agreed on, in order.
+  bool run_agreed(Job& job);
   bool check_formation();
   int sleep_timeout_ms() const;  // until the next formation deadline; -1: none
   void sleep_until_work();

@@ -53,6 +53,7 @@ Mesh::~Mesh() {
     if (peer.endpoint != nullptr) close_endpoint(peer.endpoint, true);
   }
   for (ucp_ep_h endpoint : incoming_) close_endpoint(endpoint, true);
+  close_failed();
 }
 
 void Mesh::on_connection(ucp_conn_request_h request, void* arg) {
@@ -75,19 +76,26 @@ void Mesh::on_connection(ucp_conn_request_h request, void* arg) {
 }
 
 void Mesh::on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t /*status*/) {
+  // Inside a UCX callback: record only. Closing progresses the worker, which must not happen
+  // from a callback; close_failed() does it afterwards.
   auto* context = static_cast<ErrorContext*>(arg);
   Mesh& mesh = *context->mesh;
   if (context->peer == kIncoming) {
     // The peer's own connection to us; its failure shows on our endpoint to it as well.
     std::erase(mesh.incoming_, endpoint);
-    mesh.close_endpoint(endpoint, true);
-    return;
+  } else {
+    Peer& peer = mesh.peers_[context->peer];
+    peer.failed = true;
+    if (peer.endpoint == endpoint) peer.endpoint = nullptr;
   }
-  Peer& peer = mesh.peers_[context->peer];
-  peer.failed = true;
-  if (peer.endpoint == endpoint) {
-    mesh.close_endpoint(endpoint, true);
-    peer.endpoint = nullptr;
+  mesh.to_close_.push_back(endpoint);
+}
+
+void Mesh::close_failed() {
+  while (!to_close_.empty()) {
+    const ucp_ep_h endpoint = to_close_.back();
+    to_close_.pop_back();
+    close_endpoint(endpoint, true);
   }
 }
 
@@ -168,7 +176,9 @@ std::optional<Mesh::Message> Mesh::poll_message(uint64_t tag, uint64_t tag_mask)
 }
 
 bool Mesh::progress() {
-  return ucp_worker_progress(worker_.get()) != 0;
+  const bool any = ucp_worker_progress(worker_.get()) != 0;
+  if (!to_close_.empty()) close_failed();
+  return any;
 }
 
 bool Mesh::arm() {

@@ -76,6 +76,7 @@ class Mesh {
   static void on_connection(ucp_conn_request_h request, void* arg);
   static void on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t status);
   void close_endpoint(ucp_ep_h endpoint, bool force);
+  void close_failed();
 
   Context context_;
   Worker worker_;
@@ -85,6 +86,7 @@ class Mesh {
   std::vector<Peer> peers_;
   std::map<std::string, PeerId> peer_by_address_;
   std::vector<ucp_ep_h> incoming_;
+  std::vector<ucp_ep_h> to_close_;  // failed endpoints, closed outside UCX's callbacks
   std::vector<std::unique_ptr<ErrorContext>> error_contexts_;
 };
 
