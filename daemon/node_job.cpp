@@ -63,11 +63,11 @@ bool NodeJob::has_peer(transport::PeerId peer) const {
 void NodeJob::send(uint32_t node, capnp::MessageBuilder& message) {
   // Control messages are small; UCX copies them (eager), so the buffer may go at once, but
   // the Operation must complete before it is dropped.
-  const std::vector<uint8_t> bytes = ipc::encode(message);
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(ipc::encode(message));
   transport::Operation operation =
       mesh_.send(peers_[node], tags::make(tags::kControl, layout_.node_rank, job_tag_, 0),
-                 bytes.data(), bytes.size());
-  wait_for({&operation}, "sending a control message");
+                 bytes->data(), bytes->size());
+  wait_for({&operation}, "sending a control message", {bytes});
 }
 
 void NodeJob::on_locally_ready(ReadyUnit unit) {
@@ -178,33 +178,42 @@ std::optional<ReadyUnit> NodeJob::next_runnable() {
   }
 }
 
-std::optional<std::string> NodeJob::wait_for(std::initializer_list<transport::Operation*> ops,
-                                             const char* what) {
+std::optional<std::string> NodeJob::wait_for(const std::vector<transport::Operation*>& ops,
+                                             const char* what,
+                                             std::vector<std::shared_ptr<const void>> memory) {
   const auto deadline = Clock::now() + peer_timeout_;
-  while (true) {
-    bool all_done = true;
-    for (auto* op : ops) all_done = all_done && op->done();
-    if (all_done) break;
+  std::optional<std::string> error;
+  while (!error) {
+    if (std::all_of(ops.begin(), ops.end(), [](auto* op) { return op->done(); })) break;
     // Yield when UCX has nothing: the peers we wait for may share our cores.
     if (!mesh_.progress()) sched_yield();
-    for (uint32_t node = 0; node < peers_.size(); ++node) {
+    for (uint32_t node = 0; node < peers_.size() && !error; ++node) {
       if (node != layout_.node_rank && mesh_.failed(peers_[node])) {
-        return fmt::format("node {} ({}) of job '{}' failed while {}", node, layout_.nodes[node],
-                           job_name_, what);
+        error = fmt::format("node {} ({}) of job '{}' failed while {}", node, layout_.nodes[node],
+                            job_name_, what);
       }
     }
-    if (Clock::now() > deadline) {
-      return fmt::format("job '{}': no progress for {} s while {}", job_name_,
-                         peer_timeout_.count(), what);
+    if (!error && Clock::now() > deadline) {
+      error = fmt::format("job '{}': no progress for {} s while {}", job_name_,
+                          peer_timeout_.count(), what);
     }
   }
   for (auto* op : ops) {
-    if (op->status() != UCS_OK) {
-      return fmt::format("job '{}': {} failed: {}", job_name_, what,
-                         ucs_status_string(op->status()));
+    if (!error && op->status() != UCS_OK) {
+      error =
+          fmt::format("job '{}': {} failed: {}", job_name_, what, ucs_status_string(op->status()));
     }
   }
-  return std::nullopt;
+  if (error) {
+    std::vector<transport::Operation> pending;
+    for (auto* op : ops) pending.push_back(std::move(*op));
+    memory.push_back(std::make_shared<const std::vector<uint8_t>>(std::move(staging_)));
+    memory.push_back(std::make_shared<const std::vector<uint8_t>>(std::move(incoming_)));
+    staging_ = {};
+    incoming_ = {};
+    mesh_.retire(std::move(pending), std::move(memory));
+  }
+  return error;
 }
 
 std::optional<std::string> NodeJob::ring_allreduce(uint8_t* data, uint64_t count,
@@ -268,8 +277,10 @@ std::optional<std::string> NodeJob::broadcast(const ReadyCollective& collective,
       sends.push_back(
           mesh_.send(peers_[node], data_tag(layout_.node_rank, sequence, 0), root->send, bytes));
     }
-    for (auto& send : sends) {
-      if (auto error = wait_for({&send}, "broadcasting to other nodes")) return error;
+    std::vector<transport::Operation*> all;
+    for (auto& send : sends) all.push_back(&send);
+    if (auto error = wait_for(all, "broadcasting to other nodes", {root->send_buffer})) {
+      return error;
     }
     source = root->send;
   } else {
@@ -313,9 +324,11 @@ std::optional<std::string> NodeJob::allgather(const ReadyCollective& collective,
           mesh_.send(peers_[node], data_tag(layout_.node_rank, sequence, slot), s.send, block));
     }
   }
-  for (auto& operation : operations) {
-    if (auto error = wait_for({&operation}, "gathering from other nodes")) return error;
-  }
+  std::vector<transport::Operation*> all;
+  for (auto& operation : operations) all.push_back(&operation);
+  std::vector<std::shared_ptr<const void>> sources;
+  for (const auto& s : collective.ranks) sources.push_back(s.send_buffer);
+  if (auto error = wait_for(all, "gathering from other nodes", std::move(sources))) return error;
   const bool streaming = block * world >= kernels::kStreamingMinBytes;
   for (const auto& target : collective.ranks) {
     for (uint32_t slot = 0; slot < world; ++slot) {
@@ -388,16 +401,24 @@ void NodeJob::broadcast_abort(const std::string& reason) {
   root.setJob(job_name_);
   root.setNode(layout_.node_rank);
   root.setAbort(reason);
-  const std::vector<uint8_t> bytes = ipc::encode(message);
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(ipc::encode(message));
+  std::vector<transport::Operation> sends;
   for (uint32_t node = 0; node < peers_.size(); ++node) {
     if (node == layout_.node_rank || mesh_.failed(peers_[node])) continue;
-    transport::Operation op =
-        mesh_.send(peers_[node], tags::make(tags::kControl, layout_.node_rank, job_tag_, 0),
-                   bytes.data(), bytes.size());
-    // Best effort, bounded: a peer that is gone does not hold us up.
-    const auto deadline = Clock::now() + std::chrono::seconds(1);
-    while (!op.done() && Clock::now() < deadline) mesh_.progress();
+    sends.push_back(mesh_.send(peers_[node],
+                               tags::make(tags::kControl, layout_.node_rank, job_tag_, 0),
+                               bytes->data(), bytes->size()));
   }
+  // Best effort, bounded: a peer that is gone does not hold us up. What is still in flight
+  // then is retired with its bytes.
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  auto all_done = [&] {
+    return std::all_of(sends.begin(), sends.end(), [](const auto& op) { return op.done(); });
+  };
+  while (!all_done() && Clock::now() < deadline) {
+    if (!mesh_.progress()) sched_yield();
+  }
+  mesh_.retire(std::move(sends), {bytes});
 }
 
 void NodeJob::fail_waiting(gradsync_result status, const std::string& message) {

@@ -88,8 +88,12 @@ class NodeJob {
   std::optional<std::string> allgather(const ReadyCollective& collective, uint32_t sequence);
   std::optional<std::string> ring_allreduce(uint8_t* data, uint64_t count, gradsync_dtype dtype,
                                             gradsync_op op, uint32_t sequence);
-  std::optional<std::string> wait_for(std::initializer_list<transport::Operation*> operations,
-                                      const char* what);
+  // Progresses until every operation is done. On failure (a peer died, or silence past the
+  // timeout) the pending ones are retired to the mesh with the job's buffers and `memory`, so
+  // that nothing UCX may still touch is freed, and the error is returned.
+  std::optional<std::string> wait_for(const std::vector<transport::Operation*>& operations,
+                                      const char* what,
+                                      std::vector<std::shared_ptr<const void>> memory = {});
 
   std::string job_name_;
   NodeLayout layout_;

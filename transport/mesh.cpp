@@ -142,11 +142,12 @@ Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t byte
   Peer& peer = peers_.at(peer_id);
   if (peer.failed || peer.endpoint == nullptr) {
     return Operation::started(worker_.get(), UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET),
-                              std::move(state));
+                              std::move(state), false);
   }
   ucp_request_param_t params = send_params(state.get());
-  return Operation::started(
-      worker_.get(), ucp_tag_send_nbx(peer.endpoint, data, bytes, tag, &params), std::move(state));
+  return Operation::started(worker_.get(),
+                            ucp_tag_send_nbx(peer.endpoint, data, bytes, tag, &params),
+                            std::move(state), false);
 }
 
 Operation Mesh::receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes) {
@@ -154,7 +155,7 @@ Operation Mesh::receive(uint64_t tag, uint64_t tag_mask, void* data, size_t byte
   ucp_request_param_t params = receive_params(state.get());
   return Operation::started(worker_.get(),
                             ucp_tag_recv_nbx(worker_.get(), data, bytes, tag, tag_mask, &params),
-                            std::move(state));
+                            std::move(state), true);
 }
 
 std::optional<Mesh::Message> Mesh::poll_message(uint64_t tag, uint64_t tag_mask) {
@@ -167,7 +168,7 @@ std::optional<Mesh::Message> Mesh::poll_message(uint64_t tag, uint64_t tag_mask)
   Operation operation = Operation::started(
       worker_.get(),
       ucp_tag_msg_recv_nbx(worker_.get(), message.payload.data(), info.length, handle, &params),
-      std::move(state));
+      std::move(state), true);
   while (!operation.done()) ucp_worker_progress(worker_.get());
   if (operation.status() != UCS_OK) {
     throw UcxError("ucp_tag_msg_recv_nbx", operation.status(), __FILE__, __LINE__);
@@ -178,7 +179,19 @@ std::optional<Mesh::Message> Mesh::poll_message(uint64_t tag, uint64_t tag_mask)
 bool Mesh::progress() {
   const bool any = ucp_worker_progress(worker_.get()) != 0;
   if (!to_close_.empty()) close_failed();
+  if (!retired_.empty()) {
+    std::erase_if(retired_, [](const Retired& r) {
+      return std::all_of(r.operations.begin(), r.operations.end(),
+                         [](const Operation& op) { return op.done(); });
+    });
+  }
   return any;
+}
+
+void Mesh::retire(std::vector<Operation> operations,
+                  std::vector<std::shared_ptr<const void>> memory) {
+  std::erase_if(operations, [](const Operation& op) { return !op.valid() || op.done(); });
+  if (!operations.empty()) retired_.push_back(Retired{std::move(operations), std::move(memory)});
 }
 
 bool Mesh::arm() {

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,10 @@ class Mesh {
   };
   std::optional<Message> poll_message(uint64_t tag, uint64_t tag_mask);
   Operation receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes);
+
+  // Operations given up on while pending (their collective failed), with whatever memory they
+  // read or write: kept until UCX is done with them, however long a live peer takes.
+  void retire(std::vector<Operation> operations, std::vector<std::shared_ptr<const void>> memory);
 
   // Drives UCX; true when it made progress.
   bool progress();
@@ -88,6 +93,11 @@ class Mesh {
   std::vector<ucp_ep_h> incoming_;
   std::vector<ucp_ep_h> to_close_;  // failed endpoints, closed outside UCX's callbacks
   std::vector<std::unique_ptr<ErrorContext>> error_contexts_;
+  struct Retired {
+    std::vector<Operation> operations;
+    std::vector<std::shared_ptr<const void>> memory;
+  };
+  std::vector<Retired> retired_;  // after worker_: released while the worker still exists
 };
 
 }  // namespace gradsync::transport

@@ -55,15 +55,17 @@ Operation& Operation::operator=(Operation&& other) noexcept {
     release();
     worker_ = std::exchange(other.worker_, nullptr);
     request_ = std::exchange(other.request_, nullptr);
+    receive_ = other.receive_;
     state_ = std::move(other.state_);
   }
   return *this;
 }
 
 Operation Operation::started(ucp_worker_h worker, ucs_status_ptr_t request,
-                             std::unique_ptr<State> state) {
+                             std::unique_ptr<State> state, bool receive) {
   Operation operation;
   operation.worker_ = worker;
+  operation.receive_ = receive;
   if (request == nullptr) {  // completed at once
     state->done = true;
   } else if (UCS_PTR_IS_ERR(request)) {
@@ -78,7 +80,8 @@ Operation Operation::started(ucp_worker_h worker, ucs_status_ptr_t request,
 
 void Operation::release() {
   if (request_ != nullptr && !state_->done) {
-    ucp_request_cancel(worker_, request_);
+    // A pending send is only released: UCX finishes (or fails) it on its own.
+    if (receive_) ucp_request_cancel(worker_, request_);
     // The cancel may have completed it on the spot, callback (and its free) included.
     // Otherwise free it now: once freed, UCX never calls back, so state_ may go.
     if (!state_->done) ucp_request_free(request_);

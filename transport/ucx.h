@@ -57,6 +57,7 @@ class Operation {
   Operation(Operation&& other) noexcept
       : worker_(std::exchange(other.worker_, nullptr)),
         request_(std::exchange(other.request_, nullptr)),
+        receive_(other.receive_),
         state_(std::move(other.state_)) {}
   Operation& operator=(Operation&& other) noexcept;
   Operation(const Operation&) = delete;
@@ -75,12 +76,13 @@ class Operation {
     size_t received = 0;
   };
   static Operation started(ucp_worker_h worker, ucs_status_ptr_t request,
-                           std::unique_ptr<State> state);
+                           std::unique_ptr<State> state, bool receive);
 
  private:
   void release();
   ucp_worker_h worker_ = nullptr;
   void* request_ = nullptr;
+  bool receive_ = false;  // only receives can be cancelled
   std::unique_ptr<State> state_;
 };
 
