@@ -206,6 +206,7 @@ std::optional<std::string> NodeJob::wait_for(const std::vector<transport::Operat
   }
   if (error) {
     std::vector<transport::Operation> pending;
+    pending.reserve(ops.size());
     for (auto* op : ops) pending.push_back(std::move(*op));
     memory.push_back(std::make_shared<const std::vector<uint8_t>>(std::move(staging_)));
     memory.push_back(std::make_shared<const std::vector<uint8_t>>(std::move(incoming_)));
@@ -278,6 +279,7 @@ std::optional<std::string> NodeJob::broadcast(const ReadyCollective& collective,
           mesh_.send(peers_[node], data_tag(layout_.node_rank, sequence, 0), root->send, bytes));
     }
     std::vector<transport::Operation*> all;
+    all.reserve(sends.size());
     for (auto& send : sends) all.push_back(&send);
     if (auto error = wait_for(all, "broadcasting to other nodes", {root->send_buffer})) {
       return error;
@@ -325,8 +327,10 @@ std::optional<std::string> NodeJob::allgather(const ReadyCollective& collective,
     }
   }
   std::vector<transport::Operation*> all;
+  all.reserve(operations.size());
   for (auto& operation : operations) all.push_back(&operation);
   std::vector<std::shared_ptr<const void>> sources;
+  sources.reserve(collective.ranks.size());
   for (const auto& s : collective.ranks) sources.push_back(s.send_buffer);
   if (auto error = wait_for(all, "gathering from other nodes", std::move(sources))) return error;
   const bool streaming = block * world >= kernels::kStreamingMinBytes;
