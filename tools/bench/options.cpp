@@ -97,11 +97,11 @@ BenchOptions parse_options(int argc, char** argv) {
     } else if (flag == "-c" || flag == "--collective") {
       const std::string v = value();
       if (v == "allreduce")
-        o.collective = CollectiveKind::kAllreduce;
+        o.collective = ipc::Collective::kAllreduce;
       else if (v == "broadcast")
-        o.collective = CollectiveKind::kBroadcast;
+        o.collective = ipc::Collective::kBroadcast;
       else if (v == "allgather")
-        o.collective = CollectiveKind::kAllgather;
+        o.collective = ipc::Collective::kAllgather;
       else
         throw std::invalid_argument(flag + ": unknown collective '" + v + "'");
       keep(v);

@@ -1,6 +1,8 @@
 // gradsync-bench's command line, nccl-tests style.
 #pragma once
 
+#include "ipc/protocol.h"
+
 #include <gradsync/gradsync.h>
 
 #include <cstdint>
@@ -9,13 +11,11 @@
 
 namespace gradsync::bench {
 
-enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather };
-
 struct BenchOptions {
   int processes = 0;  // -np: spawn this many local ranks; 0: run as one rank from the env
   bool spawn_daemon = false;
   std::string daemon_path;  // default: gradsyncd beside this executable
-  CollectiveKind collective = CollectiveKind::kAllreduce;
+  ipc::Collective collective = ipc::Collective::kAllreduce;
   uint64_t min_bytes = 32ull << 20;
   uint64_t max_bytes = 32ull << 20;
   uint64_t step_factor = 2;

@@ -23,28 +23,18 @@ struct Row {
   uint64_t wrong;
 };
 
-const char* collective_name(CollectiveKind kind) {
-  switch (kind) {
-    case CollectiveKind::kAllreduce:
-      return "allreduce";
-    case CollectiveKind::kBroadcast:
-      return "broadcast";
-    case CollectiveKind::kAllgather:
-      return "allgather";
-  }
-  return "?";
-}
-
 // nccl-tests' bus bandwidth factors (PERFORMANCE.md there): what each rank's links carry.
-double bus_factor(CollectiveKind kind, int ranks) {
+double bus_factor(ipc::Collective kind, int ranks) {
   const double n = ranks;
   switch (kind) {
-    case CollectiveKind::kAllreduce:
+    case ipc::Collective::kAllreduce:
       return 2 * (n - 1) / n;
-    case CollectiveKind::kBroadcast:
+    case ipc::Collective::kBroadcast:
       return 1;
-    case CollectiveKind::kAllgather:
+    case ipc::Collective::kAllgather:
       return (n - 1) / n;
+    case ipc::Collective::kBarrier:
+      break;  // the option parser offers no barrier sweep
   }
   return 1;
 }
@@ -62,9 +52,9 @@ std::vector<uint64_t> sizes(const BenchOptions& o) {
 
 void write_json(const BenchOptions& o, int ranks, const std::vector<Row>& rows) {
   std::ofstream out(o.json_path);
-  out << "{\n  \"collective\": \"" << collective_name(o.collective) << "\",\n  \"ranks\": " << ranks
-      << ",\n  \"dtype\": \"" << dtype_flag_name(o.dtype) << "\",\n  \"op\": \""
-      << op_flag_name(o.op) << "\",\n  \"iterations\": " << o.iterations
+  out << "{\n  \"collective\": \"" << ipc::collective_name(o.collective)
+      << "\",\n  \"ranks\": " << ranks << ",\n  \"dtype\": \"" << dtype_flag_name(o.dtype)
+      << "\",\n  \"op\": \"" << op_flag_name(o.op) << "\",\n  \"iterations\": " << o.iterations
       << ",\n  \"warmup\": " << o.warmup << ",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
@@ -80,15 +70,15 @@ void write_json(const BenchOptions& o, int ranks, const std::vector<Row>& rows) 
 
 uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int ranks) {
   const size_t element = gradsync_dtype_size(o.dtype);
-  const bool gather = o.collective == CollectiveKind::kAllgather;
+  const bool gather = o.collective == ipc::Collective::kAllgather;
   const uint64_t max_recv = std::max<uint64_t>(o.max_bytes, element * (gather ? ranks : 1));
   SharedBuffer send = comm.allocate(max_recv);
   SharedBuffer recv = comm.allocate(max_recv);
   SharedBuffer scratch = comm.allocate(sizeof(double) * (o.iterations + 1));
   if (rank == 0) {
     std::printf("# gradsync-bench: %s, %d ranks, %s, %s, %d iterations (%d warm-up)\n",
-                collective_name(o.collective), ranks, dtype_flag_name(o.dtype), op_flag_name(o.op),
-                o.iterations, o.warmup);
+                ipc::collective_name(o.collective), ranks, dtype_flag_name(o.dtype),
+                op_flag_name(o.op), o.iterations, o.warmup);
     std::printf("# time: median over iterations of the slowest rank; busbw as nccl-tests\n");
     std::printf("# %10s %12s %8s %6s %6s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
                 "root", "time", "algbw", "busbw", "#wrong");
@@ -106,14 +96,17 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int rank
     const std::string name = "bench." + std::to_string(bytes);
     auto once = [&] {
       switch (o.collective) {
-        case CollectiveKind::kAllreduce:
+        case ipc::Collective::kAllreduce:
           comm.wait(comm.allreduce(name.c_str(), send.data(), recv.data(), count, o.dtype, o.op));
           break;
-        case CollectiveKind::kBroadcast:
+        case ipc::Collective::kBroadcast:
           comm.wait(comm.broadcast(name.c_str(), send.data(), recv.data(), count, o.dtype, o.root));
           break;
-        case CollectiveKind::kAllgather:
+        case ipc::Collective::kAllgather:
           comm.wait(comm.allgather(name.c_str(), send.data(), recv.data(), count, o.dtype));
+          break;
+        case ipc::Collective::kBarrier:
+          comm.barrier();
           break;
       }
     };
@@ -129,8 +122,8 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int rank
     if (o.check) {
       const auto kind =
           gather ? reference::Kind::kAllgather
-                 : (o.collective == CollectiveKind::kBroadcast ? reference::Kind::kBroadcast
-                                                               : reference::Kind::kAllreduce);
+                 : (o.collective == ipc::Collective::kBroadcast ? reference::Kind::kBroadcast
+                                                                : reference::Kind::kAllreduce);
       wrong = reference::count_wrong(kind, recv.data(), count, o.dtype, o.op, ranks, o.root, bytes);
     }
     max_across_ranks(comm, scratch, times);
@@ -142,7 +135,7 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int rank
     row.busbw = row.algbw * bus_factor(o.collective, ranks);
     rows.push_back(row);
     if (rank == 0) {
-      const int root = o.collective == CollectiveKind::kBroadcast ? o.root : -1;
+      const int root = o.collective == ipc::Collective::kBroadcast ? o.root : -1;
       std::printf("  %10llu %12llu %8s %6s %6d %10.2f %8.2f %8.2f %7llu\n",
                   static_cast<unsigned long long>(bytes), static_cast<unsigned long long>(count),
                   dtype_flag_name(o.dtype), op_flag_name(o.op), root, row.median_us, row.algbw,
