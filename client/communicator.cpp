@@ -61,6 +61,8 @@ Communicator::Communicator(const gradsync_options& options) : options_(options) 
   auto node_builder = hello.initNodes(static_cast<unsigned>(nodes.size()));
   for (size_t i = 0; i < nodes.size(); ++i) node_builder.set(static_cast<unsigned>(i), nodes[i]);
   hello.setNodeRank(nodes.empty() ? 0 : options.node_rank);
+  hello.setAlgorithm(
+      std::string(options.algorithm, strnlen(options.algorithm, sizeof(options.algorithm))));
   ipc::send_frame(socket_.get(), ipc::encode(message));
   ipc::Frame frame = ipc::receive_frame(socket_.get(), reader_, timeout_ms(options_));
   ipc::DecodedMessage reply(frame.payload);

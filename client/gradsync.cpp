@@ -117,6 +117,11 @@ gradsync_result gradsync_options_from_env(gradsync_options* options) {
   if (r == GRADSYNC_OK && std::getenv("GRADSYNC_NODE_RANK") != nullptr) {
     r = read_int("GRADSYNC_NODE_RANK", -1, &options->node_rank, error);
   }
+  const char* algorithm = std::getenv("GRADSYNC_ALGO");
+  if (r == GRADSYNC_OK) {
+    r = copy_string("GRADSYNC_ALGO", algorithm != nullptr ? algorithm : "", options->algorithm,
+                    sizeof(options->algorithm), error);
+  }
   return r;
 }
 

@@ -59,6 +59,12 @@ const std::map<std::string, Setter>& setters() {
       {"job_formation_timeout_seconds",
        integer_key(&DaemonConfig::job_formation_timeout_seconds, 1, 86400)},
       {"peer_timeout_seconds", integer_key(&DaemonConfig::peer_timeout_seconds, 1, 86400)},
+      {"tcp_keepalive_idle_seconds",
+       integer_key(&DaemonConfig::tcp_keepalive_idle_seconds, 1, 86400)},
+      {"tcp_keepalive_interval_seconds",
+       integer_key(&DaemonConfig::tcp_keepalive_interval_seconds, 1, 3600)},
+      {"response_cache_capacity", integer_key(&DaemonConfig::response_cache_capacity, 0, 1 << 16)},
+      {"allreduce_algorithm", string_key(&DaemonConfig::allreduce_algorithm)},
       {"max_clients", integer_key(&DaemonConfig::max_clients, 1, 1 << 20)},
       {"max_buffers_per_client", integer_key(&DaemonConfig::max_buffers_per_client, 1, kMaxU32)},
   };
@@ -109,6 +115,11 @@ void validate(const DaemonConfig& config) {
   bool level_known = false;
   for (const char* level : kLevels) level_known = level_known || config.log_level == level;
   if (!level_known) throw key_error("log_level", "unknown level '" + config.log_level + "'");
+  if (config.allreduce_algorithm != "auto" && config.allreduce_algorithm != "ring" &&
+      config.allreduce_algorithm != "rhd") {
+    throw key_error("allreduce_algorithm",
+                    "must be auto, ring or rhd, not '" + config.allreduce_algorithm + "'");
+  }
   if ((config.ring_entries & (config.ring_entries - 1)) != 0) {
     throw key_error("ring_entries", "must be a power of two");
   }
@@ -130,6 +141,10 @@ std::string to_toml(const DaemonConfig& c) {
       {"parallel_reduce_min_bytes", static_cast<int64_t>(c.parallel_reduce_min_bytes)},
       {"job_formation_timeout_seconds", static_cast<int64_t>(c.job_formation_timeout_seconds)},
       {"peer_timeout_seconds", static_cast<int64_t>(c.peer_timeout_seconds)},
+      {"tcp_keepalive_idle_seconds", static_cast<int64_t>(c.tcp_keepalive_idle_seconds)},
+      {"tcp_keepalive_interval_seconds", static_cast<int64_t>(c.tcp_keepalive_interval_seconds)},
+      {"response_cache_capacity", static_cast<int64_t>(c.response_cache_capacity)},
+      {"allreduce_algorithm", c.allreduce_algorithm},
       {"max_clients", static_cast<int64_t>(c.max_clients)},
       {"max_buffers_per_client", static_cast<int64_t>(c.max_buffers_per_client)},
   };

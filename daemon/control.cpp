@@ -1,7 +1,7 @@
 #include "daemon/control.h"
 
 #include "daemon/log.h"
-#include "daemon/node_job.h"
+#include "daemon/node/links.h"
 #include "daemon/unix_listener.h"
 #include "ipc/protocol.h"
 #include "ipc/segment.h"
@@ -258,6 +258,12 @@ void ControlServer::resolve_nodes(ClientIdentity& who, ipc::wire::Hello::Reader 
                                 listen_address_)};
     }
     who.node_rank = static_cast<uint32_t>(self - who.nodes.begin());
+  }
+  who.algorithm = hello.getAlgorithm().cStr();
+  if (who.algorithm.empty()) who.algorithm = config_.allreduce_algorithm;
+  if (who.algorithm != "auto" && who.algorithm != "ring" && who.algorithm != "rhd") {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("GRADSYNC_ALGO must be ring, rhd or auto, not '{}'", who.algorithm)};
   }
   if (who.world_size < who.local_world_size) {
     throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,

@@ -2,7 +2,7 @@
 
 #include "daemon/executor.h"
 #include "daemon/log.h"
-#include "daemon/node_job.h"
+#include "daemon/node/node_job.h"
 #include "ipc/messages.h"
 
 #include <fmt/format.h>
@@ -48,7 +48,8 @@ Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics)
     throw ipc::SystemError("epoll_ctl(engine wake)", errno);
   }
   if (!config.listen.empty()) {
-    mesh_ = std::make_unique<transport::Mesh>(config.listen);
+    mesh_ = std::make_unique<transport::Mesh>(transport::MeshOptions{
+        config.listen, config.tcp_keepalive_idle_seconds, config.tcp_keepalive_interval_seconds});
     listen_address_ =
         config.listen.substr(0, config.listen.rfind(':')) + ":" + std::to_string(mesh_->port());
     event.data.u64 = kMeshTag;
@@ -119,9 +120,10 @@ void Engine::handle(AttachSession& command) {
         who.job, who.local_world_size,
         Clock::now() + std::chrono::seconds(config_.job_formation_timeout_seconds));
     if (!who.nodes.empty()) {
-      job->set_network(
-          std::make_unique<NodeJob>(who.job, NodeLayout{who.nodes, who.node_rank, who.world_size},
-                                    *mesh_, std::chrono::seconds(config_.peer_timeout_seconds)));
+      job->set_network(std::make_unique<NodeJob>(
+          who.job, NodeLayout{who.nodes, who.node_rank, who.world_size}, *mesh_,
+          NodeJobSettings{std::chrono::seconds(config_.peer_timeout_seconds),
+                          config_.response_cache_capacity, who.algorithm}));
       ++network_jobs_;
       if (auto early = early_messages_.extract(who.job)) {
         for (const auto& payload : early.mapped()) handle_node_message(payload);
@@ -129,6 +131,13 @@ void Engine::handle(AttachSession& command) {
     }
   }
   job->attach(session);
+  if (job->locally_formed() && job->network()) {
+    // Every local rank is here: the other nodes may now count this one in.
+    job->network()->on_local_formed();
+    if (auto error = job->network()->form()) {
+      fail_job(*job, GRADSYNC_ERR_PEER_FAILED, *error, true);
+    }
+  }
   struct epoll_event event {};
   event.events = EPOLLIN;
   event.data.u64 = session.id();
@@ -251,7 +260,9 @@ void Engine::handle_node_message(const std::vector<uint8_t>& payload) {
       fail_job(*job->second, GRADSYNC_ERR_PEER_FAILED, message.getAbort(), false);
       return;
     }
-    job->second->network()->on_message(message);
+    if (auto error = job->second->network()->on_message(message)) {
+      fail_job(*job->second, GRADSYNC_ERR_PEER_FAILED, *error, true);
+    }
   } catch (const std::exception& e) {
     log_->warn("dropped a malformed message from a peer daemon: {}", e.what());
   } catch (const kj::Exception& e) {

@@ -1,6 +1,6 @@
 #include "daemon/job.h"
 
-#include "daemon/node_job.h"
+#include "daemon/node/node_job.h"
 
 #include <fmt/format.h>
 
@@ -33,8 +33,19 @@ void Job::attach(Session& session) {
                                     [](const Session* s) { return s == nullptr; });
 }
 
+bool Job::formed() const {
+  return formed_ && (!network_ || network_->formed());
+}
+
 bool Job::check_formation(Clock::time_point now) {
-  if (formed_ || failure_ || now < formation_deadline_) return false;
+  if (formed() || failure_ || now < formation_deadline_) return false;
+  if (formed_) {
+    fail(GRADSYNC_ERR_TIMEOUT,
+         fmt::format("job '{}' did not form across nodes: {} never joined (not all of its ranks "
+                     "connected in time)",
+                     name_, network_->missing_nodes()));
+    return true;
+  }
   std::string missing;
   for (size_t r = 0; r < sessions_.size(); ++r) {
     if (sessions_[r] == nullptr) missing += (missing.empty() ? "" : ", ") + std::to_string(r);

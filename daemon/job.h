@@ -52,9 +52,11 @@ class Job {
   void detach(Session& session, const std::string& reason);
   bool empty() const;
   // Every local rank has connected at some point.
-  bool formed() const { return formed_; }
+  bool locally_formed() const { return formed_; }
+  // And, across nodes, every node has joined.
+  bool formed() const;
   Clock::time_point formation_deadline() const { return formation_deadline_; }
-  // Fails the job if it has not formed by its deadline; true if it did so now.
+  // Fails the job if it has not formed (on every node) by its deadline; true if it did so now.
   bool check_formation(Clock::time_point now);
 
   // Takes one rank's submission. Completes it at once with an error if the job has failed.

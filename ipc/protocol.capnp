@@ -19,6 +19,8 @@ struct Hello {
   # for a single-node job.
   nodes @6 :List(Text);
   nodeRank @7 :Int32;
+  # Inter-node allreduce algorithm: "ring", "rhd", "auto", or "" for the daemon's default.
+  algorithm @8 :Text;
 }
 
 # Sent with two fds: the control segment (memfd) and the doorbell (eventfd).

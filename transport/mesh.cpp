@@ -28,9 +28,23 @@ struct sockaddr_in parse_host_port(const std::string& host_port) {
   return address;
 }
 
-Mesh::Mesh(const std::string& listen)
-    : context_(create_context()), worker_(create_worker(context_.get())) {
-  struct sockaddr_in address = parse_host_port(listen);
+namespace {
+
+std::vector<std::pair<std::string, std::string>> ucx_settings(const MeshOptions& options) {
+  const std::string idle = std::to_string(options.keepalive_idle_seconds) + "s";
+  const std::string interval = std::to_string(options.keepalive_interval_seconds) + "s";
+  // Transport keys go without their transport's prefix (TCP_): UCX 1.13 matches the names
+  // given to ucp_config_modify against each transport's table that way, and calls the prefixed
+  // form an invalid configuration.
+  return {
+      {"KEEPALIVE_INTERVAL", idle}, {"KEEPIDLE", idle}, {"KEEPINTVL", interval}, {"KEEPCNT", "3"}};
+}
+
+}  // namespace
+
+Mesh::Mesh(const MeshOptions& options)
+    : context_(create_context(ucx_settings(options))), worker_(create_worker(context_.get())) {
+  struct sockaddr_in address = parse_host_port(options.listen);
   ucp_listener_params_t params{};
   params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
   params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&address);

@@ -26,10 +26,17 @@ using PeerId = uint32_t;
 // HOST:PORT (IPv4) to a socket address; throws std::invalid_argument.
 struct sockaddr_in parse_host_port(const std::string& host_port);
 
+struct MeshOptions {
+  std::string listen;  // HOST:PORT; port 0 picks one
+  // A peer host that vanishes without closing its connections (power loss, a cut link) is
+  // noticed after about idle + 3 * interval seconds of silence, by TCP keepalive.
+  uint32_t keepalive_idle_seconds = 10;
+  uint32_t keepalive_interval_seconds = 2;
+};
+
 class Mesh {
  public:
-  // Listens on `listen` (HOST:PORT; port 0 picks one).
-  explicit Mesh(const std::string& listen);
+  explicit Mesh(const MeshOptions& options);
   ~Mesh();
   Mesh(const Mesh&) = delete;
   Mesh& operator=(const Mesh&) = delete;
@@ -50,8 +57,9 @@ class Mesh {
   std::optional<Message> poll_message(uint64_t tag, uint64_t tag_mask);
   Operation receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes);
 
-  // Operations given up on while pending (their collective failed), with whatever memory they
-  // read or write: kept until UCX is done with them, however long a live peer takes.
+  // Operations nobody waits for (sends left to finish on their own, or operations of a
+  // collective that failed), with whatever memory they read or write: kept until UCX is done
+  // with them, however long a live peer takes.
   void retire(std::vector<Operation> operations, std::vector<std::shared_ptr<const void>> memory);
 
   // Drives UCX; true when it made progress.

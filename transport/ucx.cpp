@@ -28,9 +28,16 @@ UcxError::UcxError(const std::string& call, ucs_status_t status, const char* fil
                          std::to_string(line) + ")"),
       status_(status) {}
 
-Context create_context() {
+Context create_context(const std::vector<std::pair<std::string, std::string>>& settings) {
   ucp_config_t* config = nullptr;
   GRADSYNC_UCX_CHECK(ucp_config_read(nullptr, nullptr, &config));
+  for (const auto& [key, value] : settings) {
+    const ucs_status_t status = ucp_config_modify(config, key.c_str(), value.c_str());
+    if (status != UCS_OK) {
+      ucp_config_release(config);
+      throw UcxError("ucp_config_modify(" + key + "=" + value + ")", status, __FILE__, __LINE__);
+    }
+  }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
   params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace gradsync::transport {
 
@@ -44,7 +45,9 @@ using Worker = std::unique_ptr<std::remove_pointer_t<ucp_worker_h>, WorkerDelete
 using Listener = std::unique_ptr<std::remove_pointer_t<ucp_listener_h>, ListenerDeleter>;
 
 // Tag matching plus wake-ups; one worker per engine thread (UCS_THREAD_MODE_SINGLE).
-Context create_context();
+// `settings` override UCX configuration keys (names without the UCX_ prefix) over what the
+// environment says.
+Context create_context(const std::vector<std::pair<std::string, std::string>>& settings = {});
 Worker create_worker(ucp_context_h context);
 
 // One send or receive in flight. Move-only. Destroying it while pending cancels a receive and

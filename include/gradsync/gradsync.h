@@ -79,6 +79,9 @@ typedef struct gradsync_options {
    * Empty for a single-node job. */
   char nodes[1024];
   int32_t node_rank;
+  /* Inter-node allreduce algorithm for the job: "ring", "rhd", "auto" or "" (the daemon's
+   * configuration decides). Node 0's ranks' choice holds for the whole job. */
+  char algorithm[16];
 } gradsync_options;
 
 GRADSYNC_EXPORT gradsync_result gradsync_options_from_env(gradsync_options* options);

@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -35,21 +37,36 @@ uint16_t free_tcp_port() {
 
 class LoopbackCluster {
  public:
-  explicit LoopbackCluster(int nodes) {
+  // `toml`: configuration for every node's daemon.
+  explicit LoopbackCluster(int nodes, const std::string& toml = "") {
+    static int clusters = 0;
+    config_path_ =
+        std::filesystem::temp_directory_path() / ("gradsync-cluster-" + std::to_string(::getpid()) +
+                                                  "-" + std::to_string(clusters++) + ".toml");
+    std::ofstream(config_path_) << toml << "\n";
     for (int n = 0; n < nodes; ++n) {
       const std::string address = "127.0.0.1:" + std::to_string(free_tcp_port());
       addresses_ += (n == 0 ? "" : ",") + address;
       daemons_.push_back(std::make_unique<tools::PrivateDaemon>(
-          tools::executable_dir() + "/gradsyncd", std::vector<std::string>{"--listen", address}));
+          tools::executable_dir() + "/gradsyncd",
+          std::vector<std::string>{"--listen", address, "--config", config_path_}));
     }
   }
+  ~LoopbackCluster() {
+    daemons_.clear();
+    std::filesystem::remove(config_path_);
+  }
+  LoopbackCluster(const LoopbackCluster&) = delete;
+  LoopbackCluster& operator=(const LoopbackCluster&) = delete;
   int nodes() const { return static_cast<int>(daemons_.size()); }
   tools::PrivateDaemon& daemon(int node) { return *daemons_[static_cast<size_t>(node)]; }
 
   // ranks_per_node[n] ranks on node n, global ranks in node order.
   std::vector<tools::ChildProcess> spawn(const std::string& job,
                                          const std::vector<int>& ranks_per_node,
-                                         const std::vector<std::string>& args) {
+                                         const std::vector<std::string>& args,
+                                         std::map<std::string, std::string> extra_env = {},
+                                         std::optional<int> only_node = std::nullopt) {
     const int world = std::accumulate(ranks_per_node.begin(), ranks_per_node.end(), 0);
     std::vector<tools::ChildProcess> children;
     int rank = 0;
@@ -57,23 +74,24 @@ class LoopbackCluster {
       for (int local = 0; local < ranks_per_node[static_cast<size_t>(node)]; ++local, ++rank) {
         std::vector<std::string> argv = {tools::executable_dir() + "/gradsync-test-rank"};
         argv.insert(argv.end(), args.begin(), args.end());
-        children.emplace_back(
-            argv,
-            std::map<std::string, std::string>{
-                {"GRADSYNC_SOCKET", daemon(node).socket_path()},
-                {"GRADSYNC_JOB", job},
-                {"GRADSYNC_NODES", addresses_},
-                {"GRADSYNC_NODE_RANK", std::to_string(node)},
-                {"RANK", std::to_string(rank)},
-                {"WORLD_SIZE", std::to_string(world)},
-                {"LOCAL_RANK", std::to_string(local)},
-                {"LOCAL_WORLD_SIZE", std::to_string(ranks_per_node[static_cast<size_t>(node)])}});
+        std::map<std::string, std::string> env{
+            {"GRADSYNC_SOCKET", daemon(node).socket_path()},
+            {"GRADSYNC_JOB", job},
+            {"GRADSYNC_NODES", addresses_},
+            {"GRADSYNC_NODE_RANK", std::to_string(node)},
+            {"RANK", std::to_string(rank)},
+            {"WORLD_SIZE", std::to_string(world)},
+            {"LOCAL_RANK", std::to_string(local)},
+            {"LOCAL_WORLD_SIZE", std::to_string(ranks_per_node[static_cast<size_t>(node)])}};
+        for (const auto& [key, value] : extra_env) env[key] = value;
+        if (!only_node || *only_node == node) children.emplace_back(argv, env);
       }
     }
     return children;
   }
 
  private:
+  std::filesystem::path config_path_;
   std::string addresses_;
   std::vector<std::unique_ptr<tools::PrivateDaemon>> daemons_;
 };
@@ -109,6 +127,59 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ClusterTest,
                            return std::to_string(info.param.nodes) + "nodes_" +
                                   std::to_string(info.param.ranks_per_node) + "ranks";
                          });
+
+// Each inter-node allreduce forced, on node counts that are and are not powers of two.
+struct ForcedAlgorithm {
+  std::string algorithm;
+  Shape shape;
+};
+
+class AlgorithmTest : public ::testing::TestWithParam<ForcedAlgorithm> {};
+
+TEST_P(AlgorithmTest, EveryDtypeOpAndCountIsRight) {
+  const Shape shape = GetParam().shape;
+  LoopbackCluster cluster(shape.nodes);
+  auto ranks = cluster.spawn(
+      "forced", std::vector<int>(static_cast<size_t>(shape.nodes), shape.ranks_per_node),
+      {"cluster"}, {{"GRADSYNC_ALGO", GetParam().algorithm}});
+  expect_all_succeed(ranks);
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest,
+                         ::testing::Values(ForcedAlgorithm{"rhd", {2, 1}},
+                                           ForcedAlgorithm{"rhd", {3, 2}},
+                                           ForcedAlgorithm{"rhd", {4, 1}},
+                                           ForcedAlgorithm{"rhd", {5, 1}},
+                                           ForcedAlgorithm{"ring", {5, 1}}),
+                         [](const auto& info) {
+                           return info.param.algorithm + "_" +
+                                  std::to_string(info.param.shape.nodes) + "nodes_" +
+                                  std::to_string(info.param.shape.ranks_per_node) + "ranks";
+                         });
+
+// The same training-shaped steps through a warm response cache, through one too small for the
+// step (entries evicted and renegotiated all the time), and with no cache at all: every result
+// is checked against the reference.
+class ResponseCacheTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(ResponseCacheTest, ManyStepsOfTheSameNamesAreRight) {
+  LoopbackCluster cluster(3, "response_cache_capacity = " + std::to_string(GetParam()));
+  auto ranks = cluster.spawn("steps", {2, 1, 1}, {"steps", "30"});
+  expect_all_succeed(ranks);
+}
+
+INSTANTIATE_TEST_SUITE_P(Capacities, ResponseCacheTest, ::testing::Values(1024, 5, 0),
+                         [](const auto& info) { return "capacity" + std::to_string(info.param); });
+
+TEST(Cluster, ANodeThatNeverJoinsFailsTheJobAfterTheFormationTimeout) {
+  LoopbackCluster cluster(2, "job_formation_timeout_seconds = 2");
+  // Only node 0's rank starts; node 1's daemon is up, but its rank never comes.
+  auto ranks = cluster.spawn("lonely", {1, 1}, {"steps", "1"}, {}, 0);
+  ASSERT_EQ(ranks.size(), 1u);
+  const auto status = ranks[0].wait_for(std::chrono::seconds(20));
+  ASSERT_TRUE(status) << "node 0's rank hung waiting for node 1";
+  EXPECT_EQ(*status, 100 + GRADSYNC_ERR_TIMEOUT);
+}
 
 TEST(Cluster, RanksPerNodeMayDiffer) {
   LoopbackCluster cluster(3);

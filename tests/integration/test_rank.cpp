@@ -218,6 +218,47 @@ int scenario_cluster(Communicator& comm) {
   return scenario_grouped(comm);
 }
 
+// Training-shaped: `steps` steps of the same 24 gradient names, submitted in a different order
+// on every rank and step, then waited for and checked. After the first step every name is in
+// the daemons' response cache (when they have one).
+int scenario_steps(Communicator& comm, int steps) {
+  constexpr size_t kTensors = 24;
+  std::vector<size_t> counts(kTensors);
+  std::vector<size_t> offsets(kTensors);
+  size_t total = 0;
+  for (size_t i = 0; i < kTensors; ++i) {
+    counts[i] = 1 + (i * 7919) % 40000;
+    offsets[i] = total;
+    total += counts[i];
+  }
+  SharedBuffer buffer = comm.allocate(total * sizeof(float));
+  auto* data = static_cast<float*>(buffer.data());
+  std::mt19937 random(static_cast<unsigned>(g_rank) * 7 + 1);
+  std::vector<size_t> order(kTensors);
+  std::iota(order.begin(), order.end(), 0);
+  for (int step = 0; step < steps; ++step) {
+    std::shuffle(order.begin(), order.end(), random);
+    std::vector<gradsync_request> requests(kTensors);
+    for (size_t i : order) {
+      const uint64_t seed = static_cast<uint64_t>(step) * kTensors + i + 1;
+      reference::fill_input(data + offsets[i], counts[i], GRADSYNC_FLOAT32, g_rank, GRADSYNC_SUM,
+                            seed);
+      const std::string name = "grad." + std::to_string(i);
+      requests[i] = comm.allreduce(name.c_str(), data + offsets[i], data + offsets[i], counts[i],
+                                   GRADSYNC_FLOAT32, GRADSYNC_SUM);
+    }
+    for (size_t i = 0; i < kTensors; ++i) {
+      comm.wait(requests[i]);
+      const uint64_t seed = static_cast<uint64_t>(step) * kTensors + i + 1;
+      const size_t wrong =
+          reference::count_wrong(reference::Kind::kAllreduce, data + offsets[i], counts[i],
+                                 GRADSYNC_FLOAT32, GRADSYNC_SUM, g_ranks, 0, seed);
+      EXPECT_OR_FAIL(wrong == 0, "step %d tensor %zu: %zu wrong", step, i, wrong);
+    }
+  }
+  return 0;
+}
+
 // Allreduce in a loop until something fails; the exit status is the failure's result code.
 // `polling` waits with gradsync_test instead of gradsync_wait.
 int scenario_loop(Communicator& comm, size_t bytes, bool polling) {
@@ -280,6 +321,7 @@ int main(int argc, char** argv) {
     if (scenario == "grouped") return scenario_grouped(comm);
     if (scenario == "mismatch") return scenario_mismatch(comm);
     if (scenario == "cluster") return scenario_cluster(comm);
+    if (scenario == "steps") return scenario_steps(comm, args.size() > 1 ? std::stoi(args[1]) : 20);
     if (scenario == "loop" || scenario == "loop_polling") {
       return scenario_loop(comm, args.size() > 1 ? std::stoul(args[1]) : 4096,
                            scenario == "loop_polling");

@@ -17,8 +17,8 @@ using Clock = std::chrono::steady_clock;
 class MeshTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    a_ = std::make_unique<Mesh>("127.0.0.1:0");
-    b_ = std::make_unique<Mesh>("127.0.0.1:0");
+    a_ = std::make_unique<Mesh>(MeshOptions{"127.0.0.1:0"});
+    b_ = std::make_unique<Mesh>(MeshOptions{"127.0.0.1:0"});
     a_to_b_ = a_->connect("127.0.0.1:" + std::to_string(b_->port()));
     b_to_a_ = b_->connect("127.0.0.1:" + std::to_string(a_->port()));
   }

@@ -18,6 +18,7 @@ class Options(ctypes.Structure):
         ("timeout_ms", ctypes.c_int32),
         ("nodes", ctypes.c_char * 1024),
         ("node_rank", ctypes.c_int32),
+        ("algorithm", ctypes.c_char * 16),
     ]
 
 

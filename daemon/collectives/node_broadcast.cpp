@@ -1,0 +1,44 @@
+// Broadcast across nodes: the root's node sends the root's buffer straight to every other node
+// (no staging copy on the send side); each node then copies it to its local ranks.
+#include "daemon/collectives/node_collectives.h"
+#include "kernels/reduce.h"
+
+#include <algorithm>
+
+namespace gradsync::daemon {
+
+NodeResult node_broadcast(NodeStep& step, const ReadyCollective& collective) {
+  NodeLinks& links = step.links;
+  const Submission& lead = collective.first();
+  const uint64_t bytes = lead.send_bytes();
+  const Submission* root = nullptr;
+  for (const auto& s : collective.ranks) {
+    if (s.session->identity().rank == lead.root) root = &s;
+  }
+  Flight flight(links, &step.scratch, node_detail::rank_memory(collective),
+                root != nullptr ? "broadcasting to other nodes" : "receiving a broadcast");
+  const uint8_t* source = nullptr;
+  if (root != nullptr) {
+    for (uint32_t node = 0; node < links.nodes(); ++node) {
+      if (node == links.me()) continue;
+      flight.add(links.send(node, links.tag(tags::kData, links.me(), step.sequence, 0),
+                            root->send, bytes));
+    }
+    source = root->send;
+  } else {
+    uint8_t* staging = step.scratch.get(0, std::max<uint64_t>(bytes, 1));
+    // From whichever node holds the root.
+    flight.add(links.receive(links.tag(tags::kData, 0, step.sequence, 0), std::nullopt, staging,
+                             bytes));
+    if (auto error = flight.wait_all()) return error;
+    source = staging;
+  }
+  // The root's node copies to its other ranks while its sends are on the wire.
+  const bool streaming = bytes >= kernels::kStreamingMinBytes;
+  for (const auto& s : collective.ranks) {
+    if (s.recv != source) kernels::copy(s.recv, source, bytes, streaming);
+  }
+  return flight.wait_all();
+}
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,143 @@
+// Ring allreduce across nodes: a reduce-scatter then an allgather, 2(n-1) steps that each move
+// 1/n of the data to the right-hand neighbour (bandwidth-optimal: every node sends and
+// receives 2(n-1)/n of the data, whatever n is).
+//
+// Pipelined: each step's slice is cut into pieces that travel independently. A piece is
+// reduced the moment it arrives, together with the local ranks' inputs for it (so the local
+// reduce costs no pass of its own), and sent straight on, while later pieces are still on the
+// wire. In the allgather, each finished piece is forwarded first and copied to the other local
+// ranks while it travels.
+#include "daemon/collectives/node_collectives.h"
+#include "kernels/reduce.h"
+
+#include <algorithm>
+#include <array>
+
+namespace gradsync::daemon {
+namespace {
+
+// Pieces small enough to overlap reduction with transfer, large enough that per-message costs
+// stay small next to the bandwidth term.
+constexpr uint64_t kPieceBytes = 512 << 10;
+constexpr uint64_t kMaxPieces = 16;
+
+struct Range {
+  uint64_t begin;
+  uint64_t end;
+};
+
+}  // namespace
+
+NodeResult node_ring_allreduce(NodeStep& step, const ReadyCollective& collective) {
+  using namespace node_detail;
+  NodeLinks& links = step.links;
+  const Submission& lead = collective.first();
+  const uint32_t n = links.nodes();
+  const uint32_t me = links.me();
+  const uint32_t right = (me + 1) % n;
+  const uint32_t left = (me + n - 1) % n;
+  const uint64_t count = lead.count;
+  const size_t element = ipc::dtype_bytes(lead.dtype);
+  const gradsync_op op = network_op(lead.op);
+  uint8_t* work = collective.ranks.front().recv;
+  // Every node computes the same cut: it depends on the count and node count only.
+  const auto pieces =
+      static_cast<uint32_t>(std::clamp<uint64_t>(count / n * element / kPieceBytes, 1, kMaxPieces));
+  auto chunk_of = [n](int64_t c) {
+    return static_cast<uint32_t>(((c % n) + n) % n);
+  };
+  auto piece = [&](uint32_t chunk, uint32_t j) {
+    const uint64_t begin = count * chunk / n;
+    const uint64_t end = count * (chunk + 1) / n;
+    return Range{begin + (end - begin) * j / pieces, begin + (end - begin) * (j + 1) / pieces};
+  };
+  auto bytes = [element](Range r) { return (r.end - r.begin) * element; };
+  // Parts: reduce-scatter steps 0..n-2, then allgather steps n-1..2n-3; pieces within.
+  auto tag = [&](uint32_t sender, uint32_t part_step, uint32_t j) {
+    return links.tag(tags::kData, sender, step.sequence, part_step * pieces + j);
+  };
+  const uint32_t steps = n - 1;
+  if (steps == 0) return node_halving_doubling_allreduce(step, collective);  // one node
+
+  Flight flight(links, &step.scratch, rank_memory(collective), "running a ring allreduce");
+  // Reduce-scatter step s receives chunk me-s-1 from the left; two slots alternate so that the
+  // next step's receives are posted while this step's pieces are reduced.
+  const uint64_t slot_bytes = (count / n + 1) * element;
+  std::array<uint8_t*, 2> incoming = {step.scratch.get(0, slot_bytes),
+                                      step.scratch.get(1, slot_bytes)};
+  std::array<std::vector<size_t>, 2> posted;
+  auto post_reduce_scatter_receives = [&](uint32_t s) {
+    auto& ops = posted[s % 2];
+    ops.clear();
+    const uint32_t chunk = chunk_of(int64_t{me} - s - 1);
+    const uint64_t chunk_begin = count * chunk / n;
+    for (uint32_t j = 0; j < pieces; ++j) {
+      const Range r = piece(chunk, j);
+      ops.push_back(flight.add(links.receive(tag(left, s, j), left,
+                                             incoming[s % 2] + (r.begin - chunk_begin) * element,
+                                             bytes(r))));
+    }
+  };
+  // Step 0 sends this node's own chunk, reduced over the local ranks.
+  std::vector<size_t> reduce_scatter_sends;
+  post_reduce_scatter_receives(0);
+  for (uint32_t j = 0; j < pieces; ++j) {
+    const Range r = piece(me, j);
+    reduce_into(collective, op, work, r.begin, r.end, nullptr);
+    reduce_scatter_sends.push_back(
+        flight.add(links.send(right, tag(me, 0, j), work + r.begin * element, bytes(r))));
+  }
+  for (uint32_t s = 0; s < steps; ++s) {
+    if (s + 1 < steps) post_reduce_scatter_receives(s + 1);
+    const uint32_t chunk = chunk_of(int64_t{me} - s - 1);
+    const uint64_t chunk_begin = count * chunk / n;
+    for (uint32_t j = 0; j < pieces; ++j) {
+      if (auto error = flight.wait(posted[s % 2][j])) return error;
+      const Range r = piece(chunk, j);
+      reduce_into(collective, op, work, r.begin, r.end,
+                  incoming[s % 2] + (r.begin - chunk_begin) * element);
+      if (s + 1 == steps && lead.op == GRADSYNC_AVG) {
+        // This node's finished chunk: the average's one division happens here.
+        kernels::divide(lead.dtype, work + r.begin * element, r.end - r.begin,
+                        static_cast<uint64_t>(step.world_size));
+      }
+      // Sent on as the next reduce-scatter step, or, finished, as the first allgather step.
+      const size_t send =
+          flight.add(links.send(right, tag(me, s + 1, j), work + r.begin * element, bytes(r)));
+      if (s + 1 < steps) reduce_scatter_sends.push_back(send);
+    }
+  }
+  // Allgather step s receives chunk me-s straight into place, so the reduce-scatter send that
+  // read it must be done first; these sends matched receives the right neighbour posted during
+  // its own reduce-scatter. (Not the first allgather sends: the right neighbour posts their
+  // receives only after this point, and waiting for them here would deadlock the ring.)
+  for (const size_t send : reduce_scatter_sends) {
+    if (auto error = flight.wait(send)) return error;
+  }
+  std::vector<std::vector<size_t>> gathers(steps);
+  for (uint32_t s = 0; s < steps; ++s) {
+    const uint32_t chunk = chunk_of(int64_t{me} - s);
+    for (uint32_t j = 0; j < pieces; ++j) {
+      const Range r = piece(chunk, j);
+      gathers[s].push_back(flight.add(
+          links.receive(tag(left, steps + s, j), left, work + r.begin * element, bytes(r))));
+    }
+  }
+  // The chunk finished here goes to the other local ranks while the first receives arrive.
+  const uint32_t own = chunk_of(int64_t{me} + 1);
+  copy_to_other_ranks(collective, work, piece(own, 0).begin, piece(own, pieces - 1).end);
+  for (uint32_t s = 0; s < steps; ++s) {
+    const uint32_t chunk = chunk_of(int64_t{me} - s);
+    for (uint32_t j = 0; j < pieces; ++j) {
+      if (auto error = flight.wait(gathers[s][j])) return error;
+      const Range r = piece(chunk, j);
+      if (s + 1 < steps) {
+        flight.add(links.send(right, tag(me, steps + s + 1, j), work + r.begin * element, bytes(r)));
+      }
+      copy_to_other_ranks(collective, work, r.begin, r.end);
+    }
+  }
+  return flight.wait_all();
+}
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,47 @@
+#include "daemon/node/cost_model.h"
+
+#include <bit>
+
+namespace gradsync::daemon {
+
+std::optional<AllreduceAlgorithm> parse_algorithm(std::string_view name) {
+  if (name == "ring") return AllreduceAlgorithm::kRing;
+  if (name == "rhd") return AllreduceAlgorithm::kHalvingDoubling;
+  return std::nullopt;
+}
+
+const char* algorithm_name(AllreduceAlgorithm algorithm) {
+  return algorithm == AllreduceAlgorithm::kRing ? "ring" : "rhd";
+}
+
+double predict_ring(const LinkFigures& link, uint32_t nodes, uint64_t bytes) {
+  if (nodes <= 1) return 0;
+  const double n = nodes;
+  const double slice = static_cast<double>(bytes) / n;
+  return 2 * (n - 1) * (link.alpha_seconds + slice * link.beta_seconds_per_byte) +
+         (n - 1) * slice * link.gamma_seconds_per_byte;
+}
+
+double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_t bytes) {
+  if (nodes <= 1) return 0;
+  const uint32_t p = std::bit_floor(nodes);
+  const double steps = std::countr_zero(p);
+  const double s = static_cast<double>(bytes);
+  const double fraction = (p - 1.0) / p;
+  double time = 2 * steps * link.alpha_seconds + 2 * fraction * s * link.beta_seconds_per_byte +
+                fraction * s * link.gamma_seconds_per_byte;
+  if (nodes != p) {
+    // Fold in before, hand the result back after: two full-size messages and one reduction.
+    time += 2 * (link.alpha_seconds + s * link.beta_seconds_per_byte) +
+            s * link.gamma_seconds_per_byte;
+  }
+  return time;
+}
+
+AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uint64_t bytes) {
+  return predict_halving_doubling(link, nodes, bytes) < predict_ring(link, nodes, bytes)
+             ? AllreduceAlgorithm::kHalvingDoubling
+             : AllreduceAlgorithm::kRing;
+}
+
+}  // namespace gradsync::daemon

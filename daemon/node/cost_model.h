@@ -1,0 +1,33 @@
+// The α-β-γ cost model of the inter-node allreduce (Thakur, Rabenseifner and Gropp's analysis
+// of MPI collectives): α per message, β per byte on the wire, γ per byte reduced. The daemons
+// measure α and β between themselves when a job forms, and γ on their own cores; every node
+// then chooses the same algorithm for a given size, because all use the same figures.
+#pragma once
+
+#include "daemon/node/negotiator.h"
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace gradsync::daemon {
+
+enum class AllreduceAlgorithm { kRing, kHalvingDoubling };
+
+// "ring", "rhd"; nullopt for "auto" or "".
+std::optional<AllreduceAlgorithm> parse_algorithm(std::string_view name);
+const char* algorithm_name(AllreduceAlgorithm algorithm);
+
+// Predicted seconds for an allreduce of `bytes` among `nodes` nodes.
+//  ring: 2(n-1) steps of a 1/n slice; bandwidth-optimal, latency linear in n.
+//  rhd (recursive halving-doubling, Rabenseifner): 2 log2(p) steps of halving slices among the
+//    largest power of two p <= n; the n-p extra nodes first fold their data into a partner and
+//    get the result back, two more full-size steps.
+double predict_ring(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
+double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
+
+// The cheaper of the two; ring when they tie (or nothing was measured).
+AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,61 @@
+# Control messages between the node daemons of a job (over the UCX mesh, tag kind "control").
+@0xd7a4c3b2e1f09a85;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("gradsync::daemon::wire");
+
+# All local ranks of the job have connected on the sending node. The job runs with node 0's
+# settings (every node must agree, or their response caches would diverge).
+struct Joined {
+  cacheCapacity @0 :UInt32;
+  algorithm @1 :Text;   # "auto", "ring" or "rhd"
+}
+
+# A collective (or a group, named by its first member) ready on the sending node and not in
+# the response cache: for the coordinator (node 0).
+struct Ready {
+  key @0 :Text;
+  collective @1 :UInt8;
+  dtype @2 :UInt8;
+  op @3 :UInt8;
+  count @4 :UInt64;
+  members @5 :UInt32;
+  root @6 :Int32;
+}
+
+# One negotiation cycle, sent by every node to every other node. The AND of readyBits over
+# all nodes says which cached collectives run; the OR of invalidBits which cache entries are
+# evicted (a node has that name with another size or type). The link figures feed the
+# algorithm chooser: every node uses the largest of each, so every node chooses the same.
+struct Cycle {
+  number @0 :UInt64;
+  readyBits @1 :List(UInt64);
+  invalidBits @2 :List(UInt64);
+  uncached @3 :List(Ready);
+  alphaSeconds @4 :Float64;
+  betaSecondsPerByte @5 :Float64;
+  gammaSecondsPerByte @6 :Float64;
+}
+
+struct Decision {
+  key @0 :Text;
+  error @1 :Text;   # non-empty: the nodes disagree; fail it everywhere
+}
+
+# From the coordinator, for a cycle in which some node had uncached collectives: those that
+# every node has now reported, in the order they run (after the cycle's cached ones).
+struct CycleResponse {
+  number @0 :UInt64;
+  decisions @1 :List(Decision);
+}
+
+struct NodeMessage {
+  job @0 :Text;
+  node @1 :UInt32;
+  union {
+    joined @2 :Joined;
+    cycle @3 :Cycle;
+    response @4 :CycleResponse;
+    abort @5 :Text;   # the job failed on the sender: fail it here too
+  }
+}

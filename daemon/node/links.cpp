@@ -1,0 +1,172 @@
+#include "daemon/node/links.h"
+
+#include "ipc/messages.h"
+
+#include <fmt/format.h>
+
+#include <sched.h>
+
+#include <algorithm>
+#include <functional>
+
+namespace gradsync::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+uint8_t* Scratch::get(size_t slot, size_t bytes) {
+  if (buffers_.size() <= slot) buffers_.resize(slot + 1);
+  auto& buffer = buffers_[slot];
+  if (!buffer) buffer = std::make_shared<std::vector<uint8_t>>();
+  if (buffer->size() < bytes) buffer->resize(bytes);
+  return buffer->data();
+}
+
+std::vector<std::shared_ptr<const void>> Scratch::abandon() {
+  std::vector<std::shared_ptr<const void>> memory(buffers_.begin(), buffers_.end());
+  buffers_.clear();
+  return memory;
+}
+
+NodeLinks::NodeLinks(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
+                     std::chrono::seconds peer_timeout)
+    : job_name_(job_name),
+      layout_(std::move(layout)),
+      mesh_(mesh),
+      peer_timeout_(peer_timeout),
+      job_tag_(static_cast<uint16_t>(std::hash<std::string>{}(job_name))) {
+  // Connect to every other node now: each endpoint also watches that peer for failure.
+  for (uint32_t node = 0; node < layout_.nodes.size(); ++node) {
+    peers_.push_back(node == layout_.node_rank ? transport::PeerId{}
+                                               : mesh_.connect(layout_.nodes[node]));
+  }
+}
+
+bool NodeLinks::has_peer(transport::PeerId peer) const {
+  for (uint32_t node = 0; node < peers_.size(); ++node) {
+    if (node != me() && peers_[node] == peer) return true;
+  }
+  return false;
+}
+
+uint64_t NodeLinks::tag(uint64_t kind, uint32_t sender, uint32_t sequence, uint32_t part) const {
+  return tags::make(kind, sender, job_tag_, ((sequence & 0xffffu) << 16) | (part & 0xffffu));
+}
+
+transport::Operation NodeLinks::send(uint32_t node, uint64_t tag, const void* data,
+                                     size_t bytes) {
+  return mesh_.send(peers_[node], tag, data, bytes);
+}
+
+transport::Operation NodeLinks::receive(uint64_t tag, std::optional<uint32_t> sender, void* data,
+                                        size_t bytes) {
+  const uint64_t mask = sender ? tags::kAll : tags::kAll & ~tags::kNodeMask;
+  return mesh_.receive(tag, mask, data, bytes);
+}
+
+std::optional<std::string> NodeLinks::failed_peer(const char* what) const {
+  for (uint32_t node = 0; node < peers_.size(); ++node) {
+    if (node != me() && mesh_.failed(peers_[node])) {
+      return fmt::format("node {} ({}) of job '{}' failed while {}", node, layout_.nodes[node],
+                         job_name_, what);
+    }
+  }
+  return std::nullopt;
+}
+
+void NodeLinks::send_control(uint32_t node, capnp::MessageBuilder& message) {
+  // Never wait for it: a large message goes by rendezvous, which completes only once the peer
+  // receives it, and the peer may be sending to us at the same moment. The mesh keeps the
+  // bytes until UCX is done; a failure shows up as a failed peer, which fails the job.
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(ipc::encode(message));
+  std::vector<transport::Operation> operations;
+  operations.push_back(
+      send(node, tags::make(tags::kControl, me(), job_tag_, 0), bytes->data(), bytes->size()));
+  mesh_.retire(std::move(operations), {bytes});
+}
+
+void NodeLinks::send_control_to_all_live(capnp::MessageBuilder& message) {
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(ipc::encode(message));
+  std::vector<transport::Operation> sends;
+  for (uint32_t node = 0; node < peers_.size(); ++node) {
+    if (node == me() || mesh_.failed(peers_[node])) continue;
+    sends.push_back(send(node, tags::make(tags::kControl, me(), job_tag_, 0), bytes->data(),
+                         bytes->size()));
+  }
+  // Bounded: a peer that is gone does not hold us up. What is still in flight then is
+  // retired with its bytes.
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  auto all_done = [&] {
+    return std::all_of(sends.begin(), sends.end(), [](const auto& op) { return op.done(); });
+  };
+  while (!all_done() && Clock::now() < deadline) {
+    if (!mesh_.progress()) sched_yield();
+  }
+  mesh_.retire(std::move(sends), {bytes});
+}
+
+Flight::Flight(NodeLinks& links, Scratch* scratch,
+               std::vector<std::shared_ptr<const void>> memory, const char* what)
+    : links_(links), scratch_(scratch), memory_(std::move(memory)), what_(what) {}
+
+Flight::~Flight() {
+  std::vector<transport::Operation> pending;
+  for (auto& operation : operations_) {
+    if (operation.valid() && !operation.done()) pending.push_back(std::move(operation));
+  }
+  if (pending.empty()) return;
+  if (scratch_ != nullptr) {
+    for (auto& buffer : scratch_->abandon()) memory_.push_back(std::move(buffer));
+  }
+  links_.mesh().retire(std::move(pending), std::move(memory_));
+}
+
+size_t Flight::add(transport::Operation operation) {
+  operations_.push_back(std::move(operation));
+  return operations_.size() - 1;
+}
+
+std::optional<std::string> Flight::wait(size_t index) {
+  auto error = wait_until([&] { return operations_[index].done(); });
+  if (!error && operations_[index].status() != UCS_OK) {
+    error = fmt::format("job '{}': {} failed: {}", links_.job_name(), what_,
+                        ucs_status_string(operations_[index].status()));
+  }
+  return error;
+}
+
+std::optional<std::string> Flight::wait_all() {
+  auto error = wait_until([&] {
+    while (waited_ < operations_.size() && operations_[waited_].done()) ++waited_;
+    return waited_ == operations_.size();
+  });
+  for (const auto& operation : operations_) {
+    if (!error && operation.status() != UCS_OK) {
+      error = fmt::format("job '{}': {} failed: {}", links_.job_name(), what_,
+                          ucs_status_string(operation.status()));
+    }
+  }
+  return error;
+}
+
+std::optional<std::string> Flight::wait_until(const std::function<bool()>& done) {
+  auto deadline = Clock::now() + links_.peer_timeout();
+  while (!done()) {
+    // Yield when UCX has nothing: the peers we wait for may share our cores.
+    if (links_.progress()) {
+      deadline = Clock::now() + links_.peer_timeout();
+    } else {
+      sched_yield();
+    }
+    if (auto error = links_.failed_peer(what_)) return error;
+    if (Clock::now() > deadline) {
+      return fmt::format("job '{}': no progress for {} s while {}", links_.job_name(),
+                         links_.peer_timeout().count(), what_);
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,297 @@
+#include "daemon/node/negotiator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace gradsync::daemon {
+namespace {
+
+void set_bit(std::vector<uint64_t>& bits, uint32_t bit) {
+  if (bits.size() <= bit / 64) bits.resize(bit / 64 + 1);
+  bits[bit / 64] |= uint64_t{1} << (bit % 64);
+}
+
+std::vector<uint64_t> read_bits(capnp::List<uint64_t>::Reader list) {
+  std::vector<uint64_t> bits;
+  bits.reserve(list.size());
+  for (const uint64_t word : list) bits.push_back(word);
+  return bits;
+}
+
+Proposal read_proposal(wire::Ready::Reader ready) {
+  Proposal p;
+  p.key = ready.getKey();
+  p.collective = static_cast<ipc::Collective>(ready.getCollective());
+  p.dtype = static_cast<gradsync_dtype>(ready.getDtype());
+  p.op = static_cast<gradsync_op>(ready.getOp());
+  p.count = ready.getCount();
+  p.members = ready.getMembers();
+  p.root = ready.getRoot();
+  return p;
+}
+
+void write_proposal(const Proposal& p, wire::Ready::Builder ready) {
+  ready.setKey(p.key);
+  ready.setCollective(static_cast<uint8_t>(p.collective));
+  ready.setDtype(static_cast<uint8_t>(p.dtype));
+  ready.setOp(static_cast<uint8_t>(p.op));
+  ready.setCount(p.count);
+  ready.setMembers(p.members);
+  ready.setRoot(p.root);
+}
+
+}  // namespace
+
+std::string Proposal::signature() const {
+  return fmt::format("{}, count {}, {}, {}{}{}", ipc::collective_name(collective), count,
+                     ipc::dtype_name(dtype), ipc::op_name(op),
+                     root >= 0 ? fmt::format(", root {}", root) : "",
+                     members > 1 ? fmt::format(", a group of {}", members) : "");
+}
+
+Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, uint32_t cache_capacity,
+                       LinkFigures own_link, SendFn send)
+    : job_(std::move(job)),
+      nodes_(nodes),
+      me_(me),
+      own_link_(own_link),
+      agreed_link_(own_link),
+      send_(std::move(send)),
+      cache_(cache_capacity) {}
+
+void Negotiator::propose(Proposal proposal) {
+  const std::string key = proposal.key;
+  pending_[key].push_back(std::move(proposal));
+  advance();
+}
+
+Negotiator::CycleState& Negotiator::cycle_state(uint64_t number) {
+  CycleState& state = cycles_[number];
+  if (state.from.empty()) state.from.resize(nodes_);
+  return state;
+}
+
+void Negotiator::on_cycle(uint32_t node, wire::Cycle::Reader cycle) {
+  const uint64_t number = cycle.getNumber();
+  // A peer can be at most one cycle ahead: it cannot finish a cycle without our message.
+  if (number != cycle_ + 1 && !(in_cycle_ && number == cycle_)) {
+    throw std::invalid_argument(fmt::format("job '{}': node {} sent cycle {} while this node is at {}",
+                                            job_, node, number, cycle_));
+  }
+  CycleState& state = cycle_state(number);
+  if (state.from[node]) {
+    throw std::invalid_argument(
+        fmt::format("job '{}': node {} sent cycle {} twice", job_, node, number));
+  }
+  NodeCycle from;
+  from.ready_bits = read_bits(cycle.getReadyBits());
+  from.invalid_bits = read_bits(cycle.getInvalidBits());
+  for (auto ready : cycle.getUncached()) from.uncached.push_back(read_proposal(ready));
+  from.link = {cycle.getAlphaSeconds(), cycle.getBetaSecondsPerByte(),
+               cycle.getGammaSecondsPerByte()};
+  state.from[node] = std::move(from);
+  ++state.received;
+  advance();
+}
+
+void Negotiator::on_response(uint32_t node, wire::CycleResponse::Reader response) {
+  const uint64_t number = response.getNumber();
+  if (node != 0 || !in_cycle_ || number != cycle_) {
+    throw std::invalid_argument(fmt::format(
+        "job '{}': unexpected response to cycle {} from node {}", job_, number, node));
+  }
+  std::vector<Decision> decisions;
+  for (auto d : response.getDecisions()) decisions.push_back({d.getKey(), d.getError()});
+  cycle_state(number).response = std::move(decisions);
+  advance();
+}
+
+void Negotiator::advance() {
+  while (in_cycle_ ? complete_cycle() : start_cycle_if_due()) {
+  }
+}
+
+Negotiator::NodeCycle Negotiator::own_state() const {
+  NodeCycle state;
+  state.link = own_link_;
+  for (const auto& [key, instances] : pending_) {
+    if (reported_.contains(key)) continue;  // its oldest instance waits for the coordinator
+    const Proposal& oldest = instances.front();
+    if (const auto cached = cache_.find(key)) {
+      set_bit(cached->signature == oldest.signature() ? state.ready_bits : state.invalid_bits,
+              cached->bit);
+    } else {
+      state.uncached.push_back(oldest);
+    }
+  }
+  return state;
+}
+
+bool Negotiator::start_cycle_if_due() {
+  NodeCycle state = own_state();
+  const auto next = cycles_.find(cycle_ + 1);
+  const bool peer_started = next != cycles_.end() && next->second.received > 0;
+  if (!peer_started && state.uncached.empty() && state.invalid_bits.empty() &&
+      state.ready_bits == last_ready_bits_) {
+    return false;
+  }
+  ++cycle_;
+  in_cycle_ = true;
+  ++counters_.cycles;
+  last_ready_bits_ = state.ready_bits;
+  for (const auto& p : state.uncached) {
+    reported_.insert(p.key);
+    ++counters_.cache_misses;
+  }
+  capnp::MallocMessageBuilder message;
+  auto root = message.initRoot<wire::NodeMessage>();
+  root.setJob(job_);
+  root.setNode(me_);
+  auto cycle = root.initCycle();
+  cycle.setNumber(cycle_);
+  auto ready = cycle.initReadyBits(static_cast<unsigned>(state.ready_bits.size()));
+  for (unsigned i = 0; i < ready.size(); ++i) ready.set(i, state.ready_bits[i]);
+  auto invalid = cycle.initInvalidBits(static_cast<unsigned>(state.invalid_bits.size()));
+  for (unsigned i = 0; i < invalid.size(); ++i) invalid.set(i, state.invalid_bits[i]);
+  auto uncached = cycle.initUncached(static_cast<unsigned>(state.uncached.size()));
+  for (unsigned i = 0; i < uncached.size(); ++i) write_proposal(state.uncached[i], uncached[i]);
+  cycle.setAlphaSeconds(own_link_.alpha_seconds);
+  cycle.setBetaSecondsPerByte(own_link_.beta_seconds_per_byte);
+  cycle.setGammaSecondsPerByte(own_link_.gamma_seconds_per_byte);
+  for (uint32_t node = 0; node < nodes_; ++node) {
+    if (node != me_) send_(node, message);
+  }
+  CycleState& own = cycle_state(cycle_);
+  own.from[me_] = std::move(state);
+  ++own.received;
+  return true;
+}
+
+bool Negotiator::complete_cycle() {
+  CycleState& state = cycle_state(cycle_);
+  if (state.received < nodes_) return false;
+  const bool any_uncached = std::any_of(state.from.begin(), state.from.end(),
+                                        [](const auto& n) { return !n->uncached.empty(); });
+  if (any_uncached && !state.response) {
+    if (me_ != 0) return false;  // the coordinator's answer is on its way
+    state.response = coordinate(state);
+    capnp::MallocMessageBuilder message;
+    auto root = message.initRoot<wire::NodeMessage>();
+    root.setJob(job_);
+    root.setNode(me_);
+    auto response = root.initResponse();
+    response.setNumber(cycle_);
+    auto decisions = response.initDecisions(static_cast<unsigned>(state.response->size()));
+    for (unsigned i = 0; i < decisions.size(); ++i) {
+      decisions[i].setKey((*state.response)[i].key);
+      decisions[i].setError((*state.response)[i].error);
+    }
+    for (uint32_t node = 1; node < nodes_; ++node) send_(node, message);
+  }
+  apply(state);
+  cycles_.erase(cycle_);
+  in_cycle_ = false;
+  return true;
+}
+
+std::vector<Decision> Negotiator::coordinate(const CycleState& state) {
+  std::vector<Decision> decisions;
+  for (uint32_t node = 0; node < nodes_; ++node) {
+    for (const Proposal& p : state.from[node]->uncached) {
+      auto& entries = coordinator_[p.key];
+      // The first entry this node has not reported yet: every node reports a name's
+      // instances in order.
+      auto entry = std::find_if(entries.begin(), entries.end(),
+                                [node](const CoordinatorEntry& e) { return !e.reported[node]; });
+      if (entry == entries.end()) {
+        entries.push_back(CoordinatorEntry{std::vector<bool>(nodes_), 0, {}, 0, {}});
+        entry = std::prev(entries.end());
+      }
+      const std::string signature = p.signature();
+      if (entry->count == 0) {
+        entry->signature = signature;
+        entry->first_node = node;
+      } else if (entry->signature != signature && entry->mismatch.empty()) {
+        entry->mismatch =
+            fmt::format("tensor '{}': nodes disagree: node {} has {}; node {} has {}", p.key,
+                        entry->first_node, entry->signature, node, signature);
+      }
+      entry->reported[node] = true;
+      ++entry->count;
+      while (!entries.empty() && entries.front().count == nodes_) {
+        decisions.push_back({p.key, entries.front().mismatch});
+        entries.pop_front();
+      }
+      if (entries.empty()) coordinator_.erase(p.key);
+    }
+  }
+  return decisions;
+}
+
+void Negotiator::apply(const CycleState& state) {
+  // Cached collectives every node has ready, by ascending bit.
+  std::vector<uint64_t> all_ready = state.from[0]->ready_bits;
+  std::vector<uint64_t> any_invalid;
+  for (const auto& from : state.from) {
+    all_ready.resize(std::min(all_ready.size(), from->ready_bits.size()));
+    for (size_t w = 0; w < all_ready.size(); ++w) all_ready[w] &= from->ready_bits[w];
+    if (any_invalid.size() < from->invalid_bits.size()) {
+      any_invalid.resize(from->invalid_bits.size());
+    }
+    for (size_t w = 0; w < from->invalid_bits.size(); ++w) any_invalid[w] |= from->invalid_bits[w];
+  }
+  for (size_t w = 0; w < all_ready.size(); ++w) {
+    for (uint64_t word = all_ready[w]; word != 0; word &= word - 1) {
+      const auto bit = static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(word)));
+      const std::string* key = cache_.key_of(bit);
+      if (key == nullptr) {
+        throw std::invalid_argument(
+            fmt::format("job '{}': cycle {} runs cache bit {}, which is free", job_, cycle_, bit));
+      }
+      cache_.touch(bit);
+      ++counters_.cache_hits;
+      decided_.push_back({*key, {}});
+      pop_front(*key);
+    }
+  }
+  for (size_t w = 0; w < any_invalid.size(); ++w) {
+    for (uint64_t word = any_invalid[w]; word != 0; word &= word - 1) {
+      cache_.erase(static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(word))));
+    }
+  }
+  // Then what the coordinator decided, in its order; agreed ones join the cache.
+  if (state.response) {
+    for (const Decision& d : *state.response) {
+      const auto it = pending_.find(d.key);
+      if (it == pending_.end() || !reported_.contains(d.key)) {
+        throw std::invalid_argument(fmt::format(
+            "job '{}': the coordinator decided '{}', which this node did not report", job_, d.key));
+      }
+      if (d.error.empty() && cache_.capacity() > 0) {
+        cache_.put(d.key, it->second.front().signature());
+      }
+      reported_.erase(d.key);
+      decided_.push_back(d);
+      pop_front(d.key);
+    }
+  }
+  // Every node sees the same figures: take the largest, the cautious estimate.
+  agreed_link_ = {};
+  for (const auto& from : state.from) {
+    agreed_link_.alpha_seconds = std::max(agreed_link_.alpha_seconds, from->link.alpha_seconds);
+    agreed_link_.beta_seconds_per_byte =
+        std::max(agreed_link_.beta_seconds_per_byte, from->link.beta_seconds_per_byte);
+    agreed_link_.gamma_seconds_per_byte =
+        std::max(agreed_link_.gamma_seconds_per_byte, from->link.gamma_seconds_per_byte);
+  }
+}
+
+void Negotiator::pop_front(const std::string& key) {
+  const auto it = pending_.find(key);
+  it->second.pop_front();
+  if (it->second.empty()) pending_.erase(it);
+}
+
+}  // namespace gradsync::daemon

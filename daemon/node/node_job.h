@@ -1,0 +1,103 @@
+// A job's part across nodes. The node daemons of the job
+//  1. join: each tells the others once all its local ranks have connected; when all have, the
+//     job has formed across nodes, and each measures its links (link_probe.h);
+//  2. negotiate, in cycles with a response cache, which collectives run in which order
+//     (negotiator.h);
+//  3. run each agreed collective: local reduce -> inter-node allreduce -> local broadcast,
+//     fused into one pipelined pass (collectives/node_*.cpp), with the algorithm the cost
+//     model picks (cost_model.h) unless the job forces one.
+// Engine-thread only.
+#pragma once
+
+#include "daemon/job.h"
+#include "daemon/node/cost_model.h"
+#include "daemon/node/internode.capnp.h"
+#include "daemon/node/links.h"
+#include "daemon/node/negotiator.h"
+
+#include <capnp/message.h>
+#include <spdlog/logger.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gradsync::daemon {
+
+struct NodeJobSettings {
+  std::chrono::seconds peer_timeout{60};
+  uint32_t cache_capacity = 1024;  // node 0's value holds for the job
+  std::string algorithm = "auto";  // "auto", "ring" or "rhd"; node 0's holds for the job
+};
+
+class NodeJob {
+ public:
+  NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
+          NodeJobSettings settings);
+
+  const NodeLayout& layout() const { return links_.layout(); }
+  bool has_peer(transport::PeerId peer) const { return links_.has_peer(peer); }
+
+  // Every local rank has connected: tell the other nodes.
+  void on_local_formed();
+  // Once every node (this one included) has joined: measures the links and starts
+  // negotiating. Does nothing before, or after it succeeded; an error if the measuring failed.
+  std::optional<std::string> form();
+  // Every node has joined and the links are measured.
+  bool formed() const { return negotiator_.has_value(); }
+  // The nodes that have not joined, for the formation timeout's message.
+  std::string missing_nodes() const;
+
+  // A unit ready on this node.
+  void on_locally_ready(ReadyUnit unit);
+  // A control message for this job from another node. Returns an error when the job cannot
+  // go on (a peer broke the protocol, or the links could not be measured).
+  std::optional<std::string> on_message(wire::NodeMessage::Reader message);
+  // The next unit in the agreed order, if it is ready here; mismatches fail on the spot.
+  std::optional<ReadyUnit> next_runnable();
+  // Runs it across the nodes and completes it on every local rank. Returns an error message
+  // when the job cannot go on (a peer failed or timed out); the unit's ranks got it already.
+  std::optional<std::string> execute(ReadyUnit& unit);
+
+  // Tells every other node that the job failed here.
+  void broadcast_abort(const std::string& reason);
+  // Fails everything waiting here (the Job fails its own queues).
+  void fail_waiting(gradsync_result status, const std::string& message);
+
+  const LinkFigures& measured_link() const { return own_link_; }
+  const Negotiator* negotiator() const { return negotiator_ ? &*negotiator_ : nullptr; }
+  // Allreduces run so far, by algorithm.
+  uint64_t allreduces(AllreduceAlgorithm algorithm) const {
+    return allreduces_[static_cast<size_t>(algorithm)];
+  }
+
+ private:
+  wire::NodeMessage::Builder start_message(capnp::MessageBuilder& message) const;
+  void on_joined(uint32_t node, wire::Joined::Reader joined);
+  AllreduceAlgorithm choose(const ReadyCollective& collective) const;
+
+  NodeLinks links_;
+  NodeJobSettings settings_;
+  std::shared_ptr<spdlog::logger> log_;
+  Scratch scratch_;
+  bool local_formed_ = false;
+  std::vector<bool> joined_;  // by node
+  NodeJobSettings agreed_;    // node 0's
+  LinkFigures own_link_;
+  std::optional<Negotiator> negotiator_;
+  std::vector<Proposal> unproposed_;  // ready before the job formed across nodes
+  // Cycle messages that arrived before this node finished forming.
+  std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> early_;
+  std::map<std::string, std::deque<ReadyUnit>> units_;  // by key, oldest first
+  uint32_t running_sequence_ = 0;
+  uint64_t next_sequence_ = 0;
+  std::array<uint64_t, 2> allreduces_{};
+};
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,263 @@
+// The negotiation among node daemons, driven over an in-process network of messages that keeps
+// each sender's order per receiver (as UCX does per endpoint) but interleaves senders at
+// random. Every node must decide the same collectives in the same order, however the nodes'
+// ranks get ready.
+#include "daemon/node/negotiator.h"
+#include "ipc/messages.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+#include <random>
+
+namespace gradsync::daemon {
+namespace {
+
+class Network {
+ public:
+  Network(uint32_t nodes, uint32_t capacity, uint64_t seed) : random_(seed) {
+    for (uint32_t n = 0; n < nodes; ++n) {
+      negotiators_.push_back(std::make_unique<Negotiator>(
+          "job", nodes, n, capacity, LinkFigures{1e-5 * (n + 1), 1e-9, 1e-10},
+          [this, n](uint32_t to, capnp::MessageBuilder& message) {
+            queues_[{n, to}].push_back(ipc::encode(message));
+            if (message.getRoot<wire::NodeMessage>().isResponse()) ++responses_;
+          }));
+    }
+  }
+
+  Negotiator& node(uint32_t n) { return *negotiators_[n]; }
+  uint32_t nodes() const { return static_cast<uint32_t>(negotiators_.size()); }
+  uint64_t responses() const { return responses_; }
+
+  // Delivers every message, one at a time from a random non-empty sender queue.
+  void deliver_all() {
+    while (true) {
+      std::vector<std::pair<uint32_t, uint32_t>> ready;
+      for (auto& [link, queue] : queues_) {
+        if (!queue.empty()) ready.push_back(link);
+      }
+      if (ready.empty()) return;
+      const auto link = ready[random_() % ready.size()];
+      const std::vector<uint8_t> bytes = std::move(queues_[link].front());
+      queues_[link].pop_front();
+      ipc::DecodedMessage decoded(bytes);
+      const auto message = decoded.root<wire::NodeMessage>();
+      Negotiator& to = node(link.second);
+      if (message.isCycle()) to.on_cycle(link.first, message.getCycle());
+      if (message.isResponse()) to.on_response(link.first, message.getResponse());
+    }
+  }
+
+  // What each node decided since the last call.
+  std::vector<std::vector<Decision>> take_decisions() {
+    std::vector<std::vector<Decision>> all;
+    for (auto& n : negotiators_) {
+      all.emplace_back(n->decided().begin(), n->decided().end());
+      n->decided().clear();
+    }
+    return all;
+  }
+
+ private:
+  std::mt19937_64 random_;
+  std::vector<std::unique_ptr<Negotiator>> negotiators_;
+  std::map<std::pair<uint32_t, uint32_t>, std::deque<std::vector<uint8_t>>> queues_;
+  uint64_t responses_ = 0;
+};
+
+Proposal allreduce(const std::string& name, uint64_t count) {
+  Proposal p;
+  p.key = name;
+  p.collective = ipc::Collective::kAllreduce;
+  p.count = count;
+  return p;
+}
+
+std::vector<std::string> keys(const std::vector<Decision>& decisions) {
+  std::vector<std::string> k;
+  for (const auto& d : decisions) k.push_back(d.key);
+  return k;
+}
+
+// Every node proposes `names` in its own random order, with deliveries interleaved; returns
+// the decisions, checked identical on every node.
+std::vector<Decision> run_step(Network& net, const std::vector<std::string>& names,
+                               std::mt19937_64& random, uint64_t count = 100) {
+  std::vector<std::vector<std::string>> orders(net.nodes(), names);
+  for (auto& order : orders) std::shuffle(order.begin(), order.end(), random);
+  for (size_t i = 0; i < names.size(); ++i) {
+    for (uint32_t n = 0; n < net.nodes(); ++n) net.node(n).propose(allreduce(orders[n][i], count));
+    if (random() % 3 == 0) net.deliver_all();
+  }
+  net.deliver_all();
+  auto decisions = net.take_decisions();
+  for (uint32_t n = 1; n < net.nodes(); ++n) {
+    EXPECT_EQ(keys(decisions[n]), keys(decisions[0])) << "node " << n << " decided differently";
+  }
+  return decisions[0];
+}
+
+std::vector<std::string> tensor_names(int count) {
+  std::vector<std::string> names;
+  for (int i = 0; i < count; ++i) names.push_back("grad." + std::to_string(i));
+  return names;
+}
+
+class NegotiatorTest : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(NegotiatorTest, FirstStepThroughTheCoordinatorLaterStepsFromTheCache) {
+  std::mt19937_64 random(GetParam());
+  Network net(GetParam(), 1024, GetParam());
+  const auto names = tensor_names(40);
+  auto first = run_step(net, names, random);
+  ASSERT_EQ(first.size(), names.size());
+  EXPECT_GT(net.responses(), 0u);
+  const uint64_t responses_after_first = net.responses();
+  for (int step = 0; step < 5; ++step) {
+    auto decided = run_step(net, names, random);
+    auto sorted = keys(decided);
+    std::sort(sorted.begin(), sorted.end());
+    auto expected = names;
+    std::sort(expected.begin(), expected.end());
+    EXPECT_EQ(sorted, expected);
+  }
+  // A warm cache needs no coordinator round trip.
+  EXPECT_EQ(net.responses(), responses_after_first);
+  EXPECT_EQ(net.node(0).counters().cache_hits, 5u * names.size());
+  EXPECT_EQ(net.node(0).counters().cache_misses, names.size());
+  // Every node agrees on the largest link figures.
+  for (uint32_t n = 0; n < net.nodes(); ++n) {
+    EXPECT_DOUBLE_EQ(net.node(n).agreed_link().alpha_seconds, 1e-5 * GetParam());
+  }
+}
+
+TEST_P(NegotiatorTest, AChangedSizeIsRenegotiatedEverywhere) {
+  std::mt19937_64 random(GetParam());
+  Network net(GetParam(), 1024, GetParam());
+  const auto names = tensor_names(8);
+  run_step(net, names, random, 100);
+  run_step(net, names, random, 100);
+  const uint64_t misses = net.node(0).counters().cache_misses;
+  auto decided = run_step(net, names, random, 200);
+  EXPECT_EQ(decided.size(), names.size());
+  for (const auto& d : decided) EXPECT_EQ(d.error, "") << d.key;
+  EXPECT_EQ(net.node(0).counters().cache_misses, misses + names.size());
+  EXPECT_EQ(net.node(0).cache().find("grad.0")->signature, allreduce("grad.0", 200).signature());
+}
+
+TEST_P(NegotiatorTest, AMismatchFailsOnEveryNodeNamingTheNodes) {
+  Network net(GetParam(), 1024, GetParam());
+  const uint32_t last = GetParam() - 1;
+  for (uint32_t n = 0; n < net.nodes(); ++n) net.node(n).propose(allreduce("w", n == last ? 7 : 5));
+  net.deliver_all();
+  auto decisions = net.take_decisions();
+  for (uint32_t n = 0; n < net.nodes(); ++n) {
+    ASSERT_EQ(decisions[n].size(), 1u);
+    EXPECT_NE(decisions[n][0].error.find("tensor 'w'"), std::string::npos);
+    EXPECT_NE(decisions[n][0].error.find("node " + std::to_string(last) + " has allreduce, count 7"),
+              std::string::npos)
+        << decisions[n][0].error;
+  }
+  EXPECT_EQ(net.node(0).cache().size(), 0u);  // a failed collective is not cached
+}
+
+TEST_P(NegotiatorTest, ASmallCacheEvictsAndStaysConsistent) {
+  std::mt19937_64 random(GetParam() * 7);
+  Network net(GetParam(), 3, GetParam());
+  const auto names = tensor_names(10);
+  for (int step = 0; step < 6; ++step) EXPECT_EQ(run_step(net, names, random).size(), names.size());
+  EXPECT_LE(net.node(0).cache().size(), 3u);
+  for (uint32_t n = 1; n < net.nodes(); ++n) {
+    for (uint32_t bit = 0; bit < 3; ++bit) {
+      const std::string* a = net.node(0).cache().key_of(bit);
+      const std::string* b = net.node(n).cache().key_of(bit);
+      ASSERT_EQ(a == nullptr, b == nullptr);
+      if (a != nullptr) {
+        EXPECT_EQ(*a, *b);
+      }
+    }
+  }
+}
+
+TEST_P(NegotiatorTest, NoCacheSendsEverythingThroughTheCoordinator) {
+  std::mt19937_64 random(GetParam());
+  Network net(GetParam(), 0, GetParam());
+  const auto names = tensor_names(12);
+  for (int step = 0; step < 3; ++step) EXPECT_EQ(run_step(net, names, random).size(), names.size());
+  EXPECT_EQ(net.node(0).counters().cache_hits, 0u);
+  EXPECT_EQ(net.node(0).counters().cache_misses, 3u * names.size());
+}
+
+TEST_P(NegotiatorTest, ANodeAStepAheadHasItsInstancesDecidedInOrder) {
+  Network net(GetParam(), 1024, GetParam());
+  // Node 0 proposes the same name for two steps before the others have the first.
+  net.node(0).propose(allreduce("a", 1));
+  net.node(0).propose(allreduce("a", 1));
+  net.deliver_all();
+  for (uint32_t n = 1; n < net.nodes(); ++n) net.node(n).propose(allreduce("a", 1));
+  net.deliver_all();
+  auto first = net.take_decisions();
+  for (const auto& d : first) EXPECT_EQ(keys(d), std::vector<std::string>{"a"});
+  for (uint32_t n = 1; n < net.nodes(); ++n) net.node(n).propose(allreduce("a", 1));
+  net.deliver_all();
+  auto second = net.take_decisions();
+  for (const auto& d : second) EXPECT_EQ(keys(d), std::vector<std::string>{"a"});
+}
+
+INSTANTIATE_TEST_SUITE_P(Nodes, NegotiatorTest, ::testing::Values(2u, 3u, 5u),
+                         [](const auto& info) { return std::to_string(info.param) + "nodes"; });
+
+TEST(ResponseCache, ReusesTheLowestFreeBitAndEvictsTheLeastRecentlyUsed) {
+  ResponseCache cache(3);
+  EXPECT_EQ(cache.put("a", "sa"), 0u);
+  EXPECT_EQ(cache.put("b", "sb"), 1u);
+  EXPECT_EQ(cache.put("c", "sc"), 2u);
+  cache.touch(0);  // b is now the least recently used
+  std::optional<std::string> evicted;
+  EXPECT_EQ(cache.put("d", "sd", &evicted), 1u);
+  EXPECT_EQ(evicted, "b");
+  EXPECT_FALSE(cache.find("b"));
+  EXPECT_EQ(cache.find("d")->bit, 1u);
+  cache.erase(2);
+  EXPECT_EQ(cache.bit_span(), 2u);
+  EXPECT_EQ(cache.put("e", "se"), 2u);
+  EXPECT_EQ(cache.put("a", "sa2"), 0u);  // refresh keeps the bit, takes the new signature
+  EXPECT_EQ(cache.find("a")->signature, "sa2");
+}
+
+TEST(ResponseCache, DisabledCacheRefusesEntries) {
+  ResponseCache cache(0);
+  EXPECT_THROW(cache.put("a", "s"), std::logic_error);
+  EXPECT_FALSE(cache.find("a"));
+}
+
+TEST(Negotiator, RejectsMessagesNoCorrectPeerSends) {
+  auto ignore = [](uint32_t, capnp::MessageBuilder&) {};
+  Negotiator coordinator("job", 2, 0, 16, {}, ignore);
+  capnp::MallocMessageBuilder message;
+  auto cycle = message.initRoot<wire::NodeMessage>().initCycle();
+  cycle.setNumber(5);  // this node is at cycle 0
+  EXPECT_THROW(coordinator.on_cycle(1, cycle.asReader()), std::invalid_argument);
+  cycle.setNumber(1);
+  coordinator.on_cycle(1, cycle.asReader());  // joined and completed at once
+  EXPECT_THROW(coordinator.on_cycle(1, cycle.asReader()), std::invalid_argument);  // again
+  capnp::MallocMessageBuilder reply;
+  auto response = reply.initRoot<wire::NodeMessage>().initResponse();
+  response.setNumber(1);
+  EXPECT_THROW(coordinator.on_response(1, response.asReader()), std::invalid_argument);
+
+  // A coordinator's decision on a name this node never reported.
+  Negotiator node1("job", 2, 1, 16, {}, ignore);
+  node1.propose(allreduce("x", 1));  // starts cycle 1, reporting x
+  cycle.setNumber(1);
+  node1.on_cycle(0, cycle.asReader());
+  auto decisions = response.initDecisions(1);
+  decisions[0].setKey("y");
+  EXPECT_THROW(node1.on_response(0, response.asReader()), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace gradsync::daemon
