@@ -14,7 +14,8 @@ NodeResult node_allgather(NodeStep& step, const ReadyCollective& collective) {
   const uint64_t block = lead.send_bytes();
   const auto world = static_cast<uint32_t>(step.world_size);
   std::vector<const Submission*> local(world, nullptr);  // by global rank
-  for (const auto& s : collective.ranks) local[static_cast<uint32_t>(s.session->identity().rank)] = &s;
+  for (const auto& s : collective.ranks)
+    local[static_cast<uint32_t>(s.session->identity().rank)] = &s;
   Flight flight(links, &step.scratch, node_detail::rank_memory(collective),
                 "gathering from other nodes");
   uint8_t* staging = step.scratch.get(0, std::max<uint64_t>(block * world, 1));
@@ -28,8 +29,8 @@ NodeResult node_allgather(NodeStep& step, const ReadyCollective& collective) {
     const auto slot = static_cast<uint32_t>(s.session->identity().rank);
     for (uint32_t node = 0; node < links.nodes(); ++node) {
       if (node == links.me()) continue;
-      flight.add(links.send(node, links.tag(tags::kData, links.me(), step.sequence, slot), s.send,
-                            block));
+      flight.add(
+          links.send(node, links.tag(tags::kData, links.me(), step.sequence, slot), s.send, block));
     }
   }
   if (auto error = flight.wait_all()) return error;

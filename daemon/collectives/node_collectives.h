@@ -47,7 +47,9 @@ void copy_to_other_ranks(const ReadyCollective& collective, const uint8_t* work,
                          uint64_t end);
 
 // The op the network runs: an average is a sum divided once at the end.
-inline gradsync_op network_op(gradsync_op op) { return op == GRADSYNC_AVG ? GRADSYNC_SUM : op; }
+inline gradsync_op network_op(gradsync_op op) {
+  return op == GRADSYNC_AVG ? GRADSYNC_SUM : op;
+}
 
 }  // namespace node_detail
 }  // namespace gradsync::daemon

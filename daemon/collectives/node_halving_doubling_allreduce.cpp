@@ -36,7 +36,8 @@ NodeResult node_halving_doubling_allreduce(NodeStep& step, const ReadyCollective
   const uint32_t fold_back = 2 * levels + 1;
 
   reduce_into(collective, op, work, 0, count, nullptr);
-  Flight flight(links, &step.scratch, rank_memory(collective), "running a halving-doubling allreduce");
+  Flight flight(links, &step.scratch, rank_memory(collective),
+                "running a halving-doubling allreduce");
   const uint64_t all_bytes = count * element;
   if (me < 2 * extra && me % 2 == 0) {
     // Sits out: hand the data to the odd partner, get the result back.
@@ -95,9 +96,9 @@ NodeResult node_halving_doubling_allreduce(NodeStep& step, const ReadyCollective
     const bool lower = (virtual_rank & mask) == 0;
     const uint64_t other_begin = lower ? end : outer_begin;
     const uint64_t other_end = lower ? outer_end : begin;
-    const size_t receive =
-        flight.add(links.receive(tag(partner, 2 * levels - level), partner,
-                                 work + other_begin * element, (other_end - other_begin) * element));
+    const size_t receive = flight.add(links.receive(tag(partner, 2 * levels - level), partner,
+                                                    work + other_begin * element,
+                                                    (other_end - other_begin) * element));
     flight.add(links.send(partner, tag(me, 2 * levels - level), work + begin * element,
                           (end - begin) * element));
     if (auto error = flight.wait(receive)) return error;

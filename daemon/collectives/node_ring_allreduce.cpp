@@ -43,9 +43,7 @@ NodeResult node_ring_allreduce(NodeStep& step, const ReadyCollective& collective
   // Every node computes the same cut: it depends on the count and node count only.
   const auto pieces =
       static_cast<uint32_t>(std::clamp<uint64_t>(count / n * element / kPieceBytes, 1, kMaxPieces));
-  auto chunk_of = [n](int64_t c) {
-    return static_cast<uint32_t>(((c % n) + n) % n);
-  };
+  auto chunk_of = [n](int64_t c) { return static_cast<uint32_t>(((c % n) + n) % n); };
   auto piece = [&](uint32_t chunk, uint32_t j) {
     const uint64_t begin = count * chunk / n;
     const uint64_t end = count * (chunk + 1) / n;
@@ -73,9 +71,8 @@ NodeResult node_ring_allreduce(NodeStep& step, const ReadyCollective& collective
     const uint64_t chunk_begin = count * chunk / n;
     for (uint32_t j = 0; j < pieces; ++j) {
       const Range r = piece(chunk, j);
-      ops.push_back(flight.add(links.receive(tag(left, s, j), left,
-                                             incoming[s % 2] + (r.begin - chunk_begin) * element,
-                                             bytes(r))));
+      ops.push_back(flight.add(links.receive(
+          tag(left, s, j), left, incoming[s % 2] + (r.begin - chunk_begin) * element, bytes(r))));
     }
   };
   // Step 0 sends this node's own chunk, reduced over the local ranks.
@@ -132,7 +129,8 @@ NodeResult node_ring_allreduce(NodeStep& step, const ReadyCollective& collective
       if (auto error = flight.wait(gathers[s][j])) return error;
       const Range r = piece(chunk, j);
       if (s + 1 < steps) {
-        flight.add(links.send(right, tag(me, steps + s + 1, j), work + r.begin * element, bytes(r)));
+        flight.add(
+            links.send(right, tag(me, steps + s + 1, j), work + r.begin * element, bytes(r)));
       }
       copy_to_other_ranks(collective, work, r.begin, r.end);
     }

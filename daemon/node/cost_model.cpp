@@ -32,8 +32,8 @@ double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_
                 fraction * s * link.gamma_seconds_per_byte;
   if (nodes != p) {
     // Fold in before, hand the result back after: two full-size messages and one reduction.
-    time += 2 * (link.alpha_seconds + s * link.beta_seconds_per_byte) +
-            s * link.gamma_seconds_per_byte;
+    time +=
+        2 * (link.alpha_seconds + s * link.beta_seconds_per_byte) + s * link.gamma_seconds_per_byte;
   }
   return time;
 }

@@ -35,6 +35,15 @@ struct Cycle {
   alphaSeconds @4 :Float64;
   betaSecondsPerByte @5 :Float64;
   gammaSecondsPerByte @6 :Float64;
+  # Small cached allreduces ride along: this node's contribution (reduced over its ranks) for
+  # some of the bits in readyBits. A collective every node sent its contribution for in the
+  # same cycle is reduced from these, in node order, with no further messages.
+  eager @7 :List(Contribution);
+}
+
+struct Contribution {
+  bit @0 :UInt32;
+  data @1 :Data;
 }
 
 struct Decision {

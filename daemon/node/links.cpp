@@ -55,8 +55,7 @@ uint64_t NodeLinks::tag(uint64_t kind, uint32_t sender, uint32_t sequence, uint3
   return tags::make(kind, sender, job_tag_, ((sequence & 0xffffu) << 16) | (part & 0xffffu));
 }
 
-transport::Operation NodeLinks::send(uint32_t node, uint64_t tag, const void* data,
-                                     size_t bytes) {
+transport::Operation NodeLinks::send(uint32_t node, uint64_t tag, const void* data, size_t bytes) {
   return mesh_.send(peers_[node], tag, data, bytes);
 }
 
@@ -92,8 +91,8 @@ void NodeLinks::send_control_to_all_live(capnp::MessageBuilder& message) {
   std::vector<transport::Operation> sends;
   for (uint32_t node = 0; node < peers_.size(); ++node) {
     if (node == me() || mesh_.failed(peers_[node])) continue;
-    sends.push_back(send(node, tags::make(tags::kControl, me(), job_tag_, 0), bytes->data(),
-                         bytes->size()));
+    sends.push_back(
+        send(node, tags::make(tags::kControl, me(), job_tag_, 0), bytes->data(), bytes->size()));
   }
   // Bounded: a peer that is gone does not hold us up. What is still in flight then is
   // retired with its bytes.
@@ -107,8 +106,8 @@ void NodeLinks::send_control_to_all_live(capnp::MessageBuilder& message) {
   mesh_.retire(std::move(sends), {bytes});
 }
 
-Flight::Flight(NodeLinks& links, Scratch* scratch,
-               std::vector<std::shared_ptr<const void>> memory, const char* what)
+Flight::Flight(NodeLinks& links, Scratch* scratch, std::vector<std::shared_ptr<const void>> memory,
+               const char* what)
     : links_(links), scratch_(scratch), memory_(std::move(memory)), what_(what) {}
 
 Flight::~Flight() {

@@ -118,7 +118,7 @@ class Flight {
   std::vector<std::shared_ptr<const void>> memory_;
   const char* what_;
   std::deque<transport::Operation> operations_;  // stable while more are added
-  size_t waited_ = 0;  // operations_[0, waited_) are known to be done
+  size_t waited_ = 0;                            // operations_[0, waited_) are known to be done
 };
 
 }  // namespace gradsync::daemon

@@ -77,8 +77,8 @@ void Negotiator::on_cycle(uint32_t node, wire::Cycle::Reader cycle) {
   const uint64_t number = cycle.getNumber();
   // A peer can be at most one cycle ahead: it cannot finish a cycle without our message.
   if (number != cycle_ + 1 && !(in_cycle_ && number == cycle_)) {
-    throw std::invalid_argument(fmt::format("job '{}': node {} sent cycle {} while this node is at {}",
-                                            job_, node, number, cycle_));
+    throw std::invalid_argument(fmt::format(
+        "job '{}': node {} sent cycle {} while this node is at {}", job_, node, number, cycle_));
   }
   CycleState& state = cycle_state(number);
   if (state.from[node]) {
@@ -91,6 +91,10 @@ void Negotiator::on_cycle(uint32_t node, wire::Cycle::Reader cycle) {
   for (auto ready : cycle.getUncached()) from.uncached.push_back(read_proposal(ready));
   from.link = {cycle.getAlphaSeconds(), cycle.getBetaSecondsPerByte(),
                cycle.getGammaSecondsPerByte()};
+  for (auto contribution : cycle.getEager()) {
+    const auto data = contribution.getData();
+    from.eager[contribution.getBit()] = std::vector<uint8_t>(data.begin(), data.end());
+  }
   state.from[node] = std::move(from);
   ++state.received;
   advance();
@@ -99,8 +103,8 @@ void Negotiator::on_cycle(uint32_t node, wire::Cycle::Reader cycle) {
 void Negotiator::on_response(uint32_t node, wire::CycleResponse::Reader response) {
   const uint64_t number = response.getNumber();
   if (node != 0 || !in_cycle_ || number != cycle_) {
-    throw std::invalid_argument(fmt::format(
-        "job '{}': unexpected response to cycle {} from node {}", job_, number, node));
+    throw std::invalid_argument(
+        fmt::format("job '{}': unexpected response to cycle {} from node {}", job_, number, node));
   }
   std::vector<Decision> decisions;
   for (auto d : response.getDecisions()) decisions.push_back({d.getKey(), d.getError()});
@@ -116,12 +120,18 @@ void Negotiator::advance() {
 Negotiator::NodeCycle Negotiator::own_state() const {
   NodeCycle state;
   state.link = own_link_;
+  size_t eager_bytes = 0;
   for (const auto& [key, instances] : pending_) {
     if (reported_.contains(key)) continue;  // its oldest instance waits for the coordinator
     const Proposal& oldest = instances.front();
     if (const auto cached = cache_.find(key)) {
-      set_bit(cached->signature == oldest.signature() ? state.ready_bits : state.invalid_bits,
-              cached->bit);
+      const bool same = cached->signature == oldest.signature();
+      set_bit(same ? state.ready_bits : state.invalid_bits, cached->bit);
+      if (same && !oldest.eager.empty() &&
+          eager_bytes + oldest.eager.size() <= kEagerMaxTotalBytes) {
+        eager_bytes += oldest.eager.size();
+        state.eager[cached->bit] = oldest.eager;
+      }
     } else {
       state.uncached.push_back(oldest);
     }
@@ -160,6 +170,13 @@ bool Negotiator::start_cycle_if_due() {
   cycle.setAlphaSeconds(own_link_.alpha_seconds);
   cycle.setBetaSecondsPerByte(own_link_.beta_seconds_per_byte);
   cycle.setGammaSecondsPerByte(own_link_.gamma_seconds_per_byte);
+  auto eager = cycle.initEager(static_cast<unsigned>(state.eager.size()));
+  unsigned e = 0;
+  for (const auto& [bit, data] : state.eager) {
+    eager[e].setBit(bit);
+    eager[e].setData(kj::arrayPtr(data.data(), data.size()));
+    ++e;
+  }
   for (uint32_t node = 0; node < nodes_; ++node) {
     if (node != me_) send_(node, message);
   }
@@ -214,9 +231,8 @@ std::vector<Decision> Negotiator::coordinate(const CycleState& state) {
         entry->signature = signature;
         entry->first_node = node;
       } else if (entry->signature != signature && entry->mismatch.empty()) {
-        entry->mismatch =
-            fmt::format("tensor '{}': nodes disagree: node {} has {}; node {} has {}", p.key,
-                        entry->first_node, entry->signature, node, signature);
+        entry->mismatch = fmt::format("tensor '{}': nodes disagree: node {} has {}; node {} has {}",
+                                      p.key, entry->first_node, entry->signature, node, signature);
       }
       entry->reported[node] = true;
       ++entry->count;
@@ -252,7 +268,19 @@ void Negotiator::apply(const CycleState& state) {
       }
       cache_.touch(bit);
       ++counters_.cache_hits;
-      decided_.push_back({*key, {}});
+      Decision decision{*key, {}, {}};
+      const bool everyone_sent_data =
+          std::all_of(state.from.begin(), state.from.end(),
+                      [bit](const auto& n) { return n->eager.contains(bit); });
+      if (everyone_sent_data) {
+        for (const auto& from : state.from) decision.contributions.push_back(from->eager.at(bit));
+      }
+      // No longer part of this node's state: a later instance of the name sets it anew, and
+      // is then a change worth a cycle.
+      if (bit / 64 < last_ready_bits_.size()) {
+        last_ready_bits_[bit / 64] &= ~(uint64_t{1} << (bit % 64));
+      }
+      decided_.push_back(std::move(decision));
       pop_front(*key);
     }
   }
@@ -261,6 +289,8 @@ void Negotiator::apply(const CycleState& state) {
       cache_.erase(static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(word))));
     }
   }
+  // Compared with later states, which carry no trailing empty words.
+  while (!last_ready_bits_.empty() && last_ready_bits_.back() == 0) last_ready_bits_.pop_back();
   // Then what the coordinator decided, in its order; agreed ones join the cache.
   if (state.response) {
     for (const Decision& d : *state.response) {

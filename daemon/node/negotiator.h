@@ -44,6 +44,8 @@ struct Proposal {
   uint64_t count = 0;
   uint32_t members = 1;
   int32_t root = -1;
+  // For a small allreduce: this node's contribution, sent along with the cycle (see Cycle).
+  std::vector<uint8_t> eager;
 
   // What the nodes must agree on, in words (mismatch errors quote it).
   std::string signature() const;
@@ -59,7 +61,13 @@ struct LinkFigures {
 struct Decision {
   std::string key;
   std::string error;  // non-empty: fail it on every node
+  // Every node's contribution, in node order, when all of them came with the cycle.
+  std::vector<std::vector<uint8_t>> contributions;
 };
+
+// Contributions this large at most ride along with a cycle, and this much in all per message.
+inline constexpr size_t kEagerMaxBytes = 4096;
+inline constexpr size_t kEagerMaxTotalBytes = 256 << 10;
 
 class Negotiator {
  public:
@@ -95,6 +103,7 @@ class Negotiator {
     std::vector<uint64_t> invalid_bits;
     std::vector<Proposal> uncached;
     LinkFigures link;
+    std::map<uint32_t, std::vector<uint8_t>> eager;  // by bit
   };
   struct CycleState {
     std::vector<std::optional<NodeCycle>> from;  // by node

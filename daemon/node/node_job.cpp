@@ -3,6 +3,7 @@
 #include "daemon/collectives/node_collectives.h"
 #include "daemon/log.h"
 #include "daemon/node/link_probe.h"
+#include "kernels/reduce.h"
 
 #include <fmt/format.h>
 
@@ -107,6 +108,14 @@ void NodeJob::on_locally_ready(ReadyUnit unit) {
   proposal.count = lead.count;
   proposal.members = static_cast<uint32_t>(unit.collectives.size());
   proposal.root = lead.collective == ipc::Collective::kBroadcast ? lead.root : -1;
+  const ReadyCollective& only = unit.collectives.front();
+  if (unit.collectives.size() == 1 && lead.collective == ipc::Collective::kAllreduce &&
+      only.bytes() <= kEagerMaxBytes) {
+    // Small enough to travel with the negotiation: this node's part, reduced over its ranks.
+    proposal.eager.resize(only.bytes());
+    node_detail::reduce_into(only, node_detail::network_op(lead.op), proposal.eager.data(), 0,
+                             lead.count, nullptr);
+  }
   units_[proposal.key].push_back(std::move(unit));
   if (negotiator_) {
     negotiator_->propose(std::move(proposal));
@@ -159,7 +168,10 @@ std::optional<ReadyUnit> NodeJob::next_runnable() {
     ReadyUnit unit = std::move(waiting->second.front());
     waiting->second.pop_front();
     if (waiting->second.empty()) units_.erase(waiting);
-    if (decision.error.empty()) return unit;
+    if (decision.error.empty()) {
+      contributions_ = std::move(decision.contributions);
+      return unit;
+    }
     for (auto& c : unit.collectives) {
       for (auto& s : c.ranks) complete(s, GRADSYNC_ERR_MISMATCH, decision.error);
     }
@@ -178,26 +190,31 @@ std::optional<std::string> NodeJob::execute(ReadyUnit& unit) {
     // number, which keeps its messages apart from its neighbours'.
     NodeStep step{links_, scratch_, static_cast<uint32_t>(next_sequence_++), layout().world_size};
     NodeResult error;
-    switch (collective.first().collective) {
-      case ipc::Collective::kAllreduce: {
-        const AllreduceAlgorithm algorithm = choose(collective);
-        ++allreduces_[static_cast<size_t>(algorithm)];
-        log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}", links_.job_name(),
-                    collective.first().name, collective.bytes(), step.sequence,
-                    algorithm_name(algorithm));
-        error = algorithm == AllreduceAlgorithm::kRing
-                    ? node_ring_allreduce(step, collective)
-                    : node_halving_doubling_allreduce(step, collective);
-        break;
+    if (!contributions_.empty()) {
+      error = reduce_contributions(collective);
+      contributions_.clear();
+    } else {
+      switch (collective.first().collective) {
+        case ipc::Collective::kAllreduce: {
+          const AllreduceAlgorithm algorithm = choose(collective);
+          ++allreduces_[static_cast<size_t>(algorithm)];
+          log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}",
+                      links_.job_name(), collective.first().name, collective.bytes(), step.sequence,
+                      algorithm_name(algorithm));
+          error = algorithm == AllreduceAlgorithm::kRing
+                      ? node_ring_allreduce(step, collective)
+                      : node_halving_doubling_allreduce(step, collective);
+          break;
+        }
+        case ipc::Collective::kBroadcast:
+          error = node_broadcast(step, collective);
+          break;
+        case ipc::Collective::kAllgather:
+          error = node_allgather(step, collective);
+          break;
+        case ipc::Collective::kBarrier:
+          break;  // agreement among the nodes is the barrier
       }
-      case ipc::Collective::kBroadcast:
-        error = node_broadcast(step, collective);
-        break;
-      case ipc::Collective::kAllgather:
-        error = node_allgather(step, collective);
-        break;
-      case ipc::Collective::kBarrier:
-        break;  // agreement among the nodes is the barrier
     }
     if (error) {
       for (auto& c : unit.collectives) {
@@ -209,6 +226,29 @@ std::optional<std::string> NodeJob::execute(ReadyUnit& unit) {
   for (auto& c : unit.collectives) {
     for (auto& s : c.ranks) complete(s, GRADSYNC_OK);
   }
+  return std::nullopt;
+}
+
+NodeResult NodeJob::reduce_contributions(const ReadyCollective& collective) {
+  const Submission& lead = collective.first();
+  std::vector<const void*> inputs;
+  for (const auto& contribution : contributions_) {
+    if (contribution.size() != collective.bytes()) {
+      return fmt::format("job '{}': a node sent {} bytes for '{}', which has {}", links_.job_name(),
+                         contribution.size(), lead.name, collective.bytes());
+    }
+    inputs.push_back(contribution.data());
+  }
+  // Every node adds the same contributions in the same (node) order: the same result
+  // everywhere, to the bit.
+  uint8_t* result = collective.ranks.front().recv;
+  void* outputs[] = {result};
+  kernels::reduce_to_all(lead.dtype, node_detail::network_op(lead.op), inputs.data(), inputs.size(),
+                         outputs, 1, lead.count, false);
+  if (lead.op == GRADSYNC_AVG) {
+    kernels::divide(lead.dtype, result, lead.count, static_cast<uint64_t>(layout().world_size));
+  }
+  node_detail::copy_to_other_ranks(collective, result, 0, lead.count);
   return std::nullopt;
 }
 

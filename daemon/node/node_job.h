@@ -9,6 +9,7 @@
 // Engine-thread only.
 #pragma once
 
+#include "daemon/collectives/node_collectives.h"
 #include "daemon/job.h"
 #include "daemon/node/cost_model.h"
 #include "daemon/node/internode.capnp.h"
@@ -81,6 +82,8 @@ class NodeJob {
   wire::NodeMessage::Builder start_message(capnp::MessageBuilder& message) const;
   void on_joined(uint32_t node, wire::Joined::Reader joined);
   AllreduceAlgorithm choose(const ReadyCollective& collective) const;
+  // The allreduce from the contributions that came with the negotiation.
+  std::optional<std::string> reduce_contributions(const ReadyCollective& collective);
 
   NodeLinks links_;
   NodeJobSettings settings_;
@@ -95,7 +98,7 @@ class NodeJob {
   // Cycle messages that arrived before this node finished forming.
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> early_;
   std::map<std::string, std::deque<ReadyUnit>> units_;  // by key, oldest first
-  uint32_t running_sequence_ = 0;
+  std::vector<std::vector<uint8_t>> contributions_;     // of the unit next_runnable returned
   uint64_t next_sequence_ = 0;
   std::array<uint64_t, 2> allreduces_{};
 };

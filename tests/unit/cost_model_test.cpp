@@ -11,8 +11,9 @@ const LinkFigures kLink{10e-6, 1.0 / 3.125e9, 1.0 / 10e9};
 TEST(CostModel, RingMatchesItsClosedForm) {
   const uint64_t bytes = 64 << 20;
   const double n = 4;
-  const double expected = 2 * (n - 1) * (kLink.alpha_seconds + bytes / n * kLink.beta_seconds_per_byte) +
-                          (n - 1) * bytes / n * kLink.gamma_seconds_per_byte;
+  const double expected =
+      2 * (n - 1) * (kLink.alpha_seconds + bytes / n * kLink.beta_seconds_per_byte) +
+      (n - 1) * bytes / n * kLink.gamma_seconds_per_byte;
   EXPECT_DOUBLE_EQ(predict_ring(kLink, 4, bytes), expected);
   EXPECT_EQ(predict_ring(kLink, 1, bytes), 0);
 }
@@ -22,7 +23,8 @@ TEST(CostModel, HalvingDoublingNeedsLogarithmicallyManySteps) {
   EXPECT_NEAR(predict_halving_doubling(kLink, 8, 8), 6 * kLink.alpha_seconds, 1e-7);
   EXPECT_NEAR(predict_ring(kLink, 8, 8), 14 * kLink.alpha_seconds, 1e-7);
   // A node count that is not a power of two pays two full-size steps more.
-  EXPECT_GT(predict_halving_doubling(kLink, 5, 1 << 20), predict_halving_doubling(kLink, 4, 1 << 20));
+  EXPECT_GT(predict_halving_doubling(kLink, 5, 1 << 20),
+            predict_halving_doubling(kLink, 4, 1 << 20));
 }
 
 TEST(CostModel, ChoosesHalvingDoublingForSmallAndRingForLargeTensors) {

@@ -157,8 +157,9 @@ TEST_P(NegotiatorTest, AMismatchFailsOnEveryNodeNamingTheNodes) {
   for (uint32_t n = 0; n < net.nodes(); ++n) {
     ASSERT_EQ(decisions[n].size(), 1u);
     EXPECT_NE(decisions[n][0].error.find("tensor 'w'"), std::string::npos);
-    EXPECT_NE(decisions[n][0].error.find("node " + std::to_string(last) + " has allreduce, count 7"),
-              std::string::npos)
+    EXPECT_NE(
+        decisions[n][0].error.find("node " + std::to_string(last) + " has allreduce, count 7"),
+        std::string::npos)
         << decisions[n][0].error;
   }
   EXPECT_EQ(net.node(0).cache().size(), 0u);  // a failed collective is not cached

@@ -1,4 +1,5 @@
 // gradsync-bench: allreduce/broadcast/allgather performance, nccl-tests style.
+#include "tools/bench/cluster.h"
 #include "tools/bench/options.h"
 #include "tools/bench/runner.h"
 #include "tools/common/process.h"
@@ -64,6 +65,7 @@ int main(int argc, char** argv) {
     return 64;
   }
   try {
+    if (options.cluster_nodes > 0) return gradsync::bench::launch_cluster(options);
     if (options.processes > 0 || options.spawn_daemon) return launch(options);
     return run_rank(options);
   } catch (const std::exception& e) {

@@ -66,11 +66,13 @@ const char* op_flag_name(gradsync_op op) {
 }
 
 std::string usage() {
-  return "usage: gradsync-bench [-np K] [--spawn-daemon] [-c allreduce|broadcast|allgather]\n"
+  return "usage: gradsync-bench [-np K] [--spawn-daemon | --cluster N [--rate 1gbit]]\n"
+         "  [-c allreduce|broadcast|allgather]\n"
          "  -b MIN -e MAX [-f FACTOR | -i STEP]   sizes in bytes, K/M/G suffixes\n"
          "  -d float|double|half|bfloat16|int32|int64   -o sum|prod|min|max|avg   -r ROOT\n"
          "  -n ITERS -w WARMUP  --check  --json FILE  --daemon PATH\n"
          "  --model resnet50 [--fused] [--steps N] [--no-progress]\n"
+         "--cluster N: N nodes in network namespaces (root), -np ranks each.\n"
          "Without -np, runs as one rank whose identity comes from RANK, WORLD_SIZE,\n"
          "LOCAL_RANK, LOCAL_WORLD_SIZE; it talks to the daemon at GRADSYNC_SOCKET.\n";
 }
@@ -92,6 +94,10 @@ BenchOptions parse_options(int argc, char** argv) {
       o.processes = parse_int(flag, value(), 1);
     } else if (flag == "--spawn-daemon") {
       o.spawn_daemon = true;
+    } else if (flag == "--cluster") {
+      o.cluster_nodes = parse_int(flag, value(), 1);
+    } else if (flag == "--rate") {
+      o.cluster_rate = value();
     } else if (flag == "--daemon") {
       o.daemon_path = value();
     } else if (flag == "-c" || flag == "--collective") {
@@ -173,6 +179,12 @@ BenchOptions parse_options(int argc, char** argv) {
     }
   }
   if (o.min_bytes > o.max_bytes) throw std::invalid_argument("-b is larger than -e");
+  if (o.cluster_nodes > 0 && o.spawn_daemon) {
+    throw std::invalid_argument("--cluster starts its own daemons: drop --spawn-daemon");
+  }
+  if (!o.cluster_rate.empty() && o.cluster_nodes == 0) {
+    throw std::invalid_argument("--rate shapes the links of a --cluster");
+  }
   return o;
 }
 

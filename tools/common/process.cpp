@@ -104,7 +104,9 @@ std::string executable_dir() {
 }
 
 PrivateDaemon::PrivateDaemon(const std::string& gradsyncd_path,
-                             const std::vector<std::string>& extra_args) {
+                             const std::vector<std::string>& extra_args,
+                             const std::vector<std::string>& launcher,
+                             const std::map<std::string, std::string>& env) {
   std::string pattern = (std::filesystem::temp_directory_path() / "gradsync-XXXXXX").string();
   if (::mkdtemp(pattern.data()) == nullptr) {
     throw std::runtime_error(std::string("mkdtemp: ") + std::strerror(errno));
@@ -112,14 +114,15 @@ PrivateDaemon::PrivateDaemon(const std::string& gradsyncd_path,
   directory_ = pattern;
   ::chmod(directory_.c_str(), 0755);  // tests connect from other uids too
   socket_path_ = directory_ + "/gradsyncd.sock";
-  std::vector<std::string> argv = {gradsyncd_path, "--socket", socket_path_, "--metrics-listen", "",
-                                   "--log-level",  "warn"};
+  std::vector<std::string> argv = launcher;
+  argv.insert(argv.end(), {gradsyncd_path, "--socket", socket_path_, "--metrics-listen", "",
+                           "--log-level", "warn"});
   // Its own inter-node port, unless the caller names one: private daemons never collide.
   if (std::find(extra_args.begin(), extra_args.end(), "--listen") == extra_args.end()) {
     argv.insert(argv.end(), {"--listen", "127.0.0.1:0"});
   }
   argv.insert(argv.end(), extra_args.begin(), extra_args.end());
-  process_ = ChildProcess(argv, {});
+  process_ = ChildProcess(argv, env);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (!std::filesystem::exists(socket_path_)) {
     if (auto status = process_.wait_for(std::chrono::milliseconds(5))) {

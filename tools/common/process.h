@@ -40,8 +40,12 @@ std::string executable_dir();
 // Stopped with SIGTERM (then SIGKILL after a bound) and its directory removed on destruction.
 class PrivateDaemon {
  public:
+  // `launcher` comes before gradsyncd's own argv (e.g. to start it in a network namespace),
+  // with `env` added to its environment.
   explicit PrivateDaemon(const std::string& gradsyncd_path,
-                         const std::vector<std::string>& extra_args = {});
+                         const std::vector<std::string>& extra_args = {},
+                         const std::vector<std::string>& launcher = {},
+                         const std::map<std::string, std::string>& env = {});
   ~PrivateDaemon();
   PrivateDaemon(const PrivateDaemon&) = delete;
   PrivateDaemon& operator=(const PrivateDaemon&) = delete;

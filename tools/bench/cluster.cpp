@@ -1,0 +1,104 @@
+// gradsync-bench --cluster N: the whole multi-node benchmark on one machine. Sets up N network
+// namespaces (scripts/netns-cluster), starts one gradsyncd per namespace with UCX on TCP over
+// the namespace's veth, runs -np ranks per node, and tears it all down, whatever happens.
+#include "tools/bench/cluster.h"
+
+#include "tools/common/process.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <stdexcept>
+
+namespace gradsync::bench {
+namespace {
+
+// Installed beside gradsync-bench as gradsync-netns-cluster, or in the source tree.
+std::string netns_script() {
+  const std::string installed = tools::executable_dir() + "/gradsync-netns-cluster";
+  if (std::filesystem::exists(installed)) return installed;
+  const std::string source = std::string(GRADSYNC_SOURCE_DIR) + "/scripts/netns-cluster";
+  if (std::filesystem::exists(source)) return source;
+  throw std::runtime_error("cannot find gradsync-netns-cluster beside gradsync-bench");
+}
+
+std::string node_address(int node) { return "198.18.0." + std::to_string(node + 1) + ":9478"; }
+
+// The namespaces, for as long as this lives.
+class Namespaces {
+ public:
+  Namespaces(std::string script, std::string prefix, int nodes, const std::string& rate)
+      : script_(std::move(script)), prefix_(std::move(prefix)), nodes_(nodes) {
+    std::vector<std::string> argv = {script_, "up", std::to_string(nodes)};
+    if (!rate.empty()) argv.insert(argv.end(), {"--rate", rate});
+    if (tools::ChildProcess(argv, env()).wait() != 0) {
+      throw std::runtime_error("could not set up the namespace cluster");
+    }
+  }
+  ~Namespaces() { tools::ChildProcess({script_, "down", std::to_string(nodes_)}, env()).wait(); }
+  Namespaces(const Namespaces&) = delete;
+  Namespaces& operator=(const Namespaces&) = delete;
+
+  std::map<std::string, std::string> env() const { return {{"GRADSYNC_NETNS_PREFIX", prefix_}}; }
+  std::vector<std::string> exec(int node) const { return {script_, "exec", std::to_string(node)}; }
+
+ private:
+  std::string script_;
+  std::string prefix_;
+  int nodes_;
+};
+
+}  // namespace
+
+int launch_cluster(const BenchOptions& o) {
+  if (::geteuid() != 0) throw std::runtime_error("--cluster needs root (network namespaces)");
+  const int nodes = o.cluster_nodes;
+  const int per_node = o.processes > 0 ? o.processes : 1;
+  Namespaces namespaces(netns_script(), "gsbench" + std::to_string(::getpid()), nodes,
+                        o.cluster_rate);
+  const std::string gradsyncd =
+      o.daemon_path.empty() ? tools::executable_dir() + "/gradsyncd" : o.daemon_path;
+  std::vector<std::unique_ptr<tools::PrivateDaemon>> daemons;
+  std::string addresses;
+  for (int n = 0; n < nodes; ++n) {
+    addresses += (n == 0 ? "" : ",") + node_address(n);
+    // Nodes share no memory: UCX on TCP, over the node's own link.
+    std::vector<std::string> launcher = namespaces.exec(n);
+    launcher.insert(launcher.end(), {"env", "UCX_TLS=tcp", "UCX_NET_DEVICES=eth0"});
+    daemons.push_back(std::make_unique<tools::PrivateDaemon>(
+        gradsyncd, std::vector<std::string>{"--listen", node_address(n)}, launcher,
+        namespaces.env()));
+  }
+  std::vector<tools::ChildProcess> ranks;
+  std::vector<std::string> bench_argv = o.rank_argv;
+  bench_argv[0] = tools::executable_dir() + "/gradsync-bench";
+  for (int n = 0; n < nodes; ++n) {
+    for (int local = 0; local < per_node; ++local) {
+      std::map<std::string, std::string> env = namespaces.env();
+      env["GRADSYNC_SOCKET"] = daemons[static_cast<size_t>(n)]->socket_path();
+      env["GRADSYNC_JOB"] = "gradsync-bench-" + std::to_string(::getpid());
+      env["GRADSYNC_NODES"] = addresses;
+      env["GRADSYNC_NODE_RANK"] = std::to_string(n);
+      env["RANK"] = std::to_string(n * per_node + local);
+      env["WORLD_SIZE"] = std::to_string(nodes * per_node);
+      env["LOCAL_RANK"] = std::to_string(local);
+      env["LOCAL_WORLD_SIZE"] = std::to_string(per_node);
+      std::vector<std::string> argv = namespaces.exec(n);
+      argv.insert(argv.end(), bench_argv.begin(), bench_argv.end());
+      ranks.emplace_back(argv, env);
+    }
+  }
+  int worst = 0;
+  for (auto& rank : ranks) worst = std::max(worst, rank.wait());
+  for (auto& daemon : daemons) {
+    if (daemon->stop() != 0 && worst == 0) {
+      std::fprintf(stderr, "gradsync-bench: a node's gradsyncd did not stop cleanly\n");
+      worst = 1;
+    }
+  }
+  return worst;
+}
+
+}  // namespace gradsync::bench
