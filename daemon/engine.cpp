@@ -176,7 +176,13 @@ void Engine::handle(DetachSession& command) {
     job->detach(session, command.reason);
     if (first_failure && job->network()) job->network()->broadcast_abort(command.reason);
     if (job->empty()) {
-      if (job->network()) --network_jobs_;
+      if (job->network()) {
+        --network_jobs_;
+        size_t early = 0;
+        for (const auto& [name, messages] : early_messages_) early += messages.size();
+        log_->debug("job '{}' ended; the mesh holds {} retired operations, {} early messages",
+                    job_name, mesh_->retired_count(), early);
+      }
       jobs_.erase(job_name);
     }
   }
@@ -242,11 +248,14 @@ bool Engine::poll_peers() {
 
 void Engine::handle_node_message(const std::vector<uint8_t>& payload) {
   try {
-    ipc::DecodedMessage decoded(payload);
+    ipc::DecodedMessage decoded(payload, kNodeMessageLimitWords);
     const auto message = decoded.root<wire::NodeMessage>();
     const std::string name = message.getJob();
     const auto job = jobs_.find(name);
     if (job == jobs_.end() || !job->second->network()) {
+      // An abort for a job not here: it ended here first (its ranks all left), or never began.
+      // Kept, it would fail the next job of that name.
+      if (message.isAbort()) return;
       // Peers may be a step ahead of this node's ranks connecting.
       size_t kept = 0;
       for (const auto& [job_name, messages] : early_messages_) kept += messages.size();

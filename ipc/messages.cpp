@@ -13,7 +13,7 @@ std::vector<uint8_t> encode(capnp::MessageBuilder& message) {
   return {bytes.begin(), bytes.end()};
 }
 
-DecodedMessage::DecodedMessage(std::span<const uint8_t> payload) {
+DecodedMessage::DecodedMessage(std::span<const uint8_t> payload, uint64_t traversal_limit_words) {
   if (payload.empty() || payload.size() % sizeof(capnp::word) != 0) {
     throw ProtocolError("control message of " + std::to_string(payload.size()) +
                         " bytes is not a whole number of 8-byte words");
@@ -21,7 +21,7 @@ DecodedMessage::DecodedMessage(std::span<const uint8_t> payload) {
   words_ = kj::heapArray<capnp::word>(payload.size() / sizeof(capnp::word));
   std::memcpy(words_.begin(), payload.data(), payload.size());
   capnp::ReaderOptions options;
-  options.traversalLimitInWords = kTraversalLimitWords;
+  options.traversalLimitInWords = traversal_limit_words;
   options.nestingLimit = 16;
   reader_ = std::make_unique<capnp::FlatArrayMessageReader>(
       kj::ArrayPtr<const capnp::word>(words_.begin(), words_.size()), options);

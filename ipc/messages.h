@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ipc/protocol.capnp.h"
+#include "ipc/protocol.h"
 
 #include <capnp/message.h>
 #include <capnp/serialize.h>
@@ -19,7 +20,9 @@ std::vector<uint8_t> encode(capnp::MessageBuilder& message);
 // Throws kj::Exception (caught at the boundary) when the payload is not a valid message.
 class DecodedMessage {
  public:
-  explicit DecodedMessage(std::span<const uint8_t> payload);
+  // `traversal_limit_words` bounds what reading may visit (the message's size, in effect).
+  explicit DecodedMessage(std::span<const uint8_t> payload,
+                          uint64_t traversal_limit_words = kTraversalLimitWords);
 
   template <typename Root>
   typename Root::Reader root() {

@@ -1,6 +1,7 @@
 #include "transport/mesh.h"
 
 #include <arpa/inet.h>
+#include <poll.h>
 
 #include <algorithm>
 #include <chrono>
@@ -216,6 +217,14 @@ bool Mesh::arm() {
   if (status == UCS_ERR_BUSY) return false;
   GRADSYNC_UCX_CHECK(status);
   return true;
+}
+
+void Mesh::sleep(std::chrono::milliseconds timeout) {
+  if (!arm()) return;
+  struct pollfd descriptor {};
+  descriptor.fd = event_fd_;
+  descriptor.events = POLLIN;
+  ::poll(&descriptor, 1, static_cast<int>(timeout.count()));
 }
 
 std::vector<PeerId> Mesh::take_failed_peers() {

@@ -12,6 +12,7 @@
 
 #include <netinet/in.h>
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -62,12 +63,15 @@ class Mesh {
   // with them, however long a live peer takes.
   void retire(std::vector<Operation> operations, std::vector<std::shared_ptr<const void>> memory);
 
+  size_t retired_count() const { return retired_.size(); }
   // Drives UCX; true when it made progress.
   bool progress();
   // For sleeping: the fd to poll, and arm() before polling (false: something happened or is
   // pending; poll for messages again instead of sleeping).
   int event_fd() const { return event_fd_; }
   bool arm();
+  // Arms and waits up to `timeout` for UCX's fd (returns at once if events are pending).
+  void sleep(std::chrono::milliseconds timeout);
 
   // Peers whose endpoint failed since the last call (each reported once).
   std::vector<PeerId> take_failed_peers();

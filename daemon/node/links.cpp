@@ -14,6 +14,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// How long a wait polls (yielding) before it sleeps between UCX events, and the longest
+// sleep (failures and timeouts are checked at least this often).
+constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
+constexpr auto kSleepSlice = std::chrono::milliseconds(1);
+
 }  // namespace
 
 uint8_t* Scratch::get(size_t slot, size_t bytes) {
@@ -152,12 +157,18 @@ std::optional<std::string> Flight::wait_all() {
 
 std::optional<std::string> Flight::wait_until(const std::function<bool()>& done) {
   auto deadline = Clock::now() + links_.peer_timeout();
+  auto last_progress = Clock::now();
   while (!done()) {
-    // Yield when UCX has nothing: the peers we wait for may share our cores.
     if (links_.progress()) {
-      deadline = Clock::now() + links_.peer_timeout();
-    } else {
+      last_progress = Clock::now();
+      deadline = last_progress + links_.peer_timeout();
+    } else if (Clock::now() - last_progress < kSpinBeforeSleep) {
+      // Yield when UCX has nothing: the peers we wait for may share our cores.
       sched_yield();
+    } else {
+      // A long transfer: sleep on UCX's fd rather than take CPU from the kernel, which does
+      // the copying for TCP.
+      links_.mesh().sleep(kSleepSlice);
     }
     if (auto error = links_.failed_peer(what_)) return error;
     if (Clock::now() > deadline) {

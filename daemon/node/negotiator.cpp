@@ -132,7 +132,7 @@ Negotiator::NodeCycle Negotiator::own_state() const {
         eager_bytes += oldest.eager.size();
         state.eager[cached->bit] = oldest.eager;
       }
-    } else {
+    } else if (state.uncached.size() < kMaxUncachedPerCycle) {
       state.uncached.push_back(oldest);
     }
   }

@@ -68,6 +68,12 @@ struct Decision {
 // Contributions this large at most ride along with a cycle, and this much in all per message.
 inline constexpr size_t kEagerMaxBytes = 4096;
 inline constexpr size_t kEagerMaxTotalBytes = 256 << 10;
+// At most this many uncached collectives per cycle message (the rest go in the next cycles),
+// so that a cycle message stays well inside kNodeMessageLimitWords.
+inline constexpr size_t kMaxUncachedPerCycle = 2048;
+// What a node daemon reads of one message from another: above the largest cycle message
+// (eager data, 2048 reports with names of up to 256 bytes, the bit vectors).
+inline constexpr uint64_t kNodeMessageLimitWords = 2ull << 20;  // 16 MiB
 
 class Negotiator {
  public:

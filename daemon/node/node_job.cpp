@@ -161,7 +161,7 @@ std::optional<ReadyUnit> NodeJob::next_runnable() {
   if (!negotiator_) return std::nullopt;
   auto& decided = negotiator_->decided();
   while (!decided.empty()) {
-    const Decision decision = std::move(decided.front());
+    Decision decision = std::move(decided.front());
     decided.pop_front();
     // The negotiator decides only what this node proposed.
     auto waiting = units_.find(decision.key);

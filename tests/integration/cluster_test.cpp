@@ -65,7 +65,7 @@ class LoopbackCluster {
   std::vector<tools::ChildProcess> spawn(const std::string& job,
                                          const std::vector<int>& ranks_per_node,
                                          const std::vector<std::string>& args,
-                                         std::map<std::string, std::string> extra_env = {},
+                                         const std::map<std::string, std::string>& extra_env = {},
                                          std::optional<int> only_node = std::nullopt) {
     const int world = std::accumulate(ranks_per_node.begin(), ranks_per_node.end(), 0);
     std::vector<tools::ChildProcess> children;
@@ -170,6 +170,14 @@ TEST_P(ResponseCacheTest, ManyStepsOfTheSameNamesAreRight) {
 
 INSTANTIATE_TEST_SUITE_P(Capacities, ResponseCacheTest, ::testing::Values(1024, 5, 0),
                          [](const auto& info) { return "capacity" + std::to_string(info.param); });
+
+// Hundreds of small tensors ready at once: more than one cycle message may carry (names and
+// contributions), so negotiation spreads them over several cycles.
+TEST(Cluster, HundredsOfSmallTensorsPerStep) {
+  LoopbackCluster cluster(2);
+  auto ranks = cluster.spawn("small", {1, 2}, {"steps", "4", "1000", "1000"});
+  expect_all_succeed(ranks);
+}
 
 TEST(Cluster, ANodeThatNeverJoinsFailsTheJobAfterTheFormationTimeout) {
   LoopbackCluster cluster(2, "job_formation_timeout_seconds = 2");

@@ -218,16 +218,16 @@ int scenario_cluster(Communicator& comm) {
   return scenario_grouped(comm);
 }
 
-// Training-shaped: `steps` steps of the same 24 gradient names, submitted in a different order
-// on every rank and step, then waited for and checked. After the first step every name is in
-// the daemons' response cache (when they have one).
-int scenario_steps(Communicator& comm, int steps) {
-  constexpr size_t kTensors = 24;
+// Training-shaped: `steps` steps of the same `tensors` gradient names (1 to `max_count` floats
+// each), submitted in a different order on every rank and step, then waited for and checked.
+// After the first step every name is in the daemons' response cache (when they have one).
+int scenario_steps(Communicator& comm, int steps, size_t tensors, size_t max_count) {
+  const size_t kTensors = tensors;
   std::vector<size_t> counts(kTensors);
   std::vector<size_t> offsets(kTensors);
   size_t total = 0;
   for (size_t i = 0; i < kTensors; ++i) {
-    counts[i] = 1 + (i * 7919) % 40000;
+    counts[i] = 1 + (i * 7919) % max_count;
     offsets[i] = total;
     total += counts[i];
   }
@@ -321,7 +321,11 @@ int main(int argc, char** argv) {
     if (scenario == "grouped") return scenario_grouped(comm);
     if (scenario == "mismatch") return scenario_mismatch(comm);
     if (scenario == "cluster") return scenario_cluster(comm);
-    if (scenario == "steps") return scenario_steps(comm, args.size() > 1 ? std::stoi(args[1]) : 20);
+    if (scenario == "steps") {
+      return scenario_steps(comm, args.size() > 1 ? std::stoi(args[1]) : 20,
+                            args.size() > 2 ? std::stoul(args[2]) : 24,
+                            args.size() > 3 ? std::stoul(args[3]) : 40000);
+    }
     if (scenario == "loop" || scenario == "loop_polling") {
       return scenario_loop(comm, args.size() > 1 ? std::stoul(args[1]) : 4096,
                            scenario == "loop_polling");

@@ -78,6 +78,7 @@ Proposal allreduce(const std::string& name, uint64_t count) {
 
 std::vector<std::string> keys(const std::vector<Decision>& decisions) {
   std::vector<std::string> k;
+  k.reserve(decisions.size());
   for (const auto& d : decisions) k.push_back(d.key);
   return k;
 }
@@ -102,6 +103,7 @@ std::vector<Decision> run_step(Network& net, const std::vector<std::string>& nam
 
 std::vector<std::string> tensor_names(int count) {
   std::vector<std::string> names;
+  names.reserve(static_cast<size_t>(count));
   for (int i = 0; i < count; ++i) names.push_back("grad." + std::to_string(i));
   return names;
 }
@@ -166,7 +168,7 @@ TEST_P(NegotiatorTest, AMismatchFailsOnEveryNodeNamingTheNodes) {
 }
 
 TEST_P(NegotiatorTest, ASmallCacheEvictsAndStaysConsistent) {
-  std::mt19937_64 random(GetParam() * 7);
+  std::mt19937_64 random(uint64_t{GetParam()} * 7);
   Network net(GetParam(), 3, GetParam());
   const auto names = tensor_names(10);
   for (int step = 0; step < 6; ++step) EXPECT_EQ(run_step(net, names, random).size(), names.size());

@@ -17,14 +17,16 @@ namespace {
 
 // Installed beside gradsync-bench as gradsync-netns-cluster, or in the source tree.
 std::string netns_script() {
-  const std::string installed = tools::executable_dir() + "/gradsync-netns-cluster";
+  std::string installed = tools::executable_dir() + "/gradsync-netns-cluster";
   if (std::filesystem::exists(installed)) return installed;
-  const std::string source = std::string(GRADSYNC_SOURCE_DIR) + "/scripts/netns-cluster";
+  std::string source = std::string(GRADSYNC_SOURCE_DIR) + "/scripts/netns-cluster";
   if (std::filesystem::exists(source)) return source;
   throw std::runtime_error("cannot find gradsync-netns-cluster beside gradsync-bench");
 }
 
-std::string node_address(int node) { return "198.18.0." + std::to_string(node + 1) + ":9478"; }
+std::string node_address(int node) {
+  return "198.18.0." + std::to_string(node + 1) + ":9478";
+}
 
 // The namespaces, for as long as this lives.
 class Namespaces {
