@@ -123,7 +123,8 @@ void Engine::handle(AttachSession& command) {
       job->set_network(std::make_unique<NodeJob>(
           who.job, NodeLayout{who.nodes, who.node_rank, who.world_size}, *mesh_,
           NodeJobSettings{std::chrono::seconds(config_.peer_timeout_seconds),
-                          config_.response_cache_capacity, who.algorithm}));
+                          config_.response_cache_capacity, who.algorithm},
+          metrics_));
       ++network_jobs_;
       if (auto early = early_messages_.extract(who.job)) {
         for (const auto& payload : early.mapped()) handle_node_message(payload);

@@ -34,6 +34,12 @@ struct Metrics::Impl {
   prometheus::Histogram* batch_collectives = nullptr;
   prometheus::Histogram* batch_seconds = nullptr;
   prometheus::Family<prometheus::Counter>* rejected = nullptr;
+  prometheus::Family<prometheus::Gauge>* peer_latency = nullptr;
+  prometheus::Family<prometheus::Gauge>* peer_bandwidth = nullptr;
+  prometheus::Counter* cache_hits = nullptr;
+  prometheus::Counter* cache_misses = nullptr;
+  prometheus::Counter* cycles = nullptr;
+  prometheus::Family<prometheus::Counter>* internode_allreduces = nullptr;
 };
 
 Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::string& config_toml)
@@ -100,6 +106,35 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                          .Name("gradsync_client_requests_rejected_total")
                          .Help("Control requests refused, by reason")
                          .Register(registry);
+  impl_->peer_latency = &prometheus::BuildGauge()
+                             .Name("gradsync_peer_latency_seconds")
+                             .Help(
+                                 "Per-message latency (alpha) to a peer node daemon, as measured "
+                                 "when a job formed")
+                             .Register(registry);
+  impl_->peer_bandwidth = &prometheus::BuildGauge()
+                               .Name("gradsync_peer_bandwidth_bytes_per_second")
+                               .Help(
+                                   "Bandwidth (1/beta) to a peer node daemon, as measured when a "
+                                   "job formed")
+                               .Register(registry);
+  auto& cache = prometheus::BuildCounter()
+                    .Name("gradsync_negotiation_cache_total")
+                    .Help(
+                        "Collectives negotiated across nodes, by whether the response cache "
+                        "decided them (hit) or node 0 did (miss)")
+                    .Register(registry);
+  impl_->cache_hits = &cache.Add({{"result", "hit"}});
+  impl_->cache_misses = &cache.Add({{"result", "miss"}});
+  impl_->cycles = &prometheus::BuildCounter()
+                       .Name("gradsync_negotiation_cycles_total")
+                       .Help("Negotiation cycles among node daemons")
+                       .Register(registry)
+                       .Add({});
+  impl_->internode_allreduces = &prometheus::BuildCounter()
+                                     .Name("gradsync_internode_allreduces_total")
+                                     .Help("Allreduces run across nodes, by algorithm")
+                                     .Register(registry);
   if (!listen.empty()) {
     impl_->exposer = std::make_unique<prometheus::Exposer>(listen, 2);
     impl_->exposer->RegisterCollectable(impl_->registry);
@@ -139,6 +174,22 @@ void Metrics::batch_executed(uint64_t bytes, uint64_t collectives, double second
 
 void Metrics::client_rejected(const std::string& reason) {
   impl_->rejected->Add({{"reason", reason}}).Increment();
+}
+
+void Metrics::peer_link_measured(const std::string& peer, double latency_seconds,
+                                 double bytes_per_second) {
+  impl_->peer_latency->Add({{"peer", peer}}).Set(latency_seconds);
+  impl_->peer_bandwidth->Add({{"peer", peer}}).Set(bytes_per_second);
+}
+
+void Metrics::negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cycles) {
+  impl_->cache_hits->Increment(static_cast<double>(cache_hits));
+  impl_->cache_misses->Increment(static_cast<double>(cache_misses));
+  impl_->cycles->Increment(static_cast<double>(cycles));
+}
+
+void Metrics::internode_allreduce(const char* algorithm) {
+  impl_->internode_allreduces->Add({{"algorithm", algorithm}}).Increment();
 }
 
 }  // namespace gradsync::metrics

@@ -35,6 +35,11 @@ class Metrics {
   void batch_executed(uint64_t bytes, uint64_t collectives, double seconds);
   void client_rejected(const std::string& reason);  // reason: a fixed, small set
 
+  // Across nodes. `peer`: a peer daemon's inter-node address (bounded by the cluster's size).
+  void peer_link_measured(const std::string& peer, double latency_seconds, double bytes_per_second);
+  void negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cycles);  // increments
+  void internode_allreduce(const char* algorithm);                               // "ring" or "rhd"
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

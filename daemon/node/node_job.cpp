@@ -13,9 +13,10 @@
 namespace gradsync::daemon {
 
 NodeJob::NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
-                 NodeJobSettings settings)
+                 NodeJobSettings settings, metrics::Metrics& metrics)
     : links_(job_name, std::move(layout), mesh, settings.peer_timeout),
       settings_(std::move(settings)),
+      metrics_(metrics),
       log_(logger("nodes")),
       joined_(links_.nodes(), false) {}
 
@@ -75,6 +76,12 @@ std::optional<std::string> NodeJob::form() {
       own_link_.beta_seconds_per_byte > 0 ? 1e-9 / own_link_.beta_seconds_per_byte : 0.0,
       own_link_.gamma_seconds_per_byte > 0 ? 1e-9 / own_link_.gamma_seconds_per_byte : 0.0,
       agreed_.cache_capacity, agreed_.algorithm);
+  if (links_.nodes() > 1) {
+    const uint32_t left = (links_.me() + links_.nodes() - 1) % links_.nodes();
+    metrics_.peer_link_measured(
+        layout().nodes[left], own_link_.alpha_seconds,
+        own_link_.beta_seconds_per_byte > 0 ? 1 / own_link_.beta_seconds_per_byte : 0);
+  }
   negotiator_.emplace(links_.job_name(), links_.nodes(), links_.me(), agreed_.cache_capacity,
                       own_link_, [this](uint32_t node, capnp::MessageBuilder& message) {
                         links_.send_control(node, message);
@@ -159,6 +166,14 @@ std::optional<std::string> NodeJob::on_message(wire::NodeMessage::Reader message
 
 std::optional<ReadyUnit> NodeJob::next_runnable() {
   if (!negotiator_) return std::nullopt;
+  const Negotiator::Counters& counters = negotiator_->counters();
+  if (counters.cycles != reported_counters_.cycles ||
+      counters.cache_hits != reported_counters_.cache_hits) {
+    metrics_.negotiated(counters.cache_hits - reported_counters_.cache_hits,
+                        counters.cache_misses - reported_counters_.cache_misses,
+                        counters.cycles - reported_counters_.cycles);
+    reported_counters_ = counters;
+  }
   auto& decided = negotiator_->decided();
   while (!decided.empty()) {
     Decision decision = std::move(decided.front());
@@ -198,6 +213,7 @@ std::optional<std::string> NodeJob::execute(ReadyUnit& unit) {
         case ipc::Collective::kAllreduce: {
           const AllreduceAlgorithm algorithm = choose(collective);
           ++allreduces_[static_cast<size_t>(algorithm)];
+          metrics_.internode_allreduce(algorithm_name(algorithm));
           log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}",
                       links_.job_name(), collective.first().name, collective.bytes(), step.sequence,
                       algorithm_name(algorithm));

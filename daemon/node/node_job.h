@@ -15,6 +15,7 @@
 #include "daemon/node/internode.capnp.h"
 #include "daemon/node/links.h"
 #include "daemon/node/negotiator.h"
+#include "metrics/metrics.h"
 
 #include <capnp/message.h>
 #include <spdlog/logger.h>
@@ -40,7 +41,7 @@ struct NodeJobSettings {
 class NodeJob {
  public:
   NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
-          NodeJobSettings settings);
+          NodeJobSettings settings, metrics::Metrics& metrics);
 
   const NodeLayout& layout() const { return links_.layout(); }
   bool has_peer(transport::PeerId peer) const { return links_.has_peer(peer); }
@@ -87,6 +88,8 @@ class NodeJob {
 
   NodeLinks links_;
   NodeJobSettings settings_;
+  metrics::Metrics& metrics_;
+  Negotiator::Counters reported_counters_;  // what metrics_ has been told
   std::shared_ptr<spdlog::logger> log_;
   Scratch scratch_;
   bool local_formed_ = false;

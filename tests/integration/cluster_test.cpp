@@ -37,8 +37,9 @@ uint16_t free_tcp_port() {
 
 class LoopbackCluster {
  public:
-  // `toml`: configuration for every node's daemon.
-  explicit LoopbackCluster(int nodes, const std::string& toml = "") {
+  // `toml`: configuration for every node's daemon. `metrics`: node 0 serves its metrics on
+  // metrics_port().
+  explicit LoopbackCluster(int nodes, const std::string& toml = "", bool metrics = false) {
     static int clusters = 0;
     config_path_ =
         std::filesystem::temp_directory_path() / ("gradsync-cluster-" + std::to_string(::getpid()) +
@@ -47,9 +48,13 @@ class LoopbackCluster {
     for (int n = 0; n < nodes; ++n) {
       const std::string address = "127.0.0.1:" + std::to_string(free_tcp_port());
       addresses_ += (n == 0 ? "" : ",") + address;
-      daemons_.push_back(std::make_unique<tools::PrivateDaemon>(
-          tools::executable_dir() + "/gradsyncd",
-          std::vector<std::string>{"--listen", address, "--config", config_path_}));
+      std::vector<std::string> args{"--listen", address, "--config", config_path_};
+      if (metrics && n == 0) {
+        metrics_port_ = free_tcp_port();
+        args.insert(args.end(), {"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_)});
+      }
+      daemons_.push_back(
+          std::make_unique<tools::PrivateDaemon>(tools::executable_dir() + "/gradsyncd", args));
     }
   }
   ~LoopbackCluster() {
@@ -59,6 +64,8 @@ class LoopbackCluster {
   LoopbackCluster(const LoopbackCluster&) = delete;
   LoopbackCluster& operator=(const LoopbackCluster&) = delete;
   int nodes() const { return static_cast<int>(daemons_.size()); }
+  uint16_t metrics_port() const { return metrics_port_; }
+  const std::string& addresses() const { return addresses_; }
   tools::PrivateDaemon& daemon(int node) { return *daemons_[static_cast<size_t>(node)]; }
 
   // ranks_per_node[n] ranks on node n, global ranks in node order.
@@ -91,10 +98,41 @@ class LoopbackCluster {
   }
 
  private:
+  uint16_t metrics_port_ = 0;
   std::filesystem::path config_path_;
   std::string addresses_;
   std::vector<std::unique_ptr<tools::PrivateDaemon>> daemons_;
 };
+
+// GET /metrics from 127.0.0.1:port (HTTP/1.0: the server closes when done).
+std::string scrape(uint16_t port) {
+  ipc::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  struct sockaddr_in address {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  if (::connect(fd.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) != 0) {
+    return {};
+  }
+  const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+  if (::send(fd.get(), request.data(), request.size(), MSG_NOSIGNAL) < 0) return {};
+  std::string response;
+  char buffer[4096];
+  for (ssize_t n; (n = ::recv(fd.get(), buffer, sizeof(buffer), 0)) > 0;) {
+    response.append(buffer, static_cast<size_t>(n));
+  }
+  return response;
+}
+
+// The value of the first sample line starting with `series` (name and labels), or -1.
+double sample(const std::string& text, const std::string& series) {
+  for (size_t at = text.find(series); at != std::string::npos; at = text.find(series, at + 1)) {
+    if (at != 0 && text[at - 1] != '\n') continue;
+    const size_t value = at + series.size();
+    if (value < text.size() && text[value] == ' ') return std::stod(text.substr(value + 1));
+  }
+  return -1;
+}
 
 void expect_all_succeed(std::vector<tools::ChildProcess>& children) {
   for (size_t r = 0; r < children.size(); ++r) {
@@ -177,6 +215,22 @@ TEST(Cluster, HundredsOfSmallTensorsPerStep) {
   LoopbackCluster cluster(2);
   auto ranks = cluster.spawn("small", {1, 2}, {"steps", "4", "1000", "1000"});
   expect_all_succeed(ranks);
+}
+
+TEST(Cluster, MetricsShowTheMeasuredLinkTheCacheAndTheAlgorithms) {
+  LoopbackCluster cluster(2, "", true);
+  auto ranks = cluster.spawn("metrics", {1, 1}, {"steps", "10"});
+  expect_all_succeed(ranks);
+  const std::string text = scrape(cluster.metrics_port());
+  ASSERT_FALSE(text.empty()) << "no answer from node 0's metrics endpoint";
+  const std::string peer = cluster.addresses().substr(cluster.addresses().find(',') + 1);
+  EXPECT_GT(sample(text, "gradsync_peer_latency_seconds{peer=\"" + peer + "\"}"), 0) << text;
+  EXPECT_GT(sample(text, "gradsync_peer_bandwidth_bytes_per_second{peer=\"" + peer + "\"}"), 0);
+  // 24 names: the first step through node 0, the other 9 from the cache.
+  EXPECT_EQ(sample(text, "gradsync_negotiation_cache_total{result=\"miss\"}"), 24);
+  EXPECT_EQ(sample(text, "gradsync_negotiation_cache_total{result=\"hit\"}"), 9 * 24);
+  EXPECT_GT(sample(text, "gradsync_negotiation_cycles_total"), 0);
+  EXPECT_GT(sample(text, "gradsync_internode_allreduces_total{algorithm=\"ring\"}"), 0);
 }
 
 TEST(Cluster, ANodeThatNeverJoinsFailsTheJobAfterTheFormationTimeout) {

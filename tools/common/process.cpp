@@ -115,8 +115,11 @@ PrivateDaemon::PrivateDaemon(const std::string& gradsyncd_path,
   ::chmod(directory_.c_str(), 0755);  // tests connect from other uids too
   socket_path_ = directory_ + "/gradsyncd.sock";
   std::vector<std::string> argv = launcher;
-  argv.insert(argv.end(), {gradsyncd_path, "--socket", socket_path_, "--metrics-listen", "",
-                           "--log-level", "warn"});
+  argv.insert(argv.end(), {gradsyncd_path, "--socket", socket_path_, "--log-level", "warn"});
+  // No metrics endpoint unless the caller asks for one.
+  if (std::find(extra_args.begin(), extra_args.end(), "--metrics-listen") == extra_args.end()) {
+    argv.insert(argv.end(), {"--metrics-listen", ""});
+  }
   // Its own inter-node port, unless the caller names one: private daemons never collide.
   if (std::find(extra_args.begin(), extra_args.end(), "--listen") == extra_args.end()) {
     argv.insert(argv.end(), {"--listen", "127.0.0.1:0"});
