@@ -179,6 +179,11 @@ void Engine::handle(DetachSession& command) {
     if (job->empty()) {
       if (job->network()) {
         --network_jobs_;
+        if (const Negotiator* negotiator = job->network()->negotiator()) {
+          const auto& counters = negotiator->counters();
+          log_->debug("job '{}': {} negotiation cycles, {} cache hits, {} misses", job_name,
+                      counters.cycles, counters.cache_hits, counters.cache_misses);
+        }
         size_t early = 0;
         for (const auto& [name, messages] : early_messages_) early += messages.size();
         log_->debug("job '{}' ended; the mesh holds {} retired operations, {} early messages",
@@ -299,8 +304,9 @@ bool Engine::run_ready_batches() {
     if (NodeJob* network = job->network()) {
       // Across nodes: announce what is ready here, run what every node agreed on, in order.
       while (!ready.empty()) {
-        network->on_locally_ready(std::move(ready.front()));
+        ReadyUnit unit = std::move(ready.front());
         ready.pop_front();
+        network->on_locally_ready(std::move(unit), !ready.empty());
         any = true;
       }
       any |= run_agreed(*job);

@@ -61,10 +61,16 @@ Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, uint32_t ca
       send_(std::move(send)),
       cache_(cache_capacity) {}
 
-void Negotiator::propose(Proposal proposal) {
-  const std::string key = proposal.key;
-  pending_[key].push_back(std::move(proposal));
-  advance();
+void Negotiator::propose(Proposal proposal, bool more_coming) {
+  proposal.signature_text = proposal.signature();
+  // Names of finished collectives linger as empty entries; sweep them when they pile up.
+  constexpr size_t kMaxIdleNames = 1 << 16;
+  if (pending_.size() > kMaxIdleNames + pending_count_) {
+    std::erase_if(pending_, [](const auto& entry) { return entry.second.empty(); });
+  }
+  pending_[proposal.key].push_back(std::move(proposal));
+  ++pending_count_;
+  if (!more_coming) advance();
 }
 
 Negotiator::CycleState& Negotiator::cycle_state(uint64_t number) {
@@ -122,10 +128,11 @@ Negotiator::NodeCycle Negotiator::own_state() const {
   state.link = own_link_;
   size_t eager_bytes = 0;
   for (const auto& [key, instances] : pending_) {
-    if (reported_.contains(key)) continue;  // its oldest instance waits for the coordinator
+    if (instances.empty() || reported_.contains(key))
+      continue;  // its oldest instance waits for the coordinator
     const Proposal& oldest = instances.front();
     if (const auto cached = cache_.find(key)) {
-      const bool same = cached->signature == oldest.signature();
+      const bool same = cached->signature == oldest.signature_text;
       set_bit(same ? state.ready_bits : state.invalid_bits, cached->bit);
       if (same && !oldest.eager.empty() &&
           eager_bytes + oldest.eager.size() <= kEagerMaxTotalBytes) {
@@ -226,7 +233,7 @@ std::vector<Decision> Negotiator::coordinate(const CycleState& state) {
         entries.push_back(CoordinatorEntry{std::vector<bool>(nodes_), 0, {}, 0, {}});
         entry = std::prev(entries.end());
       }
-      const std::string signature = p.signature();
+      const std::string signature = p.signature();  // a peer's: computed here
       if (entry->count == 0) {
         entry->signature = signature;
         entry->first_node = node;
@@ -295,12 +302,12 @@ void Negotiator::apply(const CycleState& state) {
   if (state.response) {
     for (const Decision& d : *state.response) {
       const auto it = pending_.find(d.key);
-      if (it == pending_.end() || !reported_.contains(d.key)) {
+      if (it == pending_.end() || it->second.empty() || !reported_.contains(d.key)) {
         throw std::invalid_argument(fmt::format(
             "job '{}': the coordinator decided '{}', which this node did not report", job_, d.key));
       }
       if (d.error.empty() && cache_.capacity() > 0) {
-        cache_.put(d.key, it->second.front().signature());
+        cache_.put(d.key, it->second.front().signature_text);
       }
       reported_.erase(d.key);
       decided_.push_back(d);
@@ -321,7 +328,7 @@ void Negotiator::apply(const CycleState& state) {
 void Negotiator::pop_front(const std::string& key) {
   const auto it = pending_.find(key);
   it->second.pop_front();
-  if (it->second.empty()) pending_.erase(it);
+  --pending_count_;
 }
 
 }  // namespace gradsync::daemon

@@ -49,6 +49,8 @@ struct Proposal {
 
   // What the nodes must agree on, in words (mismatch errors quote it).
   std::string signature() const;
+  // signature(), kept by the negotiator (it is compared in every cycle).
+  std::string signature_text;
 };
 
 // Link figures of the α-β-γ cost model, as one node measured them.
@@ -82,8 +84,9 @@ class Negotiator {
   Negotiator(std::string job, uint32_t nodes, uint32_t me, uint32_t cache_capacity,
              LinkFigures own_link, SendFn send);
 
-  // A collective ready on this node.
-  void propose(Proposal proposal);
+  // A collective ready on this node. With `more_coming`, the caller has more ready right now:
+  // the next cycle waits for them (one cycle for the lot instead of one for the first).
+  void propose(Proposal proposal, bool more_coming = false);
   // Messages from node `node` (already checked to be another node of this job). Throw
   // std::invalid_argument for messages no correct peer sends.
   void on_cycle(uint32_t node, wire::Cycle::Reader cycle);
@@ -141,7 +144,10 @@ class Negotiator {
   LinkFigures agreed_link_;
   SendFn send_;
   ResponseCache cache_;
-  std::map<std::string, std::deque<Proposal>> pending_;  // by key, oldest first
+  // By key, oldest first. Entries stay when empty (the same names come back every step) until
+  // there are too many of them.
+  std::map<std::string, std::deque<Proposal>> pending_;
+  size_t pending_count_ = 0;        // proposals in pending_
   std::set<std::string> reported_;  // keys whose oldest instance went to the coordinator
   uint64_t cycle_ = 0;              // the last cycle this node took part in
   bool in_cycle_ = false;

@@ -99,7 +99,7 @@ std::optional<std::string> NodeJob::form() {
   return std::nullopt;
 }
 
-void NodeJob::on_locally_ready(ReadyUnit unit) {
+void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
   // Nodes may assemble a group in different orders: run its members in name order, and name
   // the group by its first member, so that every node agrees on both.
   std::sort(unit.collectives.begin(), unit.collectives.end(),
@@ -123,9 +123,12 @@ void NodeJob::on_locally_ready(ReadyUnit unit) {
     node_detail::reduce_into(only, node_detail::network_op(lead.op), proposal.eager.data(), 0,
                              lead.count, nullptr);
   }
+  if (units_.size() > (1 << 16)) {
+    std::erase_if(units_, [](const auto& entry) { return entry.second.empty(); });
+  }
   units_[proposal.key].push_back(std::move(unit));
   if (negotiator_) {
-    negotiator_->propose(std::move(proposal));
+    negotiator_->propose(std::move(proposal), more_coming);
   } else {
     unproposed_.push_back(std::move(proposal));
   }
@@ -182,7 +185,7 @@ std::optional<ReadyUnit> NodeJob::next_runnable() {
     auto waiting = units_.find(decision.key);
     ReadyUnit unit = std::move(waiting->second.front());
     waiting->second.pop_front();
-    if (waiting->second.empty()) units_.erase(waiting);
+    // The entry stays: the same name comes back next step (swept in on_locally_ready).
     if (decision.error.empty()) {
       contributions_ = std::move(decision.contributions);
       return unit;

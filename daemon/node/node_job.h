@@ -56,8 +56,8 @@ class NodeJob {
   // The nodes that have not joined, for the formation timeout's message.
   std::string missing_nodes() const;
 
-  // A unit ready on this node.
-  void on_locally_ready(ReadyUnit unit);
+  // A unit ready on this node; `more_coming`: more are ready right now (see Negotiator).
+  void on_locally_ready(ReadyUnit unit, bool more_coming = false);
   // A control message for this job from another node. Returns an error when the job cannot
   // go on (a peer broke the protocol, or the links could not be measured).
   std::optional<std::string> on_message(wire::NodeMessage::Reader message);

@@ -1,6 +1,8 @@
 // A training step's gradient traffic: every parameter tensor of the model allreduced by name,
 // submitted in backprop order (last layer first), all in flight at once, as a DDP or Horovod
-// hook would. --fused sends one tensor of the same total size instead, for comparison.
+// hook would. --fused sends one tensor of the same total size instead, for comparison;
+// --names-only keeps the names and gives every tensor one element: the step then measures the
+// control plane (negotiation, completion) with next to no data.
 #include "tools/bench/resnet50.h"
 #include "tools/bench/runner.h"
 #include "tools/common/reference.h"
@@ -30,6 +32,10 @@ uint64_t run_model(const BenchOptions& o, Communicator& comm, int rank, int rank
   size_t total = 0;
   for (const auto& t : tensors) total += t.elements;
   if (o.fused) tensors = {{"resnet50.fused", total}};
+  if (o.names_only) {
+    for (auto& t : tensors) t.elements = 1;
+    total = tensors.size();
+  }
   const size_t element = gradsync_dtype_size(o.dtype);
   SharedBuffer grads = comm.allocate(total * element);
   SharedBuffer reduced = comm.allocate(total * element);

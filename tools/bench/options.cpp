@@ -71,7 +71,7 @@ std::string usage() {
          "  -b MIN -e MAX [-f FACTOR | -i STEP]   sizes in bytes, K/M/G suffixes\n"
          "  -d float|double|half|bfloat16|int32|int64   -o sum|prod|min|max|avg   -r ROOT\n"
          "  -n ITERS -w WARMUP  --check  --json FILE  --daemon PATH\n"
-         "  --model resnet50 [--fused] [--steps N] [--no-progress]\n"
+         "  --model resnet50 [--fused | --names-only] [--steps N] [--no-progress]\n"
          "--cluster N: N nodes in network namespaces (root), -np ranks each.\n"
          "Without -np, runs as one rank whose identity comes from RANK, WORLD_SIZE,\n"
          "LOCAL_RANK, LOCAL_WORLD_SIZE; it talks to the daemon at GRADSYNC_SOCKET.\n";
@@ -167,6 +167,9 @@ BenchOptions parse_options(int argc, char** argv) {
     } else if (flag == "--fused") {
       o.fused = true;
       o.rank_argv.push_back(flag);
+    } else if (flag == "--names-only") {
+      o.names_only = true;
+      o.rank_argv.push_back(flag);
     } else if (flag == "--steps") {
       const std::string v = value();
       o.steps = parse_int(flag, v, 1);
@@ -179,6 +182,8 @@ BenchOptions parse_options(int argc, char** argv) {
     }
   }
   if (o.min_bytes > o.max_bytes) throw std::invalid_argument("-b is larger than -e");
+  if (o.fused && o.names_only)
+    throw std::invalid_argument("--fused and --names-only exclude each other");
   if (o.cluster_nodes > 0 && o.spawn_daemon) {
     throw std::invalid_argument("--cluster starts its own daemons: drop --spawn-daemon");
   }

@@ -29,8 +29,9 @@ struct BenchOptions {
   int warmup = 5;
   bool check = false;
   std::string json_path;
-  std::string model;   // "resnet50": the gradient set of a training step instead of a sweep
-  bool fused = false;  // model mode: one tensor of the model's total size
+  std::string model;        // "resnet50": the gradient set of a training step instead of a sweep
+  bool fused = false;       // model mode: one tensor of the model's total size
+  bool names_only = false;  // model mode: the model's names, one element each
   int steps = 50;
   bool progress = true;
   std::vector<std::string> rank_argv;  // argv for spawned ranks (without -np / --spawn-daemon)
