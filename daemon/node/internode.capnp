@@ -21,6 +21,7 @@ struct Ready {
   count @4 :UInt64;
   members @5 :UInt32;
   root @6 :Int32;
+  ranks @7 :Text;   # the sending node's ranks, for error messages: "ranks 2, 3"
 }
 
 # One negotiation cycle, sent by every node to every other node. The AND of readyBits over

@@ -29,6 +29,7 @@ Proposal read_proposal(wire::Ready::Reader ready) {
   p.count = ready.getCount();
   p.members = ready.getMembers();
   p.root = ready.getRoot();
+  p.ranks = ready.getRanks();
   return p;
 }
 
@@ -40,6 +41,7 @@ void write_proposal(const Proposal& p, wire::Ready::Builder ready) {
   ready.setCount(p.count);
   ready.setMembers(p.members);
   ready.setRoot(p.root);
+  ready.setRanks(p.ranks);
 }
 
 }  // namespace
@@ -230,16 +232,18 @@ std::vector<Decision> Negotiator::coordinate(const CycleState& state) {
       auto entry = std::find_if(entries.begin(), entries.end(),
                                 [node](const CoordinatorEntry& e) { return !e.reported[node]; });
       if (entry == entries.end()) {
-        entries.push_back(CoordinatorEntry{std::vector<bool>(nodes_), 0, {}, 0, {}});
+        entries.push_back(CoordinatorEntry{std::vector<bool>(nodes_), 0, {}, 0, {}, {}});
         entry = std::prev(entries.end());
       }
       const std::string signature = p.signature();  // a peer's: computed here
       if (entry->count == 0) {
         entry->signature = signature;
         entry->first_node = node;
+        entry->first_ranks = p.ranks;
       } else if (entry->signature != signature && entry->mismatch.empty()) {
-        entry->mismatch = fmt::format("tensor '{}': nodes disagree: node {} has {}; node {} has {}",
-                                      p.key, entry->first_node, entry->signature, node, signature);
+        entry->mismatch = fmt::format(
+            "tensor '{}': nodes disagree: node {} has {} ({}); node {} has {} ({})", p.key,
+            entry->first_node, entry->signature, entry->first_ranks, node, signature, p.ranks);
       }
       entry->reported[node] = true;
       ++entry->count;

@@ -44,6 +44,7 @@ struct Proposal {
   uint64_t count = 0;
   uint32_t members = 1;
   int32_t root = -1;
+  std::string ranks;  // the proposing node's ranks, in words, for error messages
   // For a small allreduce: this node's contribution, sent along with the cycle (see Cycle).
   std::vector<uint8_t> eager;
 
@@ -124,6 +125,7 @@ class Negotiator {
     size_t count = 0;
     std::string signature;  // of the first report, to compare the others with
     uint32_t first_node = 0;
+    std::string first_ranks;
     std::string mismatch;
   };
 

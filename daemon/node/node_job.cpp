@@ -115,6 +115,10 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
   proposal.count = lead.count;
   proposal.members = static_cast<uint32_t>(unit.collectives.size());
   proposal.root = lead.collective == ipc::Collective::kBroadcast ? lead.root : -1;
+  for (const Submission& s : unit.collectives.front().ranks) {
+    proposal.ranks +=
+        fmt::format("{}{}", proposal.ranks.empty() ? "ranks " : ", ", s.session->identity().rank);
+  }
   const ReadyCollective& only = unit.collectives.front();
   if (unit.collectives.size() == 1 && lead.collective == ipc::Collective::kAllreduce &&
       only.bytes() <= kEagerMaxBytes) {

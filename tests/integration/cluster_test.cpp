@@ -118,7 +118,9 @@ std::string scrape(uint16_t port) {
   if (::send(fd.get(), request.data(), request.size(), MSG_NOSIGNAL) < 0) return {};
   std::string response;
   char buffer[4096];
-  for (ssize_t n; (n = ::recv(fd.get(), buffer, sizeof(buffer), 0)) > 0;) {
+  while (true) {
+    const ssize_t n = ::recv(fd.get(), buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
     response.append(buffer, static_cast<size_t>(n));
   }
   return response;
