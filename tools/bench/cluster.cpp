@@ -5,8 +5,12 @@
 
 #include "tools/common/process.h"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -23,6 +27,36 @@ std::string netns_script() {
   if (std::filesystem::exists(source)) return source;
   throw std::runtime_error("cannot find gradsync-netns-cluster beside gradsync-bench");
 }
+
+// Set by SIGINT/SIGTERM: the run stops its ranks and still tears everything down. (A signal
+// handler can only reach a flag like this one.)
+std::atomic<int> g_stop_signal{0};
+
+extern "C" void on_stop_signal(int signo) {
+  g_stop_signal.store(signo);
+}
+
+// Catches SIGINT and SIGTERM for as long as it lives; a child's exec resets them to default.
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction action {};
+    action.sa_handler = on_stop_signal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGINT, &action, &old_int_);
+    ::sigaction(SIGTERM, &action, &old_term_);
+  }
+  ~StopSignals() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_int_ {};
+  struct sigaction old_term_ {};
+};
 
 std::string node_address(int node) {
   return "198.18.0." + std::to_string(node + 1) + ":9478";
@@ -58,6 +92,7 @@ int launch_cluster(const BenchOptions& o) {
   if (::geteuid() != 0) throw std::runtime_error("--cluster needs root (network namespaces)");
   const int nodes = o.cluster_nodes;
   const int per_node = o.processes > 0 ? o.processes : 1;
+  const StopSignals signals;
   Namespaces namespaces(netns_script(), "gsbench" + std::to_string(::getpid()), nodes,
                         o.cluster_rate);
   const std::string gradsyncd =
@@ -93,7 +128,18 @@ int launch_cluster(const BenchOptions& o) {
     }
   }
   int worst = 0;
-  for (auto& rank : ranks) worst = std::max(worst, rank.wait());
+  for (auto& rank : ranks) {
+    std::optional<int> status;
+    while (!(status = rank.wait_for(std::chrono::milliseconds(100)))) {
+      if (const int signo = g_stop_signal.exchange(0); signo != 0) {
+        std::fprintf(stderr, "gradsync-bench: signal %d: stopping the ranks, tearing down\n",
+                     signo);
+        for (auto& other : ranks) other.signal(SIGTERM);
+        worst = std::max(worst, 128 + signo);
+      }
+    }
+    worst = std::max(worst, *status);
+  }
   for (auto& daemon : daemons) {
     if (daemon->stop() != 0 && worst == 0) {
       std::fprintf(stderr, "gradsync-bench: a node's gradsyncd did not stop cleanly\n");
