@@ -236,7 +236,7 @@ void Engine::fail_job(Job& job, gradsync_result status, const std::string& reaso
 bool Engine::poll_peers() {
   bool any = mesh_->progress();
   while (auto message = mesh_->poll_message(tags::make(tags::kControl, 0, 0, 0), tags::kKindMask)) {
-    handle_node_message(message->payload);
+    handle_node_message(message->payload, message->tag);
     any = true;
   }
   for (const transport::PeerId peer : mesh_->take_failed_peers()) {
@@ -252,7 +252,23 @@ bool Engine::poll_peers() {
   return any;
 }
 
-void Engine::handle_node_message(const std::vector<uint8_t>& payload) {
+void Engine::handle_node_message(const std::vector<uint8_t>& payload, uint64_t tag) {
+  // A message that cannot be read fails the jobs it may have been for: left alone, they would
+  // wait for it forever.
+  auto fail_jobs_of_tag = [&](const std::string& what) {
+    log_->warn("dropped a malformed message from a peer daemon: {}", what);
+    if (tag == 0) return;
+    const auto job_tag = static_cast<uint16_t>(tag >> 32);
+    const auto node = static_cast<uint32_t>((tag & tags::kNodeMask) >> 48);
+    for (auto& [name, job] : jobs_) {
+      if (job->network() != nullptr && job->network()->job_tag() == job_tag) {
+        fail_job(*job, GRADSYNC_ERR_PROTOCOL,
+                 fmt::format("job '{}': node {} sent a control message that cannot be read: {}",
+                             name, node, what),
+                 true);
+      }
+    }
+  };
   try {
     ipc::DecodedMessage decoded(payload, kNodeMessageLimitWords);
     const auto message = decoded.root<wire::NodeMessage>();
@@ -269,8 +285,8 @@ void Engine::handle_node_message(const std::vector<uint8_t>& payload) {
       return;
     }
     if (message.isAbort()) {
-      // What every node agreed to run before the sender failed (its Go came first, on the same
-      // connection) still runs: a peer that finished the job and left has done its part.
+      // What every node agreed to run before the sender failed (its cycles came first, on the
+      // same connection) still runs: a peer that finished the job and left has done its part.
       run_agreed(*job->second);
       fail_job(*job->second, GRADSYNC_ERR_PEER_FAILED, message.getAbort(), false);
       return;
@@ -279,9 +295,9 @@ void Engine::handle_node_message(const std::vector<uint8_t>& payload) {
       fail_job(*job->second, GRADSYNC_ERR_PEER_FAILED, *error, true);
     }
   } catch (const std::exception& e) {
-    log_->warn("dropped a malformed message from a peer daemon: {}", e.what());
+    fail_jobs_of_tag(e.what());
   } catch (const kj::Exception& e) {
-    log_->warn("dropped a malformed message from a peer daemon: {}", e.getDescription().cStr());
+    fail_jobs_of_tag(e.getDescription().cStr());
   }
 }
 

@@ -72,7 +72,9 @@ class Engine {
 
   bool poll_submissions(Session& session);
   bool poll_peers();
-  void handle_node_message(const std::vector<uint8_t>& payload);
+  // `tag`: the message's UCX tag (names the sending node and, hashed, the job), to fail the
+  // job a message that cannot be read was for; 0 when replaying a message read before.
+  void handle_node_message(const std::vector<uint8_t>& payload, uint64_t tag = 0);
   void fail_job(Job& job, gradsync_result status, const std::string& reason, bool tell_peers);
   bool run_ready_batches();
   // Runs the collectives every node of a multi-node job agreed on, in order.

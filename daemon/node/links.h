@@ -62,6 +62,7 @@ class NodeLinks {
   uint32_t me() const { return layout_.node_rank; }
   bool has_peer(transport::PeerId peer) const;
   std::chrono::seconds peer_timeout() const { return peer_timeout_; }
+  uint16_t job_tag() const { return job_tag_; }  // the job's name, hashed, in every tag
 
   // Tag of a message from `sender`; `sequence` keeps collectives apart (they run one at a time
   // in the agreed order, so 16 bits are plenty), `part` the messages of one collective.

@@ -73,6 +73,7 @@ class NodeJob {
   void fail_waiting(gradsync_result status, const std::string& message);
 
   const LinkFigures& measured_link() const { return own_link_; }
+  uint16_t job_tag() const { return links_.job_tag(); }
   const Negotiator* negotiator() const { return negotiator_ ? &*negotiator_ : nullptr; }
   // Allreduces run so far, by algorithm.
   uint64_t allreduces(AllreduceAlgorithm algorithm) const {

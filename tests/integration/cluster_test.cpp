@@ -1,6 +1,7 @@
 // Several gradsyncd on one machine, one per "node", talking UCX over TCP on loopback, with
 // real rank processes on each: the multi-node path end to end.
 #include "tests/integration/harness.h"
+#include "transport/mesh.h"
 
 #include <netinet/in.h>
 #include <signal.h>
@@ -233,6 +234,26 @@ TEST(Cluster, MetricsShowTheMeasuredLinkTheCacheAndTheAlgorithms) {
   EXPECT_EQ(sample(text, "gradsync_negotiation_cache_total{result=\"hit\"}"), 9 * 24);
   EXPECT_GT(sample(text, "gradsync_negotiation_cycles_total"), 0);
   EXPECT_GT(sample(text, "gradsync_internode_allreduces_total{algorithm=\"ring\"}"), 0);
+}
+
+TEST(Cluster, AControlMessageThatCannotBeReadFailsItsJob) {
+  LoopbackCluster cluster(2);
+  auto ranks = cluster.spawn("garbled", {1, 1}, {"steps", "1"}, {}, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // node 0's job exists
+  // Posing as node 1: a control-kind tag for this job, and bytes that are no message.
+  transport::Mesh mesh(transport::MeshOptions{"127.0.0.1:0"});
+  const std::string node0 = cluster.addresses().substr(0, cluster.addresses().find(','));
+  const transport::PeerId peer = mesh.connect(node0);
+  const uint64_t job_hash = std::hash<std::string>{}("garbled") & 0xffffu;
+  const uint64_t tag = (uint64_t{1} << 56) | (uint64_t{1} << 48) | (job_hash << 32);
+  const std::vector<uint8_t> garbage(64, 0xff);
+  transport::Operation send = mesh.send(peer, tag, garbage.data(), garbage.size());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!send.done() && std::chrono::steady_clock::now() < deadline) mesh.progress();
+  ASSERT_TRUE(send.done());
+  const auto status = ranks[0].wait_for(std::chrono::seconds(20));
+  ASSERT_TRUE(status) << "the rank waited on although its job can no longer agree";
+  EXPECT_EQ(*status, 100 + GRADSYNC_ERR_PROTOCOL);
 }
 
 TEST(Cluster, ANodeThatNeverJoinsFailsTheJobAfterTheFormationTimeout) {
