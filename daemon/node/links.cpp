@@ -132,13 +132,15 @@ size_t Flight::add(transport::Operation operation) {
   return operations_.size() - 1;
 }
 
+std::optional<std::string> Flight::failure_of(const transport::Operation& operation) const {
+  if (operation.status() == UCS_OK) return std::nullopt;
+  return fmt::format("job '{}': {} failed: {}", links_.job_name(), what_,
+                     ucs_status_string(operation.status()));
+}
+
 std::optional<std::string> Flight::wait(size_t index) {
   auto error = wait_until([&] { return operations_[index].done(); });
-  if (!error && operations_[index].status() != UCS_OK) {
-    error = fmt::format("job '{}': {} failed: {}", links_.job_name(), what_,
-                        ucs_status_string(operations_[index].status()));
-  }
-  return error;
+  return error ? error : failure_of(operations_[index]);
 }
 
 std::optional<std::string> Flight::wait_all() {
@@ -147,10 +149,7 @@ std::optional<std::string> Flight::wait_all() {
     return waited_ == operations_.size();
   });
   for (const auto& operation : operations_) {
-    if (!error && operation.status() != UCS_OK) {
-      error = fmt::format("job '{}': {} failed: {}", links_.job_name(), what_,
-                          ucs_status_string(operation.status()));
-    }
+    if (!error) error = failure_of(operation);
   }
   return error;
 }

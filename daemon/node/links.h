@@ -113,6 +113,7 @@ class Flight {
 
  private:
   std::optional<std::string> wait_until(const std::function<bool()>& done);
+  std::optional<std::string> failure_of(const transport::Operation& operation) const;
 
   NodeLinks& links_;
   Scratch* scratch_;

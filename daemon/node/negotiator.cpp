@@ -46,6 +46,14 @@ void write_proposal(const Proposal& p, wire::Ready::Builder ready) {
 
 }  // namespace
 
+wire::NodeMessage::Builder start_node_message(capnp::MessageBuilder& message,
+                                              const std::string& job, uint32_t node) {
+  auto root = message.initRoot<wire::NodeMessage>();
+  root.setJob(job);
+  root.setNode(node);
+  return root;
+}
+
 std::string Proposal::signature() const {
   return fmt::format("{}, count {}, {}, {}{}{}", ipc::collective_name(collective), count,
                      ipc::dtype_name(dtype), ipc::op_name(op),
@@ -165,10 +173,7 @@ bool Negotiator::start_cycle_if_due() {
     ++counters_.cache_misses;
   }
   capnp::MallocMessageBuilder message;
-  auto root = message.initRoot<wire::NodeMessage>();
-  root.setJob(job_);
-  root.setNode(me_);
-  auto cycle = root.initCycle();
+  auto cycle = start_node_message(message, job_, me_).initCycle();
   cycle.setNumber(cycle_);
   auto ready = cycle.initReadyBits(static_cast<unsigned>(state.ready_bits.size()));
   for (unsigned i = 0; i < ready.size(); ++i) ready.set(i, state.ready_bits[i]);
@@ -204,10 +209,7 @@ bool Negotiator::complete_cycle() {
     if (me_ != 0) return false;  // the coordinator's answer is on its way
     state.response = coordinate(state);
     capnp::MallocMessageBuilder message;
-    auto root = message.initRoot<wire::NodeMessage>();
-    root.setJob(job_);
-    root.setNode(me_);
-    auto response = root.initResponse();
+    auto response = start_node_message(message, job_, me_).initResponse();
     response.setNumber(cycle_);
     auto decisions = response.initDecisions(static_cast<unsigned>(state.response->size()));
     for (unsigned i = 0; i < decisions.size(); ++i) {
@@ -257,7 +259,7 @@ std::vector<Decision> Negotiator::coordinate(const CycleState& state) {
   return decisions;
 }
 
-void Negotiator::apply(const CycleState& state) {
+void Negotiator::apply(CycleState& state) {
   // Cached collectives every node has ready, by ascending bit.
   std::vector<uint64_t> all_ready = state.from[0]->ready_bits;
   std::vector<uint64_t> any_invalid;
@@ -284,7 +286,9 @@ void Negotiator::apply(const CycleState& state) {
           std::all_of(state.from.begin(), state.from.end(),
                       [bit](const auto& n) { return n->eager.contains(bit); });
       if (everyone_sent_data) {
-        for (const auto& from : state.from) decision.contributions.push_back(from->eager.at(bit));
+        for (auto& from : state.from) {
+          decision.contributions.push_back(std::move(from->eager.at(bit)));
+        }
       }
       // No longer part of this node's state: a later instance of the name sets it anew, and
       // is then a change worth a cycle.

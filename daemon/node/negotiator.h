@@ -35,6 +35,10 @@
 
 namespace gradsync::daemon {
 
+// Starts a message between node daemons: its root, with the job and the sending node set.
+wire::NodeMessage::Builder start_node_message(capnp::MessageBuilder& message,
+                                              const std::string& job, uint32_t node);
+
 // A collective (or a group, named by its first member) that is ready on one node.
 struct Proposal {
   std::string key;
@@ -136,7 +140,7 @@ class Negotiator {
   NodeCycle own_state() const;
   CycleState& cycle_state(uint64_t number);
   std::vector<Decision> coordinate(const CycleState& state);
-  void apply(const CycleState& state);
+  void apply(CycleState& state);  // moves the contributions out
   void pop_front(const std::string& key);
 
   std::string job_;

@@ -20,19 +20,11 @@ NodeJob::NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh
       log_(logger("nodes")),
       joined_(links_.nodes(), false) {}
 
-wire::NodeMessage::Builder NodeJob::start_message(capnp::MessageBuilder& message) const {
-  auto root = message.initRoot<wire::NodeMessage>();
-  root.setJob(links_.job_name());
-  root.setNode(links_.me());
-  return root;
-}
-
 void NodeJob::on_local_formed() {
   if (local_formed_) return;
   local_formed_ = true;
   capnp::MallocMessageBuilder message;
-  auto root = start_message(message);
-  auto joined = root.initJoined();
+  auto joined = start_node_message(message, links_.job_name(), links_.me()).initJoined();
   joined.setCacheCapacity(settings_.cache_capacity);
   joined.setAlgorithm(settings_.algorithm);
   for (uint32_t node = 0; node < links_.nodes(); ++node) {
@@ -219,7 +211,6 @@ std::optional<std::string> NodeJob::execute(ReadyUnit& unit) {
       switch (collective.first().collective) {
         case ipc::Collective::kAllreduce: {
           const AllreduceAlgorithm algorithm = choose(collective);
-          ++allreduces_[static_cast<size_t>(algorithm)];
           metrics_.internode_allreduce(algorithm_name(algorithm));
           log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}",
                       links_.job_name(), collective.first().name, collective.bytes(), step.sequence,
@@ -277,8 +268,7 @@ NodeResult NodeJob::reduce_contributions(const ReadyCollective& collective) {
 
 void NodeJob::broadcast_abort(const std::string& reason) {
   capnp::MallocMessageBuilder message;
-  auto root = start_message(message);
-  root.setAbort(reason);
+  start_node_message(message, links_.job_name(), links_.me()).setAbort(reason);
   links_.send_control_to_all_live(message);
 }
 

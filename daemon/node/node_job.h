@@ -20,7 +20,6 @@
 #include <capnp/message.h>
 #include <spdlog/logger.h>
 
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -72,16 +71,10 @@ class NodeJob {
   // Fails everything waiting here (the Job fails its own queues).
   void fail_waiting(gradsync_result status, const std::string& message);
 
-  const LinkFigures& measured_link() const { return own_link_; }
   uint16_t job_tag() const { return links_.job_tag(); }
   const Negotiator* negotiator() const { return negotiator_ ? &*negotiator_ : nullptr; }
-  // Allreduces run so far, by algorithm.
-  uint64_t allreduces(AllreduceAlgorithm algorithm) const {
-    return allreduces_[static_cast<size_t>(algorithm)];
-  }
 
  private:
-  wire::NodeMessage::Builder start_message(capnp::MessageBuilder& message) const;
   void on_joined(uint32_t node, wire::Joined::Reader joined);
   AllreduceAlgorithm choose(const ReadyCollective& collective) const;
   // The allreduce from the contributions that came with the negotiation.
@@ -104,7 +97,6 @@ class NodeJob {
   std::map<std::string, std::deque<ReadyUnit>> units_;  // by key, oldest first
   std::vector<std::vector<uint8_t>> contributions_;     // of the unit next_runnable returned
   uint64_t next_sequence_ = 0;
-  std::array<uint64_t, 2> allreduces_{};
 };
 
 }  // namespace gradsync::daemon
