@@ -123,7 +123,8 @@ void Engine::handle(AttachSession& command) {
       job->set_network(std::make_unique<NodeJob>(
           who.job, NodeLayout{who.nodes, who.node_rank, who.world_size}, *mesh_,
           NodeJobSettings{std::chrono::seconds(config_.peer_timeout_seconds),
-                          config_.response_cache_capacity, who.algorithm},
+                          config_.response_cache_capacity, who.algorithm,
+                          config_.fusion_threshold_bytes},
           metrics_));
       ++network_jobs_;
       if (auto early = early_messages_.extract(who.job)) {
@@ -134,7 +135,7 @@ void Engine::handle(AttachSession& command) {
   job->attach(session);
   if (job->locally_formed() && job->network()) {
     // Every local rank is here: the other nodes may now count this one in.
-    job->network()->on_local_formed();
+    job->network()->on_local_formed(job->ranks_in_words());
     if (auto error = job->network()->form()) {
       fail_job(*job, GRADSYNC_ERR_PEER_FAILED, *error, true);
     }
@@ -302,15 +303,11 @@ void Engine::handle_node_message(const std::vector<uint8_t>& payload, uint64_t t
 }
 
 bool Engine::run_agreed(Job& job) {
-  bool any = false;
-  while (auto unit = job.network()->next_runnable()) {
-    any = true;
-    if (auto error = job.network()->execute(*unit)) {
-      fail_job(job, GRADSYNC_ERR_PEER_FAILED, *error, true);
-      break;
-    }
+  bool ran = false;
+  if (auto error = job.network()->run_decided(ran)) {
+    fail_job(job, GRADSYNC_ERR_PEER_FAILED, *error, true);
   }
-  return any;
+  return ran;
 }
 
 bool Engine::run_ready_batches() {

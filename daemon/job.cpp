@@ -66,6 +66,16 @@ void Job::detach(Session& session, const std::string& reason) {
   fail(GRADSYNC_ERR_PEER_FAILED, reason);
 }
 
+std::string Job::ranks_in_words() const {
+  std::string words;
+  for (const Session* s : sessions_) {
+    if (s != nullptr) {
+      words += fmt::format("{}{}", words.empty() ? "ranks " : ", ", s->identity().rank);
+    }
+  }
+  return words;
+}
+
 bool Job::empty() const {
   for (const Session* s : sessions_) {
     if (s != nullptr) return false;

@@ -51,6 +51,8 @@ class Job {
   // Detaches and fails the job: the others' collectives cannot complete without this rank.
   void detach(Session& session, const std::string& reason);
   bool empty() const;
+  // The job ranks of the local ranks connected now, in words: "ranks 2, 3".
+  std::string ranks_in_words() const;
   // Every local rank has connected at some point.
   bool locally_formed() const { return formed_; }
   // And, across nodes, every node has joined.

@@ -2,11 +2,10 @@
 // multi-node job: the local ranks' buffers on this node, the other nodes over NodeLinks, and
 // returns an error message when a peer fails (the caller then fails the job).
 //
-// Allreduces accumulate in local rank 0's receive buffer (the reduction kernels allow outputs
-// to alias inputs), so the local reduce, the network reduce and the result share one pass
-// and no staging copy; the other local ranks get a copy of each finished slice.
+// Allreduces run on an AllreduceOperand: one collective in place, or several fused.
 #pragma once
 
+#include "daemon/collectives/allreduce_operand.h"
 #include "daemon/job.h"
 #include "daemon/node/links.h"
 
@@ -27,8 +26,11 @@ struct NodeStep {
 
 using NodeResult = std::optional<std::string>;  // an error, or nothing
 
-NodeResult node_ring_allreduce(NodeStep& step, const ReadyCollective& collective);
-NodeResult node_halving_doubling_allreduce(NodeStep& step, const ReadyCollective& collective);
+// The algorithms use scratch slots 0 and 1; a fused allreduce's buffer is this one.
+inline constexpr size_t kFusionScratchSlot = 2;
+
+NodeResult node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand);
+NodeResult node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand& operand);
 NodeResult node_broadcast(NodeStep& step, const ReadyCollective& collective);
 NodeResult node_allgather(NodeStep& step, const ReadyCollective& collective);
 
@@ -37,14 +39,6 @@ namespace node_detail {
 
 // Everything of the ranks' that UCX may touch: handed to the mesh when a collective fails.
 std::vector<std::shared_ptr<const void>> rank_memory(const ReadyCollective& collective);
-
-// work[begin, end) = op over the local ranks' inputs (and `extra`, received from a peer).
-void reduce_into(const ReadyCollective& collective, gradsync_op op, uint8_t* work, uint64_t begin,
-                 uint64_t end, const uint8_t* extra);
-
-// Copies work[begin, end) to the receive buffers of local ranks 1..K-1.
-void copy_to_other_ranks(const ReadyCollective& collective, const uint8_t* work, uint64_t begin,
-                         uint64_t end);
 
 // The op the network runs: an average is a sum divided once at the end.
 inline gradsync_op network_op(gradsync_op op) {

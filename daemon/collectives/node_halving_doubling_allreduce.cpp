@@ -15,16 +15,15 @@
 
 namespace gradsync::daemon {
 
-NodeResult node_halving_doubling_allreduce(NodeStep& step, const ReadyCollective& collective) {
-  using namespace node_detail;
+NodeResult node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand& operand) {
   NodeLinks& links = step.links;
-  const Submission& lead = collective.first();
   const uint32_t n = links.nodes();
   const uint32_t me = links.me();
-  const uint64_t count = lead.count;
-  const size_t element = ipc::dtype_bytes(lead.dtype);
-  const gradsync_op op = network_op(lead.op);
-  uint8_t* work = collective.ranks.front().recv;
+  const uint64_t count = operand.count();
+  const size_t element = operand.element_bytes();
+  const gradsync_dtype dtype = operand.dtype();
+  const gradsync_op op = node_detail::network_op(operand.op());
+  uint8_t* work = operand.work();
   const uint32_t p = std::bit_floor(n);
   const uint32_t extra = n - p;
   const auto levels = static_cast<uint32_t>(std::countr_zero(p));
@@ -35,8 +34,8 @@ NodeResult node_halving_doubling_allreduce(NodeStep& step, const ReadyCollective
   };
   const uint32_t fold_back = 2 * levels + 1;
 
-  reduce_into(collective, op, work, 0, count, nullptr);
-  Flight flight(links, &step.scratch, rank_memory(collective),
+  operand.reduce_into(op, 0, count, nullptr);
+  Flight flight(links, &step.scratch, operand.memory(),
                 "running a halving-doubling allreduce");
   const uint64_t all_bytes = count * element;
   if (me < 2 * extra && me % 2 == 0) {
@@ -44,14 +43,14 @@ NodeResult node_halving_doubling_allreduce(NodeStep& step, const ReadyCollective
     flight.add(links.send(me + 1, tag(me, 0), work, all_bytes));
     flight.add(links.receive(tag(me + 1, fold_back), me + 1, work, all_bytes));
     if (auto error = flight.wait_all()) return error;
-    copy_to_other_ranks(collective, work, 0, count);
+    operand.deliver(0, count);
     return std::nullopt;
   }
   uint8_t* incoming = step.scratch.get(0, std::max<uint64_t>(all_bytes, 1));
   if (me < 2 * extra) {
     const size_t fold = flight.add(links.receive(tag(me - 1, 0), me - 1, incoming, all_bytes));
     if (auto error = flight.wait(fold)) return error;
-    kernels::reduce_to_all(lead.dtype, op, std::array<const void*, 2>{work, incoming}.data(), 2,
+    kernels::reduce_to_all(dtype, op, std::array<const void*, 2>{work, incoming}.data(), 2,
                            std::array<void*, 1>{work}.data(), 1, count, false);
   }
   const uint32_t virtual_rank = me < 2 * extra ? me / 2 : me - extra;
@@ -78,14 +77,14 @@ NodeResult node_halving_doubling_allreduce(NodeStep& step, const ReadyCollective
     if (auto error = flight.wait(receive)) return error;
     const void* inputs[] = {work + keep_begin * element, incoming};
     void* outputs[] = {work + keep_begin * element};
-    kernels::reduce_to_all(lead.dtype, op, inputs, 2, outputs, 1, keep_end - keep_begin, false);
+    kernels::reduce_to_all(dtype, op, inputs, 2, outputs, 1, keep_end - keep_begin, false);
     // The next receive reuses `incoming`; the send just posted reads `work`, which the next
     // level does not write outside the kept half.
     begin = keep_begin;
     end = keep_end;
   }
-  if (lead.op == GRADSYNC_AVG) {
-    kernels::divide(lead.dtype, work + begin * element, end - begin,
+  if (operand.op() == GRADSYNC_AVG) {
+    kernels::divide(dtype, work + begin * element, end - begin,
                     static_cast<uint64_t>(step.world_size));
   }
   // Doubling: the same partners backwards; each sends what it has and receives the other half.
@@ -106,7 +105,7 @@ NodeResult node_halving_doubling_allreduce(NodeStep& step, const ReadyCollective
     end = outer_end;
   }
   if (me < 2 * extra) flight.add(links.send(me - 1, tag(me, fold_back), work, all_bytes));
-  copy_to_other_ranks(collective, work, 0, count);
+  operand.deliver(0, count);
   return flight.wait_all();
 }
 

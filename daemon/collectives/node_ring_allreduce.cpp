@@ -28,18 +28,16 @@ struct Range {
 
 }  // namespace
 
-NodeResult node_ring_allreduce(NodeStep& step, const ReadyCollective& collective) {
-  using namespace node_detail;
+NodeResult node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
   NodeLinks& links = step.links;
-  const Submission& lead = collective.first();
   const uint32_t n = links.nodes();
   const uint32_t me = links.me();
   const uint32_t right = (me + 1) % n;
   const uint32_t left = (me + n - 1) % n;
-  const uint64_t count = lead.count;
-  const size_t element = ipc::dtype_bytes(lead.dtype);
-  const gradsync_op op = network_op(lead.op);
-  uint8_t* work = collective.ranks.front().recv;
+  const uint64_t count = operand.count();
+  const size_t element = operand.element_bytes();
+  const gradsync_op op = node_detail::network_op(operand.op());
+  uint8_t* work = operand.work();
   // Every node computes the same cut: it depends on the count and node count only.
   const auto pieces =
       static_cast<uint32_t>(std::clamp<uint64_t>(count / n * element / kPieceBytes, 1, kMaxPieces));
@@ -55,9 +53,9 @@ NodeResult node_ring_allreduce(NodeStep& step, const ReadyCollective& collective
     return links.tag(tags::kData, sender, step.sequence, part_step * pieces + j);
   };
   const uint32_t steps = n - 1;
-  if (steps == 0) return node_halving_doubling_allreduce(step, collective);  // one node
+  if (steps == 0) return node_halving_doubling_allreduce(step, operand);  // one node
 
-  Flight flight(links, &step.scratch, rank_memory(collective), "running a ring allreduce");
+  Flight flight(links, &step.scratch, operand.memory(), "running a ring allreduce");
   // Reduce-scatter step s receives chunk me-s-1 from the left; two slots alternate so that the
   // next step's receives are posted while this step's pieces are reduced.
   const uint64_t slot_bytes = (count / n + 1) * element;
@@ -80,7 +78,7 @@ NodeResult node_ring_allreduce(NodeStep& step, const ReadyCollective& collective
   post_reduce_scatter_receives(0);
   for (uint32_t j = 0; j < pieces; ++j) {
     const Range r = piece(me, j);
-    reduce_into(collective, op, work, r.begin, r.end, nullptr);
+    operand.reduce_into(op, r.begin, r.end, nullptr);
     reduce_scatter_sends.push_back(
         flight.add(links.send(right, tag(me, 0, j), work + r.begin * element, bytes(r))));
   }
@@ -91,11 +89,10 @@ NodeResult node_ring_allreduce(NodeStep& step, const ReadyCollective& collective
     for (uint32_t j = 0; j < pieces; ++j) {
       if (auto error = flight.wait(posted[s % 2][j])) return error;
       const Range r = piece(chunk, j);
-      reduce_into(collective, op, work, r.begin, r.end,
-                  incoming[s % 2] + (r.begin - chunk_begin) * element);
-      if (s + 1 == steps && lead.op == GRADSYNC_AVG) {
+      operand.reduce_into(op, r.begin, r.end, incoming[s % 2] + (r.begin - chunk_begin) * element);
+      if (s + 1 == steps && operand.op() == GRADSYNC_AVG) {
         // This node's finished chunk: the average's one division happens here.
-        kernels::divide(lead.dtype, work + r.begin * element, r.end - r.begin,
+        kernels::divide(operand.dtype(), work + r.begin * element, r.end - r.begin,
                         static_cast<uint64_t>(step.world_size));
       }
       // Sent on as the next reduce-scatter step, or, finished, as the first allgather step.
@@ -120,9 +117,9 @@ NodeResult node_ring_allreduce(NodeStep& step, const ReadyCollective& collective
           links.receive(tag(left, steps + s, j), left, work + r.begin * element, bytes(r))));
     }
   }
-  // The chunk finished here goes to the other local ranks while the first receives arrive.
+  // The chunk finished here goes to the local ranks while the first receives arrive.
   const uint32_t own = chunk_of(int64_t{me} + 1);
-  copy_to_other_ranks(collective, work, piece(own, 0).begin, piece(own, pieces - 1).end);
+  operand.deliver(piece(own, 0).begin, piece(own, pieces - 1).end);
   for (uint32_t s = 0; s < steps; ++s) {
     const uint32_t chunk = chunk_of(int64_t{me} - s);
     for (uint32_t j = 0; j < pieces; ++j) {
@@ -132,7 +129,7 @@ NodeResult node_ring_allreduce(NodeStep& step, const ReadyCollective& collective
         flight.add(
             links.send(right, tag(me, steps + s + 1, j), work + r.begin * element, bytes(r)));
       }
-      copy_to_other_ranks(collective, work, r.begin, r.end);
+      operand.deliver(r.begin, r.end);
     }
   }
   return flight.wait_all();

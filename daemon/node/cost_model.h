@@ -30,4 +30,10 @@ double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_
 // The cheaper of the two; ring when they tie (or nothing was measured).
 AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
 
+// Allreduces smaller than this are worth fusing. Fusing one into a shared buffer saves the
+// messages of an allreduce of its own (the latency term of the cheaper algorithm) and costs a
+// copy in and a copy out (about 2γ per byte): below the size where the two are equal, fusion
+// wins. Without a measured γ, everything is.
+uint64_t fusion_cutoff_bytes(const LinkFigures& link, uint32_t nodes);
+
 }  // namespace gradsync::daemon

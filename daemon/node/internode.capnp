@@ -9,6 +9,9 @@ $Cxx.namespace("gradsync::daemon::wire");
 struct Joined {
   cacheCapacity @0 :UInt32;
   algorithm @1 :Text;   # "auto", "ring" or "rhd"
+  # Allreduces decided in one cycle are fused up to this many bytes (every node must cut the
+  # same batches).
+  fusionThresholdBytes @2 :UInt64;
 }
 
 # A collective (or a group, named by its first member) ready on the sending node and not in

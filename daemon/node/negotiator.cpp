@@ -23,25 +23,25 @@ std::vector<uint64_t> read_bits(capnp::List<uint64_t>::Reader list) {
 Proposal read_proposal(wire::Ready::Reader ready) {
   Proposal p;
   p.key = ready.getKey();
-  p.collective = static_cast<ipc::Collective>(ready.getCollective());
-  p.dtype = static_cast<gradsync_dtype>(ready.getDtype());
-  p.op = static_cast<gradsync_op>(ready.getOp());
-  p.count = ready.getCount();
-  p.members = ready.getMembers();
-  p.root = ready.getRoot();
+  p.signature.collective = static_cast<ipc::Collective>(ready.getCollective());
+  p.signature.dtype = static_cast<gradsync_dtype>(ready.getDtype());
+  p.signature.op = static_cast<gradsync_op>(ready.getOp());
+  p.signature.count = ready.getCount();
+  p.signature.members = ready.getMembers();
+  p.signature.root = ready.getRoot();
   p.ranks = ready.getRanks();
   return p;
 }
 
-void write_proposal(const Proposal& p, wire::Ready::Builder ready) {
+void write_proposal(const Proposal& p, const std::string& ranks, wire::Ready::Builder ready) {
   ready.setKey(p.key);
-  ready.setCollective(static_cast<uint8_t>(p.collective));
-  ready.setDtype(static_cast<uint8_t>(p.dtype));
-  ready.setOp(static_cast<uint8_t>(p.op));
-  ready.setCount(p.count);
-  ready.setMembers(p.members);
-  ready.setRoot(p.root);
-  ready.setRanks(p.ranks);
+  ready.setCollective(static_cast<uint8_t>(p.signature.collective));
+  ready.setDtype(static_cast<uint8_t>(p.signature.dtype));
+  ready.setOp(static_cast<uint8_t>(p.signature.op));
+  ready.setCount(p.signature.count);
+  ready.setMembers(p.signature.members);
+  ready.setRoot(p.signature.root);
+  ready.setRanks(ranks);
 }
 
 }  // namespace
@@ -54,25 +54,35 @@ wire::NodeMessage::Builder start_node_message(capnp::MessageBuilder& message,
   return root;
 }
 
-std::string Proposal::signature() const {
-  return fmt::format("{}, count {}, {}, {}{}{}", ipc::collective_name(collective), count,
-                     ipc::dtype_name(dtype), ipc::op_name(op),
-                     root >= 0 ? fmt::format(", root {}", root) : "",
-                     members > 1 ? fmt::format(", a group of {}", members) : "");
+std::span<const std::span<const uint8_t>> CycleDecisions::contributions_of(
+    const Decision& decision) const {
+  if (decision.contributions == Decision::kNoContributions) return {};
+  return std::span(contributions).subspan(decision.contributions, eager_bytes.size());
 }
 
-Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, uint32_t cache_capacity,
-                       LinkFigures own_link, SendFn send)
+void Negotiator::EagerSet::add(uint32_t bit, std::span<const uint8_t> data) {
+  entries.push_back({bit, bytes.size(), data.size()});
+  bytes.insert(bytes.end(), data.begin(), data.end());
+}
+
+const Negotiator::EagerSet::Entry* Negotiator::EagerSet::seek(uint32_t bit,
+                                                               size_t& cursor) const {
+  while (cursor < entries.size() && entries[cursor].bit < bit) ++cursor;
+  return cursor < entries.size() && entries[cursor].bit == bit ? &entries[cursor] : nullptr;
+}
+
+Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string ranks,
+                       uint32_t cache_capacity, LinkFigures own_link, SendFn send)
     : job_(std::move(job)),
       nodes_(nodes),
       me_(me),
+      ranks_(std::move(ranks)),
       own_link_(own_link),
       agreed_link_(own_link),
       send_(std::move(send)),
       cache_(cache_capacity) {}
 
 void Negotiator::propose(Proposal proposal, bool more_coming) {
-  proposal.signature_text = proposal.signature();
   // Names of finished collectives linger as empty entries; sweep them when they pile up.
   constexpr size_t kMaxIdleNames = 1 << 16;
   if (pending_.size() > kMaxIdleNames + pending_count_) {
@@ -107,9 +117,16 @@ void Negotiator::on_cycle(uint32_t node, wire::Cycle::Reader cycle) {
   for (auto ready : cycle.getUncached()) from.uncached.push_back(read_proposal(ready));
   from.link = {cycle.getAlphaSeconds(), cycle.getBetaSecondsPerByte(),
                cycle.getGammaSecondsPerByte()};
+  uint32_t last_bit = 0;
   for (auto contribution : cycle.getEager()) {
+    if (!from.eager.entries.empty() && contribution.getBit() <= last_bit) {
+      throw std::invalid_argument(fmt::format(
+          "job '{}': node {} sent cycle {} with its contributions out of order", job_, node,
+          number));
+    }
+    last_bit = contribution.getBit();
     const auto data = contribution.getData();
-    from.eager[contribution.getBit()] = std::vector<uint8_t>(data.begin(), data.end());
+    from.eager.add(last_bit, std::span(data.begin(), data.size()));
   }
   state.from[node] = std::move(from);
   ++state.received;
@@ -137,22 +154,26 @@ Negotiator::NodeCycle Negotiator::own_state() const {
   NodeCycle state;
   state.link = own_link_;
   size_t eager_bytes = 0;
+  std::vector<std::pair<uint32_t, const std::vector<uint8_t>*>> eager;
   for (const auto& [key, instances] : pending_) {
     if (instances.empty() || reported_.contains(key))
       continue;  // its oldest instance waits for the coordinator
     const Proposal& oldest = instances.front();
     if (const auto cached = cache_.find(key)) {
-      const bool same = cached->signature == oldest.signature_text;
+      const bool same = cached->signature == oldest.signature;
       set_bit(same ? state.ready_bits : state.invalid_bits, cached->bit);
       if (same && !oldest.eager.empty() &&
           eager_bytes + oldest.eager.size() <= kEagerMaxTotalBytes) {
         eager_bytes += oldest.eager.size();
-        state.eager[cached->bit] = oldest.eager;
+        eager.emplace_back(cached->bit, &oldest.eager);
       }
     } else if (state.uncached.size() < kMaxUncachedPerCycle) {
       state.uncached.push_back(oldest);
     }
   }
+  std::sort(eager.begin(), eager.end());
+  state.eager.bytes.reserve(eager_bytes);
+  for (const auto& [bit, data] : eager) state.eager.add(bit, *data);
   return state;
 }
 
@@ -180,16 +201,17 @@ bool Negotiator::start_cycle_if_due() {
   auto invalid = cycle.initInvalidBits(static_cast<unsigned>(state.invalid_bits.size()));
   for (unsigned i = 0; i < invalid.size(); ++i) invalid.set(i, state.invalid_bits[i]);
   auto uncached = cycle.initUncached(static_cast<unsigned>(state.uncached.size()));
-  for (unsigned i = 0; i < uncached.size(); ++i) write_proposal(state.uncached[i], uncached[i]);
+  for (unsigned i = 0; i < uncached.size(); ++i) {
+    write_proposal(state.uncached[i], ranks_, uncached[i]);
+  }
   cycle.setAlphaSeconds(own_link_.alpha_seconds);
   cycle.setBetaSecondsPerByte(own_link_.beta_seconds_per_byte);
   cycle.setGammaSecondsPerByte(own_link_.gamma_seconds_per_byte);
-  auto eager = cycle.initEager(static_cast<unsigned>(state.eager.size()));
-  unsigned e = 0;
-  for (const auto& [bit, data] : state.eager) {
-    eager[e].setBit(bit);
-    eager[e].setData(kj::arrayPtr(data.data(), data.size()));
-    ++e;
+  auto eager = cycle.initEager(static_cast<unsigned>(state.eager.entries.size()));
+  for (unsigned e = 0; e < eager.size(); ++e) {
+    const auto& entry = state.eager.entries[e];
+    eager[e].setBit(entry.bit);
+    eager[e].setData(kj::arrayPtr(state.eager.bytes.data() + entry.offset, entry.size));
   }
   for (uint32_t node = 0; node < nodes_; ++node) {
     if (node != me_) send_(node, message);
@@ -237,15 +259,16 @@ std::vector<Decision> Negotiator::coordinate(const CycleState& state) {
         entries.push_back(CoordinatorEntry{std::vector<bool>(nodes_), 0, {}, 0, {}, {}});
         entry = std::prev(entries.end());
       }
-      const std::string signature = p.signature();  // a peer's: computed here
+      const std::string& ranks = node == me_ ? ranks_ : p.ranks;
       if (entry->count == 0) {
-        entry->signature = signature;
+        entry->signature = p.signature;
         entry->first_node = node;
-        entry->first_ranks = p.ranks;
-      } else if (entry->signature != signature && entry->mismatch.empty()) {
-        entry->mismatch = fmt::format(
-            "tensor '{}': nodes disagree: node {} has {} ({}); node {} has {} ({})", p.key,
-            entry->first_node, entry->signature, entry->first_ranks, node, signature, p.ranks);
+        entry->first_ranks = ranks;
+      } else if (entry->signature != p.signature && entry->mismatch.empty()) {
+        entry->mismatch =
+            fmt::format("tensor '{}': nodes disagree: node {} has {} ({}); node {} has {} ({})",
+                        p.key, entry->first_node, entry->signature.describe(), entry->first_ranks,
+                        node, p.signature.describe(), ranks);
       }
       entry->reported[node] = true;
       ++entry->count;
@@ -271,6 +294,18 @@ void Negotiator::apply(CycleState& state) {
     }
     for (size_t w = 0; w < from->invalid_bits.size(); ++w) any_invalid[w] |= from->invalid_bits[w];
   }
+  // Every node sees the same figures: take the largest, the cautious estimate.
+  agreed_link_ = {};
+  for (const auto& from : state.from) {
+    agreed_link_.alpha_seconds = std::max(agreed_link_.alpha_seconds, from->link.alpha_seconds);
+    agreed_link_.beta_seconds_per_byte =
+        std::max(agreed_link_.beta_seconds_per_byte, from->link.beta_seconds_per_byte);
+    agreed_link_.gamma_seconds_per_byte =
+        std::max(agreed_link_.gamma_seconds_per_byte, from->link.gamma_seconds_per_byte);
+  }
+  CycleDecisions decided{cycle_, agreed_link_, {}, {}, {}};
+  std::vector<size_t> eager_cursors(nodes_, 0);  // bits come in ascending order, as entries do
+  std::vector<const EagerSet::Entry*> eager(nodes_);
   for (size_t w = 0; w < all_ready.size(); ++w) {
     for (uint64_t word = all_ready[w]; word != 0; word &= word - 1) {
       const auto bit = static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(word)));
@@ -281,13 +316,18 @@ void Negotiator::apply(CycleState& state) {
       }
       cache_.touch(bit);
       ++counters_.cache_hits;
-      Decision decision{*key, {}, {}};
-      const bool everyone_sent_data =
-          std::all_of(state.from.begin(), state.from.end(),
-                      [bit](const auto& n) { return n->eager.contains(bit); });
+      Decision& decision = decided.decisions.emplace_back(Decision{*key, {}});
+      bool everyone_sent_data = true;
+      for (uint32_t node = 0; node < nodes_; ++node) {
+        eager[node] = state.from[node]->eager.seek(bit, eager_cursors[node]);
+        everyone_sent_data &= eager[node] != nullptr;
+      }
       if (everyone_sent_data) {
-        for (auto& from : state.from) {
-          decision.contributions.push_back(std::move(from->eager.at(bit)));
+        decision.contributions = decided.contributions.size();
+        for (uint32_t node = 0; node < nodes_; ++node) {
+          // Points into the buffer moved into `decided` below, which keeps its storage.
+          decided.contributions.emplace_back(
+              state.from[node]->eager.bytes.data() + eager[node]->offset, eager[node]->size);
         }
       }
       // No longer part of this node's state: a later instance of the name sets it anew, and
@@ -295,9 +335,11 @@ void Negotiator::apply(CycleState& state) {
       if (bit / 64 < last_ready_bits_.size()) {
         last_ready_bits_[bit / 64] &= ~(uint64_t{1} << (bit % 64));
       }
-      decided_.push_back(std::move(decision));
       pop_front(*key);
     }
+  }
+  if (!decided.contributions.empty()) {
+    for (auto& from : state.from) decided.eager_bytes.push_back(std::move(from->eager.bytes));
   }
   for (size_t w = 0; w < any_invalid.size(); ++w) {
     for (uint64_t word = any_invalid[w]; word != 0; word &= word - 1) {
@@ -315,22 +357,14 @@ void Negotiator::apply(CycleState& state) {
             "job '{}': the coordinator decided '{}', which this node did not report", job_, d.key));
       }
       if (d.error.empty() && cache_.capacity() > 0) {
-        cache_.put(d.key, it->second.front().signature_text);
+        cache_.put(d.key, it->second.front().signature);
       }
       reported_.erase(d.key);
-      decided_.push_back(d);
+      decided.decisions.push_back(d);
       pop_front(d.key);
     }
   }
-  // Every node sees the same figures: take the largest, the cautious estimate.
-  agreed_link_ = {};
-  for (const auto& from : state.from) {
-    agreed_link_.alpha_seconds = std::max(agreed_link_.alpha_seconds, from->link.alpha_seconds);
-    agreed_link_.beta_seconds_per_byte =
-        std::max(agreed_link_.beta_seconds_per_byte, from->link.beta_seconds_per_byte);
-    agreed_link_.gamma_seconds_per_byte =
-        std::max(agreed_link_.gamma_seconds_per_byte, from->link.gamma_seconds_per_byte);
-  }
+  if (!decided.decisions.empty()) decided_.push_back(std::move(decided));
 }
 
 void Negotiator::pop_front(const std::string& key) {

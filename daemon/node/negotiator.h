@@ -19,6 +19,7 @@
 
 #include "daemon/node/internode.capnp.h"
 #include "daemon/node/response_cache.h"
+#include "daemon/node/signature.h"
 #include "ipc/protocol.h"
 
 #include <capnp/message.h>
@@ -29,8 +30,10 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <set>
+#include <span>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace gradsync::daemon {
@@ -42,20 +45,12 @@ wire::NodeMessage::Builder start_node_message(capnp::MessageBuilder& message,
 // A collective (or a group, named by its first member) that is ready on one node.
 struct Proposal {
   std::string key;
-  ipc::Collective collective = ipc::Collective::kBarrier;
-  gradsync_dtype dtype = GRADSYNC_FLOAT32;
-  gradsync_op op = GRADSYNC_SUM;
-  uint64_t count = 0;
-  uint32_t members = 1;
-  int32_t root = -1;
-  std::string ranks;  // the proposing node's ranks, in words, for error messages
+  Signature signature;
+  // The proposing node's ranks, in words, for error messages; empty in this node's own
+  // proposals (the negotiator knows its node's ranks).
+  std::string ranks;
   // For a small allreduce: this node's contribution, sent along with the cycle (see Cycle).
   std::vector<uint8_t> eager;
-
-  // What the nodes must agree on, in words (mismatch errors quote it).
-  std::string signature() const;
-  // signature(), kept by the negotiator (it is compared in every cycle).
-  std::string signature_text;
 };
 
 // Link figures of the α-β-γ cost model, as one node measured them.
@@ -68,8 +63,24 @@ struct LinkFigures {
 struct Decision {
   std::string key;
   std::string error;  // non-empty: fail it on every node
-  // Every node's contribution, in node order, when all of them came with the cycle.
-  std::vector<std::vector<uint8_t>> contributions;
+  // When every node's contribution came with the cycle: where they start in
+  // CycleDecisions::contributions (one per node, in node order); otherwise kNoContributions.
+  size_t contributions = kNoContributions;
+  static constexpr size_t kNoContributions = SIZE_MAX;
+};
+
+// What one cycle decided, in the order every node runs it. A cycle's decisions are known
+// together and on every node alike, so the caller may fuse them; different cycles must not
+// be fused (a node may have applied the next one before another).
+struct CycleDecisions {
+  uint64_t cycle = 0;
+  LinkFigures link;  // agreed as of this cycle, for choices every node must make alike
+  std::vector<Decision> decisions;
+  std::vector<std::span<const uint8_t>> contributions;  // into eager_bytes
+  std::vector<std::vector<uint8_t>> eager_bytes;        // by node: what rode with the cycle
+
+  // Every node's contribution to `decision`, in node order; empty when they did not all come.
+  std::span<const std::span<const uint8_t>> contributions_of(const Decision& decision) const;
 };
 
 // Contributions this large at most ride along with a cycle, and this much in all per message.
@@ -86,8 +97,9 @@ class Negotiator {
  public:
   using SendFn = std::function<void(uint32_t node, capnp::MessageBuilder& message)>;
 
-  Negotiator(std::string job, uint32_t nodes, uint32_t me, uint32_t cache_capacity,
-             LinkFigures own_link, SendFn send);
+  // `ranks`: this node's ranks in words ("ranks 2, 3"), for the coordinator's errors.
+  Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string ranks,
+             uint32_t cache_capacity, LinkFigures own_link, SendFn send);
 
   // A collective ready on this node. With `more_coming`, the caller has more ready right now:
   // the next cycle waits for them (one cycle for the lot instead of one for the first).
@@ -97,8 +109,9 @@ class Negotiator {
   void on_cycle(uint32_t node, wire::Cycle::Reader cycle);
   void on_response(uint32_t node, wire::CycleResponse::Reader response);
 
-  // Decided collectives in the order every node runs them; the caller pops them.
-  std::deque<Decision>& decided() { return decided_; }
+  // Decided collectives, cycle by cycle, in the order every node runs them; the caller pops
+  // them.
+  std::deque<CycleDecisions>& decided() { return decided_; }
 
   // Every node's largest figures, as of the last cycle: the same on every node.
   const LinkFigures& agreed_link() const { return agreed_link_; }
@@ -112,12 +125,27 @@ class Negotiator {
   const Counters& counters() const { return counters_; }
 
  private:
+  // Contributions that ride with one node's cycle message, in one buffer.
+  struct EagerSet {
+    struct Entry {
+      uint32_t bit;
+      size_t offset;
+      size_t size;
+    };
+    std::vector<Entry> entries;  // by ascending bit
+    std::vector<uint8_t> bytes;
+
+    void add(uint32_t bit, std::span<const uint8_t> data);
+    // The entry of `bit`, if any, looking from `cursor` on (which it moves): ascending bits
+    // take one pass over the entries.
+    const Entry* seek(uint32_t bit, size_t& cursor) const;
+  };
   struct NodeCycle {
     std::vector<uint64_t> ready_bits;
     std::vector<uint64_t> invalid_bits;
     std::vector<Proposal> uncached;
     LinkFigures link;
-    std::map<uint32_t, std::vector<uint8_t>> eager;  // by bit
+    EagerSet eager;
   };
   struct CycleState {
     std::vector<std::optional<NodeCycle>> from;  // by node
@@ -127,7 +155,7 @@ class Negotiator {
   struct CoordinatorEntry {
     std::vector<bool> reported;  // by node
     size_t count = 0;
-    std::string signature;  // of the first report, to compare the others with
+    Signature signature;  // of the first report, to compare the others with
     uint32_t first_node = 0;
     std::string first_ranks;
     std::string mismatch;
@@ -146,22 +174,23 @@ class Negotiator {
   std::string job_;
   uint32_t nodes_;
   uint32_t me_;
+  std::string ranks_;
   LinkFigures own_link_;
   LinkFigures agreed_link_;
   SendFn send_;
   ResponseCache cache_;
   // By key, oldest first. Entries stay when empty (the same names come back every step) until
   // there are too many of them.
-  std::map<std::string, std::deque<Proposal>> pending_;
+  std::unordered_map<std::string, std::deque<Proposal>> pending_;
   size_t pending_count_ = 0;        // proposals in pending_
-  std::set<std::string> reported_;  // keys whose oldest instance went to the coordinator
+  std::unordered_set<std::string> reported_;  // keys whose oldest instance went to the coordinator
   uint64_t cycle_ = 0;              // the last cycle this node took part in
   bool in_cycle_ = false;
   std::vector<uint64_t> last_ready_bits_;
   std::map<uint64_t, CycleState> cycles_;  // the current one and, at most, the next
-  std::deque<Decision> decided_;
+  std::deque<CycleDecisions> decided_;
   Counters counters_;
-  std::map<std::string, std::deque<CoordinatorEntry>> coordinator_;  // node 0 only
+  std::unordered_map<std::string, std::deque<CoordinatorEntry>> coordinator_;  // node 0 only
 };
 
 }  // namespace gradsync::daemon

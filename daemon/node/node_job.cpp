@@ -11,6 +11,15 @@
 #include <stdexcept>
 
 namespace gradsync::daemon {
+namespace {
+
+void complete_unit(const ReadyUnit& unit, gradsync_result status, const std::string& message) {
+  for (const auto& c : unit.collectives) {
+    for (const auto& s : c.ranks) complete(s, status, message);
+  }
+}
+
+}  // namespace
 
 NodeJob::NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
                  NodeJobSettings settings, metrics::Metrics& metrics)
@@ -20,13 +29,15 @@ NodeJob::NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh
       log_(logger("nodes")),
       joined_(links_.nodes(), false) {}
 
-void NodeJob::on_local_formed() {
+void NodeJob::on_local_formed(std::string ranks) {
   if (local_formed_) return;
   local_formed_ = true;
+  ranks_ = std::move(ranks);
   capnp::MallocMessageBuilder message;
   auto joined = start_node_message(message, links_.job_name(), links_.me()).initJoined();
   joined.setCacheCapacity(settings_.cache_capacity);
   joined.setAlgorithm(settings_.algorithm);
+  joined.setFusionThresholdBytes(settings_.fusion_threshold_bytes);
   for (uint32_t node = 0; node < links_.nodes(); ++node) {
     if (node != links_.me()) links_.send_control(node, message);
   }
@@ -39,6 +50,7 @@ void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined) {
   if (node == 0) {
     agreed_.cache_capacity = joined.getCacheCapacity();
     agreed_.algorithm = joined.getAlgorithm();
+    agreed_.fusion_threshold_bytes = joined.getFusionThresholdBytes();
   }
 }
 
@@ -62,20 +74,20 @@ std::optional<std::string> NodeJob::form() {
   if (auto error = probe_links(links_, scratch_, own_link_)) return error;
   log_->info(
       "job '{}' formed on {} nodes; link to node {}: alpha {:.1f} us, beta {:.3f} GB/s; reduce "
-      "{:.2f} GB/s; response cache {} entries, algorithm {}",
+      "{:.2f} GB/s; response cache {} entries, algorithm {}, fusion up to {} bytes",
       links_.job_name(), links_.nodes(), (links_.me() + links_.nodes() - 1) % links_.nodes(),
       own_link_.alpha_seconds * 1e6,
       own_link_.beta_seconds_per_byte > 0 ? 1e-9 / own_link_.beta_seconds_per_byte : 0.0,
       own_link_.gamma_seconds_per_byte > 0 ? 1e-9 / own_link_.gamma_seconds_per_byte : 0.0,
-      agreed_.cache_capacity, agreed_.algorithm);
+      agreed_.cache_capacity, agreed_.algorithm, agreed_.fusion_threshold_bytes);
   if (links_.nodes() > 1) {
     const uint32_t left = (links_.me() + links_.nodes() - 1) % links_.nodes();
     metrics_.peer_link_measured(
         layout().nodes[left], own_link_.alpha_seconds,
         own_link_.beta_seconds_per_byte > 0 ? 1 / own_link_.beta_seconds_per_byte : 0);
   }
-  negotiator_.emplace(links_.job_name(), links_.nodes(), links_.me(), agreed_.cache_capacity,
-                      own_link_, [this](uint32_t node, capnp::MessageBuilder& message) {
+  negotiator_.emplace(links_.job_name(), links_.nodes(), links_.me(), ranks_,
+                      agreed_.cache_capacity, own_link_, [this](uint32_t node, capnp::MessageBuilder& message) {
                         links_.send_control(node, message);
                       });
   try {
@@ -101,23 +113,19 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
   const Submission& lead = unit.collectives.front().first();
   Proposal proposal;
   proposal.key = lead.name;
-  proposal.collective = lead.collective;
-  proposal.dtype = lead.dtype;
-  proposal.op = lead.op;
-  proposal.count = lead.count;
-  proposal.members = static_cast<uint32_t>(unit.collectives.size());
-  proposal.root = lead.collective == ipc::Collective::kBroadcast ? lead.root : -1;
-  for (const Submission& s : unit.collectives.front().ranks) {
-    proposal.ranks +=
-        fmt::format("{}{}", proposal.ranks.empty() ? "ranks " : ", ", s.session->identity().rank);
-  }
+  proposal.signature = {lead.collective,
+                        lead.dtype,
+                        lead.op,
+                        lead.count,
+                        static_cast<uint32_t>(unit.collectives.size()),
+                        lead.collective == ipc::Collective::kBroadcast ? lead.root : -1};
   const ReadyCollective& only = unit.collectives.front();
   if (unit.collectives.size() == 1 && lead.collective == ipc::Collective::kAllreduce &&
       only.bytes() <= kEagerMaxBytes) {
     // Small enough to travel with the negotiation: this node's part, reduced over its ranks.
     proposal.eager.resize(only.bytes());
-    node_detail::reduce_into(only, node_detail::network_op(lead.op), proposal.eager.data(), 0,
-                             lead.count, nullptr);
+    AllreduceOperand(only, proposal.eager.data())
+        .reduce_into(node_detail::network_op(lead.op), 0, lead.count, nullptr);
   }
   if (units_.size() > (1 << 16)) {
     std::erase_if(units_, [](const auto& entry) { return entry.second.empty(); });
@@ -163,90 +171,169 @@ std::optional<std::string> NodeJob::on_message(wire::NodeMessage::Reader message
   return std::nullopt;
 }
 
-std::optional<ReadyUnit> NodeJob::next_runnable() {
-  if (!negotiator_) return std::nullopt;
+void NodeJob::report_negotiation() {
   const Negotiator::Counters& counters = negotiator_->counters();
   if (counters.cycles != reported_counters_.cycles ||
-      counters.cache_hits != reported_counters_.cache_hits) {
+      counters.cache_hits != reported_counters_.cache_hits ||
+      counters.cache_misses != reported_counters_.cache_misses) {
     metrics_.negotiated(counters.cache_hits - reported_counters_.cache_hits,
                         counters.cache_misses - reported_counters_.cache_misses,
                         counters.cycles - reported_counters_.cycles);
     reported_counters_ = counters;
   }
+}
+
+std::optional<std::string> NodeJob::run_decided(bool& ran) {
+  ran = false;
+  if (!negotiator_) return std::nullopt;
+  report_negotiation();
   auto& decided = negotiator_->decided();
   while (!decided.empty()) {
-    Decision decision = std::move(decided.front());
+    const CycleDecisions cycle = std::move(decided.front());
     decided.pop_front();
-    // The negotiator decides only what this node proposed.
-    auto waiting = units_.find(decision.key);
-    ReadyUnit unit = std::move(waiting->second.front());
-    waiting->second.pop_front();
+    ran = true;
+    if (auto error = run_cycle(cycle)) return error;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> NodeJob::run_cycle(const CycleDecisions& cycle) {
+  // First what needs no network: mismatches, and small allreduces whose data came with the
+  // cycle. The negotiator decides only what this node proposed: each has its unit here.
+  std::vector<ReadyUnit> networked;
+  networked.reserve(cycle.decisions.size());
+  NodeResult error;
+  for (const Decision& decision : cycle.decisions) {
+    auto& waiting = units_.find(decision.key)->second;
+    ReadyUnit unit = std::move(waiting.front());
+    waiting.pop_front();
     // The entry stays: the same name comes back next step (swept in on_locally_ready).
-    if (decision.error.empty()) {
-      contributions_ = std::move(decision.contributions);
-      return unit;
-    }
-    for (auto& c : unit.collectives) {
-      for (auto& s : c.ranks) complete(s, GRADSYNC_ERR_MISMATCH, decision.error);
-    }
-  }
-  return std::nullopt;
-}
-
-AllreduceAlgorithm NodeJob::choose(const ReadyCollective& collective) const {
-  if (auto forced = parse_algorithm(agreed_.algorithm)) return *forced;
-  return choose_allreduce(negotiator_->agreed_link(), links_.nodes(), collective.bytes());
-}
-
-std::optional<std::string> NodeJob::execute(ReadyUnit& unit) {
-  for (auto& collective : unit.collectives) {
-    // Every node runs the same collectives in the same order: each gets the next sequence
-    // number, which keeps its messages apart from its neighbours'.
-    NodeStep step{links_, scratch_, static_cast<uint32_t>(next_sequence_++), layout().world_size};
-    NodeResult error;
-    if (!contributions_.empty()) {
-      error = reduce_contributions(collective);
-      contributions_.clear();
+    if (!decision.error.empty()) {
+      complete_unit(unit, GRADSYNC_ERR_MISMATCH, decision.error);
+    } else if (const auto contributions = cycle.contributions_of(decision);
+               !contributions.empty()) {
+      const NodeResult bad = reduce_contributions(unit.collectives.front(), contributions);
+      complete_unit(unit, bad ? GRADSYNC_ERR_PROTOCOL : GRADSYNC_OK, bad.value_or(""));
+      if (!error) error = bad;
     } else {
-      switch (collective.first().collective) {
-        case ipc::Collective::kAllreduce: {
-          const AllreduceAlgorithm algorithm = choose(collective);
-          metrics_.internode_allreduce(algorithm_name(algorithm));
-          log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}",
-                      links_.job_name(), collective.first().name, collective.bytes(), step.sequence,
-                      algorithm_name(algorithm));
-          error = algorithm == AllreduceAlgorithm::kRing
-                      ? node_ring_allreduce(step, collective)
-                      : node_halving_doubling_allreduce(step, collective);
-          break;
-        }
-        case ipc::Collective::kBroadcast:
-          error = node_broadcast(step, collective);
-          break;
-        case ipc::Collective::kAllgather:
-          error = node_allgather(step, collective);
-          break;
-        case ipc::Collective::kBarrier:
-          break;  // agreement among the nodes is the barrier
-      }
-    }
-    if (error) {
-      for (auto& c : unit.collectives) {
-        for (auto& s : c.ranks) complete(s, GRADSYNC_ERR_PEER_FAILED, *error);
-      }
-      return error;
+      networked.push_back(std::move(unit));
     }
   }
-  for (auto& c : unit.collectives) {
-    for (auto& s : c.ranks) complete(s, GRADSYNC_OK);
+  // Then the rest in the agreed order, except that the small allreduces of one dtype and op
+  // run together, fused, where the first of them would have run. Everything this looks at was
+  // agreed on (the decisions and their signatures), so every node runs the same batches in the
+  // same order. After an error nothing more of the cycle can run: the job fails.
+  const uint64_t cutoff = fusion_cutoff_bytes(cycle.link, links_.nodes());
+  std::vector<bool> done(networked.size(), false);
+  std::vector<size_t> batch;
+  for (size_t u = 0; u < networked.size(); ++u) {
+    if (done[u]) continue;
+    batch.assign(1, u);
+    if (!error && fusible(networked[u], cutoff)) {
+      const Submission& lead = networked[u].collectives.front().first();
+      uint64_t bytes = networked[u].bytes();
+      for (size_t v = u + 1; v < networked.size(); ++v) {
+        const Submission& other = networked[v].collectives.front().first();
+        if (done[v] || !fusible(networked[v], cutoff) || other.dtype != lead.dtype ||
+            other.op != lead.op || bytes + networked[v].bytes() > agreed_.fusion_threshold_bytes) {
+          continue;
+        }
+        bytes += networked[v].bytes();
+        batch.push_back(v);
+      }
+    }
+    if (!error) {
+      error = batch.size() > 1 ? execute_fused(networked, batch, cycle.link)
+                               : execute(networked[u], cycle.link);
+    }
+    for (const size_t b : batch) {
+      done[b] = true;
+      complete_unit(networked[b], error ? GRADSYNC_ERR_PEER_FAILED : GRADSYNC_OK,
+                    error.value_or(""));
+    }
+  }
+  return error;
+}
+
+bool NodeJob::fusible(const ReadyUnit& unit, uint64_t cutoff) const {
+  const Submission& lead = unit.collectives.front().first();
+  return unit.bytes() < cutoff && unit.bytes() <= agreed_.fusion_threshold_bytes &&
+         std::all_of(unit.collectives.begin(), unit.collectives.end(),
+                     [&lead](const ReadyCollective& c) {
+                       return c.first().collective == ipc::Collective::kAllreduce &&
+                              c.first().dtype == lead.dtype && c.first().op == lead.op;
+                     });
+}
+
+NodeStep NodeJob::next_step() {
+  // Every node runs the same collectives in the same order: each gets the next sequence
+  // number, which keeps its messages apart from its neighbours'.
+  return NodeStep{links_, scratch_, static_cast<uint32_t>(next_sequence_++), layout().world_size};
+}
+
+NodeResult NodeJob::allreduce(const AllreduceOperand& operand, const LinkFigures& link) {
+  const uint64_t bytes = operand.count() * operand.element_bytes();
+  const auto forced = parse_algorithm(agreed_.algorithm);
+  const AllreduceAlgorithm algorithm =
+      forced ? *forced : choose_allreduce(link, links_.nodes(), bytes);
+  metrics_.internode_allreduce(algorithm_name(algorithm));
+  NodeStep step = next_step();
+  log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}", links_.job_name(),
+              operand.name(), bytes, step.sequence, algorithm_name(algorithm));
+  return algorithm == AllreduceAlgorithm::kRing ? node_ring_allreduce(step, operand)
+                                                : node_halving_doubling_allreduce(step, operand);
+}
+
+NodeResult NodeJob::execute(const ReadyUnit& unit, const LinkFigures& link) {
+  for (const auto& collective : unit.collectives) {
+    NodeResult error;
+    switch (collective.first().collective) {
+      case ipc::Collective::kAllreduce:
+        error = allreduce(AllreduceOperand(collective), link);
+        break;
+      case ipc::Collective::kBroadcast: {
+        NodeStep step = next_step();
+        error = node_broadcast(step, collective);
+        break;
+      }
+      case ipc::Collective::kAllgather: {
+        NodeStep step = next_step();
+        error = node_allgather(step, collective);
+        break;
+      }
+      case ipc::Collective::kBarrier:
+        break;  // agreement among the nodes is the barrier
+    }
+    if (error) return error;
   }
   return std::nullopt;
 }
 
-NodeResult NodeJob::reduce_contributions(const ReadyCollective& collective) {
+NodeResult NodeJob::execute_fused(const std::vector<ReadyUnit>& units,
+                                  const std::vector<size_t>& batch, const LinkFigures& link) {
+  std::vector<const ReadyCollective*> fused;
+  uint64_t bytes = 0;
+  for (const size_t u : batch) {
+    for (const auto& collective : units[u].collectives) {
+      fused.push_back(&collective);
+      bytes += collective.bytes();
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  NodeResult error =
+      allreduce(AllreduceOperand(fused, scratch_.get(kFusionScratchSlot, bytes)), link);
+  metrics_.batch_executed(
+      bytes, fused.size(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  return error;
+}
+
+NodeResult NodeJob::reduce_contributions(const ReadyCollective& collective,
+                                         std::span<const std::span<const uint8_t>> contributions) {
   const Submission& lead = collective.first();
   std::vector<const void*> inputs;
-  for (const auto& contribution : contributions_) {
+  inputs.reserve(contributions.size());
+  for (const auto& contribution : contributions) {
     if (contribution.size() != collective.bytes()) {
       return fmt::format("job '{}': a node sent {} bytes for '{}', which has {}", links_.job_name(),
                          contribution.size(), lead.name, collective.bytes());
@@ -255,14 +342,15 @@ NodeResult NodeJob::reduce_contributions(const ReadyCollective& collective) {
   }
   // Every node adds the same contributions in the same (node) order: the same result
   // everywhere, to the bit.
-  uint8_t* result = collective.ranks.front().recv;
-  void* outputs[] = {result};
+  const AllreduceOperand operand(collective);
+  void* outputs[] = {operand.work()};
   kernels::reduce_to_all(lead.dtype, node_detail::network_op(lead.op), inputs.data(), inputs.size(),
                          outputs, 1, lead.count, false);
   if (lead.op == GRADSYNC_AVG) {
-    kernels::divide(lead.dtype, result, lead.count, static_cast<uint64_t>(layout().world_size));
+    kernels::divide(lead.dtype, operand.work(), lead.count,
+                    static_cast<uint64_t>(layout().world_size));
   }
-  node_detail::copy_to_other_ranks(collective, result, 0, lead.count);
+  operand.deliver(0, lead.count);
   return std::nullopt;
 }
 
@@ -274,11 +362,7 @@ void NodeJob::broadcast_abort(const std::string& reason) {
 
 void NodeJob::fail_waiting(gradsync_result status, const std::string& message) {
   for (auto& [key, units] : units_) {
-    for (auto& unit : units) {
-      for (auto& c : unit.collectives) {
-        for (auto& s : c.ranks) complete(s, status, message);
-      }
-    }
+    for (auto& unit : units) complete_unit(unit, status, message);
   }
   units_.clear();
   unproposed_.clear();

@@ -23,18 +23,21 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
-#include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace gradsync::daemon {
 
+// Node 0's cache capacity, algorithm and fusion threshold hold for the whole job.
 struct NodeJobSettings {
   std::chrono::seconds peer_timeout{60};
-  uint32_t cache_capacity = 1024;  // node 0's value holds for the job
-  std::string algorithm = "auto";  // "auto", "ring" or "rhd"; node 0's holds for the job
+  uint32_t cache_capacity = 1024;
+  std::string algorithm = "auto";  // "auto", "ring" or "rhd"
+  uint64_t fusion_threshold_bytes = 64ull << 20;
 };
 
 class NodeJob {
@@ -45,8 +48,8 @@ class NodeJob {
   const NodeLayout& layout() const { return links_.layout(); }
   bool has_peer(transport::PeerId peer) const { return links_.has_peer(peer); }
 
-  // Every local rank has connected: tell the other nodes.
-  void on_local_formed();
+  // Every local rank has connected (`ranks`: their job ranks, in words): tell the other nodes.
+  void on_local_formed(std::string ranks);
   // Once every node (this one included) has joined: measures the links and starts
   // negotiating. Does nothing before, or after it succeeded; an error if the measuring failed.
   std::optional<std::string> form();
@@ -60,11 +63,11 @@ class NodeJob {
   // A control message for this job from another node. Returns an error when the job cannot
   // go on (a peer broke the protocol, or the links could not be measured).
   std::optional<std::string> on_message(wire::NodeMessage::Reader message);
-  // The next unit in the agreed order, if it is ready here; mismatches fail on the spot.
-  std::optional<ReadyUnit> next_runnable();
-  // Runs it across the nodes and completes it on every local rank. Returns an error message
-  // when the job cannot go on (a peer failed or timed out); the unit's ranks got it already.
-  std::optional<std::string> execute(ReadyUnit& unit);
+  // Runs what the nodes have agreed on, in the agreed order, across the nodes, and completes
+  // it on every local rank; mismatches fail on the spot. `ran`: whether there was anything.
+  // Returns an error message when the job cannot go on (a peer failed or timed out); the
+  // ranks of what had been agreed on got it already.
+  std::optional<std::string> run_decided(bool& ran);
 
   // Tells every other node that the job failed here.
   void broadcast_abort(const std::string& reason);
@@ -76,9 +79,22 @@ class NodeJob {
 
  private:
   void on_joined(uint32_t node, wire::Joined::Reader joined);
-  AllreduceAlgorithm choose(const ReadyCollective& collective) const;
+  void report_negotiation();
+  // Runs one cycle's decisions, fusing consecutive small allreduces.
+  std::optional<std::string> run_cycle(const CycleDecisions& cycle);
+  // Whether `unit` may join a fused allreduce: allreduces of one dtype and op, smaller than
+  // `cutoff` (cost_model.h) and the fusion threshold.
+  bool fusible(const ReadyUnit& unit, uint64_t cutoff) const;
+  NodeStep next_step();
+  // `link`: the figures agreed in the cycle that decided it (the same on every node).
+  NodeResult allreduce(const AllreduceOperand& operand, const LinkFigures& link);
+  NodeResult execute(const ReadyUnit& unit, const LinkFigures& link);
+  // units[b] for each b in `batch`, as one allreduce.
+  NodeResult execute_fused(const std::vector<ReadyUnit>& units, const std::vector<size_t>& batch,
+                           const LinkFigures& link);
   // The allreduce from the contributions that came with the negotiation.
-  std::optional<std::string> reduce_contributions(const ReadyCollective& collective);
+  NodeResult reduce_contributions(const ReadyCollective& collective,
+                                  std::span<const std::span<const uint8_t>> contributions);
 
   NodeLinks links_;
   NodeJobSettings settings_;
@@ -87,6 +103,7 @@ class NodeJob {
   std::shared_ptr<spdlog::logger> log_;
   Scratch scratch_;
   bool local_formed_ = false;
+  std::string ranks_;  // this node's, in words
   std::vector<bool> joined_;  // by node
   NodeJobSettings agreed_;    // node 0's
   LinkFigures own_link_;
@@ -94,8 +111,7 @@ class NodeJob {
   std::vector<Proposal> unproposed_;  // ready before the job formed across nodes
   // Cycle messages that arrived before this node finished forming.
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> early_;
-  std::map<std::string, std::deque<ReadyUnit>> units_;  // by key, oldest first
-  std::vector<std::vector<uint8_t>> contributions_;     // of the unit next_runnable returned
+  std::unordered_map<std::string, std::deque<ReadyUnit>> units_;  // by key, oldest first
   uint64_t next_sequence_ = 0;
 };
 

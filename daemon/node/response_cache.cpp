@@ -16,7 +16,7 @@ const std::string* ResponseCache::key_of(uint32_t bit) const {
   return &slots_[bit].key;
 }
 
-uint32_t ResponseCache::put(const std::string& key, const std::string& signature,
+uint32_t ResponseCache::put(const std::string& key, const Signature& signature,
                             std::optional<std::string>* evicted) {
   if (evicted != nullptr) evicted->reset();
   if (const auto it = by_key_.find(key); it != by_key_.end()) {

@@ -8,6 +8,8 @@
 // least-recently-used by the agreed order.
 #pragma once
 
+#include "daemon/node/signature.h"
+
 #include <cstdint>
 #include <list>
 #include <optional>
@@ -27,7 +29,7 @@ class ResponseCache {
 
   struct Entry {
     uint32_t bit;
-    const std::string& signature;
+    const Signature& signature;
   };
   std::optional<Entry> find(const std::string& key) const;
   // The key holding `bit`, or null when the bit is free.
@@ -35,7 +37,7 @@ class ResponseCache {
 
   // Caches key with its signature (or refreshes it) and returns its bit. When full, evicts the
   // least recently used entry first; its key is returned in *evicted.
-  uint32_t put(const std::string& key, const std::string& signature,
+  uint32_t put(const std::string& key, const Signature& signature,
                std::optional<std::string>* evicted = nullptr);
   // Marks the entry of `bit` as just used.
   void touch(uint32_t bit);
@@ -47,7 +49,7 @@ class ResponseCache {
  private:
   struct Slot {
     std::string key;
-    std::string signature;
+    Signature signature;
     std::list<uint32_t>::iterator lru;  // position in lru_
     bool used = false;
   };

@@ -220,6 +220,31 @@ TEST(Cluster, HundredsOfSmallTensorsPerStep) {
   expect_all_succeed(ranks);
 }
 
+// Allreduces of every dtype and op in flight together: the nodes fuse the runs of one dtype and
+// op that a cycle decides, and cut them where either changes. Every result is checked, and node
+// 0's metrics must show fused batches (one rank per node: no local batches to confuse them).
+class FusionTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(FusionTest, RunsOfOneDtypeAndOpFuseAndStayRight) {
+  const Shape shape = GetParam();
+  LoopbackCluster cluster(shape.nodes, "", true);
+  auto ranks = cluster.spawn(
+      "mixed", std::vector<int>(static_cast<size_t>(shape.nodes), shape.ranks_per_node),
+      {"mixed"});
+  expect_all_succeed(ranks);
+  if (shape.ranks_per_node == 1) {
+    const std::string text = scrape(cluster.metrics_port());
+    EXPECT_GT(sample(text, "gradsync_fusion_batch_tensors_count"), 0) << text;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusionTest,
+                         ::testing::Values(Shape{2, 1}, Shape{3, 2}, Shape{4, 1}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.nodes) + "nodes_" +
+                                  std::to_string(info.param.ranks_per_node) + "ranks";
+                         });
+
 TEST(Cluster, MetricsShowTheMeasuredLinkTheCacheAndTheAlgorithms) {
   LoopbackCluster cluster(2, "", true);
   auto ranks = cluster.spawn("metrics", {1, 1}, {"steps", "10"});

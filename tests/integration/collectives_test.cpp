@@ -24,6 +24,11 @@ TEST_P(CollectivesTest, ManyTensorsInRandomPerRankOrder) {
   expect_all_succeed(ranks);
 }
 
+TEST_P(CollectivesTest, EveryDtypeAndOpInFlightTogether) {
+  auto ranks = spawn_ranks("mixed", GetParam(), {"mixed"});
+  expect_all_succeed(ranks);
+}
+
 TEST_P(CollectivesTest, GroupedSubmissionRunsAsOneUnit) {
   auto ranks = spawn_ranks("grouped", GetParam(), {"grouped"});
   expect_all_succeed(ranks);

@@ -131,6 +131,57 @@ int scenario_random_order(Communicator& comm) {
   return 0;
 }
 
+// Allreduces of every dtype and op, all in flight, in a different random order on every rank:
+// across nodes, runs of one dtype and op fuse, and every change of either cuts the run.
+int scenario_mixed(Communicator& comm) {
+  struct Tensor {
+    gradsync_dtype dtype;
+    gradsync_op op;
+    size_t count;
+    size_t offset;  // bytes, in both buffers
+  };
+  std::vector<Tensor> tensors;
+  size_t total = 0;
+  for (int copy = 0; copy < 3; ++copy) {
+    for (gradsync_dtype dtype : kDtypes) {
+      for (gradsync_op op : kOps) {
+        const size_t count = 1500 + (tensors.size() * 331) % 4500;
+        tensors.push_back({dtype, op, count, total});
+        total += (count * gradsync_dtype_size(dtype) + 63) / 64 * 64;
+      }
+    }
+  }
+  SharedBuffer in = comm.allocate(total);
+  SharedBuffer out = comm.allocate(total);
+  std::vector<size_t> order(tensors.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 order_rng(77 + static_cast<uint64_t>(g_rank));
+  for (int step = 0; step < 3; ++step) {
+    std::shuffle(order.begin(), order.end(), order_rng);
+    std::vector<gradsync_request> requests(tensors.size());
+    for (size_t i : order) {
+      const Tensor& t = tensors[i];
+      const uint64_t seed = static_cast<uint64_t>(step) * tensors.size() + i + 1;
+      uint8_t* send = in.as<uint8_t>() + t.offset;
+      uint8_t* recv = i % 2 == 0 ? send : out.as<uint8_t>() + t.offset;  // in place or not
+      reference::fill_input(send, t.count, t.dtype, g_rank, t.op, seed);
+      const std::string name = "mixed." + std::to_string(i);
+      requests[i] = comm.allreduce(name.c_str(), send, recv, t.count, t.dtype, t.op);
+    }
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const Tensor& t = tensors[i];
+      comm.wait(requests[i]);
+      const uint64_t seed = static_cast<uint64_t>(step) * tensors.size() + i + 1;
+      const uint8_t* recv = (i % 2 == 0 ? in.as<uint8_t>() : out.as<uint8_t>()) + t.offset;
+      const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, recv, t.count,
+                                                  t.dtype, t.op, g_ranks, 0, seed);
+      EXPECT_OR_FAIL(wrong == 0, "step %d tensor %zu (dtype %d op %d count %zu): %zu wrong", step,
+                     i, t.dtype, t.op, t.count, wrong);
+    }
+  }
+  return 0;
+}
+
 // A group of tensors negotiated and run as one unit, between ungrouped collectives.
 int scenario_grouped(Communicator& comm) {
   constexpr size_t kMembers = 16;
@@ -319,6 +370,7 @@ int main(int argc, char** argv) {
     if (scenario == "collectives") return scenario_collectives(comm);
     if (scenario == "random_order") return scenario_random_order(comm);
     if (scenario == "grouped") return scenario_grouped(comm);
+    if (scenario == "mixed") return scenario_mixed(comm);
     if (scenario == "mismatch") return scenario_mismatch(comm);
     if (scenario == "cluster") return scenario_cluster(comm);
     if (scenario == "steps") {

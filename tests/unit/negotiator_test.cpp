@@ -20,7 +20,7 @@ class Network {
   Network(uint32_t nodes, uint32_t capacity, uint64_t seed) : random_(seed) {
     for (uint32_t n = 0; n < nodes; ++n) {
       negotiators_.push_back(std::make_unique<Negotiator>(
-          "job", nodes, n, capacity, LinkFigures{1e-5 * (n + 1), 1e-9, 1e-10},
+          "job", nodes, n, "ranks " + std::to_string(n), capacity, LinkFigures{1e-5 * (n + 1), 1e-9, 1e-10},
           [this, n](uint32_t to, capnp::MessageBuilder& message) {
             queues_[{n, to}].push_back(ipc::encode(message));
             if (message.getRoot<wire::NodeMessage>().isResponse()) ++responses_;
@@ -51,12 +51,25 @@ class Network {
     }
   }
 
+  // What each node decided since the last call, cycle by cycle.
+  std::vector<std::vector<CycleDecisions>> take_cycles() {
+    std::vector<std::vector<CycleDecisions>> all;
+    for (auto& n : negotiators_) {
+      all.emplace_back(std::make_move_iterator(n->decided().begin()),
+                       std::make_move_iterator(n->decided().end()));
+      n->decided().clear();
+    }
+    return all;
+  }
+
   // What each node decided since the last call.
   std::vector<std::vector<Decision>> take_decisions() {
     std::vector<std::vector<Decision>> all;
-    for (auto& n : negotiators_) {
-      all.emplace_back(n->decided().begin(), n->decided().end());
-      n->decided().clear();
+    for (auto& cycles : take_cycles()) {
+      auto& decisions = all.emplace_back();
+      for (auto& cycle : cycles) {
+        decisions.insert(decisions.end(), cycle.decisions.begin(), cycle.decisions.end());
+      }
     }
     return all;
   }
@@ -71,8 +84,8 @@ class Network {
 Proposal allreduce(const std::string& name, uint64_t count) {
   Proposal p;
   p.key = name;
-  p.collective = ipc::Collective::kAllreduce;
-  p.count = count;
+  p.signature.collective = ipc::Collective::kAllreduce;
+  p.signature.count = count;
   return p;
 }
 
@@ -147,7 +160,7 @@ TEST_P(NegotiatorTest, AChangedSizeIsRenegotiatedEverywhere) {
   EXPECT_EQ(decided.size(), names.size());
   for (const auto& d : decided) EXPECT_EQ(d.error, "") << d.key;
   EXPECT_EQ(net.node(0).counters().cache_misses, misses + names.size());
-  EXPECT_EQ(net.node(0).cache().find("grad.0")->signature, allreduce("grad.0", 200).signature());
+  EXPECT_EQ(net.node(0).cache().find("grad.0")->signature, allreduce("grad.0", 200).signature);
 }
 
 TEST_P(NegotiatorTest, AMismatchFailsOnEveryNodeNamingTheNodes) {
@@ -160,7 +173,9 @@ TEST_P(NegotiatorTest, AMismatchFailsOnEveryNodeNamingTheNodes) {
     ASSERT_EQ(decisions[n].size(), 1u);
     EXPECT_NE(decisions[n][0].error.find("tensor 'w'"), std::string::npos);
     EXPECT_NE(
-        decisions[n][0].error.find("node " + std::to_string(last) + " has allreduce, count 7"),
+        decisions[n][0].error.find("node " + std::to_string(last) +
+                                   " has allreduce, count 7, float32, sum (ranks " +
+                                   std::to_string(last) + ")"),
         std::string::npos)
         << decisions[n][0].error;
   }
@@ -213,33 +228,35 @@ TEST_P(NegotiatorTest, ANodeAStepAheadHasItsInstancesDecidedInOrder) {
 INSTANTIATE_TEST_SUITE_P(Nodes, NegotiatorTest, ::testing::Values(2u, 3u, 5u),
                          [](const auto& info) { return std::to_string(info.param) + "nodes"; });
 
+Signature sized(uint64_t count) { return allreduce("", count).signature; }
+
 TEST(ResponseCache, ReusesTheLowestFreeBitAndEvictsTheLeastRecentlyUsed) {
   ResponseCache cache(3);
-  EXPECT_EQ(cache.put("a", "sa"), 0u);
-  EXPECT_EQ(cache.put("b", "sb"), 1u);
-  EXPECT_EQ(cache.put("c", "sc"), 2u);
+  EXPECT_EQ(cache.put("a", sized(1)), 0u);
+  EXPECT_EQ(cache.put("b", sized(2)), 1u);
+  EXPECT_EQ(cache.put("c", sized(3)), 2u);
   cache.touch(0);  // b is now the least recently used
   std::optional<std::string> evicted;
-  EXPECT_EQ(cache.put("d", "sd", &evicted), 1u);
+  EXPECT_EQ(cache.put("d", sized(4), &evicted), 1u);
   EXPECT_EQ(evicted, "b");
   EXPECT_FALSE(cache.find("b"));
   EXPECT_EQ(cache.find("d")->bit, 1u);
   cache.erase(2);
   EXPECT_EQ(cache.bit_span(), 2u);
-  EXPECT_EQ(cache.put("e", "se"), 2u);
-  EXPECT_EQ(cache.put("a", "sa2"), 0u);  // refresh keeps the bit, takes the new signature
-  EXPECT_EQ(cache.find("a")->signature, "sa2");
+  EXPECT_EQ(cache.put("e", sized(5)), 2u);
+  EXPECT_EQ(cache.put("a", sized(6)), 0u);  // refresh keeps the bit, takes the new signature
+  EXPECT_EQ(cache.find("a")->signature, sized(6));
 }
 
 TEST(ResponseCache, DisabledCacheRefusesEntries) {
   ResponseCache cache(0);
-  EXPECT_THROW(cache.put("a", "s"), std::logic_error);
+  EXPECT_THROW(cache.put("a", sized(1)), std::logic_error);
   EXPECT_FALSE(cache.find("a"));
 }
 
 TEST(Negotiator, RejectsMessagesNoCorrectPeerSends) {
   auto ignore = [](uint32_t, capnp::MessageBuilder&) {};
-  Negotiator coordinator("job", 2, 0, 16, {}, ignore);
+  Negotiator coordinator("job", 2, 0, "ranks 0", 16, {}, ignore);
   capnp::MallocMessageBuilder message;
   auto cycle = message.initRoot<wire::NodeMessage>().initCycle();
   cycle.setNumber(5);  // this node is at cycle 0
@@ -253,7 +270,7 @@ TEST(Negotiator, RejectsMessagesNoCorrectPeerSends) {
   EXPECT_THROW(coordinator.on_response(1, response.asReader()), std::invalid_argument);
 
   // A coordinator's decision on a name this node never reported.
-  Negotiator node1("job", 2, 1, 16, {}, ignore);
+  Negotiator node1("job", 2, 1, "ranks 1", 16, {}, ignore);
   node1.propose(allreduce("x", 1));  // starts cycle 1, reporting x
   cycle.setNumber(1);
   node1.on_cycle(0, cycle.asReader());

@@ -1,0 +1,85 @@
+#include "daemon/collectives/allreduce_operand.h"
+
+#include "kernels/reduce.h"
+
+#include <algorithm>
+#include <array>
+
+namespace gradsync::daemon {
+
+AllreduceOperand::AllreduceOperand(const ReadyCollective& collective, uint8_t* work)
+    : members_{{&collective, 0}},
+      dtype_(collective.first().dtype),
+      op_(collective.first().op),
+      element_bytes_(ipc::dtype_bytes(dtype_)),
+      count_(collective.first().count),
+      work_(work != nullptr ? work : collective.ranks.front().recv) {}
+
+AllreduceOperand::AllreduceOperand(const std::vector<const ReadyCollective*>& fused,
+                                   uint8_t* buffer)
+    : dtype_(fused.front()->first().dtype),
+      op_(fused.front()->first().op),
+      element_bytes_(ipc::dtype_bytes(dtype_)),
+      work_(buffer) {
+  members_.reserve(fused.size());
+  for (const ReadyCollective* collective : fused) {
+    members_.push_back({collective, count_});
+    count_ += collective->first().count;
+  }
+}
+
+const std::string& AllreduceOperand::name() const { return members_.front().collective->first().name; }
+
+template <typename Fn>
+void AllreduceOperand::for_each_overlap(uint64_t begin, uint64_t end, Fn&& fn) const {
+  // The first member that ends after `begin`.
+  auto it = std::upper_bound(members_.begin(), members_.end(), begin,
+                             [](uint64_t at, const Member& m) { return at < m.begin; });
+  if (it != members_.begin()) --it;
+  for (; it != members_.end() && it->begin < end; ++it) {
+    const uint64_t member_end = it->begin + it->collective->first().count;
+    const uint64_t from = std::max(begin, it->begin);
+    const uint64_t to = std::min(end, member_end);
+    if (from < to) fn(*it->collective, from - it->begin, from, to - from);
+  }
+}
+
+void AllreduceOperand::reduce_into(gradsync_op op, uint64_t begin, uint64_t end,
+                                   const uint8_t* extra) const {
+  for_each_overlap(begin, end, [&](const ReadyCollective& c, uint64_t first, uint64_t at,
+                                   uint64_t elements) {
+    std::array<const void*, ipc::kMaxLocalRanks + 1> inputs{};
+    size_t n = 0;
+    for (const auto& s : c.ranks) inputs[n++] = s.send + first * element_bytes_;
+    if (extra != nullptr) inputs[n++] = extra + (at - begin) * element_bytes_;
+    void* output = work_ + at * element_bytes_;
+    if (n == 1 && inputs[0] == output) return;  // one rank, in place: already there
+    kernels::reduce_to_all(dtype_, op, inputs.data(), n, &output, 1, elements, false);
+  });
+}
+
+void AllreduceOperand::deliver(uint64_t begin, uint64_t end) const {
+  for_each_overlap(begin, end, [&](const ReadyCollective& c, uint64_t first, uint64_t at,
+                                   uint64_t elements) {
+    const uint8_t* from = work_ + at * element_bytes_;
+    const uint64_t bytes = elements * element_bytes_;
+    const bool streaming = bytes >= kernels::kStreamingMinBytes;
+    for (const auto& s : c.ranks) {
+      uint8_t* to = s.recv + first * element_bytes_;
+      if (to != from) kernels::copy(to, from, bytes, streaming);
+    }
+  });
+}
+
+std::vector<std::shared_ptr<const void>> AllreduceOperand::memory() const {
+  std::vector<std::shared_ptr<const void>> memory;
+  for (const Member& m : members_) {
+    for (const auto& s : m.collective->ranks) {
+      memory.push_back(s.send_buffer);
+      memory.push_back(s.recv_buffer);
+    }
+  }
+  return memory;
+}
+
+}  // namespace gradsync::daemon
