@@ -35,6 +35,17 @@ TEST(CostModel, ChoosesHalvingDoublingForSmallAndRingForLargeTensors) {
   EXPECT_EQ(choose_allreduce(LinkFigures{}, 8, 1024), AllreduceAlgorithm::kRing);
 }
 
+TEST(CostModel, FusesTensorsWhoseMessagesCostMoreThanTheirCopies) {
+  // Two nodes: an allreduce of its own costs 2 alpha in messages; fused, a tensor costs a copy
+  // in and a copy out, 2 gamma per byte.
+  const double expected = 2 * kLink.alpha_seconds / (2 * kLink.gamma_seconds_per_byte);
+  EXPECT_NEAR(static_cast<double>(fusion_cutoff_bytes(kLink, 2)), expected, 1.0);
+  // More nodes, more messages per allreduce (6 alpha with halving-doubling on 8): more to save.
+  EXPECT_NEAR(static_cast<double>(fusion_cutoff_bytes(kLink, 8)), 3 * expected, 3.0);
+  // Nothing measured: fuse everything (the fusion threshold still bounds a batch).
+  EXPECT_EQ(fusion_cutoff_bytes(LinkFigures{}, 4), UINT64_MAX);
+}
+
 TEST(CostModel, ParsesAlgorithmNames) {
   EXPECT_EQ(parse_algorithm("ring"), AllreduceAlgorithm::kRing);
   EXPECT_EQ(parse_algorithm("rhd"), AllreduceAlgorithm::kHalvingDoubling);

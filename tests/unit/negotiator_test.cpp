@@ -225,6 +225,37 @@ TEST_P(NegotiatorTest, ANodeAStepAheadHasItsInstancesDecidedInOrder) {
   for (const auto& d : second) EXPECT_EQ(keys(d), std::vector<std::string>{"a"});
 }
 
+TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrder) {
+  std::mt19937_64 random(GetParam());
+  Network net(GetParam(), 1024, GetParam());
+  const auto names = tensor_names(6);
+  run_step(net, names, random);  // through the coordinator: no data rides along yet
+  for (const auto& name : names) {
+    for (uint32_t n = 0; n < net.nodes(); ++n) {
+      Proposal p = allreduce(name, 100);
+      p.eager.assign(3, static_cast<uint8_t>(n + 1));  // this node's part: its number, +1
+      net.node(n).propose(std::move(p));
+    }
+  }
+  net.deliver_all();
+  const auto cycles = net.take_cycles();
+  for (uint32_t n = 0; n < net.nodes(); ++n) {
+    size_t decided = 0;
+    for (const CycleDecisions& cycle : cycles[n]) {
+      for (const Decision& d : cycle.decisions) {
+        ++decided;
+        const auto contributions = cycle.contributions_of(d);
+        ASSERT_EQ(contributions.size(), net.nodes()) << d.key;
+        for (uint32_t from = 0; from < net.nodes(); ++from) {
+          EXPECT_EQ(std::vector<uint8_t>(contributions[from].begin(), contributions[from].end()),
+                    std::vector<uint8_t>(3, static_cast<uint8_t>(from + 1)));
+        }
+      }
+    }
+    EXPECT_EQ(decided, names.size());
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Nodes, NegotiatorTest, ::testing::Values(2u, 3u, 5u),
                          [](const auto& info) { return std::to_string(info.param) + "nodes"; });
 
