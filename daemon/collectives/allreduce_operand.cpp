@@ -8,7 +8,7 @@
 namespace gradsync::daemon {
 
 AllreduceOperand::AllreduceOperand(const ReadyCollective& collective, uint8_t* work)
-    : members_{{&collective, 0}},
+    : single_{&collective, 0},
       dtype_(collective.first().dtype),
       op_(collective.first().op),
       element_bytes_(ipc::dtype_bytes(dtype_)),
@@ -21,22 +21,29 @@ AllreduceOperand::AllreduceOperand(const std::vector<const ReadyCollective*>& fu
       op_(fused.front()->first().op),
       element_bytes_(ipc::dtype_bytes(dtype_)),
       work_(buffer) {
-  members_.reserve(fused.size());
+  fused_.reserve(fused.size());
   for (const ReadyCollective* collective : fused) {
-    members_.push_back({collective, count_});
+    fused_.push_back({collective, count_});
     count_ += collective->first().count;
   }
 }
 
-const std::string& AllreduceOperand::name() const { return members_.front().collective->first().name; }
+std::span<const AllreduceOperand::Member> AllreduceOperand::members() const {
+  return fused_.empty() ? std::span(&single_, 1) : std::span(fused_);
+}
+
+const std::string& AllreduceOperand::name() const {
+  return members().front().collective->first().name;
+}
 
 template <typename Fn>
 void AllreduceOperand::for_each_overlap(uint64_t begin, uint64_t end, Fn&& fn) const {
-  // The first member that ends after `begin`.
-  auto it = std::upper_bound(members_.begin(), members_.end(), begin,
+  const std::span<const Member> all = members();
+  // The last member that starts at or before `begin`.
+  auto it = std::upper_bound(all.begin(), all.end(), begin,
                              [](uint64_t at, const Member& m) { return at < m.begin; });
-  if (it != members_.begin()) --it;
-  for (; it != members_.end() && it->begin < end; ++it) {
+  if (it != all.begin()) --it;
+  for (; it != all.end() && it->begin < end; ++it) {
     const uint64_t member_end = it->begin + it->collective->first().count;
     const uint64_t from = std::max(begin, it->begin);
     const uint64_t to = std::min(end, member_end);
@@ -73,7 +80,7 @@ void AllreduceOperand::deliver(uint64_t begin, uint64_t end) const {
 
 std::vector<std::shared_ptr<const void>> AllreduceOperand::memory() const {
   std::vector<std::shared_ptr<const void>> memory;
-  for (const Member& m : members_) {
+  for (const Member& m : members()) {
     for (const auto& s : m.collective->ranks) {
       memory.push_back(s.send_buffer);
       memory.push_back(s.recv_buffer);

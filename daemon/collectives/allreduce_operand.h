@@ -12,6 +12,7 @@
 #include <gradsync/gradsync.h>
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,10 @@ class AllreduceOperand {
   template <typename Fn>
   void for_each_overlap(uint64_t begin, uint64_t end, Fn&& fn) const;
 
-  std::vector<Member> members_;
+  std::span<const Member> members() const;
+
+  Member single_{};              // one collective: no allocation on the per-tensor path
+  std::vector<Member> fused_;  // several
   gradsync_dtype dtype_;
   gradsync_op op_;
   size_t element_bytes_;

@@ -331,15 +331,16 @@ NodeResult NodeJob::execute_fused(const std::vector<ReadyUnit>& units,
 NodeResult NodeJob::reduce_contributions(const ReadyCollective& collective,
                                          std::span<const std::span<const uint8_t>> contributions) {
   const Submission& lead = collective.first();
-  std::vector<const void*> inputs;
-  inputs.reserve(contributions.size());
   for (const auto& contribution : contributions) {
     if (contribution.size() != collective.bytes()) {
       return fmt::format("job '{}': a node sent {} bytes for '{}', which has {}", links_.job_name(),
                          contribution.size(), lead.name, collective.bytes());
     }
-    inputs.push_back(contribution.data());
   }
+  // Gathered in a buffer kept between calls: this runs for every small tensor of a step.
+  contribution_inputs_.clear();
+  for (const auto& contribution : contributions) contribution_inputs_.push_back(contribution.data());
+  const std::vector<const void*>& inputs = contribution_inputs_;
   // Every node adds the same contributions in the same (node) order: the same result
   // everywhere, to the bit.
   const AllreduceOperand operand(collective);

@@ -113,6 +113,7 @@ class NodeJob {
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> early_;
   std::unordered_map<std::string, std::deque<ReadyUnit>> units_;  // by key, oldest first
   uint64_t next_sequence_ = 0;
+  std::vector<const void*> contribution_inputs_;  // reduce_contributions' scratch
 };
 
 }  // namespace gradsync::daemon
