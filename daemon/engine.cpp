@@ -26,6 +26,8 @@ constexpr uint64_t kWakeTag = 0;
 constexpr uint64_t kMeshTag = UINT64_MAX;
 // Bound on control messages kept for jobs with no local rank yet.
 constexpr size_t kMaxEarlyMessages = 65536;
+// How long the engine sleeps at most while collectives across nodes are in flight.
+constexpr auto kNetworkPollInterval = std::chrono::milliseconds(1);
 
 metrics::CollectiveKind kind_of(ipc::Collective c) {
   return static_cast<metrics::CollectiveKind>(c);
@@ -288,8 +290,9 @@ void Engine::handle_node_message(const std::vector<uint8_t>& payload, uint64_t t
     if (message.isAbort()) {
       // What every node agreed to run before the sender failed (its cycles came first, on the
       // same connection) still runs: a peer that finished the job and left has done its part.
+      // The job fails once that is done (run_agreed).
+      job->second->network()->abort_after_agreed(message.getAbort());
       run_agreed(*job->second);
-      fail_job(*job->second, GRADSYNC_ERR_PEER_FAILED, message.getAbort(), false);
       return;
     }
     if (auto error = job->second->network()->on_message(message)) {
@@ -303,9 +306,13 @@ void Engine::handle_node_message(const std::vector<uint8_t>& payload, uint64_t t
 }
 
 bool Engine::run_agreed(Job& job) {
+  if (job.failure()) return false;
   bool ran = false;
   if (auto error = job.network()->run_decided(ran)) {
     fail_job(job, GRADSYNC_ERR_PEER_FAILED, *error, true);
+  } else if (auto reason = job.network()->abort_due()) {
+    fail_job(job, GRADSYNC_ERR_PEER_FAILED, *reason, false);
+    ran = true;
   }
   return ran;
 }
@@ -368,6 +375,14 @@ bool Engine::check_formation() {
 
 int Engine::sleep_timeout_ms() const {
   auto deadline = Clock::time_point::max();
+  for (const auto& [name, job] : jobs_) {
+    // Collectives across nodes in flight: wake now and then to check their peers' deadlines.
+    // (UCX's fd wakes us for what arrives; a silent peer sends nothing.)
+    if (job->network() != nullptr && job->network()->busy()) {
+      deadline = Clock::now() + kNetworkPollInterval;
+      break;
+    }
+  }
   for (const auto& [name, job] : jobs_) {
     if (!job->formed() && !job->failure()) deadline = std::min(deadline, job->formation_deadline());
   }

@@ -53,29 +53,29 @@ void AllreduceOperand::for_each_overlap(uint64_t begin, uint64_t end, Fn&& fn) c
 
 void AllreduceOperand::reduce_into(gradsync_op op, uint64_t begin, uint64_t end,
                                    const uint8_t* extra) const {
-  for_each_overlap(begin, end, [&](const ReadyCollective& c, uint64_t first, uint64_t at,
-                                   uint64_t elements) {
-    std::array<const void*, ipc::kMaxLocalRanks + 1> inputs{};
-    size_t n = 0;
-    for (const auto& s : c.ranks) inputs[n++] = s.send + first * element_bytes_;
-    if (extra != nullptr) inputs[n++] = extra + (at - begin) * element_bytes_;
-    void* output = work_ + at * element_bytes_;
-    if (n == 1 && inputs[0] == output) return;  // one rank, in place: already there
-    kernels::reduce_to_all(dtype_, op, inputs.data(), n, &output, 1, elements, false);
-  });
+  for_each_overlap(
+      begin, end, [&](const ReadyCollective& c, uint64_t first, uint64_t at, uint64_t elements) {
+        std::array<const void*, ipc::kMaxLocalRanks + 1> inputs{};
+        size_t n = 0;
+        for (const auto& s : c.ranks) inputs[n++] = s.send + first * element_bytes_;
+        if (extra != nullptr) inputs[n++] = extra + (at - begin) * element_bytes_;
+        void* output = work_ + at * element_bytes_;
+        if (n == 1 && inputs[0] == output) return;  // one rank, in place: already there
+        kernels::reduce_to_all(dtype_, op, inputs.data(), n, &output, 1, elements, false);
+      });
 }
 
 void AllreduceOperand::deliver(uint64_t begin, uint64_t end) const {
-  for_each_overlap(begin, end, [&](const ReadyCollective& c, uint64_t first, uint64_t at,
-                                   uint64_t elements) {
-    const uint8_t* from = work_ + at * element_bytes_;
-    const uint64_t bytes = elements * element_bytes_;
-    const bool streaming = bytes >= kernels::kStreamingMinBytes;
-    for (const auto& s : c.ranks) {
-      uint8_t* to = s.recv + first * element_bytes_;
-      if (to != from) kernels::copy(to, from, bytes, streaming);
-    }
-  });
+  for_each_overlap(begin, end,
+                   [&](const ReadyCollective& c, uint64_t first, uint64_t at, uint64_t elements) {
+                     const uint8_t* from = work_ + at * element_bytes_;
+                     const uint64_t bytes = elements * element_bytes_;
+                     const bool streaming = bytes >= kernels::kStreamingMinBytes;
+                     for (const auto& s : c.ranks) {
+                       uint8_t* to = s.recv + first * element_bytes_;
+                       if (to != from) kernels::copy(to, from, bytes, streaming);
+                     }
+                   });
 }
 
 std::vector<std::shared_ptr<const void>> AllreduceOperand::memory() const {

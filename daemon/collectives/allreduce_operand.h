@@ -53,7 +53,7 @@ class AllreduceOperand {
 
   std::span<const Member> members() const;
 
-  Member single_{};              // one collective: no allocation on the per-tensor path
+  Member single_{};            // one collective: no allocation on the per-tensor path
   std::vector<Member> fused_;  // several
   gradsync_dtype dtype_;
   gradsync_op op_;

@@ -8,7 +8,7 @@
 
 namespace gradsync::daemon {
 
-NodeResult node_allgather(NodeStep& step, const ReadyCollective& collective) {
+NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective) {
   NodeLinks& links = step.links;
   const Submission& lead = collective.first();
   const uint64_t block = lead.send_bytes();
@@ -33,7 +33,7 @@ NodeResult node_allgather(NodeStep& step, const ReadyCollective& collective) {
           links.send(node, links.tag(tags::kData, links.me(), step.sequence, slot), s.send, block));
     }
   }
-  if (auto error = flight.wait_all()) return error;
+  if (auto error = co_await flight.wait_all()) co_return error;
   const bool streaming = block * world >= kernels::kStreamingMinBytes;
   for (const auto& target : collective.ranks) {
     for (uint32_t slot = 0; slot < world; ++slot) {
@@ -43,7 +43,7 @@ NodeResult node_allgather(NodeStep& step, const ReadyCollective& collective) {
       if (destination != source) kernels::copy(destination, source, block, streaming);
     }
   }
-  return std::nullopt;
+  co_return std::nullopt;
 }
 
 }  // namespace gradsync::daemon

@@ -7,7 +7,7 @@
 
 namespace gradsync::daemon {
 
-NodeResult node_broadcast(NodeStep& step, const ReadyCollective& collective) {
+NodeTask node_broadcast(NodeStep& step, const ReadyCollective& collective) {
   NodeLinks& links = step.links;
   const Submission& lead = collective.first();
   const uint64_t bytes = lead.send_bytes();
@@ -30,7 +30,7 @@ NodeResult node_broadcast(NodeStep& step, const ReadyCollective& collective) {
     // From whichever node holds the root.
     flight.add(
         links.receive(links.tag(tags::kData, 0, step.sequence, 0), std::nullopt, staging, bytes));
-    if (auto error = flight.wait_all()) return error;
+    if (auto error = co_await flight.wait_all()) co_return error;
     source = staging;
   }
   // The root's node copies to its other ranks while its sends are on the wire.
@@ -38,7 +38,7 @@ NodeResult node_broadcast(NodeStep& step, const ReadyCollective& collective) {
   for (const auto& s : collective.ranks) {
     if (s.recv != source) kernels::copy(s.recv, source, bytes, streaming);
   }
-  return flight.wait_all();
+  co_return co_await flight.wait_all();
 }
 
 }  // namespace gradsync::daemon

@@ -1,6 +1,8 @@
 // Collectives across node daemons, one algorithm per file. Each runs one ready collective of a
-// multi-node job: the local ranks' buffers on this node, the other nodes over NodeLinks, and
-// returns an error message when a peer fails (the caller then fails the job).
+// multi-node job: the local ranks' buffers on this node, the other nodes over NodeLinks. Each
+// is a NodeTask (node_task.h) that the engine resumes as the network moves, and that ends with
+// an error message when a peer fails (the caller then fails the job). The task refers to its
+// arguments until it ends: the caller keeps them in place.
 //
 // Allreduces run on an AllreduceOperand: one collective in place, or several fused.
 #pragma once
@@ -8,6 +10,7 @@
 #include "daemon/collectives/allreduce_operand.h"
 #include "daemon/job.h"
 #include "daemon/node/links.h"
+#include "daemon/node/node_task.h"
 
 #include <memory>
 #include <optional>
@@ -24,15 +27,13 @@ struct NodeStep {
   int32_t world_size;
 };
 
-using NodeResult = std::optional<std::string>;  // an error, or nothing
-
 // The algorithms use scratch slots 0 and 1; a fused allreduce's buffer is this one.
 inline constexpr size_t kFusionScratchSlot = 2;
 
-NodeResult node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand);
-NodeResult node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand& operand);
-NodeResult node_broadcast(NodeStep& step, const ReadyCollective& collective);
-NodeResult node_allgather(NodeStep& step, const ReadyCollective& collective);
+NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand);
+NodeTask node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand& operand);
+NodeTask node_broadcast(NodeStep& step, const ReadyCollective& collective);
+NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective);
 
 // Shared by the algorithms.
 namespace node_detail {

@@ -15,7 +15,7 @@
 
 namespace gradsync::daemon {
 
-NodeResult node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand& operand) {
+NodeTask node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand& operand) {
   NodeLinks& links = step.links;
   const uint32_t n = links.nodes();
   const uint32_t me = links.me();
@@ -35,21 +35,20 @@ NodeResult node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperan
   const uint32_t fold_back = 2 * levels + 1;
 
   operand.reduce_into(op, 0, count, nullptr);
-  Flight flight(links, &step.scratch, operand.memory(),
-                "running a halving-doubling allreduce");
+  Flight flight(links, &step.scratch, operand.memory(), "running a halving-doubling allreduce");
   const uint64_t all_bytes = count * element;
   if (me < 2 * extra && me % 2 == 0) {
     // Sits out: hand the data to the odd partner, get the result back.
     flight.add(links.send(me + 1, tag(me, 0), work, all_bytes));
     flight.add(links.receive(tag(me + 1, fold_back), me + 1, work, all_bytes));
-    if (auto error = flight.wait_all()) return error;
+    if (auto error = co_await flight.wait_all()) co_return error;
     operand.deliver(0, count);
-    return std::nullopt;
+    co_return std::nullopt;
   }
   uint8_t* incoming = step.scratch.get(0, std::max<uint64_t>(all_bytes, 1));
   if (me < 2 * extra) {
     const size_t fold = flight.add(links.receive(tag(me - 1, 0), me - 1, incoming, all_bytes));
-    if (auto error = flight.wait(fold)) return error;
+    if (auto error = co_await flight.wait(fold)) co_return error;
     kernels::reduce_to_all(dtype, op, std::array<const void*, 2>{work, incoming}.data(), 2,
                            std::array<void*, 1>{work}.data(), 1, count, false);
   }
@@ -74,7 +73,7 @@ NodeResult node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperan
                                                     (keep_end - keep_begin) * element));
     flight.add(links.send(partner, tag(me, 1 + level), work + give_begin * element,
                           (give_end - give_begin) * element));
-    if (auto error = flight.wait(receive)) return error;
+    if (auto error = co_await flight.wait(receive)) co_return error;
     const void* inputs[] = {work + keep_begin * element, incoming};
     void* outputs[] = {work + keep_begin * element};
     kernels::reduce_to_all(dtype, op, inputs, 2, outputs, 1, keep_end - keep_begin, false);
@@ -100,13 +99,13 @@ NodeResult node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperan
                                                     (other_end - other_begin) * element));
     flight.add(links.send(partner, tag(me, 2 * levels - level), work + begin * element,
                           (end - begin) * element));
-    if (auto error = flight.wait(receive)) return error;
+    if (auto error = co_await flight.wait(receive)) co_return error;
     begin = outer_begin;
     end = outer_end;
   }
   if (me < 2 * extra) flight.add(links.send(me - 1, tag(me, fold_back), work, all_bytes));
   operand.deliver(0, count);
-  return flight.wait_all();
+  co_return co_await flight.wait_all();
 }
 
 }  // namespace gradsync::daemon

@@ -28,7 +28,7 @@ struct Range {
 
 }  // namespace
 
-NodeResult node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
+NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
   NodeLinks& links = step.links;
   const uint32_t n = links.nodes();
   const uint32_t me = links.me();
@@ -53,7 +53,7 @@ NodeResult node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) 
     return links.tag(tags::kData, sender, step.sequence, part_step * pieces + j);
   };
   const uint32_t steps = n - 1;
-  if (steps == 0) return node_halving_doubling_allreduce(step, operand);  // one node
+  if (steps == 0) co_return "a ring needs two nodes or more";  // NodeJob runs rhd on one
 
   Flight flight(links, &step.scratch, operand.memory(), "running a ring allreduce");
   // Reduce-scatter step s receives chunk me-s-1 from the left; two slots alternate so that the
@@ -87,7 +87,7 @@ NodeResult node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) 
     const uint32_t chunk = chunk_of(int64_t{me} - s - 1);
     const uint64_t chunk_begin = count * chunk / n;
     for (uint32_t j = 0; j < pieces; ++j) {
-      if (auto error = flight.wait(posted[s % 2][j])) return error;
+      if (auto error = co_await flight.wait(posted[s % 2][j])) co_return error;
       const Range r = piece(chunk, j);
       operand.reduce_into(op, r.begin, r.end, incoming[s % 2] + (r.begin - chunk_begin) * element);
       if (s + 1 == steps && operand.op() == GRADSYNC_AVG) {
@@ -106,7 +106,7 @@ NodeResult node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) 
   // its own reduce-scatter. (Not the first allgather sends: the right neighbour posts their
   // receives only after this point, and waiting for them here would deadlock the ring.)
   for (const size_t send : reduce_scatter_sends) {
-    if (auto error = flight.wait(send)) return error;
+    if (auto error = co_await flight.wait(send)) co_return error;
   }
   std::vector<std::vector<size_t>> gathers(steps);
   for (uint32_t s = 0; s < steps; ++s) {
@@ -123,7 +123,7 @@ NodeResult node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) 
   for (uint32_t s = 0; s < steps; ++s) {
     const uint32_t chunk = chunk_of(int64_t{me} - s);
     for (uint32_t j = 0; j < pieces; ++j) {
-      if (auto error = flight.wait(gathers[s][j])) return error;
+      if (auto error = co_await flight.wait(gathers[s][j])) co_return error;
       const Range r = piece(chunk, j);
       if (s + 1 < steps) {
         flight.add(
@@ -132,7 +132,7 @@ NodeResult node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) 
       operand.deliver(r.begin, r.end);
     }
   }
-  return flight.wait_all();
+  co_return co_await flight.wait_all();
 }
 
 }  // namespace gradsync::daemon

@@ -47,7 +47,8 @@ AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uin
 }
 
 uint64_t fusion_cutoff_bytes(const LinkFigures& link, uint32_t nodes) {
-  const double saved = std::min(predict_ring(link, nodes, 0), predict_halving_doubling(link, nodes, 0));
+  const double saved =
+      std::min(predict_ring(link, nodes, 0), predict_halving_doubling(link, nodes, 0));
   const double copy_cost = 2 * link.gamma_seconds_per_byte;
   if (copy_cost <= 0) return UINT64_MAX;
   return static_cast<uint64_t>(std::min(saved / copy_cost, 0x1p62));

@@ -11,8 +11,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kLatencyRounds = 20;
-constexpr int kBandwidthRounds = 3;
+constexpr uint32_t kLatencyRounds = 20;
+constexpr uint32_t kBandwidthRounds = 3;
 constexpr size_t kBandwidthBytes = 1 << 20;
 
 double median(std::vector<double> values) {
@@ -40,42 +40,33 @@ double measure_gamma(Scratch& scratch) {
 
 }  // namespace
 
-NodeResult probe_links(NodeLinks& links, Scratch& scratch, LinkFigures& figures) {
+NodeTask probe_links(NodeLinks& links, Scratch& scratch, LinkFigures& figures) {
   const uint32_t n = links.nodes();
   const uint32_t me = links.me();
   figures.gamma_seconds_per_byte = measure_gamma(scratch);
-  if (n < 2) return std::nullopt;
+  if (n < 2) co_return std::nullopt;
   const uint32_t right = (me + 1) % n;
   const uint32_t left = (me + n - 1) % n;
   uint8_t* out = scratch.get(0, kBandwidthBytes);
   uint8_t* in = scratch.get(1, kBandwidthBytes);
-  uint32_t part = 0;
-  // One ring step: send to the right, receive from the left, both done.
-  auto exchange = [&](size_t bytes, double& seconds) -> NodeResult {
-    Flight flight(links, &scratch, {}, "measuring the links between nodes");
-    const auto start = Clock::now();
-    flight.add(links.receive(links.tag(tags::kProbe, left, 0, part), left, in, bytes));
-    flight.add(links.send(right, links.tag(tags::kProbe, me, 0, part), out, bytes));
-    ++part;
-    auto error = flight.wait_all();
-    seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    return error;
-  };
   std::vector<double> small;
   std::vector<double> large;
-  double seconds = 0;
-  for (int round = 0; round < kLatencyRounds; ++round) {
-    if (auto error = exchange(8, seconds)) return error;
-    small.push_back(seconds);
-  }
-  for (int round = 0; round < kBandwidthRounds; ++round) {
-    if (auto error = exchange(kBandwidthBytes, seconds)) return error;
-    large.push_back(seconds);
+  for (uint32_t round = 0; round < kLatencyRounds + kBandwidthRounds; ++round) {
+    // One ring step: send to the right, receive from the left, both done.
+    const bool latency = round < kLatencyRounds;
+    const size_t bytes = latency ? 8 : kBandwidthBytes;
+    Flight flight(links, &scratch, {}, "measuring the links between nodes");
+    const auto start = Clock::now();
+    flight.add(links.receive(links.tag(tags::kProbe, left, 0, round), left, in, bytes));
+    flight.add(links.send(right, links.tag(tags::kProbe, me, 0, round), out, bytes));
+    if (auto error = co_await flight.wait_all()) co_return error;
+    (latency ? small : large)
+        .push_back(std::chrono::duration<double>(Clock::now() - start).count());
   }
   figures.alpha_seconds = median(small);
   figures.beta_seconds_per_byte =
       std::max(median(large) - figures.alpha_seconds, 0.0) / kBandwidthBytes;
-  return std::nullopt;
+  co_return std::nullopt;
 }
 
 }  // namespace gradsync::daemon

@@ -8,6 +8,7 @@
 
 namespace gradsync::daemon {
 
-NodeResult probe_links(NodeLinks& links, Scratch& scratch, LinkFigures& figures);
+// A task that refers to its arguments until it ends.
+NodeTask probe_links(NodeLinks& links, Scratch& scratch, LinkFigures& figures);
 
 }  // namespace gradsync::daemon

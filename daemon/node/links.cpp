@@ -138,44 +138,58 @@ std::optional<std::string> Flight::failure_of(const transport::Operation& operat
                      ucs_status_string(operation.status()));
 }
 
-std::optional<std::string> Flight::wait(size_t index) {
-  auto error = wait_until([&] { return operations_[index].done(); });
-  return error ? error : failure_of(operations_[index]);
+size_t Flight::count_done() const {
+  return static_cast<size_t>(std::count_if(operations_.begin(), operations_.end(),
+                                           [](const auto& op) { return op.done(); }));
 }
 
-std::optional<std::string> Flight::wait_all() {
-  auto error = wait_until([&] {
-    while (waited_ < operations_.size() && operations_[waited_].done()) ++waited_;
-    return waited_ == operations_.size();
-  });
-  for (const auto& operation : operations_) {
-    if (!error) error = failure_of(operation);
+FlightWait::FlightWait(Flight& flight, std::optional<size_t> index)
+    : flight_(&flight), index_(index), deadline_(Clock::now() + flight.links_.peer_timeout()) {}
+
+bool FlightWait::ready() {
+  Flight& f = *flight_;
+  if (index_) {
+    if (f.operations_[*index_].done()) {
+      result_ = f.failure_of(f.operations_[*index_]);
+      return true;
+    }
+  } else {
+    while (f.waited_ < f.operations_.size() && f.operations_[f.waited_].done()) ++f.waited_;
+    if (f.waited_ == f.operations_.size()) {
+      for (const auto& operation : f.operations_) {
+        if (!result_) result_ = f.failure_of(operation);
+      }
+      return true;
+    }
   }
-  return error;
+  if ((result_ = f.links_.failed_peer(f.what_))) return true;
+  if (Clock::now() > deadline_) {
+    // Silent for the peer timeout? Not if any of the Flight's operations finished meanwhile.
+    const size_t done = f.count_done();
+    if (done == done_at_deadline_) {
+      result_ = fmt::format("job '{}': no progress for {} s while {}", f.links_.job_name(),
+                            f.links_.peer_timeout().count(), f.what_);
+      return true;
+    }
+    done_at_deadline_ = done;
+    deadline_ = Clock::now() + f.links_.peer_timeout();
+  }
+  return false;
 }
 
-std::optional<std::string> Flight::wait_until(const std::function<bool()>& done) {
-  auto deadline = Clock::now() + links_.peer_timeout();
+NodeResult run_blocking(NodeTask task, NodeLinks& links) {
   auto last_progress = Clock::now();
-  while (!done()) {
-    if (links_.progress()) {
+  while (!task.poll()) {
+    if (links.progress()) {
       last_progress = Clock::now();
-      deadline = last_progress + links_.peer_timeout();
     } else if (Clock::now() - last_progress < kSpinBeforeSleep) {
       // Yield when UCX has nothing: the peers we wait for may share our cores.
       sched_yield();
     } else {
-      // A long transfer: sleep on UCX's fd rather than take CPU from the kernel, which does
-      // the copying for TCP.
-      links_.mesh().sleep(kSleepSlice);
-    }
-    if (auto error = links_.failed_peer(what_)) return error;
-    if (Clock::now() > deadline) {
-      return fmt::format("job '{}': no progress for {} s while {}", links_.job_name(),
-                         links_.peer_timeout().count(), what_);
+      links.mesh().sleep(kSleepSlice);
     }
   }
-  return std::nullopt;
+  return task.result();
 }
 
 }  // namespace gradsync::daemon

@@ -3,6 +3,8 @@
 // error instead of a hang.
 #pragma once
 
+#include "daemon/node/node_task.h"
+
 #include "transport/mesh.h"
 
 #include <capnp/message.h>
@@ -64,8 +66,8 @@ class NodeLinks {
   std::chrono::seconds peer_timeout() const { return peer_timeout_; }
   uint16_t job_tag() const { return job_tag_; }  // the job's name, hashed, in every tag
 
-  // Tag of a message from `sender`; `sequence` keeps collectives apart (they run one at a time
-  // in the agreed order, so 16 bits are plenty), `part` the messages of one collective.
+  // Tag of a message from `sender`; `sequence` keeps collectives apart (a few at a time are in
+  // flight, started in the agreed order, so 16 bits are plenty), `part` the messages of one.
   uint64_t tag(uint64_t kind, uint32_t sender, uint32_t sequence, uint32_t part) const;
 
   transport::Operation send(uint32_t node, uint64_t tag, const void* data, size_t bytes);
@@ -93,6 +95,23 @@ class NodeLinks {
   std::vector<transport::PeerId> peers_;  // by node; own entry unused
 };
 
+class Flight;
+
+// A wait on one operation of a Flight, or on all of them (see Flight::wait).
+class FlightWait final : public NodeWait {
+ public:
+  FlightWait(Flight& flight, std::optional<size_t> index);
+  bool ready() override;
+  NodeResult take_result() { return std::move(result_); }
+
+ private:
+  Flight* flight_;
+  std::optional<size_t> index_;  // nullopt: every operation
+  NodeResult result_;
+  std::chrono::steady_clock::time_point deadline_;
+  size_t done_at_deadline_ = 0;  // operations done when the deadline was last set
+};
+
 // The operations of one collective in flight, waited on one by one or all together. Whatever
 // is still pending when the Flight goes (the collective failed, or returned early) is retired
 // to the mesh with the memory it may touch (`memory`, and the scratch buffers, which the job
@@ -106,14 +125,16 @@ class Flight {
   Flight& operator=(const Flight&) = delete;
 
   size_t add(transport::Operation operation);
-  // Progresses until operation `index` is done, or every operation; an error message when a
-  // peer failed, an operation failed, or nothing completed for the peer timeout.
-  std::optional<std::string> wait(size_t index);
-  std::optional<std::string> wait_all();
+  // co_await in a NodeTask: until operation `index` is done, or every operation. The result is
+  // an error message when a peer failed, an operation failed, or none of the Flight's
+  // operations completed for the peer timeout.
+  NodeAwait<FlightWait> wait(size_t index) { return {FlightWait(*this, index)}; }
+  NodeAwait<FlightWait> wait_all() { return {FlightWait(*this, std::nullopt)}; }
 
  private:
-  std::optional<std::string> wait_until(const std::function<bool()>& done);
+  friend class FlightWait;
   std::optional<std::string> failure_of(const transport::Operation& operation) const;
+  size_t count_done() const;
 
   NodeLinks& links_;
   Scratch* scratch_;
@@ -122,5 +143,9 @@ class Flight {
   std::deque<transport::Operation> operations_;  // stable while more are added
   size_t waited_ = 0;                            // operations_[0, waited_) are known to be done
 };
+
+// Runs `task` to its end on this thread, driving UCX itself: for work that happens once, such
+// as measuring the links when a job forms.
+NodeResult run_blocking(NodeTask task, NodeLinks& links);
 
 }  // namespace gradsync::daemon

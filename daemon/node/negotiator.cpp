@@ -65,8 +65,7 @@ void Negotiator::EagerSet::add(uint32_t bit, std::span<const uint8_t> data) {
   bytes.insert(bytes.end(), data.begin(), data.end());
 }
 
-const Negotiator::EagerSet::Entry* Negotiator::EagerSet::seek(uint32_t bit,
-                                                               size_t& cursor) const {
+const Negotiator::EagerSet::Entry* Negotiator::EagerSet::seek(uint32_t bit, size_t& cursor) const {
   while (cursor < entries.size() && entries[cursor].bit < bit) ++cursor;
   return cursor < entries.size() && entries[cursor].bit == bit ? &entries[cursor] : nullptr;
 }
@@ -120,9 +119,9 @@ void Negotiator::on_cycle(uint32_t node, wire::Cycle::Reader cycle) {
   uint32_t last_bit = 0;
   for (auto contribution : cycle.getEager()) {
     if (!from.eager.entries.empty() && contribution.getBit() <= last_bit) {
-      throw std::invalid_argument(fmt::format(
-          "job '{}': node {} sent cycle {} with its contributions out of order", job_, node,
-          number));
+      throw std::invalid_argument(
+          fmt::format("job '{}': node {} sent cycle {} with its contributions out of order", job_,
+                      node, number));
     }
     last_bit = contribution.getBit();
     const auto data = contribution.getData();

@@ -112,6 +112,7 @@ class Negotiator {
   // Decided collectives, cycle by cycle, in the order every node runs them; the caller pops
   // them.
   std::deque<CycleDecisions>& decided() { return decided_; }
+  bool has_decided() const { return !decided_.empty(); }
 
   // Every node's largest figures, as of the last cycle: the same on every node.
   const LinkFigures& agreed_link() const { return agreed_link_; }
@@ -182,9 +183,9 @@ class Negotiator {
   // By key, oldest first. Entries stay when empty (the same names come back every step) until
   // there are too many of them.
   std::unordered_map<std::string, std::deque<Proposal>> pending_;
-  size_t pending_count_ = 0;        // proposals in pending_
+  size_t pending_count_ = 0;                  // proposals in pending_
   std::unordered_set<std::string> reported_;  // keys whose oldest instance went to the coordinator
-  uint64_t cycle_ = 0;              // the last cycle this node took part in
+  uint64_t cycle_ = 0;                        // the last cycle this node took part in
   bool in_cycle_ = false;
   std::vector<uint64_t> last_ready_bits_;
   std::map<uint64_t, CycleState> cycles_;  // the current one and, at most, the next

@@ -71,7 +71,7 @@ std::optional<std::string> NodeJob::form() {
     if (node != links_.me() && !joined_[node]) return std::nullopt;
   }
   if (links_.me() == 0) agreed_ = settings_;
-  if (auto error = probe_links(links_, scratch_, own_link_)) return error;
+  if (auto error = run_blocking(probe_links(links_, scratch_, own_link_), links_)) return error;
   log_->info(
       "job '{}' formed on {} nodes; link to node {}: alpha {:.1f} us, beta {:.3f} GB/s; reduce "
       "{:.2f} GB/s; response cache {} entries, algorithm {}, fusion up to {} bytes",
@@ -87,7 +87,8 @@ std::optional<std::string> NodeJob::form() {
         own_link_.beta_seconds_per_byte > 0 ? 1 / own_link_.beta_seconds_per_byte : 0);
   }
   negotiator_.emplace(links_.job_name(), links_.nodes(), links_.me(), ranks_,
-                      agreed_.cache_capacity, own_link_, [this](uint32_t node, capnp::MessageBuilder& message) {
+                      agreed_.cache_capacity, own_link_,
+                      [this](uint32_t node, capnp::MessageBuilder& message) {
                         links_.send_control(node, message);
                       });
   try {
@@ -192,12 +193,12 @@ std::optional<std::string> NodeJob::run_decided(bool& ran) {
     const CycleDecisions cycle = std::move(decided.front());
     decided.pop_front();
     ran = true;
-    if (auto error = run_cycle(cycle)) return error;
+    if (auto error = take_cycle(cycle)) return error;
   }
-  return std::nullopt;
+  return progress(ran);
 }
 
-std::optional<std::string> NodeJob::run_cycle(const CycleDecisions& cycle) {
+std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
   // First what needs no network: mismatches, and small allreduces whose data came with the
   // cycle. The negotiator decides only what this node proposed: each has its unit here.
   std::vector<ReadyUnit> networked;
@@ -219,37 +220,32 @@ std::optional<std::string> NodeJob::run_cycle(const CycleDecisions& cycle) {
       networked.push_back(std::move(unit));
     }
   }
-  // Then the rest in the agreed order, except that the small allreduces of one dtype and op
-  // run together, fused, where the first of them would have run. Everything this looks at was
-  // agreed on (the decisions and their signatures), so every node runs the same batches in the
-  // same order. After an error nothing more of the cycle can run: the job fails.
+  // Then the rest, queued in the agreed order, except that the small allreduces of one dtype
+  // and op go together, fused, where the first of them would have gone. Everything this looks
+  // at was agreed on (the decisions and their signatures), so every node queues the same
+  // batches in the same order.
   const uint64_t cutoff = fusion_cutoff_bytes(cycle.link, links_.nodes());
-  std::vector<bool> done(networked.size(), false);
-  std::vector<size_t> batch;
+  std::vector<bool> taken(networked.size(), false);
   for (size_t u = 0; u < networked.size(); ++u) {
-    if (done[u]) continue;
-    batch.assign(1, u);
-    if (!error && fusible(networked[u], cutoff)) {
-      const Submission& lead = networked[u].collectives.front().first();
-      uint64_t bytes = networked[u].bytes();
+    if (taken[u]) continue;
+    Batch& batch = queued_.emplace_back(Batch{{}, cycle.link, false});
+    batch.units.push_back(std::move(networked[u]));
+    const ReadyUnit& first = batch.units.front();
+    if (fusible(first, cutoff)) {
+      const Submission& lead = first.collectives.front().first();
+      uint64_t bytes = first.bytes();
       for (size_t v = u + 1; v < networked.size(); ++v) {
+        if (taken[v] || !fusible(networked[v], cutoff)) continue;
         const Submission& other = networked[v].collectives.front().first();
-        if (done[v] || !fusible(networked[v], cutoff) || other.dtype != lead.dtype ||
-            other.op != lead.op || bytes + networked[v].bytes() > agreed_.fusion_threshold_bytes) {
+        if (other.dtype != lead.dtype || other.op != lead.op ||
+            bytes + networked[v].bytes() > agreed_.fusion_threshold_bytes) {
           continue;
         }
         bytes += networked[v].bytes();
-        batch.push_back(v);
+        batch.units.push_back(std::move(networked[v]));
+        taken[v] = true;
       }
-    }
-    if (!error) {
-      error = batch.size() > 1 ? execute_fused(networked, batch, cycle.link)
-                               : execute(networked[u], cycle.link);
-    }
-    for (const size_t b : batch) {
-      done[b] = true;
-      complete_unit(networked[b], error ? GRADSYNC_ERR_PEER_FAILED : GRADSYNC_OK,
-                    error.value_or(""));
+      batch.fused = batch.units.size() > 1 || batch.units.front().collectives.size() > 1;
     }
   }
   return error;
@@ -265,67 +261,123 @@ bool NodeJob::fusible(const ReadyUnit& unit, uint64_t cutoff) const {
                      });
 }
 
-NodeStep NodeJob::next_step() {
-  // Every node runs the same collectives in the same order: each gets the next sequence
-  // number, which keeps its messages apart from its neighbours'.
-  return NodeStep{links_, scratch_, static_cast<uint32_t>(next_sequence_++), layout().world_size};
-}
-
-NodeResult NodeJob::allreduce(const AllreduceOperand& operand, const LinkFigures& link) {
-  const uint64_t bytes = operand.count() * operand.element_bytes();
-  const auto forced = parse_algorithm(agreed_.algorithm);
-  const AllreduceAlgorithm algorithm =
-      forced ? *forced : choose_allreduce(link, links_.nodes(), bytes);
-  metrics_.internode_allreduce(algorithm_name(algorithm));
-  NodeStep step = next_step();
-  log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}", links_.job_name(),
-              operand.name(), bytes, step.sequence, algorithm_name(algorithm));
-  return algorithm == AllreduceAlgorithm::kRing ? node_ring_allreduce(step, operand)
-                                                : node_halving_doubling_allreduce(step, operand);
-}
-
-NodeResult NodeJob::execute(const ReadyUnit& unit, const LinkFigures& link) {
-  for (const auto& collective : unit.collectives) {
-    NodeResult error;
-    switch (collective.first().collective) {
-      case ipc::Collective::kAllreduce:
-        error = allreduce(AllreduceOperand(collective), link);
-        break;
-      case ipc::Collective::kBroadcast: {
-        NodeStep step = next_step();
-        error = node_broadcast(step, collective);
-        break;
-      }
-      case ipc::Collective::kAllgather: {
-        NodeStep step = next_step();
-        error = node_allgather(step, collective);
-        break;
-      }
-      case ipc::Collective::kBarrier:
-        break;  // agreement among the nodes is the barrier
+std::optional<std::string> NodeJob::progress(bool& ran) {
+  // Each completes the moment it is done: the units in flight are independent (a group runs
+  // as one task).
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    InFlight& work = **it;
+    if (!work.task->poll()) {
+      ++it;
+      continue;
     }
-    if (error) return error;
+    ran = true;
+    NodeResult error = work.task->result();
+    for (const auto& unit : work.units) {
+      complete_unit(unit, error ? GRADSYNC_ERR_PEER_FAILED : GRADSYNC_OK, error.value_or(""));
+    }
+    work.units.clear();
+    if (error) return error;  // the job fails; fail_waiting completes the rest
+    work.task.reset();
+    spare_scratch_.push_back(std::move(work.scratch));
+    it = in_flight_.erase(it);
+  }
+  // Start what was agreed, in the agreed order, up to the window.
+  while (!queued_.empty() && in_flight_.size() < kMaxInFlight) {
+    Batch batch = std::move(queued_.front());
+    queued_.pop_front();
+    start(std::move(batch));
+    ran = true;
   }
   return std::nullopt;
 }
 
-NodeResult NodeJob::execute_fused(const std::vector<ReadyUnit>& units,
-                                  const std::vector<size_t>& batch, const LinkFigures& link) {
+void NodeJob::start(Batch batch) {
+  auto work = std::make_unique<InFlight>();
+  work->units = std::move(batch.units);
+  work->link = batch.link;
+  if (spare_scratch_.empty()) {
+    work->scratch = std::make_unique<Scratch>();
+  } else {
+    work->scratch = std::move(spare_scratch_.back());
+    spare_scratch_.pop_back();
+  }
+  // Every node starts the same collectives in the same order: each takes the next sequence
+  // numbers, which keep its messages apart from those of the others in flight.
+  work->first_sequence = next_sequence_;
+  next_sequence_ += batch.fused ? 1 : work->units.front().collectives.size();
+  InFlight& placed = *work;
+  in_flight_.push_back(std::move(work));
+  placed.task.emplace(batch.fused ? run_fused(placed) : run_unit(placed));
+}
+
+AllreduceAlgorithm NodeJob::choose(uint64_t bytes, const LinkFigures& link) const {
+  if (links_.nodes() == 1) return AllreduceAlgorithm::kHalvingDoubling;  // the local reduce
+  if (const auto forced = parse_algorithm(agreed_.algorithm)) return *forced;
+  return choose_allreduce(link, links_.nodes(), bytes);
+}
+
+NodeTask NodeJob::run_unit(InFlight& work) {
+  const ReadyUnit& unit = work.units.front();
+  for (size_t c = 0; c < unit.collectives.size(); ++c) {
+    const ReadyCollective& collective = unit.collectives[c];
+    NodeStep step{links_, *work.scratch, static_cast<uint32_t>(work.first_sequence + c),
+                  layout().world_size};
+    std::optional<AllreduceOperand> operand;
+    std::optional<NodeTask> task;
+    switch (collective.first().collective) {
+      case ipc::Collective::kAllreduce: {
+        operand.emplace(collective);
+        const AllreduceAlgorithm algorithm = choose(collective.bytes(), work.link);
+        metrics_.internode_allreduce(algorithm_name(algorithm));
+        log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}", links_.job_name(),
+                    collective.first().name, collective.bytes(), step.sequence,
+                    algorithm_name(algorithm));
+        task.emplace(algorithm == AllreduceAlgorithm::kRing
+                         ? node_ring_allreduce(step, *operand)
+                         : node_halving_doubling_allreduce(step, *operand));
+        break;
+      }
+      case ipc::Collective::kBroadcast:
+        task.emplace(node_broadcast(step, collective));
+        break;
+      case ipc::Collective::kAllgather:
+        task.emplace(node_allgather(step, collective));
+        break;
+      case ipc::Collective::kBarrier:
+        break;  // agreement among the nodes is the barrier
+    }
+    if (task) {
+      if (auto error = co_await finish(*task)) co_return error;
+    }
+  }
+  co_return std::nullopt;
+}
+
+NodeTask NodeJob::run_fused(InFlight& work) {
   std::vector<const ReadyCollective*> fused;
   uint64_t bytes = 0;
-  for (const size_t u : batch) {
-    for (const auto& collective : units[u].collectives) {
+  for (const auto& unit : work.units) {
+    for (const auto& collective : unit.collectives) {
       fused.push_back(&collective);
       bytes += collective.bytes();
     }
   }
   const auto start = std::chrono::steady_clock::now();
-  NodeResult error =
-      allreduce(AllreduceOperand(fused, scratch_.get(kFusionScratchSlot, bytes)), link);
+  const AllreduceOperand operand(fused, work.scratch->get(kFusionScratchSlot, bytes));
+  NodeStep step{links_, *work.scratch, static_cast<uint32_t>(work.first_sequence),
+                layout().world_size};
+  const AllreduceAlgorithm algorithm = choose(bytes, work.link);
+  metrics_.internode_allreduce(algorithm_name(algorithm));
+  log_->debug("job '{}': {} tensors fused ({} bytes) as collective {} by {}", links_.job_name(),
+              fused.size(), bytes, step.sequence, algorithm_name(algorithm));
+  NodeTask task = algorithm == AllreduceAlgorithm::kRing
+                      ? node_ring_allreduce(step, operand)
+                      : node_halving_doubling_allreduce(step, operand);
+  NodeResult error = co_await finish(task);
   metrics_.batch_executed(
       bytes, fused.size(),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-  return error;
+  co_return error;
 }
 
 NodeResult NodeJob::reduce_contributions(const ReadyCollective& collective,
@@ -339,7 +391,8 @@ NodeResult NodeJob::reduce_contributions(const ReadyCollective& collective,
   }
   // Gathered in a buffer kept between calls: this runs for every small tensor of a step.
   contribution_inputs_.clear();
-  for (const auto& contribution : contributions) contribution_inputs_.push_back(contribution.data());
+  for (const auto& contribution : contributions)
+    contribution_inputs_.push_back(contribution.data());
   const std::vector<const void*>& inputs = contribution_inputs_;
   // Every node adds the same contributions in the same (node) order: the same result
   // everywhere, to the bit.
@@ -355,6 +408,15 @@ NodeResult NodeJob::reduce_contributions(const ReadyCollective& collective,
   return std::nullopt;
 }
 
+void NodeJob::abort_after_agreed(std::string reason) {
+  if (!abort_reason_) abort_reason_ = std::move(reason);
+}
+
+std::optional<std::string> NodeJob::abort_due() const {
+  const bool agreed_left = busy() || (negotiator_ && negotiator_->has_decided());
+  return agreed_left ? std::nullopt : abort_reason_;
+}
+
 void NodeJob::broadcast_abort(const std::string& reason) {
   capnp::MallocMessageBuilder message;
   start_node_message(message, links_.job_name(), links_.me()).setAbort(reason);
@@ -362,6 +424,17 @@ void NodeJob::broadcast_abort(const std::string& reason) {
 }
 
 void NodeJob::fail_waiting(gradsync_result status, const std::string& message) {
+  // Unfinished tasks go first: their Flights retire what is still on the wire, with the
+  // memory it may touch, before the ranks hear of the failure.
+  for (auto& work : in_flight_) {
+    work->task.reset();
+    for (const auto& unit : work->units) complete_unit(unit, status, message);
+  }
+  in_flight_.clear();
+  for (auto& batch : queued_) {
+    for (const auto& unit : batch.units) complete_unit(unit, status, message);
+  }
+  queued_.clear();
   for (auto& [key, units] : units_) {
     for (auto& unit : units) complete_unit(unit, status, message);
   }

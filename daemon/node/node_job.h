@@ -23,6 +23,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <list>
 #include <memory>
 #include <optional>
 #include <span>
@@ -63,11 +64,20 @@ class NodeJob {
   // A control message for this job from another node. Returns an error when the job cannot
   // go on (a peer broke the protocol, or the links could not be measured).
   std::optional<std::string> on_message(wire::NodeMessage::Reader message);
-  // Runs what the nodes have agreed on, in the agreed order, across the nodes, and completes
-  // it on every local rank; mismatches fail on the spot. `ran`: whether there was anything.
-  // Returns an error message when the job cannot go on (a peer failed or timed out); the
-  // ranks of what had been agreed on got it already.
+  // Drives what the nodes have agreed on: completes what needs no network (mismatches, small
+  // allreduces whose data came with the negotiation), starts the rest in the agreed order, a
+  // few at a time, resumes what is in flight and completes it on every local rank. Never
+  // waits. `ran`: whether anything moved. Returns an error message when the job cannot go on
+  // (a peer failed or timed out); the ranks of the failed collective got it already.
   std::optional<std::string> run_decided(bool& ran);
+  // Collectives started and not finished, or agreed and not started.
+  bool busy() const { return !in_flight_.empty() || !queued_.empty(); }
+
+  // Another node failed the job: once what was agreed before is done here (the peer may have
+  // done its part of it before it failed), the job fails with `reason`.
+  void abort_after_agreed(std::string reason);
+  // The reason, once the job should fail now.
+  std::optional<std::string> abort_due() const;
 
   // Tells every other node that the job failed here.
   void broadcast_abort(const std::string& reason);
@@ -79,19 +89,36 @@ class NodeJob {
 
  private:
   void on_joined(uint32_t node, wire::Joined::Reader joined);
+  // Agreed collectives that run as one task: one unit, or several small allreduces fused.
+  struct Batch {
+    std::vector<ReadyUnit> units;
+    LinkFigures link;  // as agreed in the cycle that decided them
+    bool fused = false;
+  };
+  // A batch in progress, with everything its task refers to (at a stable address).
+  struct InFlight {
+    std::vector<ReadyUnit> units;
+    LinkFigures link;
+    uint64_t first_sequence = 0;
+    std::unique_ptr<Scratch> scratch;
+    std::optional<NodeTask> task;  // last: it goes first, while what it refers to still exists
+  };
+  // At most this many batches of one job are in flight: enough to keep the links busy between
+  // collectives, few enough to bound the scratch memory.
+  static constexpr size_t kMaxInFlight = 4;
+
   void report_negotiation();
-  // Runs one cycle's decisions, fusing consecutive small allreduces.
-  std::optional<std::string> run_cycle(const CycleDecisions& cycle);
+  // Completes one cycle's decisions that need no network; queues the others as batches.
+  std::optional<std::string> take_cycle(const CycleDecisions& cycle);
   // Whether `unit` may join a fused allreduce: allreduces of one dtype and op, smaller than
   // `cutoff` (cost_model.h) and the fusion threshold.
   bool fusible(const ReadyUnit& unit, uint64_t cutoff) const;
-  NodeStep next_step();
-  // `link`: the figures agreed in the cycle that decided it (the same on every node).
-  NodeResult allreduce(const AllreduceOperand& operand, const LinkFigures& link);
-  NodeResult execute(const ReadyUnit& unit, const LinkFigures& link);
-  // units[b] for each b in `batch`, as one allreduce.
-  NodeResult execute_fused(const std::vector<ReadyUnit>& units, const std::vector<size_t>& batch,
-                           const LinkFigures& link);
+  // Resumes the tasks in flight, completes the finished, starts queued batches.
+  std::optional<std::string> progress(bool& ran);
+  void start(Batch batch);
+  AllreduceAlgorithm choose(uint64_t bytes, const LinkFigures& link) const;
+  NodeTask run_unit(InFlight& work);
+  NodeTask run_fused(InFlight& work);
   // The allreduce from the contributions that came with the negotiation.
   NodeResult reduce_contributions(const ReadyCollective& collective,
                                   std::span<const std::span<const uint8_t>> contributions);
@@ -101,9 +128,9 @@ class NodeJob {
   metrics::Metrics& metrics_;
   Negotiator::Counters reported_counters_;  // what metrics_ has been told
   std::shared_ptr<spdlog::logger> log_;
-  Scratch scratch_;
+  Scratch scratch_;  // for measuring the links
   bool local_formed_ = false;
-  std::string ranks_;  // this node's, in words
+  std::string ranks_;         // this node's, in words
   std::vector<bool> joined_;  // by node
   NodeJobSettings agreed_;    // node 0's
   LinkFigures own_link_;
@@ -112,7 +139,11 @@ class NodeJob {
   // Cycle messages that arrived before this node finished forming.
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> early_;
   std::unordered_map<std::string, std::deque<ReadyUnit>> units_;  // by key, oldest first
+  std::deque<Batch> queued_;                                      // agreed, not started
+  std::list<std::unique_ptr<InFlight>> in_flight_;
+  std::vector<std::unique_ptr<Scratch>> spare_scratch_;
   uint64_t next_sequence_ = 0;
+  std::optional<std::string> abort_reason_;
   std::vector<const void*> contribution_inputs_;  // reduce_contributions' scratch
 };
 

@@ -49,6 +49,7 @@ class LoopbackCluster {
     for (int n = 0; n < nodes; ++n) {
       const std::string address = "127.0.0.1:" + std::to_string(free_tcp_port());
       addresses_ += (n == 0 ? "" : ",") + address;
+      node_addresses_.push_back(address);
       std::vector<std::string> args{"--listen", address, "--config", config_path_};
       if (metrics && n == 0) {
         metrics_port_ = free_tcp_port();
@@ -67,6 +68,7 @@ class LoopbackCluster {
   int nodes() const { return static_cast<int>(daemons_.size()); }
   uint16_t metrics_port() const { return metrics_port_; }
   const std::string& addresses() const { return addresses_; }
+  const std::string& address(int node) const { return node_addresses_[static_cast<size_t>(node)]; }
   tools::PrivateDaemon& daemon(int node) { return *daemons_[static_cast<size_t>(node)]; }
 
   // ranks_per_node[n] ranks on node n, global ranks in node order.
@@ -102,6 +104,7 @@ class LoopbackCluster {
   uint16_t metrics_port_ = 0;
   std::filesystem::path config_path_;
   std::string addresses_;
+  std::vector<std::string> node_addresses_;
   std::vector<std::unique_ptr<tools::PrivateDaemon>> daemons_;
 };
 
@@ -229,8 +232,7 @@ TEST_P(FusionTest, RunsOfOneDtypeAndOpFuseAndStayRight) {
   const Shape shape = GetParam();
   LoopbackCluster cluster(shape.nodes, "", true);
   auto ranks = cluster.spawn(
-      "mixed", std::vector<int>(static_cast<size_t>(shape.nodes), shape.ranks_per_node),
-      {"mixed"});
+      "mixed", std::vector<int>(static_cast<size_t>(shape.nodes), shape.ranks_per_node), {"mixed"});
   expect_all_succeed(ranks);
   if (shape.ranks_per_node == 1) {
     const std::string text = scrape(cluster.metrics_port());
@@ -328,6 +330,51 @@ TEST(Cluster, KilledPeerDaemonFailsSurvivingRanksWithinTenSeconds) {
                                            {"WORLD_SIZE", "1"}});
   }
   expect_all_succeed(after);
+}
+
+// One rank on each of `nodes` (daemons of the cluster), as a job of its own over them.
+std::vector<tools::ChildProcess> spawn_over(LoopbackCluster& cluster, const std::string& job,
+                                            const std::vector<int>& nodes,
+                                            const std::vector<std::string>& args) {
+  std::string addresses;
+  for (const int node : nodes) addresses += (addresses.empty() ? "" : ",") + cluster.address(node);
+  std::vector<tools::ChildProcess> ranks;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    std::vector<std::string> argv = {tools::executable_dir() + "/gradsync-test-rank"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    ranks.emplace_back(argv, std::map<std::string, std::string>{
+                                 {"GRADSYNC_SOCKET", cluster.daemon(nodes[i]).socket_path()},
+                                 {"GRADSYNC_JOB", job},
+                                 {"GRADSYNC_NODES", addresses},
+                                 {"GRADSYNC_NODE_RANK", std::to_string(i)},
+                                 {"RANK", std::to_string(i)},
+                                 {"WORLD_SIZE", std::to_string(nodes.size())},
+                                 {"LOCAL_RANK", "0"},
+                                 {"LOCAL_WORLD_SIZE", "1"}});
+  }
+  return ranks;
+}
+
+// Node 0 is in the middle of a large allreduce with node 1 when node 1's daemon stops dead
+// (SIGSTOP: its connection stays up, it just says nothing). Node 0 must go on serving another
+// job, with node 2, long before the stalled one could time out.
+TEST(Cluster, AStalledPeerDoesNotHoldUpOtherJobs) {
+  LoopbackCluster cluster(3, "peer_timeout_seconds = 120", true);
+  auto stalled = spawn_over(cluster, "stalled", {0, 1}, {"loop", std::to_string(256 << 20)});
+  const auto started_by = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (sample(scrape(cluster.metrics_port()),
+                "gradsync_internode_allreduces_total{algorithm=\"ring\"}") < 1) {
+    ASSERT_LT(std::chrono::steady_clock::now(), started_by) << "the large allreduce never began";
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  cluster.daemon(1).process().signal(SIGSTOP);
+  auto other = spawn_over(cluster, "other", {0, 2}, {"grouped"});
+  for (size_t r = 0; r < other.size(); ++r) {
+    const auto status = other[r].wait_for(std::chrono::seconds(30));
+    EXPECT_TRUE(status) << "rank " << r << " of the other job waited on the stalled one";
+    EXPECT_EQ(status.value_or(-1), 0) << "rank " << r;
+  }
+  cluster.daemon(1).process().signal(SIGCONT);
 }
 
 }  // namespace

@@ -19,12 +19,14 @@ class Network {
  public:
   Network(uint32_t nodes, uint32_t capacity, uint64_t seed) : random_(seed) {
     for (uint32_t n = 0; n < nodes; ++n) {
-      negotiators_.push_back(std::make_unique<Negotiator>(
-          "job", nodes, n, "ranks " + std::to_string(n), capacity, LinkFigures{1e-5 * (n + 1), 1e-9, 1e-10},
-          [this, n](uint32_t to, capnp::MessageBuilder& message) {
-            queues_[{n, to}].push_back(ipc::encode(message));
-            if (message.getRoot<wire::NodeMessage>().isResponse()) ++responses_;
-          }));
+      negotiators_.push_back(
+          std::make_unique<Negotiator>("job", nodes, n, "ranks " + std::to_string(n), capacity,
+                                       LinkFigures{1e-5 * (n + 1), 1e-9, 1e-10},
+                                       [this, n](uint32_t to, capnp::MessageBuilder& message) {
+                                         queues_[{n, to}].push_back(ipc::encode(message));
+                                         if (message.getRoot<wire::NodeMessage>().isResponse())
+                                           ++responses_;
+                                       }));
     }
   }
 
@@ -172,11 +174,10 @@ TEST_P(NegotiatorTest, AMismatchFailsOnEveryNodeNamingTheNodes) {
   for (uint32_t n = 0; n < net.nodes(); ++n) {
     ASSERT_EQ(decisions[n].size(), 1u);
     EXPECT_NE(decisions[n][0].error.find("tensor 'w'"), std::string::npos);
-    EXPECT_NE(
-        decisions[n][0].error.find("node " + std::to_string(last) +
-                                   " has allreduce, count 7, float32, sum (ranks " +
-                                   std::to_string(last) + ")"),
-        std::string::npos)
+    EXPECT_NE(decisions[n][0].error.find("node " + std::to_string(last) +
+                                         " has allreduce, count 7, float32, sum (ranks " +
+                                         std::to_string(last) + ")"),
+              std::string::npos)
         << decisions[n][0].error;
   }
   EXPECT_EQ(net.node(0).cache().size(), 0u);  // a failed collective is not cached
@@ -259,7 +260,9 @@ TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrder) {
 INSTANTIATE_TEST_SUITE_P(Nodes, NegotiatorTest, ::testing::Values(2u, 3u, 5u),
                          [](const auto& info) { return std::to_string(info.param) + "nodes"; });
 
-Signature sized(uint64_t count) { return allreduce("", count).signature; }
+Signature sized(uint64_t count) {
+  return allreduce("", count).signature;
+}
 
 TEST(ResponseCache, ReusesTheLowestFreeBitAndEvictsTheLeastRecentlyUsed) {
   ResponseCache cache(3);

@@ -1,0 +1,42 @@
+#include "daemon/node/node_task.h"
+
+#include <exception>
+#include <stdexcept>
+#include <utility>
+
+namespace gradsync::daemon {
+
+void NodeTask::promise_type::unhandled_exception() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    result = e.what();
+  } catch (...) {
+    result = "an unknown exception";
+  }
+}
+
+NodeTask::NodeTask(NodeTask&& other) noexcept : handle_(std::exchange(other.handle_, {})) {}
+
+NodeTask& NodeTask::operator=(NodeTask&& other) noexcept {
+  if (this != &other) {
+    if (handle_) handle_.destroy();
+    handle_ = std::exchange(other.handle_, {});
+  }
+  return *this;
+}
+
+NodeTask::~NodeTask() {
+  if (handle_) handle_.destroy();
+}
+
+bool NodeTask::poll() {
+  if (handle_.done()) return true;
+  NodeWait* waiting = handle_.promise().waiting;
+  if (waiting != nullptr && !waiting->ready()) return false;
+  handle_.promise().waiting = nullptr;
+  handle_.resume();
+  return handle_.done();
+}
+
+}  // namespace gradsync::daemon

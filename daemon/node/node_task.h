@@ -1,0 +1,83 @@
+// A piece of work across nodes that waits on the network: a coroutine that runs until it has to
+// wait (`co_await flight.wait(...)`, see links.h) and is resumed by whoever polls it once what
+// it waits for is done, failed or timed out. The engine keeps several in flight, of one job and
+// of many, and goes on serving everything else meanwhile; nothing blocks on a peer.
+#pragma once
+
+#include <chrono>
+#include <coroutine>
+#include <optional>
+#include <string>
+
+namespace gradsync::daemon {
+
+using NodeResult = std::optional<std::string>;  // an error, or nothing
+
+// What a suspended task waits for.
+class NodeWait {
+ public:
+  virtual ~NodeWait() = default;
+  // True once the task may go on: what it waits for is done, failed, or took too long.
+  virtual bool ready() = 0;
+};
+
+class NodeTask {
+ public:
+  struct promise_type {
+    NodeResult result;
+    NodeWait* waiting = nullptr;
+
+    NodeTask get_return_object() {
+      return NodeTask(std::coroutine_handle<promise_type>::from_promise(*this));
+    }
+    std::suspend_never initial_suspend() noexcept { return {}; }  // runs to its first wait
+    std::suspend_always final_suspend() noexcept { return {}; }   // the owner reads the result
+    void return_value(NodeResult value) { result = std::move(value); }
+    void unhandled_exception();
+  };
+
+  NodeTask(NodeTask&& other) noexcept;
+  NodeTask& operator=(NodeTask&& other) noexcept;
+  NodeTask(const NodeTask&) = delete;
+  NodeTask& operator=(const NodeTask&) = delete;
+  // Destroying an unfinished task unwinds it: its Flights retire what is still pending.
+  ~NodeTask();
+
+  // Resumes the task if what it waits for is ready; true once it has finished.
+  bool poll();
+  bool done() const { return handle_.done(); }
+  // Once done.
+  const NodeResult& result() const { return handle_.promise().result; }
+
+ private:
+  explicit NodeTask(std::coroutine_handle<promise_type> handle) : handle_(handle) {}
+
+  std::coroutine_handle<promise_type> handle_;
+};
+
+// Awaitable by a NodeTask: suspends it on `wait` unless that is ready already.
+template <typename Wait>
+struct NodeAwait {
+  Wait wait;
+
+  bool await_ready() { return wait.ready(); }
+  void await_suspend(std::coroutine_handle<NodeTask::promise_type> task) {
+    task.promise().waiting = &wait;
+  }
+  NodeResult await_resume() { return wait.take_result(); }
+};
+
+// Waits for another task to end: a collective run as one step of a larger piece of work.
+class TaskWait final : public NodeWait {
+ public:
+  explicit TaskWait(NodeTask& task) : task_(&task) {}
+  bool ready() override { return task_->poll(); }
+  NodeResult take_result() { return task_->result(); }
+
+ private:
+  NodeTask* task_;
+};
+
+inline NodeAwait<TaskWait> finish(NodeTask& task) { return {TaskWait(task)}; }
+
+}  // namespace gradsync::daemon
