@@ -2,6 +2,7 @@
 // has submitted, in which order they run, and which fail. Engine-thread only.
 #pragma once
 
+#include "daemon/fifo.h"
 #include "daemon/submission.h"
 
 #include <chrono>
@@ -75,7 +76,7 @@ class Job {
   static constexpr size_t kMaxIdleTensors = 1 << 16;
 
   struct PendingTensor {
-    std::vector<std::deque<Submission>> per_rank;
+    std::vector<Fifo<Submission>> per_rank;
     size_t ranks_waiting;  // ranks with an empty queue
   };
 

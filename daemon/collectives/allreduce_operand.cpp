@@ -55,7 +55,7 @@ void AllreduceOperand::reduce_into(gradsync_op op, uint64_t begin, uint64_t end,
                                    const uint8_t* extra) const {
   for_each_overlap(
       begin, end, [&](const ReadyCollective& c, uint64_t first, uint64_t at, uint64_t elements) {
-        std::array<const void*, ipc::kMaxLocalRanks + 1> inputs{};
+        std::array<const void*, ipc::kMaxLocalRanks + 1> inputs;  // 2 KiB: not zeroed per call
         size_t n = 0;
         for (const auto& s : c.ranks) inputs[n++] = s.send + first * element_bytes_;
         if (extra != nullptr) inputs[n++] = extra + (at - begin) * element_bytes_;

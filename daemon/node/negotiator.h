@@ -17,6 +17,7 @@
 // instances of a name are decided in order. Pure logic over messages: the caller sends them.
 #pragma once
 
+#include "daemon/fifo.h"
 #include "daemon/node/internode.capnp.h"
 #include "daemon/node/response_cache.h"
 #include "daemon/node/signature.h"
@@ -182,7 +183,7 @@ class Negotiator {
   ResponseCache cache_;
   // By key, oldest first. Entries stay when empty (the same names come back every step) until
   // there are too many of them.
-  std::unordered_map<std::string, std::deque<Proposal>> pending_;
+  std::unordered_map<std::string, Fifo<Proposal>> pending_;
   size_t pending_count_ = 0;                  // proposals in pending_
   std::unordered_set<std::string> reported_;  // keys whose oldest instance went to the coordinator
   uint64_t cycle_ = 0;                        // the last cycle this node took part in

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "daemon/collectives/node_collectives.h"
+#include "daemon/fifo.h"
 #include "daemon/job.h"
 #include "daemon/node/cost_model.h"
 #include "daemon/node/internode.capnp.h"
@@ -138,8 +139,8 @@ class NodeJob {
   std::vector<Proposal> unproposed_;  // ready before the job formed across nodes
   // Cycle messages that arrived before this node finished forming.
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> early_;
-  std::unordered_map<std::string, std::deque<ReadyUnit>> units_;  // by key, oldest first
-  std::deque<Batch> queued_;                                      // agreed, not started
+  std::unordered_map<std::string, Fifo<ReadyUnit>> units_;  // by key, oldest first
+  std::deque<Batch> queued_;                                // agreed, not started
   std::list<std::unique_ptr<InFlight>> in_flight_;
   std::vector<std::unique_ptr<Scratch>> spare_scratch_;
   uint64_t next_sequence_ = 0;

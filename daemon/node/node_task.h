@@ -78,6 +78,8 @@ class TaskWait final : public NodeWait {
   NodeTask* task_;
 };
 
-inline NodeAwait<TaskWait> finish(NodeTask& task) { return {TaskWait(task)}; }
+inline NodeAwait<TaskWait> finish(NodeTask& task) {
+  return {TaskWait(task)};
+}
 
 }  // namespace gradsync::daemon
