@@ -85,9 +85,9 @@ void Negotiator::propose(Proposal proposal, bool more_coming) {
   // Names of finished collectives linger as empty entries; sweep them when they pile up.
   constexpr size_t kMaxIdleNames = 1 << 16;
   if (pending_.size() > kMaxIdleNames + pending_count_) {
-    std::erase_if(pending_, [](const auto& entry) { return entry.second.empty(); });
+    std::erase_if(pending_, [](const auto& entry) { return entry.second.instances.empty(); });
   }
-  pending_[proposal.key].push_back(std::move(proposal));
+  pending_[proposal.key].instances.push_back(std::move(proposal));
   ++pending_count_;
   if (!more_coming) advance();
 }
@@ -154,17 +154,24 @@ Negotiator::NodeCycle Negotiator::own_state() const {
   state.link = own_link_;
   size_t eager_bytes = 0;
   std::vector<std::pair<uint32_t, const std::vector<uint8_t>*>> eager;
-  for (const auto& [key, instances] : pending_) {
-    if (instances.empty() || reported_.contains(key))
+  for (const auto& [key, name] : pending_) {
+    if (name.instances.empty()) continue;
+    if (!reported_.empty() && reported_.contains(key)) {
       continue;  // its oldest instance waits for the coordinator
-    const Proposal& oldest = instances.front();
-    if (const auto cached = cache_.find(key)) {
-      const bool same = cached->signature == oldest.signature;
-      set_bit(same ? state.ready_bits : state.invalid_bits, cached->bit);
+    }
+    if (name.cache_generation != cache_.generation()) {
+      const auto cached = cache_.find(key);
+      name.cache_bit = cached ? cached->bit : PendingName::kNoBit;
+      name.cache_generation = cache_.generation();
+    }
+    const Proposal& oldest = name.instances.front();
+    if (const uint32_t bit = name.cache_bit; bit != PendingName::kNoBit) {
+      const bool same = cache_.signature_of(bit) == oldest.signature;
+      set_bit(same ? state.ready_bits : state.invalid_bits, bit);
       if (same && !oldest.eager.empty() &&
           eager_bytes + oldest.eager.size() <= kEagerMaxTotalBytes) {
         eager_bytes += oldest.eager.size();
-        eager.emplace_back(cached->bit, &oldest.eager);
+        eager.emplace_back(bit, &oldest.eager);
       }
     } else if (state.uncached.size() < kMaxUncachedPerCycle) {
       state.uncached.push_back(oldest);
@@ -315,7 +322,9 @@ void Negotiator::apply(CycleState& state) {
       }
       cache_.touch(bit);
       ++counters_.cache_hits;
-      Decision& decision = decided.decisions.emplace_back(Decision{*key, {}});
+      Proposal taken = take_front(*key);
+      Decision& decision = decided.decisions.emplace_back(
+          Decision{std::move(taken.key), {}, Decision::kNoContributions, taken.cookie});
       bool everyone_sent_data = true;
       for (uint32_t node = 0; node < nodes_; ++node) {
         eager[node] = state.from[node]->eager.seek(bit, eager_cursors[node]);
@@ -334,7 +343,6 @@ void Negotiator::apply(CycleState& state) {
       if (bit / 64 < last_ready_bits_.size()) {
         last_ready_bits_[bit / 64] &= ~(uint64_t{1} << (bit % 64));
       }
-      pop_front(*key);
     }
   }
   if (!decided.contributions.empty()) {
@@ -351,25 +359,27 @@ void Negotiator::apply(CycleState& state) {
   if (state.response) {
     for (const Decision& d : *state.response) {
       const auto it = pending_.find(d.key);
-      if (it == pending_.end() || it->second.empty() || !reported_.contains(d.key)) {
+      if (it == pending_.end() || it->second.instances.empty() || !reported_.contains(d.key)) {
         throw std::invalid_argument(fmt::format(
             "job '{}': the coordinator decided '{}', which this node did not report", job_, d.key));
       }
       if (d.error.empty() && cache_.capacity() > 0) {
-        cache_.put(d.key, it->second.front().signature);
+        cache_.put(d.key, it->second.instances.front().signature);
       }
       reported_.erase(d.key);
-      decided.decisions.push_back(d);
-      pop_front(d.key);
+      Decision& decision = decided.decisions.emplace_back(d);
+      decision.cookie = take_front(d.key).cookie;
     }
   }
   if (!decided.decisions.empty()) decided_.push_back(std::move(decided));
 }
 
-void Negotiator::pop_front(const std::string& key) {
-  const auto it = pending_.find(key);
-  it->second.pop_front();
+Proposal Negotiator::take_front(const std::string& key) {
+  Fifo<Proposal>& instances = pending_.find(key)->second.instances;
+  Proposal taken = std::move(instances.front());
+  instances.pop_front();
   --pending_count_;
+  return taken;
 }
 
 }  // namespace gradsync::daemon

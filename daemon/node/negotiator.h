@@ -52,6 +52,8 @@ struct Proposal {
   std::string ranks;
   // For a small allreduce: this node's contribution, sent along with the cycle (see Cycle).
   std::vector<uint8_t> eager;
+  // The proposer's handle for what it proposed, handed back in the Decision.
+  uint64_t cookie = 0;
 };
 
 // Link figures of the α-β-γ cost model, as one node measured them.
@@ -67,6 +69,7 @@ struct Decision {
   // When every node's contribution came with the cycle: where they start in
   // CycleDecisions::contributions (one per node, in node order); otherwise kNoContributions.
   size_t contributions = kNoContributions;
+  uint64_t cookie = 0;  // this node's Proposal's
   static constexpr size_t kNoContributions = SIZE_MAX;
 };
 
@@ -171,7 +174,8 @@ class Negotiator {
   CycleState& cycle_state(uint64_t number);
   std::vector<Decision> coordinate(const CycleState& state);
   void apply(CycleState& state);  // moves the contributions out
-  void pop_front(const std::string& key);
+  // Removes and returns the oldest proposal of `key`.
+  Proposal take_front(const std::string& key);
 
   std::string job_;
   uint32_t nodes_;
@@ -183,7 +187,15 @@ class Negotiator {
   ResponseCache cache_;
   // By key, oldest first. Entries stay when empty (the same names come back every step) until
   // there are too many of them.
-  std::unordered_map<std::string, Fifo<Proposal>> pending_;
+  struct PendingName {
+    Fifo<Proposal> instances;  // oldest first
+    // The name's cache bit as last looked up (kNoBit: not cached), valid while the cache is
+    // at that generation: spares a lookup per name per cycle.
+    mutable uint64_t cache_generation = UINT64_MAX;
+    mutable uint32_t cache_bit = kNoBit;
+    static constexpr uint32_t kNoBit = UINT32_MAX;
+  };
+  std::unordered_map<std::string, PendingName> pending_;
   size_t pending_count_ = 0;                  // proposals in pending_
   std::unordered_set<std::string> reported_;  // keys whose oldest instance went to the coordinator
   uint64_t cycle_ = 0;                        // the last cycle this node took part in

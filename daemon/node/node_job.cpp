@@ -128,10 +128,13 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
     AllreduceOperand(only, proposal.eager.data())
         .reduce_into(node_detail::network_op(lead.op), 0, lead.count, nullptr);
   }
-  if (units_.size() > (1 << 16)) {
-    std::erase_if(units_, [](const auto& entry) { return entry.second.empty(); });
+  if (free_units_.empty()) {
+    free_units_.push_back(units_.size());
+    units_.emplace_back();
   }
-  units_[proposal.key].push_back(std::move(unit));
+  proposal.cookie = free_units_.back();
+  free_units_.pop_back();
+  units_[proposal.cookie] = std::move(unit);
   if (negotiator_) {
     negotiator_->propose(std::move(proposal), more_coming);
   } else {
@@ -205,10 +208,9 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
   networked.reserve(cycle.decisions.size());
   NodeResult error;
   for (const Decision& decision : cycle.decisions) {
-    auto& waiting = units_.find(decision.key)->second;
-    ReadyUnit unit = std::move(waiting.front());
-    waiting.pop_front();
-    // The entry stays: the same name comes back next step (swept in on_locally_ready).
+    ReadyUnit unit = std::move(*units_[decision.cookie]);
+    units_[decision.cookie].reset();
+    free_units_.push_back(decision.cookie);
     if (!decision.error.empty()) {
       complete_unit(unit, GRADSYNC_ERR_MISMATCH, decision.error);
     } else if (const auto contributions = cycle.contributions_of(decision);
@@ -435,10 +437,11 @@ void NodeJob::fail_waiting(gradsync_result status, const std::string& message) {
     for (const auto& unit : batch.units) complete_unit(unit, status, message);
   }
   queued_.clear();
-  for (auto& [key, units] : units_) {
-    for (auto& unit : units) complete_unit(unit, status, message);
+  for (auto& unit : units_) {
+    if (unit) complete_unit(*unit, status, message);
   }
   units_.clear();
+  free_units_.clear();
   unproposed_.clear();
 }
 

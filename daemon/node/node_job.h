@@ -10,7 +10,6 @@
 #pragma once
 
 #include "daemon/collectives/node_collectives.h"
-#include "daemon/fifo.h"
 #include "daemon/job.h"
 #include "daemon/node/cost_model.h"
 #include "daemon/node/internode.capnp.h"
@@ -139,8 +138,10 @@ class NodeJob {
   std::vector<Proposal> unproposed_;  // ready before the job formed across nodes
   // Cycle messages that arrived before this node finished forming.
   std::vector<std::unique_ptr<capnp::MallocMessageBuilder>> early_;
-  std::unordered_map<std::string, Fifo<ReadyUnit>> units_;  // by key, oldest first
-  std::deque<Batch> queued_;                                // agreed, not started
+  // Units proposed and not decided yet, by the cookie of their Proposal; slots are reused.
+  std::vector<std::optional<ReadyUnit>> units_;
+  std::vector<uint64_t> free_units_;
+  std::deque<Batch> queued_;  // agreed, not started
   std::list<std::unique_ptr<InFlight>> in_flight_;
   std::vector<std::unique_ptr<Scratch>> spare_scratch_;
   uint64_t next_sequence_ = 0;

@@ -19,6 +19,7 @@ const std::string* ResponseCache::key_of(uint32_t bit) const {
 uint32_t ResponseCache::put(const std::string& key, const Signature& signature,
                             std::optional<std::string>* evicted) {
   if (evicted != nullptr) evicted->reset();
+  ++generation_;
   if (const auto it = by_key_.find(key); it != by_key_.end()) {
     slots_[it->second].signature = signature;
     touch(it->second);
@@ -54,6 +55,7 @@ void ResponseCache::touch(uint32_t bit) {
 void ResponseCache::erase(uint32_t bit) {
   Slot& slot = slots_.at(bit);
   if (!slot.used) return;
+  ++generation_;
   by_key_.erase(slot.key);
   lru_.erase(slot.lru);
   slot = Slot{};

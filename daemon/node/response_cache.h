@@ -34,6 +34,11 @@ class ResponseCache {
   std::optional<Entry> find(const std::string& key) const;
   // The key holding `bit`, or null when the bit is free.
   const std::string* key_of(uint32_t bit) const;
+  // The signature cached under `bit`, which must be in use.
+  const Signature& signature_of(uint32_t bit) const { return slots_[bit].signature; }
+  // Changes whenever a key gains, loses or changes its bit or signature (not when it is only
+  // used): a bit remembered at one generation still holds at the same generation.
+  uint64_t generation() const { return generation_; }
 
   // Caches key with its signature (or refreshes it) and returns its bit. When full, evicts the
   // least recently used entry first; its key is returned in *evicted.
@@ -55,6 +60,7 @@ class ResponseCache {
   };
 
   uint32_t capacity_;
+  uint64_t generation_ = 0;
   std::vector<Slot> slots_;  // by bit
   std::unordered_map<std::string, uint32_t> by_key_;
   std::list<uint32_t> lru_;  // bits, most recently used first

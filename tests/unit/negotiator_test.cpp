@@ -257,6 +257,30 @@ TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrder) {
   }
 }
 
+TEST_P(NegotiatorTest, DecisionsHandBackEachNodesOwnCookie) {
+  Network net(GetParam(), 1024, GetParam());
+  const auto names = tensor_names(5);
+  // Step 0 goes through the coordinator, step 1 through the cache.
+  for (uint64_t step = 0; step < 2; ++step) {
+    for (uint32_t n = 0; n < net.nodes(); ++n) {
+      for (size_t i = 0; i < names.size(); ++i) {
+        Proposal p = allreduce(names[i], 10);
+        p.cookie = 1000 * step + 100 * n + i;
+        net.node(n).propose(std::move(p));
+      }
+    }
+    net.deliver_all();
+    const auto decisions = net.take_decisions();
+    for (uint32_t n = 0; n < net.nodes(); ++n) {
+      ASSERT_EQ(decisions[n].size(), names.size());
+      for (const Decision& d : decisions[n]) {
+        const auto i = static_cast<uint64_t>(std::stoi(d.key.substr(d.key.find('.') + 1)));
+        EXPECT_EQ(d.cookie, 1000 * step + 100 * n + i) << d.key << " on node " << n;
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Nodes, NegotiatorTest, ::testing::Values(2u, 3u, 5u),
                          [](const auto& info) { return std::to_string(info.param) + "nodes"; });
 
@@ -280,6 +304,21 @@ TEST(ResponseCache, ReusesTheLowestFreeBitAndEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(cache.put("e", sized(5)), 2u);
   EXPECT_EQ(cache.put("a", sized(6)), 0u);  // refresh keeps the bit, takes the new signature
   EXPECT_EQ(cache.find("a")->signature, sized(6));
+}
+
+TEST(ResponseCache, GenerationChangesWithTheMappingNotWithUse) {
+  ResponseCache cache(4);
+  const uint64_t empty = cache.generation();
+  cache.put("a", sized(1));
+  const uint64_t after_put = cache.generation();
+  EXPECT_NE(after_put, empty);
+  cache.touch(0);
+  EXPECT_EQ(cache.generation(), after_put);  // use alone keeps remembered bits valid
+  cache.put("a", sized(2));                  // a new signature: what was remembered is stale
+  EXPECT_NE(cache.generation(), after_put);
+  const uint64_t before_erase = cache.generation();
+  cache.erase(0);
+  EXPECT_NE(cache.generation(), before_erase);
 }
 
 TEST(ResponseCache, DisabledCacheRefusesEntries) {
