@@ -87,7 +87,8 @@ void Negotiator::propose(Proposal proposal, bool more_coming) {
   if (pending_.size() > kMaxIdleNames + pending_count_) {
     std::erase_if(pending_, [](const auto& entry) { return entry.second.instances.empty(); });
   }
-  pending_[proposal.key].instances.push_back(std::move(proposal));
+  PendingName& name = pending_[proposal.key];
+  name.instances.push_back(std::move(proposal));
   ++pending_count_;
   if (!more_coming) advance();
 }

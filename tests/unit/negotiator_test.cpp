@@ -265,7 +265,7 @@ TEST_P(NegotiatorTest, DecisionsHandBackEachNodesOwnCookie) {
     for (uint32_t n = 0; n < net.nodes(); ++n) {
       for (size_t i = 0; i < names.size(); ++i) {
         Proposal p = allreduce(names[i], 10);
-        p.cookie = 1000 * step + 100 * n + i;
+        p.cookie = 1000 * step + 100 * uint64_t{n} + i;
         net.node(n).propose(std::move(p));
       }
     }
@@ -275,7 +275,7 @@ TEST_P(NegotiatorTest, DecisionsHandBackEachNodesOwnCookie) {
       ASSERT_EQ(decisions[n].size(), names.size());
       for (const Decision& d : decisions[n]) {
         const auto i = static_cast<uint64_t>(std::stoi(d.key.substr(d.key.find('.') + 1)));
-        EXPECT_EQ(d.cookie, 1000 * step + 100 * n + i) << d.key << " on node " << n;
+        EXPECT_EQ(d.cookie, 1000 * step + 100 * uint64_t{n} + i) << d.key << " on node " << n;
       }
     }
   }
