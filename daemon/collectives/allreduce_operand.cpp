@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 
 namespace gradsync::daemon {
 
@@ -60,7 +61,12 @@ void AllreduceOperand::reduce_into(gradsync_op op, uint64_t begin, uint64_t end,
         for (const auto& s : c.ranks) inputs[n++] = s.send + first * element_bytes_;
         if (extra != nullptr) inputs[n++] = extra + (at - begin) * element_bytes_;
         void* output = work_ + at * element_bytes_;
-        if (n == 1 && inputs[0] == output) return;  // one rank, in place: already there
+        if (n == 1) {
+          // One rank, nothing received: in place it is already there, else a copy (small
+          // tensors come this way one by one, and a copy skips the kernel's dispatch).
+          if (inputs[0] != output) std::memcpy(output, inputs[0], elements * element_bytes_);
+          return;
+        }
         kernels::reduce_to_all(dtype_, op, inputs.data(), n, &output, 1, elements, false);
       });
 }

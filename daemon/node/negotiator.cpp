@@ -118,6 +118,7 @@ void Negotiator::on_cycle(uint32_t node, wire::Cycle::Reader cycle) {
   from.link = {cycle.getAlphaSeconds(), cycle.getBetaSecondsPerByte(),
                cycle.getGammaSecondsPerByte()};
   uint32_t last_bit = 0;
+  from.eager.entries.reserve(cycle.getEager().size());
   for (auto contribution : cycle.getEager()) {
     if (!from.eager.entries.empty() && contribution.getBit() <= last_bit) {
       throw std::invalid_argument(
@@ -311,6 +312,10 @@ void Negotiator::apply(CycleState& state) {
         std::max(agreed_link_.gamma_seconds_per_byte, from->link.gamma_seconds_per_byte);
   }
   CycleDecisions decided{cycle_, agreed_link_, {}, {}, {}};
+  size_t ready_count = state.response ? state.response->size() : 0;
+  for (const uint64_t word : all_ready) ready_count += static_cast<size_t>(__builtin_popcountll(word));
+  decided.decisions.reserve(ready_count);
+  decided.contributions.reserve(ready_count * nodes_);
   std::vector<size_t> eager_cursors(nodes_, 0);  // bits come in ascending order, as entries do
   std::vector<const EagerSet::Entry*> eager(nodes_);
   for (size_t w = 0; w < all_ready.size(); ++w) {
