@@ -28,6 +28,7 @@ struct Metrics::Impl {
   prometheus::Gauge* clients = nullptr;
   prometheus::Gauge* jobs = nullptr;
   std::array<prometheus::Counter*, kKindNames.size()> completed{};
+  prometheus::Family<prometheus::Counter>* completed_family = nullptr;
   std::array<prometheus::Counter*, kKindNames.size()> failed{};
   std::array<prometheus::Counter*, kKindNames.size()> bytes{};
   prometheus::Histogram* batch_bytes = nullptr;
@@ -70,10 +71,15 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                      .Help("Jobs with at least one connected rank on this node")
                      .Register(registry)
                      .Add({});
-  auto& completed = prometheus::BuildCounter()
-                        .Name("gradsync_collectives_completed_total")
-                        .Help("Collectives completed on this node (one per tensor, not per rank)")
-                        .Register(registry);
+  auto& completed =
+      prometheus::BuildCounter()
+          .Name("gradsync_collectives_completed_total")
+          .Help(
+              "Collectives completed on this node (one per tensor, not per rank), by op and "
+              "algorithm: local (one node), ring or rhd (allreduce across nodes), negotiation "
+              "(data carried by the negotiation), direct (broadcast and allgather across nodes)")
+          .Register(registry);
+  impl_->completed_family = &completed;
   auto& failed = prometheus::BuildCounter()
                      .Name("gradsync_collectives_failed_total")
                      .Help("Collective submissions completed with an error (per rank)")
@@ -159,6 +165,13 @@ void Metrics::set_jobs(int64_t jobs) {
 
 void Metrics::collective_completed(CollectiveKind kind, uint64_t bytes) {
   impl_->completed[static_cast<size_t>(kind)]->Increment();
+  impl_->bytes[static_cast<size_t>(kind)]->Increment(static_cast<double>(bytes));
+}
+
+void Metrics::collective_completed(CollectiveKind kind, uint64_t bytes, const char* algorithm) {
+  impl_->completed_family
+      ->Add({{"op", kKindNames[static_cast<size_t>(kind)]}, {"algorithm", algorithm}})
+      .Increment();
   impl_->bytes[static_cast<size_t>(kind)]->Increment(static_cast<double>(bytes));
 }
 

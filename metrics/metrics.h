@@ -30,7 +30,9 @@ class Metrics {
 
   void set_connected_clients(int64_t clients);
   void set_jobs(int64_t jobs);
-  void collective_completed(CollectiveKind kind, uint64_t bytes);
+  void collective_completed(CollectiveKind kind, uint64_t bytes);  // on one node ("local")
+  // Across nodes; `algorithm` is one of a fixed few (see the metric's help).
+  void collective_completed(CollectiveKind kind, uint64_t bytes, const char* algorithm);
   void collective_failed(CollectiveKind kind);
   void batch_executed(uint64_t bytes, uint64_t collectives, double seconds);
   void client_rejected(const std::string& reason);  // reason: a fixed, small set

@@ -313,7 +313,8 @@ void Negotiator::apply(CycleState& state) {
   }
   CycleDecisions decided{cycle_, agreed_link_, {}, {}, {}};
   size_t ready_count = state.response ? state.response->size() : 0;
-  for (const uint64_t word : all_ready) ready_count += static_cast<size_t>(__builtin_popcountll(word));
+  for (const uint64_t word : all_ready)
+    ready_count += static_cast<size_t>(__builtin_popcountll(word));
   decided.decisions.reserve(ready_count);
   decided.contributions.reserve(ready_count * nodes_);
   std::vector<size_t> eager_cursors(nodes_, 0);  // bits come in ascending order, as entries do

@@ -175,6 +175,16 @@ std::optional<std::string> NodeJob::on_message(wire::NodeMessage::Reader message
   return std::nullopt;
 }
 
+void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algorithm) {
+  for (const auto& c : unit.collectives) {
+    const ipc::Collective kind = c.first().collective;
+    const char* algorithm = kind == ipc::Collective::kAllreduce ? allreduce_algorithm
+                            : kind == ipc::Collective::kBarrier ? "negotiation"
+                                                                : "direct";
+    metrics_.collective_completed(static_cast<metrics::CollectiveKind>(kind), c.bytes(), algorithm);
+  }
+}
+
 void NodeJob::report_negotiation() {
   const Negotiator::Counters& counters = negotiator_->counters();
   if (counters.cycles != reported_counters_.cycles ||
@@ -216,6 +226,7 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
     } else if (const auto contributions = cycle.contributions_of(decision);
                !contributions.empty()) {
       const NodeResult bad = reduce_contributions(unit.collectives.front(), contributions);
+      if (!bad) count_completed(unit, "negotiation");
       complete_unit(unit, bad ? GRADSYNC_ERR_PROTOCOL : GRADSYNC_OK, bad.value_or(""));
       if (!error) error = bad;
     } else {
@@ -275,6 +286,7 @@ std::optional<std::string> NodeJob::progress(bool& ran) {
     ran = true;
     NodeResult error = work.task->result();
     for (const auto& unit : work.units) {
+      if (!error) count_completed(unit, work.allreduce_algorithm);
       complete_unit(unit, error ? GRADSYNC_ERR_PEER_FAILED : GRADSYNC_OK, error.value_or(""));
     }
     work.units.clear();
@@ -331,6 +343,7 @@ NodeTask NodeJob::run_unit(InFlight& work) {
         operand.emplace(collective);
         const AllreduceAlgorithm algorithm = choose(collective.bytes(), work.link);
         metrics_.internode_allreduce(algorithm_name(algorithm));
+        work.allreduce_algorithm = algorithm_name(algorithm);
         log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}", links_.job_name(),
                     collective.first().name, collective.bytes(), step.sequence,
                     algorithm_name(algorithm));
@@ -370,6 +383,7 @@ NodeTask NodeJob::run_fused(InFlight& work) {
                 layout().world_size};
   const AllreduceAlgorithm algorithm = choose(bytes, work.link);
   metrics_.internode_allreduce(algorithm_name(algorithm));
+  work.allreduce_algorithm = algorithm_name(algorithm);
   log_->debug("job '{}': {} tensors fused ({} bytes) as collective {} by {}", links_.job_name(),
               fused.size(), bytes, step.sequence, algorithm_name(algorithm));
   NodeTask task = algorithm == AllreduceAlgorithm::kRing

@@ -100,6 +100,7 @@ class NodeJob {
     std::vector<ReadyUnit> units;
     LinkFigures link;
     uint64_t first_sequence = 0;
+    const char* allreduce_algorithm = "negotiation";  // for the metrics: set when one runs
     std::unique_ptr<Scratch> scratch;
     std::optional<NodeTask> task;  // last: it goes first, while what it refers to still exists
   };
@@ -108,6 +109,8 @@ class NodeJob {
   static constexpr size_t kMaxInFlight = 4;
 
   void report_negotiation();
+  // Counts a unit that completed well in the metrics.
+  void count_completed(const ReadyUnit& unit, const char* allreduce_algorithm);
   // Completes one cycle's decisions that need no network; queues the others as batches.
   std::optional<std::string> take_cycle(const CycleDecisions& cycle);
   // Whether `unit` may join a fused allreduce: allreduces of one dtype and op, smaller than

@@ -261,6 +261,15 @@ TEST(Cluster, MetricsShowTheMeasuredLinkTheCacheAndTheAlgorithms) {
   EXPECT_EQ(sample(text, "gradsync_negotiation_cache_total{result=\"hit\"}"), 9 * 24);
   EXPECT_GT(sample(text, "gradsync_negotiation_cycles_total"), 0);
   EXPECT_GT(sample(text, "gradsync_internode_allreduces_total{algorithm=\"ring\"}"), 0);
+  // Every tensor of every step completed on node 0: small ones with the negotiation, the
+  // rest by an algorithm across nodes.
+  double completed = 0;
+  for (const std::string algorithm : {"negotiation", "ring", "rhd"}) {
+    const double value = sample(text, "gradsync_collectives_completed_total{algorithm=\"" +
+                                          algorithm + "\",op=\"allreduce\"}");
+    completed += std::max(0.0, value);  // -1: no such series
+  }
+  EXPECT_EQ(completed, 10 * 24);
 }
 
 TEST(Cluster, AControlMessageThatCannotBeReadFailsItsJob) {
