@@ -24,7 +24,9 @@ struct DaemonConfig {
   uint32_t reduce_threads = 0;                      // 0: one per online CPU
   uint64_t parallel_reduce_min_bytes = 1ull << 20;  // smaller batches reduce on the engine thread
   uint32_t job_formation_timeout_seconds = 300;     // all local ranks must connect within this
-  uint32_t peer_timeout_seconds = 60;  // a node daemon silent this long mid-collective fails it
+  uint32_t peer_timeout_seconds = 60;   // a node daemon silent this long mid-collective fails it
+  uint32_t stall_warning_seconds = 60;  // a tensor some ranks or nodes wait on this long: warn
+  uint32_t stall_shutdown_seconds = 0;  // and this long: fail its job (0: never)
   uint32_t tcp_keepalive_idle_seconds = 10;     // a silent peer host is probed after this
   uint32_t tcp_keepalive_interval_seconds = 2;  // then every this; 3 unanswered: it failed
   uint32_t response_cache_capacity = 1024;      // collectives per multi-node job; 0: no cache

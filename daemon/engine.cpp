@@ -26,6 +26,8 @@ constexpr uint64_t kWakeTag = 0;
 constexpr uint64_t kMeshTag = UINT64_MAX;
 // Bound on control messages kept for jobs with no local rank yet.
 constexpr size_t kMaxEarlyMessages = 65536;
+// How often the engine looks for stalled tensors.
+constexpr auto kStallInspectionInterval = std::chrono::seconds(1);
 // How long the engine sleeps at most while collectives across nodes are in flight.
 constexpr auto kNetworkPollInterval = std::chrono::milliseconds(1);
 
@@ -85,6 +87,7 @@ void Engine::run() {
     if (network_jobs_ > 0) progressed |= poll_peers();
     progressed |= run_ready_batches();
     progressed |= check_formation();
+    progressed |= inspect_stalls();
     if (progressed) {
       last_work = Clock::now();
       continue;
@@ -192,6 +195,7 @@ void Engine::handle(DetachSession& command) {
         log_->debug("job '{}' ended; the mesh holds {} retired operations, {} early messages",
                     job_name, mesh_->retired_count(), early);
       }
+      metrics_.job_ended(job_name);
       jobs_.erase(job_name);
     }
   }
@@ -373,13 +377,50 @@ bool Engine::check_formation() {
   return failed;
 }
 
+bool Engine::inspect_stalls() {
+  const auto now = Clock::now();
+  if (now < next_stall_inspection_) return false;
+  next_stall_inspection_ = now + kStallInspectionInterval;
+  const auto warn_after = std::chrono::seconds(config_.stall_warning_seconds);
+  const auto shutdown_after = std::chrono::seconds(config_.stall_shutdown_seconds);
+  bool failed = false;
+  std::vector<std::string> warnings;
+  for (auto& [name, job] : jobs_) {
+    if (job->failure()) continue;
+    warnings.clear();
+    double age = 0;
+    std::string oldest;
+    if (auto stall = job->oldest_stall(now, warn_after, warnings)) {
+      age = stall->seconds;
+      oldest = std::move(stall->message);
+    }
+    if (NodeJob* network = job->network()) {
+      if (auto stall = network->oldest_stall(now, warn_after, warnings);
+          stall && stall->seconds > age) {
+        age = stall->seconds;
+        oldest = std::move(stall->message);
+      }
+    }
+    for (const auto& warning : warnings) log_->warn("stall: {}", warning);
+    metrics_.set_stall(name, age);
+    if (config_.stall_shutdown_seconds > 0 &&
+        age >= std::chrono::duration<double>(shutdown_after).count()) {
+      fail_job(*job, GRADSYNC_ERR_TIMEOUT, "stalled: " + oldest, true);
+      failed = true;
+    }
+  }
+  return failed;
+}
+
 int Engine::sleep_timeout_ms() const {
   auto deadline = Clock::time_point::max();
+  // While there are jobs, wake for the stall inspection (once a second).
+  if (!jobs_.empty()) deadline = next_stall_inspection_;
   for (const auto& [name, job] : jobs_) {
     // Collectives across nodes in flight: wake now and then to check their peers' deadlines.
     // (UCX's fd wakes us for what arrives; a silent peer sends nothing.)
     if (job->network() != nullptr && job->network()->busy()) {
-      deadline = Clock::now() + kNetworkPollInterval;
+      deadline = std::min(deadline, Clock::now() + kNetworkPollInterval);
       break;
     }
   }

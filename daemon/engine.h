@@ -80,6 +80,9 @@ class Engine {
   // Runs the collectives every node of a multi-node job agreed on, in order.
   bool run_agreed(Job& job);
   bool check_formation();
+  // Once a second: warns of tensors some ranks or nodes wait on (stall_warning_seconds),
+  // exports each job's stall age, fails jobs stalled for stall_shutdown_seconds.
+  bool inspect_stalls();
   int sleep_timeout_ms() const;  // until the next formation deadline; -1: none
   void sleep_until_work();
   bool any_submission_waiting();
@@ -91,6 +94,7 @@ class Engine {
   ReducePool pool_;
   std::unique_ptr<transport::Mesh> mesh_;  // null without an inter-node listener
   std::string listen_address_;
+  std::chrono::steady_clock::time_point next_stall_inspection_{};
   size_t network_jobs_ = 0;  // jobs with a NodeJob: the mesh is polled only while there are any
   // Control messages for jobs that have no rank here yet, replayed when one connects.
   std::unordered_map<std::string, std::vector<std::vector<uint8_t>>> early_messages_;

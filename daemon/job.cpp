@@ -76,6 +76,50 @@ std::string Job::ranks_in_words() const {
   return words;
 }
 
+bool Job::has_partial_submissions() const {
+  return std::any_of(pending_.begin(), pending_.end(), [](const auto& entry) {
+    return entry.second.ranks_waiting > 0 &&
+           entry.second.ranks_waiting < entry.second.per_rank.size();
+  });
+}
+
+std::optional<Job::Stall> Job::oldest_stall(Clock::time_point now, Clock::duration warn_after,
+                                            std::vector<std::string>& warn) {
+  const std::string* oldest_name = nullptr;
+  const PendingTensor* oldest = nullptr;
+  for (auto& [name, tensor] : pending_) {
+    if (tensor.ranks_waiting == 0 || tensor.ranks_waiting == tensor.per_rank.size()) continue;
+    if (now - tensor.since >= warn_after && !tensor.warned) {
+      tensor.warned = true;
+      warn.push_back(stall_message(name, tensor, now - tensor.since));
+    }
+    if (oldest == nullptr || tensor.since < oldest->since) {
+      oldest = &tensor;
+      oldest_name = &name;
+    }
+  }
+  if (oldest == nullptr) return std::nullopt;
+  return Stall{std::chrono::duration<double>(now - oldest->since).count(),
+               stall_message(*oldest_name, *oldest, now - oldest->since)};
+}
+
+std::string Job::stall_message(const std::string& name, const PendingTensor& tensor,
+                               Clock::duration waited) const {
+  std::string local;
+  std::string global;
+  for (size_t r = 0; r < tensor.per_rank.size(); ++r) {
+    if (!tensor.per_rank[r].empty()) continue;
+    local += fmt::format("{}{}", local.empty() ? "" : ", ", r);
+    if (sessions_[r] != nullptr) {
+      global += fmt::format("{}{}", global.empty() ? "" : ", ", sessions_[r]->identity().rank);
+    }
+  }
+  return fmt::format(
+      "job '{}': tensor '{}' has waited {} s for local rank(s) {} (job rank(s) {}), which have "
+      "not submitted it",
+      name_, name, std::chrono::duration_cast<std::chrono::seconds>(waited).count(), local, global);
+}
+
 bool Job::empty() const {
   for (const Session* s : sessions_) {
     if (s != nullptr) return false;
@@ -96,6 +140,10 @@ void Job::submit(Submission submission) {
     tensor.ranks_waiting = tensor.per_rank.size();
   }
   auto& queue = tensor.per_rank[rank];
+  if (tensor.ranks_waiting == tensor.per_rank.size()) {
+    tensor.since = Clock::now();  // the first rank to submit this instance
+    tensor.warned = false;
+  }
   if (queue.empty()) --tensor.ranks_waiting;
   queue.push_back(std::move(submission));
   if (tensor.ranks_waiting > 0) return;
@@ -110,6 +158,10 @@ void Job::submit(Submission submission) {
   }
   // A rank may already have submitted the same name for the next step.
   tensor.ranks_waiting = tensor.per_rank.size() - still_queued;
+  if (still_queued > 0) {
+    tensor.since = Clock::now();  // the next instance's wait counts from here
+    tensor.warned = false;
+  }
   // The entry stays for the next step (names repeat every step: no allocation per step), until
   // too many idle ones pile up (unnamed collectives get a fresh name each time).
   if (pending_.size() > kMaxIdleTensors) {

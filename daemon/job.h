@@ -71,14 +71,30 @@ class Job {
   // Ready units in the order they became ready (the same order on every rank).
   std::deque<ReadyUnit>& ready() { return ready_; }
 
+  // A tensor some local ranks have submitted and others have not.
+  struct Stall {
+    double seconds = 0;   // since the first of them submitted it
+    std::string message;  // names the tensor, the job and the ranks that have not
+  };
+  // The oldest stall, if any; and, in `warn`, each stall older than `warn_after` that has not
+  // been warned about before.
+  std::optional<Stall> oldest_stall(Clock::time_point now, Clock::duration warn_after,
+                                    std::vector<std::string>& warn);
+  // Some tensor has been submitted by some local ranks and not by all.
+  bool has_partial_submissions() const;
+
  private:
   // Negotiation entries kept between steps before idle ones are swept.
   static constexpr size_t kMaxIdleTensors = 1 << 16;
 
   struct PendingTensor {
     std::vector<Fifo<Submission>> per_rank;
-    size_t ranks_waiting;  // ranks with an empty queue
+    size_t ranks_waiting;       // ranks with an empty queue
+    Clock::time_point since{};  // when its oldest instance was first submitted
+    bool warned = false;        // about the stall of that instance
   };
+  std::string stall_message(const std::string& name, const PendingTensor& tensor,
+                            Clock::duration waited) const;
 
   void on_all_submitted(std::vector<Submission> ranks);
   void fail_collective(std::vector<Submission>& ranks, gradsync_result status,

@@ -36,6 +36,7 @@ struct Metrics::Impl {
   prometheus::Histogram* batch_seconds = nullptr;
   prometheus::Family<prometheus::Counter>* rejected = nullptr;
   prometheus::Family<prometheus::Gauge>* peer_latency = nullptr;
+  prometheus::Family<prometheus::Gauge>* stall = nullptr;
   prometheus::Family<prometheus::Gauge>* peer_bandwidth = nullptr;
   prometheus::Counter* cache_hits = nullptr;
   prometheus::Counter* cache_misses = nullptr;
@@ -112,6 +113,12 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                          .Name("gradsync_client_requests_rejected_total")
                          .Help("Control requests refused, by reason")
                          .Register(registry);
+  impl_->stall = &prometheus::BuildGauge()
+                      .Name("gradsync_stall_seconds")
+                      .Help(
+                          "Age of the oldest tensor of a job that some of its ranks or nodes "
+                          "have submitted and others have not (0: none)")
+                      .Register(registry);
   impl_->peer_latency = &prometheus::BuildGauge()
                              .Name("gradsync_peer_latency_seconds")
                              .Help(
@@ -193,6 +200,15 @@ void Metrics::peer_link_measured(const std::string& peer, double latency_seconds
                                  double bytes_per_second) {
   impl_->peer_latency->Add({{"peer", peer}}).Set(latency_seconds);
   impl_->peer_bandwidth->Add({{"peer", peer}}).Set(bytes_per_second);
+}
+
+void Metrics::set_stall(const std::string& job, double seconds) {
+  impl_->stall->Add({{"job", job}}).Set(seconds);
+}
+
+void Metrics::job_ended(const std::string& job) {
+  auto& stall = impl_->stall->Add({{"job", job}});
+  impl_->stall->Remove(&stall);
 }
 
 void Metrics::negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cycles) {

@@ -39,6 +39,9 @@ class Metrics {
 
   // Across nodes. `peer`: a peer daemon's inter-node address (bounded by the cluster's size).
   void peer_link_measured(const std::string& peer, double latency_seconds, double bytes_per_second);
+  // Per job (jobs are few and end: their series go with them).
+  void set_stall(const std::string& job, double seconds);
+  void job_ended(const std::string& job);
   void negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cycles);  // increments
   void internode_allreduce(const char* algorithm);                               // "ring" or "rhd"
 

@@ -311,6 +311,10 @@ void Negotiator::apply(CycleState& state) {
     agreed_link_.gamma_seconds_per_byte =
         std::max(agreed_link_.gamma_seconds_per_byte, from->link.gamma_seconds_per_byte);
   }
+  peer_ready_bits_.resize(nodes_);
+  for (uint32_t node = 0; node < nodes_; ++node) {
+    peer_ready_bits_[node] = state.from[node]->ready_bits;
+  }
   CycleDecisions decided{cycle_, agreed_link_, {}, {}, {}};
   size_t ready_count = state.response ? state.response->size() : 0;
   for (const uint64_t word : all_ready)
@@ -379,6 +383,25 @@ void Negotiator::apply(CycleState& state) {
     }
   }
   if (!decided.decisions.empty()) decided_.push_back(std::move(decided));
+}
+
+std::vector<uint32_t> Negotiator::nodes_without(const std::string& key) const {
+  std::vector<uint32_t> missing;
+  if (const auto cached = cache_.find(key)) {
+    const uint32_t bit = cached->bit;
+    for (uint32_t node = 0; node < nodes_; ++node) {
+      if (node == me_) continue;
+      const bool has = node < peer_ready_bits_.size() && bit / 64 < peer_ready_bits_[node].size() &&
+                       ((peer_ready_bits_[node][bit / 64] >> (bit % 64)) & 1) != 0;
+      if (!has) missing.push_back(node);
+    }
+  } else if (const auto it = coordinator_.find(key); it != coordinator_.end()) {
+    const CoordinatorEntry& oldest = it->second.front();
+    for (uint32_t node = 0; node < nodes_; ++node) {
+      if (node != me_ && !oldest.reported[node]) missing.push_back(node);
+    }
+  }
+  return missing;
 }
 
 Proposal Negotiator::take_front(const std::string& key) {

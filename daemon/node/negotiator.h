@@ -129,6 +129,11 @@ class Negotiator {
   };
   const Counters& counters() const { return counters_; }
 
+  // The other nodes that, as far as this node can tell, have not proposed `key`'s oldest
+  // instance: for a cached name, those whose last cycle did not have its bit; for a name
+  // reported to the coordinator, those node 0 has no report from (known on node 0 only).
+  std::vector<uint32_t> nodes_without(const std::string& key) const;
+
  private:
   // Contributions that ride with one node's cycle message, in one buffer.
   struct EagerSet {
@@ -201,7 +206,8 @@ class Negotiator {
   uint64_t cycle_ = 0;                        // the last cycle this node took part in
   bool in_cycle_ = false;
   std::vector<uint64_t> last_ready_bits_;
-  std::map<uint64_t, CycleState> cycles_;  // the current one and, at most, the next
+  std::vector<std::vector<uint64_t>> peer_ready_bits_;  // by node, as of the last cycle
+  std::map<uint64_t, CycleState> cycles_;               // the current one and, at most, the next
   std::deque<CycleDecisions> decided_;
   Counters counters_;
   std::unordered_map<std::string, std::deque<CoordinatorEntry>> coordinator_;  // node 0 only

@@ -131,10 +131,12 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
   if (free_units_.empty()) {
     free_units_.push_back(units_.size());
     units_.emplace_back();
+    unit_waits_.emplace_back();
   }
   proposal.cookie = free_units_.back();
   free_units_.pop_back();
   units_[proposal.cookie] = std::move(unit);
+  unit_waits_[proposal.cookie] = {std::chrono::steady_clock::now(), false};
   if (negotiator_) {
     negotiator_->propose(std::move(proposal), more_coming);
   } else {
@@ -431,6 +433,42 @@ void NodeJob::abort_after_agreed(std::string reason) {
 std::optional<std::string> NodeJob::abort_due() const {
   const bool agreed_left = busy() || (negotiator_ && negotiator_->has_decided());
   return agreed_left ? std::nullopt : abort_reason_;
+}
+
+std::optional<NodeJob::Stall> NodeJob::oldest_stall(std::chrono::steady_clock::time_point now,
+                                                    std::chrono::steady_clock::duration warn_after,
+                                                    std::vector<std::string>& warn) {
+  std::optional<Stall> oldest;
+  auto describe = [&](const ReadyUnit& unit, std::chrono::steady_clock::duration waited) {
+    const std::string& name = unit.collectives.front().first().name;
+    std::string nodes;
+    if (negotiator_) {
+      for (const uint32_t node : negotiator_->nodes_without(name)) {
+        nodes += fmt::format("{}{} ({})", nodes.empty() ? "" : ", ", node, layout().nodes[node]);
+      }
+    }
+    return fmt::format("job '{}': tensor '{}' is ready on node {} and has waited {} s for {}",
+                       links_.job_name(), name, links_.me(),
+                       std::chrono::duration_cast<std::chrono::seconds>(waited).count(),
+                       nodes.empty() ? std::string("the other nodes (node 0 knows which)")
+                                     : "node(s) " + nodes + ", which have not submitted it");
+  };
+  size_t oldest_slot = units_.size();
+  for (size_t slot = 0; slot < units_.size(); ++slot) {
+    if (!units_[slot]) continue;
+    UnitWait& wait = unit_waits_[slot];
+    if (now - wait.since >= warn_after && !wait.warned) {
+      wait.warned = true;
+      warn.push_back(describe(*units_[slot], now - wait.since));
+    }
+    if (oldest_slot == units_.size() || wait.since < unit_waits_[oldest_slot].since) {
+      oldest_slot = slot;
+    }
+  }
+  if (oldest_slot == units_.size()) return std::nullopt;
+  const auto waited = now - unit_waits_[oldest_slot].since;
+  return Stall{std::chrono::duration<double>(waited).count(),
+               describe(*units_[oldest_slot], waited)};
 }
 
 void NodeJob::broadcast_abort(const std::string& reason) {

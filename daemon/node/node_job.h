@@ -79,6 +79,17 @@ class NodeJob {
   // The reason, once the job should fail now.
   std::optional<std::string> abort_due() const;
 
+  // A collective ready here that other nodes have not proposed: its age and a message naming
+  // it, the job and the nodes (as far as this node knows; see Negotiator::nodes_without).
+  // Each one older than `warn_after` is put in `warn` once.
+  struct Stall {
+    double seconds = 0;
+    std::string message;
+  };
+  std::optional<Stall> oldest_stall(std::chrono::steady_clock::time_point now,
+                                    std::chrono::steady_clock::duration warn_after,
+                                    std::vector<std::string>& warn);
+
   // Tells every other node that the job failed here.
   void broadcast_abort(const std::string& reason);
   // Fails everything waiting here (the Job fails its own queues).
@@ -144,7 +155,12 @@ class NodeJob {
   // Units proposed and not decided yet, by the cookie of their Proposal; slots are reused.
   std::vector<std::optional<ReadyUnit>> units_;
   std::vector<uint64_t> free_units_;
-  std::deque<Batch> queued_;  // agreed, not started
+  struct UnitWait {
+    std::chrono::steady_clock::time_point since;  // proposed
+    bool warned = false;
+  };
+  std::vector<UnitWait> unit_waits_;  // by cookie, as units_
+  std::deque<Batch> queued_;          // agreed, not started
   std::list<std::unique_ptr<InFlight>> in_flight_;
   std::vector<std::unique_ptr<Scratch>> spare_scratch_;
   uint64_t next_sequence_ = 0;

@@ -17,25 +17,6 @@
 namespace gradsync::testing {
 namespace {
 
-// A port that is free now, below the kernel's ephemeral range (32768 and up by default), so
-// that neither outgoing connections nor daemons listening on port 0 take it before our daemon
-// binds it.
-uint16_t free_tcp_port() {
-  static std::mt19937 random(static_cast<unsigned>(::getpid()));
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const auto port = static_cast<uint16_t>(20000 + random() % 10000);
-    ipc::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    struct sockaddr_in address {};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(port);
-    if (::bind(fd.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) == 0) {
-      return port;
-    }
-  }
-  throw std::runtime_error("no free TCP port in [20000, 30000)");
-}
-
 class LoopbackCluster {
  public:
   // `toml`: configuration for every node's daemon. `metrics`: node 0 serves its metrics on
@@ -107,38 +88,6 @@ class LoopbackCluster {
   std::vector<std::string> node_addresses_;
   std::vector<std::unique_ptr<tools::PrivateDaemon>> daemons_;
 };
-
-// GET /metrics from 127.0.0.1:port (HTTP/1.0: the server closes when done).
-std::string scrape(uint16_t port) {
-  ipc::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  struct sockaddr_in address {};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = htons(port);
-  if (::connect(fd.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) != 0) {
-    return {};
-  }
-  const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
-  if (::send(fd.get(), request.data(), request.size(), MSG_NOSIGNAL) < 0) return {};
-  std::string response;
-  char buffer[4096];
-  while (true) {
-    const ssize_t n = ::recv(fd.get(), buffer, sizeof(buffer), 0);
-    if (n <= 0) break;
-    response.append(buffer, static_cast<size_t>(n));
-  }
-  return response;
-}
-
-// The value of the first sample line starting with `series` (name and labels), or -1.
-double sample(const std::string& text, const std::string& series) {
-  for (size_t at = text.find(series); at != std::string::npos; at = text.find(series, at + 1)) {
-    if (at != 0 && text[at - 1] != '\n') continue;
-    const size_t value = at + series.size();
-    if (value < text.size() && text[value] == ' ') return std::stod(text.substr(value + 1));
-  }
-  return -1;
-}
 
 void expect_all_succeed(std::vector<tools::ChildProcess>& children) {
   for (size_t r = 0; r < children.size(); ++r) {
@@ -339,6 +288,17 @@ TEST(Cluster, KilledPeerDaemonFailsSurvivingRanksWithinTenSeconds) {
                                            {"WORLD_SIZE", "1"}});
   }
   expect_all_succeed(after);
+}
+
+// Node 1's rank withholds a tensor node 0's rank has submitted: node 0 (the coordinator, which
+// knows who has reported what) names node 1, and fails the job after stall_shutdown_seconds.
+TEST(Cluster, AStallAcrossNodesNamesTheMissingNode) {
+  LoopbackCluster cluster(2, "stall_warning_seconds = 1\nstall_shutdown_seconds = 2");
+  auto ranks = cluster.spawn("stall", {1, 1}, {"withhold", "node(s) 1 (" + cluster.address(1)});
+  const auto status = ranks[0].wait_for(std::chrono::seconds(30));
+  ASSERT_TRUE(status) << "node 0's rank was never released";
+  EXPECT_EQ(*status, 0) << "node 0's rank did not get the stall naming node 1";
+  ranks[1].signal(SIGKILL);
 }
 
 // One rank on each of `nodes` (daemons of the cluster), as a job of its own over them.

@@ -1,5 +1,6 @@
 #include "tests/integration/harness.h"
 
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -9,9 +10,60 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <thread>
 
 namespace gradsync::testing {
+
+// A port that is free now, below the kernel's ephemeral range (32768 and up by default), so
+// that neither outgoing connections nor daemons listening on port 0 take it before our daemon
+// binds it.
+uint16_t free_tcp_port() {
+  static std::mt19937 random(static_cast<unsigned>(::getpid()));
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    const auto port = static_cast<uint16_t>(20000 + random() % 10000);
+    ipc::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    struct sockaddr_in address {};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(port);
+    if (::bind(fd.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) == 0) {
+      return port;
+    }
+  }
+  throw std::runtime_error("no free TCP port in [20000, 30000)");
+}
+
+// HTTP/1.0: the server closes when done.
+std::string scrape(uint16_t port) {
+  ipc::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  struct sockaddr_in address {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  if (::connect(fd.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) != 0) {
+    return {};
+  }
+  const std::string request = "GET /metrics HTTP/1.0\r\n\r\n";
+  if (::send(fd.get(), request.data(), request.size(), MSG_NOSIGNAL) < 0) return {};
+  std::string response;
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = ::recv(fd.get(), buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    response.append(buffer, static_cast<size_t>(n));
+  }
+  return response;
+}
+
+double sample(const std::string& text, const std::string& series) {
+  for (size_t at = text.find(series); at != std::string::npos; at = text.find(series, at + 1)) {
+    if (at != 0 && text[at - 1] != '\n') continue;
+    const size_t value = at + series.size();
+    if (value < text.size() && text[value] == ' ') return std::stod(text.substr(value + 1));
+  }
+  return -1;
+}
 
 DaemonResources resources_of(pid_t pid) {
   DaemonResources r;
@@ -46,15 +98,18 @@ void DaemonTest::TearDown() {
   if (!config_path_.empty()) std::filesystem::remove(config_path_);
 }
 
-void DaemonTest::start_daemon(const std::string& extra_toml) {
+void DaemonTest::start_daemon(const std::string& extra_toml,
+                              const std::vector<std::string>& extra_args,
+                              const std::vector<std::string>& launcher) {
   config_path_ = std::filesystem::temp_directory_path() /
                  ("gradsync-test-" + std::to_string(::getpid()) + ".toml");
   std::ofstream config(config_path_);
   // Open to every uid so the isolation tests can try; the job, not the socket, is the boundary.
   config << "socket_mode = 0o666\n" << extra_toml << "\n";
   config.close();
-  daemon_ = std::make_unique<tools::PrivateDaemon>(
-      build_dir() + "/gradsyncd", std::vector<std::string>{"--config", config_path_});
+  std::vector<std::string> args{"--config", config_path_};
+  args.insert(args.end(), extra_args.begin(), extra_args.end());
+  daemon_ = std::make_unique<tools::PrivateDaemon>(build_dir() + "/gradsyncd", args, launcher);
 }
 
 tools::ChildProcess DaemonTest::spawn_rank(const std::string& job, int rank, int ranks,

@@ -18,6 +18,13 @@
 namespace gradsync::testing {
 
 // The daemon's own resources, to check that clients leave nothing behind.
+// A TCP port free on loopback now, below the kernel's ephemeral range.
+uint16_t free_tcp_port();
+// GET /metrics from 127.0.0.1:port; empty when nothing answers.
+std::string scrape(uint16_t port);
+// The value of `series` (name and labels, exactly as exported) in a scrape; -1 when absent.
+double sample(const std::string& text, const std::string& series);
+
 struct DaemonResources {
   size_t open_fds = 0;
   size_t memfd_mappings = 0;
@@ -30,8 +37,11 @@ class DaemonTest : public ::testing::Test {
   void SetUp() override;
   void TearDown() override;
 
-  // Extra daemon config (TOML lines) for a test; call before start_daemon().
-  void start_daemon(const std::string& extra_toml = "");
+  // Extra daemon config (TOML lines) for a test, extra flags, and a launcher to run it under
+  // (see PrivateDaemon).
+  void start_daemon(const std::string& extra_toml = "",
+                    const std::vector<std::string>& extra_args = {},
+                    const std::vector<std::string>& launcher = {});
 
   std::string build_dir() const { return tools::executable_dir(); }
   const std::string& socket() const { return daemon_->socket_path(); }

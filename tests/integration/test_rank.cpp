@@ -15,6 +15,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -179,6 +180,29 @@ int scenario_mixed(Communicator& comm) {
                      i, t.dtype, t.op, t.count, wrong);
     }
   }
+  return 0;
+}
+
+// Rank 0 submits a tensor the other ranks withhold (they sleep until killed): the daemon's stall
+// inspector must name it and them, and with stall_shutdown_seconds fail the job with that
+// message (rank 0 then exits 0 if it got a timeout naming the tensor and `missing`).
+int scenario_withhold(Communicator& comm, const std::string& missing) {
+  SharedBuffer buf = comm.allocate(4096);
+  if (g_rank != 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+    return 0;
+  }
+  const gradsync_request r =
+      comm.allreduce("withheld.tensor", buf.data(), buf.data(), 16, GRADSYNC_FLOAT32, GRADSYNC_SUM);
+  const gradsync_result result = gradsync_wait(comm.get(), r);
+  const std::string message = gradsync_last_error(comm.get());
+  std::printf("%d %s\n", result, message.c_str());
+  EXPECT_OR_FAIL(result == GRADSYNC_ERR_TIMEOUT, "expected a timeout, got %d (%s)", result,
+                 message.c_str());
+  EXPECT_OR_FAIL(message.find("withheld.tensor") != std::string::npos &&
+                     message.find(missing) != std::string::npos,
+                 "the message does not name the tensor and '%s': %s", missing.c_str(),
+                 message.c_str());
   return 0;
 }
 
@@ -371,6 +395,9 @@ int main(int argc, char** argv) {
     if (scenario == "random_order") return scenario_random_order(comm);
     if (scenario == "grouped") return scenario_grouped(comm);
     if (scenario == "mixed") return scenario_mixed(comm);
+    if (scenario == "withhold") {
+      return scenario_withhold(comm, args.size() > 1 ? args[1] : "local rank(s) 1");
+    }
     if (scenario == "mismatch") return scenario_mismatch(comm);
     if (scenario == "cluster") return scenario_cluster(comm);
     if (scenario == "steps") {

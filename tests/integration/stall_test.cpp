@@ -1,0 +1,77 @@
+// The stall inspector against a live daemon: one rank submits a tensor its peer withholds. The
+// warning names the tensor and the missing rank, the stall age is a metric, and with
+// stall_shutdown_seconds the job fails with that message to the rank that waits.
+#include "tests/integration/harness.h"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace gradsync::testing {
+namespace {
+
+class StallTest : public DaemonTest {
+ protected:
+  void SetUp() override {
+    log_path_ = std::filesystem::temp_directory_path() /
+                ("gradsync-stall-" + std::to_string(::getpid()) + ".log");
+    metrics_port_ = free_tcp_port();
+  }
+  void TearDown() override {
+    DaemonTest::TearDown();
+    std::filesystem::remove(log_path_);
+  }
+
+  // The daemon's log (its stderr) goes to log_path_.
+  void start(const std::string& toml) {
+    start_daemon(toml, {"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_)},
+                 {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>" + log_path_.string()});
+  }
+
+  std::string log() const {
+    std::ifstream in(log_path_);
+    std::stringstream text;
+    text << in.rdbuf();
+    return text.str();
+  }
+
+  std::filesystem::path log_path_;
+  uint16_t metrics_port_ = 0;
+};
+
+TEST_F(StallTest, AWithheldTensorIsNamedWithTheRankAndItsAgeExported) {
+  start("stall_warning_seconds = 1");
+  auto ranks = spawn_ranks("stall", 2, {"withhold"});
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  double age = -1;
+  while (std::chrono::steady_clock::now() < deadline) {
+    age = sample(scrape(metrics_port_), "gradsync_stall_seconds{job=\"stall\"}");
+    if (age >= 2 && log().find("withheld.tensor") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  EXPECT_GE(age, 2) << "the stall age never showed";
+  const std::string text = log();
+  const size_t warning = text.find("stall: job 'stall': tensor 'withheld.tensor'");
+  ASSERT_NE(warning, std::string::npos) << text;
+  const std::string line = text.substr(warning, text.find('\n', warning) - warning);
+  EXPECT_NE(line.find("local rank(s) 1 (job rank(s) 1)"), std::string::npos) << line;
+  // Warned once, not every second.
+  EXPECT_EQ(text.find("withheld.tensor", warning + line.size()), std::string::npos) << text;
+  for (auto& rank : ranks) rank.signal(SIGKILL);
+}
+
+TEST_F(StallTest, StallShutdownFailsTheJobWithTheMessage) {
+  start("stall_warning_seconds = 1\nstall_shutdown_seconds = 2");
+  auto ranks = spawn_ranks("stall", 2, {"withhold"});
+  const auto started = std::chrono::steady_clock::now();
+  const auto status = ranks[0].wait_for(std::chrono::seconds(30));
+  ASSERT_TRUE(status) << "the waiting rank was never released";
+  EXPECT_EQ(*status, 0) << "rank 0 did not get the stall as a timeout naming tensor and rank";
+  // The inspector runs once a second: the job fails between 2 and about 3 s in.
+  EXPECT_GE(std::chrono::steady_clock::now() - started, std::chrono::seconds(2));
+  ranks[1].signal(SIGKILL);
+}
+
+}  // namespace
+}  // namespace gradsync::testing
