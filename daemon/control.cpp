@@ -28,6 +28,16 @@
 namespace gradsync::daemon {
 namespace {
 
+// systemd's watchdog interval for this process (WATCHDOG_USEC), or zero.
+std::chrono::microseconds watchdog_interval() {
+  uint64_t usec = 0;
+  if (sd_watchdog_enabled(0, &usec) <= 0) return std::chrono::microseconds(0);
+  return std::chrono::microseconds(usec);
+}
+
+}  // namespace
+namespace {
+
 constexpr uint64_t kListenerTag = 0;
 constexpr uint64_t kSignalTag = UINT64_MAX;
 
@@ -65,7 +75,8 @@ ControlServer::ControlServer(const DaemonConfig& config, Engine& engine, metrics
       metrics_(metrics),
       log_(logger("control")),
       listen_address_(std::move(listen_address)),
-      epoll_(::epoll_create1(EPOLL_CLOEXEC)) {
+      epoll_(::epoll_create1(EPOLL_CLOEXEC)),
+      watchdog_(watchdog_interval(), EngineWatchdog::Clock::now()) {
   if (!epoll_.valid()) throw ipc::SystemError("epoll_create1", errno);
   sigset_t mask;
   sigemptyset(&mask);
@@ -77,7 +88,6 @@ ControlServer::ControlServer(const DaemonConfig& config, Engine& engine, metrics
   socket_bound_ = true;
   epoll_add(epoll_.get(), listener_.get(), kListenerTag);
   epoll_add(epoll_.get(), signals_.get(), kSignalTag);
-  if (sd_watchdog_enabled(0, &watchdog_interval_us_) <= 0) watchdog_interval_us_ = 0;
   log_->info("listening on {}", config.socket_path);
 }
 
@@ -87,23 +97,24 @@ ControlServer::~ControlServer() {
 }
 
 void ControlServer::run() {
-  sd_notify(0, "READY=1");
-  // Ping the watchdog at half its interval.
-  const int timeout_ms =
-      watchdog_interval_us_ > 0 ? static_cast<int>(watchdog_interval_us_ / 2000) : -1;
+  sd_notifyf(0, "READY=1\nSTATUS=serving on %s", config_.socket_path.c_str());
+  if (watchdog_.enabled()) {
+    log_->info("systemd watchdog: kept alive while the engine comes round (checked every {} ms)",
+               watchdog_.poll_timeout_ms());
+  }
   std::array<struct epoll_event, 64> events{};
   while (true) {
-    const int n =
-        ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()), timeout_ms);
+    const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()),
+                               watchdog_.poll_timeout_ms());
     if (n < 0 && errno != EINTR) throw ipc::SystemError("epoll_wait", errno);
-    notify_watchdog();
+    feed_watchdog();
     for (int i = 0; i < n; ++i) {
       const struct epoll_event& event = events[static_cast<size_t>(i)];
       if (event.data.u64 == kSignalTag) {
         struct signalfd_siginfo info {};
         [[maybe_unused]] ssize_t r = ::read(signals_.get(), &info, sizeof(info));
         log_->info("signal {}: shutting down", info.ssi_signo);
-        sd_notify(0, "STOPPING=1");
+        sd_notify(0, "STOPPING=1\nSTATUS=stopping: failing work in flight to its ranks");
         // Stop taking clients first, so none connects to a daemon that is going away.
         ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, listener_.get(), nullptr);
         listener_.reset();
@@ -122,8 +133,23 @@ void ControlServer::run() {
   }
 }
 
-void ControlServer::notify_watchdog() {
-  if (watchdog_interval_us_ > 0) sd_notify(0, "WATCHDOG=1");
+void ControlServer::feed_watchdog() {
+  switch (watchdog_.check(EngineWatchdog::Clock::now(), engine_.heartbeat())) {
+    case EngineWatchdog::Verdict::kNotYet:
+      return;
+    case EngineWatchdog::Verdict::kAlive:
+      sd_notify(0, "WATCHDOG=1");
+      if (engine_silent_) log_->warn("the engine thread answers again");
+      engine_silent_ = false;
+      break;
+    case EngineWatchdog::Verdict::kEngineSilent:
+      if (!engine_silent_) {
+        log_->error("the engine thread has not come round: holding back systemd's watchdog");
+      }
+      engine_silent_ = true;
+      break;
+  }
+  engine_.poke();
 }
 
 void ControlServer::accept_clients() {

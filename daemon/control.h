@@ -5,6 +5,7 @@
 
 #include "daemon/config.h"
 #include "daemon/engine.h"
+#include "daemon/watchdog.h"
 #include "ipc/frame_socket.h"
 #include "ipc/messages.h"
 #include "metrics/metrics.h"
@@ -64,7 +65,7 @@ class ControlServer {
   void reply_ok(Client& client);
   void reply_error(Client& client, gradsync_result code, const std::string& message);
   void disconnect(uint64_t client_id, const std::string& reason);
-  void notify_watchdog();
+  void feed_watchdog();
 
   const DaemonConfig& config_;
   Engine& engine_;
@@ -78,7 +79,8 @@ class ControlServer {
   uint64_t next_client_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Client>> clients_;
   std::map<std::string, JobRecord> jobs_;
-  uint64_t watchdog_interval_us_ = 0;
+  EngineWatchdog watchdog_;
+  bool engine_silent_ = false;  // logged once per silence
 };
 
 }  // namespace gradsync::daemon

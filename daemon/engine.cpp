@@ -80,6 +80,7 @@ void Engine::run() {
   auto last_work = Clock::now();
   const auto spin = std::chrono::microseconds(config_.engine_spin_us);
   while (!stopping_) {
+    heartbeat_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     bool progressed = drain_commands();
     for (Session* session : polled_) progressed |= poll_submissions(*session);
     // UCX progress costs about a microsecond: only while a job spans nodes. (Otherwise its
@@ -101,6 +102,10 @@ void Engine::run() {
     sleep_until_work();
     last_work = Clock::now();
   }
+}
+
+void Engine::poke() {
+  ipc::eventfd_signal(wake_.get());
 }
 
 bool Engine::drain_commands() {

@@ -54,6 +54,13 @@ class Engine {
 
   // Thread-safe; wakes the engine.
   void post(EngineCommand command);
+  // Wakes the engine if it sleeps (for the watchdog's check that it comes round).
+  void poke();
+  // When the engine last passed the top of its loop.
+  std::chrono::steady_clock::time_point heartbeat() const {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(heartbeat_.load(std::memory_order_relaxed)));
+  }
 
   // HOST:PORT of the inter-node listener (the port resolved when configured as 0); empty
   // when the daemon serves single-node jobs only.
@@ -95,6 +102,7 @@ class Engine {
   std::unique_ptr<transport::Mesh> mesh_;  // null without an inter-node listener
   std::string listen_address_;
   std::chrono::steady_clock::time_point next_stall_inspection_{};
+  std::atomic<std::chrono::steady_clock::rep> heartbeat_{0};
   size_t network_jobs_ = 0;  // jobs with a NodeJob: the mesh is polled only while there are any
   // Control messages for jobs that have no rank here yet, replayed when one connects.
   std::unordered_map<std::string, std::vector<std::vector<uint8_t>>> early_messages_;

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <pthread.h>
 #include <signal.h>
 
 #include <iostream>
@@ -37,6 +38,7 @@ int run_daemon(const gradsync::daemon::DaemonConfig& config) {
   daemon::Engine engine(config, metrics);
   daemon::ControlServer control(config, engine, metrics, engine.listen_address());
   std::thread engine_thread([&engine, &log] {
+    pthread_setname_np(pthread_self(), "gsd-engine");  // for top -H, gdb, and the tests
     try {
       engine.run();
     } catch (const std::exception& e) {
