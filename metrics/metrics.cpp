@@ -113,6 +113,11 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                          .Name("gradsync_client_requests_rejected_total")
                          .Help("Control requests refused, by reason")
                          .Register(registry);
+  // Every series of a fixed label set exists from the start, at zero: rate() over it then
+  // has data before the first event, as dashboards and alerts expect.
+  for (const char* reason : {"too_many_clients", "protocol", "permission", "invalid"}) {
+    impl_->rejected->Add({{"reason", reason}});
+  }
   impl_->stall = &prometheus::BuildGauge()
                       .Name("gradsync_stall_seconds")
                       .Help(
@@ -148,6 +153,8 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                                      .Name("gradsync_internode_allreduces_total")
                                      .Help("Allreduces run across nodes, by algorithm")
                                      .Register(registry);
+  for (const char* algorithm : {"ring", "rhd"})
+    impl_->internode_allreduces->Add({{"algorithm", algorithm}});
   if (!listen.empty()) {
     impl_->exposer = std::make_unique<prometheus::Exposer>(listen, 2);
     impl_->exposer->RegisterCollectable(impl_->registry);
@@ -192,7 +199,7 @@ void Metrics::batch_executed(uint64_t bytes, uint64_t collectives, double second
   impl_->batch_seconds->Observe(seconds);
 }
 
-void Metrics::client_rejected(const std::string& reason) {
+void Metrics::client_rejected(const std::string& reason) {  // one of those created above
   impl_->rejected->Add({{"reason", reason}}).Increment();
 }
 

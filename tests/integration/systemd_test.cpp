@@ -63,7 +63,8 @@ class NotifySocket {
     int seen = 0;
     const auto end = std::chrono::steady_clock::now() + window;
     while (std::chrono::steady_clock::now() < end) {
-      const auto left = std::chrono::duration_cast<milliseconds>(end - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(end - std::chrono::steady_clock::now());
       if (auto message = receive(std::max(left, milliseconds(1)))) {
         seen += message->find(field) != std::string::npos ? 1 : 0;
       }
@@ -75,7 +76,8 @@ class NotifySocket {
   bool wait_for(const std::string& field, milliseconds timeout) {
     const auto end = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < end) {
-      const auto left = std::chrono::duration_cast<milliseconds>(end - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(end - std::chrono::steady_clock::now());
       auto message = receive(std::max(left, milliseconds(1)));
       if (message && message->find(field) != std::string::npos) return true;
     }
@@ -110,8 +112,8 @@ pid_t engine_thread(pid_t daemon) {
 
 TEST(Systemd, UnitFileVerifies) {
   // The unit as installed, pointed at the daemon just built.
-  const auto directory = std::filesystem::temp_directory_path() /
-                         ("gradsync-unit-" + std::to_string(::getpid()));
+  const auto directory =
+      std::filesystem::temp_directory_path() / ("gradsync-unit-" + std::to_string(::getpid()));
   std::filesystem::create_directories(directory);
   std::ifstream in(std::string(GRADSYNC_SOURCE_DIR) + "/systemd/gradsyncd.service");
   std::stringstream unit;

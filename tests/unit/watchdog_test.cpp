@@ -20,10 +20,8 @@ TEST(EngineWatchdog, KeepsAliveOnlyWhileTheEngineComesRound) {
   // Poked at 100 ms, it answered at 101 ms.
   EXPECT_EQ(watchdog.check(t0 + milliseconds(200), t0 + milliseconds(101)), Verdict::kAlive);
   // Poked at 200 ms and silent since: no keep-alive, however often it is checked.
-  EXPECT_EQ(watchdog.check(t0 + milliseconds(300), t0 + milliseconds(101)),
-            Verdict::kEngineSilent);
-  EXPECT_EQ(watchdog.check(t0 + milliseconds(400), t0 + milliseconds(101)),
-            Verdict::kEngineSilent);
+  EXPECT_EQ(watchdog.check(t0 + milliseconds(300), t0 + milliseconds(101)), Verdict::kEngineSilent);
+  EXPECT_EQ(watchdog.check(t0 + milliseconds(400), t0 + milliseconds(101)), Verdict::kEngineSilent);
   // It comes back.
   EXPECT_EQ(watchdog.check(t0 + milliseconds(500), t0 + milliseconds(450)), Verdict::kAlive);
 }

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""A real Prometheus server scrapes two gradsyncd on loopback while they run real collectives.
+
+Node 0 runs a one-node job of known size, then both run a two-node job that stays busy. The test
+asks Prometheus's HTTP API whether the counters moved by exactly what the one-node job did,
+evaluates every query of the Grafana dashboard (each must parse and return data), and runs
+`promtool check metrics` on a live scrape.
+
+usage: prometheus_test.py BUILD_DIR SOURCE_DIR
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+BUILD, SOURCE = sys.argv[1], sys.argv[2]
+STEPS, TENSORS, MAX_COUNT = 3, 24, 100
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(url, timeout=5):
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.read().decode()
+
+
+def wait_until(what, predicate, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"FAIL: {what} within {timeout} s")
+
+
+def rank(socket_path, job, rank_, world, local, local_world, args, nodes=None, node_rank=None):
+    env = dict(os.environ, GRADSYNC_SOCKET=socket_path, GRADSYNC_JOB=job, RANK=str(rank_),
+               WORLD_SIZE=str(world), LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(local_world))
+    if nodes:
+        env.update(GRADSYNC_NODES=nodes, GRADSYNC_NODE_RANK=str(node_rank))
+    return subprocess.Popen([f"{BUILD}/gradsync-test-rank", *args], env=env,
+                            stdout=subprocess.DEVNULL)
+
+
+def main():
+    processes = []
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            metrics = [free_port(), free_port()]
+            listen = [free_port(), free_port()]
+            sockets = [f"{tmp}/node{n}.sock" for n in range(2)]
+            for n in range(2):
+                processes.append(subprocess.Popen(
+                    [f"{BUILD}/gradsyncd", "--socket", sockets[n], "--log-level", "warn",
+                     "--metrics-listen", f"127.0.0.1:{metrics[n]}",
+                     "--listen", f"127.0.0.1:{listen[n]}"]))
+            wait_until("the daemons listen", lambda: all(os.path.exists(s) for s in sockets))
+
+            config = f"{tmp}/prometheus.yml"
+            with open(config, "w") as f:
+                f.write("global:\n  scrape_interval: 1s\nscrape_configs:\n"
+                        "  - job_name: gradsync\n    static_configs:\n"
+                        f"      - targets: ['127.0.0.1:{metrics[0]}', '127.0.0.1:{metrics[1]}']\n")
+            api = f"127.0.0.1:{free_port()}"
+            processes.append(subprocess.Popen(
+                ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp}/data",
+                 f"--web.listen-address={api}", "--log.level=warn"]))
+
+            def query(expr):
+                url = f"http://{api}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+                try:
+                    answer = json.loads(get(url))
+                except urllib.error.HTTPError as e:  # a query that does not parse: 400
+                    answer = json.loads(e.read().decode())
+                if answer.get("status") != "success":
+                    raise SystemExit(f"FAIL: {expr}: {answer.get('error')}")
+                return answer["data"]["result"]
+
+            def value(expr):
+                result = query(expr)
+                return float(result[0]["value"][1]) if result else None
+
+            wait_until("Prometheus scrapes both daemons",
+                       lambda: value('sum(up{job="gradsync"})') == 2)
+            node0 = f'instance="127.0.0.1:{metrics[0]}"'
+            local = f'gradsync_collectives_completed_total{{{node0},op="allreduce",algorithm="local"}}'
+            payload = f'gradsync_collective_bytes_total{{{node0},op="allreduce"}}'
+            assert value(local) == 0 and value(payload) == 0, "counters must start at zero"
+
+            # A one-node job of known size: STEPS steps of TENSORS allreduces on 2 ranks.
+            one_node = [rank(sockets[0], "known", r, 2, r, 2,
+                             ["steps", str(STEPS), str(TENSORS), str(MAX_COUNT)]) for r in range(2)]
+            for p in one_node:
+                assert p.wait(timeout=120) == 0, "a rank of the one-node job failed"
+            expected_bytes = STEPS * 4 * sum(1 + (i * 7919) % MAX_COUNT for i in range(TENSORS))
+            wait_until(f"Prometheus sees {STEPS * TENSORS} local allreduces",
+                       lambda: value(local) == STEPS * TENSORS)
+            assert value(payload) == expected_bytes, (value(payload), expected_bytes)
+
+            # A two-node job that stays busy while the dashboard is checked.
+            nodes = f"127.0.0.1:{listen[0]},127.0.0.1:{listen[1]}"
+            for n in range(2):
+                processes.append(rank(sockets[n], "busy", n, 2, 0, 1, ["loop", "65536"],
+                                      nodes, n))
+            wait_until("allreduces across nodes show",
+                       lambda: (value("sum(gradsync_internode_allreduces_total)") or 0) > 0)
+            time.sleep(3)  # a few scrapes of the busy job, for rates
+
+            with open(f"{SOURCE}/monitoring/grafana/gradsync.json") as f:
+                dashboard = json.load(f)
+            checked = 0
+            for panel in dashboard["panels"]:
+                for target in panel["targets"]:
+                    expr = (target["expr"].replace("$__rate_interval", "30s")
+                            .replace("$instance", ".*"))
+                    if not query(expr):
+                        raise SystemExit(f"FAIL: panel '{panel['title']}' has no data: {expr}")
+                    checked += 1
+            print(f"{checked} dashboard queries return data")
+
+            scrape = get(f"http://127.0.0.1:{metrics[0]}/metrics")
+            lint = subprocess.run(["promtool", "check", "metrics"], input=scrape, text=True,
+                                  capture_output=True)
+            assert lint.returncode == 0 and not lint.stdout.strip() and not lint.stderr.strip(), \
+                f"promtool: {lint.stdout}{lint.stderr}"
+            print("ok")
+        finally:
+            for p in reversed(processes):
+                p.terminate()
+            for p in reversed(processes):
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+if __name__ == "__main__":
+    main()
