@@ -37,7 +37,7 @@ void Session::complete(uint64_t request, ipc::Collective collective, gradsync_re
   entry.request = request;
   entry.status = static_cast<uint32_t>(status);
   const size_t length = std::min(message.size(), ipc::kMaxErrorMessageBytes);
-  std::memcpy(entry.message, message.data(), length);
+  if (length > 0) std::memcpy(entry.message, message.data(), length);  // data() may be null
   entry.message_length = static_cast<uint32_t>(length);
   // Cannot fail: in_flight_ never exceeds the ring's capacity (see next_submission), unless the
   // client corrupted its consumer index, in which case it loses its own completions.
