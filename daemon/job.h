@@ -31,6 +31,13 @@ struct ReadyUnit {
   uint64_t bytes() const;
 };
 
+// Completes every rank's part of every collective of `unit`.
+inline void complete(const ReadyUnit& unit, gradsync_result status, std::string_view message = {}) {
+  for (const auto& c : unit.collectives) {
+    for (const auto& s : c.ranks) complete(s, status, message);
+  }
+}
+
 class NodeJob;
 
 class Job {

@@ -1,0 +1,263 @@
+// The running half of NodeJob: what the nodes agreed on, cycle by cycle, becomes batches
+// (fused where that pays), which run as tasks the engine resumes, a few at a time.
+#include "daemon/collectives/node_collectives.h"
+#include "daemon/node/node_job.h"
+#include "kernels/reduce.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+namespace gradsync::daemon {
+
+void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algorithm) {
+  for (const auto& c : unit.collectives) {
+    const ipc::Collective kind = c.first().collective;
+    const char* algorithm = kind == ipc::Collective::kAllreduce ? allreduce_algorithm
+                            : kind == ipc::Collective::kBarrier ? "negotiation"
+                                                                : "direct";
+    metrics_.collective_completed(static_cast<metrics::CollectiveKind>(kind), c.bytes(), algorithm);
+  }
+}
+
+void NodeJob::report_negotiation() {
+  const Negotiator::Counters& counters = negotiator_->counters();
+  if (counters.cycles != reported_counters_.cycles ||
+      counters.cache_hits != reported_counters_.cache_hits ||
+      counters.cache_misses != reported_counters_.cache_misses) {
+    metrics_.negotiated(counters.cache_hits - reported_counters_.cache_hits,
+                        counters.cache_misses - reported_counters_.cache_misses,
+                        counters.cycles - reported_counters_.cycles);
+    reported_counters_ = counters;
+  }
+}
+
+std::optional<std::string> NodeJob::run_decided(bool& ran) {
+  ran = false;
+  if (!negotiator_) return std::nullopt;
+  report_negotiation();
+  auto& decided = negotiator_->decided();
+  while (!decided.empty()) {
+    const CycleDecisions cycle = std::move(decided.front());
+    decided.pop_front();
+    ran = true;
+    if (auto error = take_cycle(cycle)) return error;
+  }
+  return progress(ran);
+}
+
+std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
+  // First what needs no network: mismatches, and small allreduces whose data came with the
+  // cycle. The negotiator decides only what this node proposed: each has its unit here.
+  std::vector<ReadyUnit> networked;
+  networked.reserve(cycle.decisions.size());
+  NodeResult error;
+  for (const Decision& decision : cycle.decisions) {
+    ReadyUnit unit = std::move(*units_[decision.cookie]);
+    units_[decision.cookie].reset();
+    free_units_.push_back(decision.cookie);
+    if (!decision.error.empty()) {
+      complete(unit, GRADSYNC_ERR_MISMATCH, decision.error);
+    } else if (const auto contributions = cycle.contributions_of(decision);
+               !contributions.empty()) {
+      const NodeResult bad = reduce_contributions(unit.collectives.front(), contributions);
+      if (!bad) count_completed(unit, "negotiation");
+      complete(unit, bad ? GRADSYNC_ERR_PROTOCOL : GRADSYNC_OK, bad.value_or(""));
+      if (!error) error = bad;
+    } else {
+      networked.push_back(std::move(unit));
+    }
+  }
+  // Then the rest, queued in the agreed order, except that the small allreduces of one dtype
+  // and op go together, fused, where the first of them would have gone. Everything this looks
+  // at was agreed on (the decisions and their signatures), so every node queues the same
+  // batches in the same order.
+  const uint64_t cutoff = fusion_cutoff_bytes(cycle.link, links_.nodes());
+  std::vector<bool> taken(networked.size(), false);
+  for (size_t u = 0; u < networked.size(); ++u) {
+    if (taken[u]) continue;
+    Batch& batch = queued_.emplace_back(Batch{{}, cycle.link, false});
+    batch.units.push_back(std::move(networked[u]));
+    const ReadyUnit& first = batch.units.front();
+    if (fusible(first, cutoff)) {
+      const Submission& lead = first.collectives.front().first();
+      uint64_t bytes = first.bytes();
+      for (size_t v = u + 1; v < networked.size(); ++v) {
+        if (taken[v] || !fusible(networked[v], cutoff)) continue;
+        const Submission& other = networked[v].collectives.front().first();
+        if (other.dtype != lead.dtype || other.op != lead.op ||
+            bytes + networked[v].bytes() > agreed_.fusion_threshold_bytes) {
+          continue;
+        }
+        bytes += networked[v].bytes();
+        batch.units.push_back(std::move(networked[v]));
+        taken[v] = true;
+      }
+      batch.fused = batch.units.size() > 1 || batch.units.front().collectives.size() > 1;
+    }
+  }
+  return error;
+}
+
+bool NodeJob::fusible(const ReadyUnit& unit, uint64_t cutoff) const {
+  const Submission& lead = unit.collectives.front().first();
+  return unit.bytes() < cutoff && unit.bytes() <= agreed_.fusion_threshold_bytes &&
+         std::all_of(unit.collectives.begin(), unit.collectives.end(),
+                     [&lead](const ReadyCollective& c) {
+                       return c.first().collective == ipc::Collective::kAllreduce &&
+                              c.first().dtype == lead.dtype && c.first().op == lead.op;
+                     });
+}
+
+std::optional<std::string> NodeJob::progress(bool& ran) {
+  // Each completes the moment it is done: the units in flight are independent (a group runs
+  // as one task).
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    InFlight& work = **it;
+    if (!work.task->poll()) {
+      ++it;
+      continue;
+    }
+    ran = true;
+    NodeResult error = work.task->result();
+    for (const auto& unit : work.units) {
+      if (!error) count_completed(unit, work.allreduce_algorithm);
+      complete(unit, error ? GRADSYNC_ERR_PEER_FAILED : GRADSYNC_OK, error.value_or(""));
+    }
+    work.units.clear();
+    if (error) return error;  // the job fails; fail_waiting completes the rest
+    work.task.reset();
+    spare_scratch_.push_back(std::move(work.scratch));
+    it = in_flight_.erase(it);
+  }
+  // Start what was agreed, in the agreed order, up to the window.
+  while (!queued_.empty() && in_flight_.size() < kMaxInFlight) {
+    Batch batch = std::move(queued_.front());
+    queued_.pop_front();
+    start(std::move(batch));
+    ran = true;
+  }
+  return std::nullopt;
+}
+
+void NodeJob::start(Batch batch) {
+  auto work = std::make_unique<InFlight>();
+  work->units = std::move(batch.units);
+  work->link = batch.link;
+  if (spare_scratch_.empty()) {
+    work->scratch = std::make_unique<Scratch>();
+  } else {
+    work->scratch = std::move(spare_scratch_.back());
+    spare_scratch_.pop_back();
+  }
+  // Every node starts the same collectives in the same order: each takes the next sequence
+  // numbers, which keep its messages apart from those of the others in flight.
+  work->first_sequence = next_sequence_;
+  next_sequence_ += batch.fused ? 1 : work->units.front().collectives.size();
+  InFlight& placed = *work;
+  in_flight_.push_back(std::move(work));
+  placed.task.emplace(batch.fused ? run_fused(placed) : run_unit(placed));
+}
+
+AllreduceAlgorithm NodeJob::choose(uint64_t bytes, const LinkFigures& link) const {
+  if (links_.nodes() == 1) return AllreduceAlgorithm::kHalvingDoubling;  // the local reduce
+  if (const auto forced = parse_algorithm(agreed_.algorithm)) return *forced;
+  return choose_allreduce(link, links_.nodes(), bytes);
+}
+
+NodeTask NodeJob::run_unit(InFlight& work) {
+  const ReadyUnit& unit = work.units.front();
+  for (size_t c = 0; c < unit.collectives.size(); ++c) {
+    const ReadyCollective& collective = unit.collectives[c];
+    NodeStep step{links_, *work.scratch, static_cast<uint32_t>(work.first_sequence + c),
+                  layout().world_size};
+    std::optional<AllreduceOperand> operand;
+    std::optional<NodeTask> task;
+    switch (collective.first().collective) {
+      case ipc::Collective::kAllreduce: {
+        operand.emplace(collective);
+        const AllreduceAlgorithm algorithm = choose(collective.bytes(), work.link);
+        metrics_.internode_allreduce(algorithm_name(algorithm));
+        work.allreduce_algorithm = algorithm_name(algorithm);
+        log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}", links_.job_name(),
+                    collective.first().name, collective.bytes(), step.sequence,
+                    algorithm_name(algorithm));
+        task.emplace(algorithm == AllreduceAlgorithm::kRing
+                         ? node_ring_allreduce(step, *operand)
+                         : node_halving_doubling_allreduce(step, *operand));
+        break;
+      }
+      case ipc::Collective::kBroadcast:
+        task.emplace(node_broadcast(step, collective));
+        break;
+      case ipc::Collective::kAllgather:
+        task.emplace(node_allgather(step, collective));
+        break;
+      case ipc::Collective::kBarrier:
+        break;  // agreement among the nodes is the barrier
+    }
+    if (task) {
+      if (auto error = co_await finish(*task)) co_return error;
+    }
+  }
+  co_return std::nullopt;
+}
+
+NodeTask NodeJob::run_fused(InFlight& work) {
+  std::vector<const ReadyCollective*> fused;
+  uint64_t bytes = 0;
+  for (const auto& unit : work.units) {
+    for (const auto& collective : unit.collectives) {
+      fused.push_back(&collective);
+      bytes += collective.bytes();
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const AllreduceOperand operand(fused, work.scratch->get(kFusionScratchSlot, bytes));
+  NodeStep step{links_, *work.scratch, static_cast<uint32_t>(work.first_sequence),
+                layout().world_size};
+  const AllreduceAlgorithm algorithm = choose(bytes, work.link);
+  metrics_.internode_allreduce(algorithm_name(algorithm));
+  work.allreduce_algorithm = algorithm_name(algorithm);
+  log_->debug("job '{}': {} tensors fused ({} bytes) as collective {} by {}", links_.job_name(),
+              fused.size(), bytes, step.sequence, algorithm_name(algorithm));
+  NodeTask task = algorithm == AllreduceAlgorithm::kRing
+                      ? node_ring_allreduce(step, operand)
+                      : node_halving_doubling_allreduce(step, operand);
+  NodeResult error = co_await finish(task);
+  metrics_.batch_executed(
+      bytes, fused.size(),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  co_return error;
+}
+
+NodeResult NodeJob::reduce_contributions(const ReadyCollective& collective,
+                                         std::span<const std::span<const uint8_t>> contributions) {
+  const Submission& lead = collective.first();
+  for (const auto& contribution : contributions) {
+    if (contribution.size() != collective.bytes()) {
+      return fmt::format("job '{}': a node sent {} bytes for '{}', which has {}", links_.job_name(),
+                         contribution.size(), lead.name, collective.bytes());
+    }
+  }
+  // Gathered in a buffer kept between calls: this runs for every small tensor of a step.
+  contribution_inputs_.clear();
+  for (const auto& contribution : contributions)
+    contribution_inputs_.push_back(contribution.data());
+  const std::vector<const void*>& inputs = contribution_inputs_;
+  // Every node adds the same contributions in the same (node) order: the same result
+  // everywhere, to the bit.
+  const AllreduceOperand operand(collective);
+  void* outputs[] = {operand.work()};
+  kernels::reduce_to_all(lead.dtype, node_detail::network_op(lead.op), inputs.data(), inputs.size(),
+                         outputs, 1, lead.count, false);
+  if (lead.op == GRADSYNC_AVG) {
+    kernels::divide(lead.dtype, operand.work(), lead.count,
+                    static_cast<uint64_t>(layout().world_size));
+  }
+  operand.deliver(0, lead.count);
+  return std::nullopt;
+}
+
+}  // namespace gradsync::daemon
