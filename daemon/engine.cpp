@@ -87,13 +87,14 @@ void Engine::run() {
     // fd still wakes a sleeping engine, and a job's first rank picks up what arrived early.)
     if (network_jobs_ > 0) progressed |= poll_peers();
     progressed |= run_ready_batches();
-    progressed |= check_formation();
-    progressed |= inspect_stalls();
+    const auto now = Clock::now();  // one clock read for the deadline checks and the spin
+    progressed |= check_formation(now);
+    progressed |= inspect_stalls(now);
     if (progressed) {
-      last_work = Clock::now();
+      last_work = now;
       continue;
     }
-    if (Clock::now() - last_work < spin) {
+    if (now - last_work < spin) {
       // Yield rather than spin hard: on a machine with few cores the ranks we wait for need
       // the CPU we would burn.
       sched_yield();
@@ -369,10 +370,9 @@ bool Engine::run_ready_batches() {
   return any;
 }
 
-bool Engine::check_formation() {
+bool Engine::check_formation(Clock::time_point now) {
   // Cheap in the common case: every job formed long ago.
   bool failed = false;
-  const auto now = Clock::now();
   for (auto& [name, job] : jobs_) {
     if (!job->formed() && job->check_formation(now)) {
       log_->warn("{}", *job->failure());
@@ -382,8 +382,7 @@ bool Engine::check_formation() {
   return failed;
 }
 
-bool Engine::inspect_stalls() {
-  const auto now = Clock::now();
+bool Engine::inspect_stalls(Clock::time_point now) {
   if (now < next_stall_inspection_) return false;
   next_stall_inspection_ = now + kStallInspectionInterval;
   const auto warn_after = std::chrono::seconds(config_.stall_warning_seconds);

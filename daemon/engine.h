@@ -86,10 +86,10 @@ class Engine {
   bool run_ready_batches();
   // Runs the collectives every node of a multi-node job agreed on, in order.
   bool run_agreed(Job& job);
-  bool check_formation();
+  bool check_formation(std::chrono::steady_clock::time_point now);
   // Once a second: warns of tensors some ranks or nodes wait on (stall_warning_seconds),
   // exports each job's stall age, fails jobs stalled for stall_shutdown_seconds.
-  bool inspect_stalls();
+  bool inspect_stalls(std::chrono::steady_clock::time_point now);
   int sleep_timeout_ms() const;  // until the next formation deadline; -1: none
   void sleep_until_work();
   bool any_submission_waiting();

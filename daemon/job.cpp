@@ -76,15 +76,8 @@ std::string Job::ranks_in_words() const {
   return words;
 }
 
-bool Job::has_partial_submissions() const {
-  return std::any_of(pending_.begin(), pending_.end(), [](const auto& entry) {
-    return entry.second.ranks_waiting > 0 &&
-           entry.second.ranks_waiting < entry.second.per_rank.size();
-  });
-}
-
-std::optional<Job::Stall> Job::oldest_stall(Clock::time_point now, Clock::duration warn_after,
-                                            std::vector<std::string>& warn) {
+std::optional<Stall> Job::oldest_stall(Clock::time_point now, Clock::duration warn_after,
+                                       std::vector<std::string>& warn) {
   const std::string* oldest_name = nullptr;
   const PendingTensor* oldest = nullptr;
   for (auto& [name, tensor] : pending_) {

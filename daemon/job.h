@@ -23,6 +23,20 @@ struct ReadyCollective {
 
   const Submission& first() const { return ranks.front(); }
   uint64_t bytes() const { return first().send_bytes(); }
+  // The ranks' buffers, kept alive by whoever holds these (UCX may touch them after a failed
+  // collective gave up on its operations).
+  void append_memory(std::vector<std::shared_ptr<const void>>& memory) const {
+    for (const auto& s : ranks) {
+      memory.push_back(s.send_buffer);
+      memory.push_back(s.recv_buffer);
+    }
+  }
+};
+
+// A collective some of its job's ranks (or nodes) have submitted and others have not.
+struct Stall {
+  double seconds = 0;   // since the first of them submitted it
+  std::string message;  // names the tensor, the job and who has not submitted it
 };
 
 // Collectives that run together: one, or a whole group.
@@ -78,17 +92,10 @@ class Job {
   // Ready units in the order they became ready (the same order on every rank).
   std::deque<ReadyUnit>& ready() { return ready_; }
 
-  // A tensor some local ranks have submitted and others have not.
-  struct Stall {
-    double seconds = 0;   // since the first of them submitted it
-    std::string message;  // names the tensor, the job and the ranks that have not
-  };
-  // The oldest stall, if any; and, in `warn`, each stall older than `warn_after` that has not
-  // been warned about before.
+  // The oldest tensor some local ranks have submitted and others have not, if any; and, in
+  // `warn`, each one older than `warn_after` that has not been warned about before.
   std::optional<Stall> oldest_stall(Clock::time_point now, Clock::duration warn_after,
                                     std::vector<std::string>& warn);
-  // Some tensor has been submitted by some local ranks and not by all.
-  bool has_partial_submissions() const;
 
  private:
   // Negotiation entries kept between steps before idle ones are swept.

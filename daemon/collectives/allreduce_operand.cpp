@@ -86,12 +86,7 @@ void AllreduceOperand::deliver(uint64_t begin, uint64_t end) const {
 
 std::vector<std::shared_ptr<const void>> AllreduceOperand::memory() const {
   std::vector<std::shared_ptr<const void>> memory;
-  for (const Member& m : members()) {
-    for (const auto& s : m.collective->ranks) {
-      memory.push_back(s.send_buffer);
-      memory.push_back(s.recv_buffer);
-    }
-  }
+  for (const Member& m : members()) m.collective->append_memory(memory);
   return memory;
 }
 

@@ -176,10 +176,9 @@ std::optional<std::string> NodeJob::abort_due() const {
   return agreed_left ? std::nullopt : abort_reason_;
 }
 
-std::optional<NodeJob::Stall> NodeJob::oldest_stall(std::chrono::steady_clock::time_point now,
-                                                    std::chrono::steady_clock::duration warn_after,
-                                                    std::vector<std::string>& warn) {
-  std::optional<Stall> oldest;
+std::optional<Stall> NodeJob::oldest_stall(std::chrono::steady_clock::time_point now,
+                                           std::chrono::steady_clock::duration warn_after,
+                                           std::vector<std::string>& warn) {
   auto describe = [&](const ReadyUnit& unit, std::chrono::steady_clock::duration waited) {
     const std::string& name = unit.collectives.front().first().name;
     std::string nodes;

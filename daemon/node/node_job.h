@@ -79,13 +79,9 @@ class NodeJob {
   // The reason, once the job should fail now.
   std::optional<std::string> abort_due() const;
 
-  // A collective ready here that other nodes have not proposed: its age and a message naming
-  // it, the job and the nodes (as far as this node knows; see Negotiator::nodes_without).
-  // Each one older than `warn_after` is put in `warn` once.
-  struct Stall {
-    double seconds = 0;
-    std::string message;
-  };
+  // The oldest collective ready here that other nodes have not proposed, named with its job
+  // and those nodes (as far as this node knows; see Negotiator::nodes_without). Each one older
+  // than `warn_after` is put in `warn` once.
   std::optional<Stall> oldest_stall(std::chrono::steady_clock::time_point now,
                                     std::chrono::steady_clock::duration warn_after,
                                     std::vector<std::string>& warn);

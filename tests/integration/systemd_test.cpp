@@ -61,30 +61,35 @@ class NotifySocket {
   // Messages containing `field` over `window`.
   int count(const std::string& field, milliseconds window) {
     int seen = 0;
-    const auto end = std::chrono::steady_clock::now() + window;
-    while (std::chrono::steady_clock::now() < end) {
-      const auto left =
-          std::chrono::duration_cast<milliseconds>(end - std::chrono::steady_clock::now());
-      if (auto message = receive(std::max(left, milliseconds(1)))) {
-        seen += message->find(field) != std::string::npos ? 1 : 0;
-      }
-    }
+    for_each_message(window, [&](const std::string& message) {
+      seen += message.find(field) != std::string::npos ? 1 : 0;
+      return false;
+    });
     return seen;
   }
 
   // Waits up to `timeout` for a message containing `field`.
   bool wait_for(const std::string& field, milliseconds timeout) {
-    const auto end = std::chrono::steady_clock::now() + timeout;
+    return for_each_message(timeout, [&](const std::string& message) {
+      return message.find(field) != std::string::npos;
+    });
+  }
+
+ private:
+  // Hands each message of the next `window` to `stop`, until it returns true; whether it did.
+  template <typename Stop>
+  bool for_each_message(milliseconds window, Stop stop) {
+    const auto end = std::chrono::steady_clock::now() + window;
     while (std::chrono::steady_clock::now() < end) {
       const auto left =
           std::chrono::duration_cast<milliseconds>(end - std::chrono::steady_clock::now());
-      auto message = receive(std::max(left, milliseconds(1)));
-      if (message && message->find(field) != std::string::npos) return true;
+      if (auto message = receive(std::max(left, milliseconds(1))); message && stop(*message)) {
+        return true;
+      }
     }
     return false;
   }
 
- private:
   std::filesystem::path path_;
   ipc::UniqueFd fd_;
 };
