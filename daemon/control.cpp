@@ -68,13 +68,14 @@ bool valid_job_name(const std::string& name) {
 
 }  // namespace
 
-ControlServer::ControlServer(const DaemonConfig& config, Engine& engine, metrics::Metrics& metrics,
-                             std::string listen_address)
-    : config_(config),
+ControlServer::ControlServer(DaemonConfig config, Engine& engine, metrics::Metrics& metrics,
+                             DaemonInfo info, ConfigSource reload)
+    : config_(std::move(config)),
       engine_(engine),
       metrics_(metrics),
       log_(logger("control")),
-      listen_address_(std::move(listen_address)),
+      info_(std::move(info)),
+      reload_(std::move(reload)),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       watchdog_(watchdog_interval(), EngineWatchdog::Clock::now()) {
   if (!epoll_.valid()) throw ipc::SystemError("epoll_create1", errno);
@@ -82,13 +83,14 @@ ControlServer::ControlServer(const DaemonConfig& config, Engine& engine, metrics
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGHUP);
   signals_.reset(::signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK));
   if (!signals_.valid()) throw ipc::SystemError("signalfd", errno);
-  listener_ = bind_listener(config);
+  listener_ = bind_listener(config_);
   socket_bound_ = true;
   epoll_add(epoll_.get(), listener_.get(), kListenerTag);
   epoll_add(epoll_.get(), signals_.get(), kSignalTag);
-  log_->info("listening on {}", config.socket_path);
+  log_->info("listening on {}", config_.socket_path);
 }
 
 ControlServer::~ControlServer() {
@@ -105,14 +107,19 @@ void ControlServer::run() {
   std::array<struct epoll_event, 64> events{};
   while (true) {
     const int n = ::epoll_wait(epoll_.get(), events.data(), static_cast<int>(events.size()),
-                               watchdog_.poll_timeout_ms());
+                               poll_timeout_ms());
     if (n < 0 && errno != EINTR) throw ipc::SystemError("epoll_wait", errno);
     feed_watchdog();
+    deliver_traces();
     for (int i = 0; i < n; ++i) {
       const struct epoll_event& event = events[static_cast<size_t>(i)];
       if (event.data.u64 == kSignalTag) {
         struct signalfd_siginfo info {};
         [[maybe_unused]] ssize_t r = ::read(signals_.get(), &info, sizeof(info));
+        if (info.ssi_signo == SIGHUP) {
+          reload();
+          continue;
+        }
         log_->info("signal {}: shutting down", info.ssi_signo);
         sd_notify(0, "STOPPING=1\nSTATUS=stopping: failing work in flight to its ranks");
         // Stop taking clients first, so none connects to a daemon that is going away.
@@ -215,7 +222,8 @@ void ControlServer::handle_frame(Client& client, ipc::Frame& frame) {
   try {
     ipc::DecodedMessage message(frame.payload);
     const auto request = message.root<ipc::wire::Request>();
-    if (!client.joined && request.which() != ipc::wire::Request::HELLO) {
+    if (!client.joined && request.which() != ipc::wire::Request::HELLO &&
+        request.which() != ipc::wire::Request::INSPECT) {
       throw Refusal{GRADSYNC_ERR_PROTOCOL, "the first message must be a hello"};
     }
     switch (request.which()) {
@@ -228,6 +236,9 @@ void ControlServer::handle_frame(Client& client, ipc::Frame& frame) {
         break;
       case ipc::wire::Request::UNREGISTER_BUFFER:
         handle_unregister(client, request.getUnregisterBuffer().getBufferId());
+        break;
+      case ipc::wire::Request::INSPECT:
+        handle_inspect(client, request.getInspect());
         break;
       case ipc::wire::Request::GOODBYE:
         reply_ok(client);
@@ -276,12 +287,12 @@ void ControlServer::resolve_nodes(ClientIdentity& who, ipc::wire::Hello::Reader 
     }
     who.node_rank = static_cast<uint32_t>(rank);
   } else {
-    const auto self = std::find(who.nodes.begin(), who.nodes.end(), listen_address_);
+    const auto self = std::find(who.nodes.begin(), who.nodes.end(), info_.listen_address);
     if (self == who.nodes.end()) {
       throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
                     fmt::format("this gradsyncd ({}) is not in GRADSYNC_NODES: set "
                                 "GRADSYNC_NODE_RANK",
-                                listen_address_)};
+                                info_.listen_address)};
     }
     who.node_rank = static_cast<uint32_t>(self - who.nodes.begin());
   }

@@ -1,8 +1,10 @@
 // The control thread: accepts clients on the unix socket, reads their credentials, validates
-// every control message (hello, buffer registration) and hands the results to the engine.
-// Also owns the signals (SIGTERM/SIGINT shut down) and the systemd notifications.
+// every control message (hello, buffer registration) and hands the results to the engine;
+// answers gradsyncctl (status, traces). Also owns the signals (SIGTERM/SIGINT shut down,
+// SIGHUP reloads the configuration) and the systemd notifications.
 #pragma once
 
+#include "daemon/admin.h"
 #include "daemon/config.h"
 #include "daemon/engine.h"
 #include "daemon/watchdog.h"
@@ -12,6 +14,8 @@
 
 #include <sys/socket.h>
 
+#include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <set>
@@ -23,9 +27,12 @@ namespace gradsync::daemon {
 
 class ControlServer {
  public:
+  // Reads the configuration afresh (for SIGHUP); throws ConfigError.
+  using ConfigSource = std::function<DaemonConfig()>;
+
   // Binds the socket (creating its directory) and sets up the epoll set. Throws on failure.
-  ControlServer(const DaemonConfig& config, Engine& engine, metrics::Metrics& metrics,
-                std::string listen_address);
+  ControlServer(DaemonConfig config, Engine& engine, metrics::Metrics& metrics, DaemonInfo info,
+                ConfigSource reload);
   ~ControlServer();  // closes every client and removes the socket file
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -62,16 +69,24 @@ class ControlServer {
   void handle_register(Client& client, ipc::wire::RegisterBuffer::Reader request,
                        std::vector<ipc::UniqueFd>& fds);
   void handle_unregister(Client& client, uint32_t buffer_id);
+  void handle_inspect(Client& client, ipc::wire::Inspect::Reader inspect);
+  void start_trace(Client& client, ipc::wire::TraceRequest::Reader request);
+  // Replies to the traces that have finished; the epoll timeout while any is pending.
+  void deliver_traces();
+  int poll_timeout_ms() const;
+  void reply_report(Client& client, std::string_view text);
+  void reload();
   void reply_ok(Client& client);
   void reply_error(Client& client, gradsync_result code, const std::string& message);
   void disconnect(uint64_t client_id, const std::string& reason);
   void feed_watchdog();
 
-  const DaemonConfig& config_;
+  DaemonConfig config_;  // as of the last reload
   Engine& engine_;
   metrics::Metrics& metrics_;
   std::shared_ptr<spdlog::logger> log_;
-  std::string listen_address_;  // this daemon's inter-node address as peers name it
+  DaemonInfo info_;
+  ConfigSource reload_;
   ipc::UniqueFd listener_;
   ipc::UniqueFd epoll_;
   ipc::UniqueFd signals_;
@@ -79,6 +94,12 @@ class ControlServer {
   uint64_t next_client_id_ = 1;
   std::unordered_map<uint64_t, std::unique_ptr<Client>> clients_;
   std::map<std::string, JobRecord> jobs_;
+  struct PendingTrace {
+    uint64_t client;
+    uint32_t node_rank;
+    std::future<TraceData> result;
+  };
+  std::vector<PendingTrace> traces_;
   EngineWatchdog watchdog_;
   bool engine_silent_ = false;  // logged once per silence
 };

@@ -35,6 +35,27 @@ metrics::CollectiveKind kind_of(ipc::Collective c) {
   return static_cast<metrics::CollectiveKind>(c);
 }
 
+// A batch that ran on this node alone: each collective negotiated, queued, then ran with the
+// rest of the batch.
+void trace_local_batch(TraceRecorder& trace, const std::vector<ReadyUnit>& batch,
+                       Clock::time_point start, Clock::time_point end) {
+  uint32_t fused = 0;
+  for (const auto& unit : batch) fused += static_cast<uint32_t>(unit.collectives.size());
+  for (const auto& unit : batch) {
+    for (const auto& c : unit.collectives) {
+      const Submission& lead = c.first();
+      trace.record(lead.name, TracePhase::kNegotiate, c.times.submitted, c.times.ready, c.bytes());
+      trace.record(lead.name, TracePhase::kQueue, c.times.ready, start, c.bytes());
+      TracePhase phase = TracePhase::kLocalReduce;
+      if (lead.collective == ipc::Collective::kBroadcast) phase = TracePhase::kBroadcast;
+      if (lead.collective == ipc::Collective::kAllgather) phase = TracePhase::kAllgather;
+      if (lead.collective != ipc::Collective::kBarrier) {
+        trace.record(lead.name, phase, start, end, c.bytes(), fused);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics)
@@ -78,7 +99,6 @@ void Engine::post(EngineCommand command) {
 
 void Engine::run() {
   auto last_work = Clock::now();
-  const auto spin = std::chrono::microseconds(config_.engine_spin_us);
   while (!stopping_) {
     heartbeat_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
     bool progressed = drain_commands();
@@ -94,7 +114,7 @@ void Engine::run() {
       last_work = now;
       continue;
     }
-    if (now - last_work < spin) {
+    if (now - last_work < std::chrono::microseconds(config_.engine_spin_us)) {
       // Yield rather than spin hard: on a machine with few cores the ranks we wait for need
       // the CPU we would burn.
       sched_yield();
@@ -305,6 +325,7 @@ void Engine::handle_node_message(const std::vector<uint8_t>& payload, uint64_t t
       run_agreed(*job->second);
       return;
     }
+    if (tag != 0) job->second->network()->count_received(tag, payload.size());
     if (auto error = job->second->network()->on_message(message)) {
       fail_job(*job->second, GRADSYNC_ERR_PEER_FAILED, *error, true);
     }
@@ -362,8 +383,10 @@ bool Engine::run_ready_batches() {
       }
       const auto start = Clock::now();
       const BatchStats stats = execute_batch(batch, pool_, config_.parallel_reduce_min_bytes);
+      const auto end = Clock::now();
       metrics_.batch_executed(stats.bytes, collectives,
-                              std::chrono::duration<double>(Clock::now() - start).count());
+                              std::chrono::duration<double>(end - start).count());
+      if (TraceRecorder* trace = job->trace()) trace_local_batch(*trace, batch, start, end);
       any = true;
     }
   }
@@ -390,6 +413,7 @@ bool Engine::inspect_stalls(Clock::time_point now) {
   bool failed = false;
   std::vector<std::string> warnings;
   for (auto& [name, job] : jobs_) {
+    job->check_trace(now);
     if (job->failure()) continue;
     warnings.clear();
     double age = 0;
@@ -407,6 +431,7 @@ bool Engine::inspect_stalls(Clock::time_point now) {
     }
     for (const auto& warning : warnings) log_->warn("stall: {}", warning);
     metrics_.set_stall(name, age);
+    job->set_stall_seconds(age);
     if (config_.stall_shutdown_seconds > 0 &&
         age >= std::chrono::duration<double>(shutdown_after).count()) {
       fail_job(*job, GRADSYNC_ERR_TIMEOUT, "stalled: " + oldest, true);

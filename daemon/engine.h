@@ -4,6 +4,7 @@
 #pragma once
 
 #include "daemon/config.h"
+#include "daemon/inspect.h"
 #include "daemon/job.h"
 #include "daemon/reduce_pool.h"
 #include "daemon/session.h"
@@ -43,7 +44,12 @@ struct DetachSession {
 struct Shutdown {
   std::string reason;
 };
-using EngineCommand = std::variant<AttachSession, AddBuffer, RemoveBuffer, DetachSession, Shutdown>;
+// The configuration after a reload (SIGHUP); keys that need a restart carry their old values.
+struct Reconfigure {
+  DaemonConfig config;
+};
+using EngineCommand = std::variant<AttachSession, AddBuffer, RemoveBuffer, DetachSession, Shutdown,
+                                   Reconfigure, InspectEngine, StartTrace>;
 
 class Engine {
  public:
@@ -76,6 +82,9 @@ class Engine {
   void handle(RemoveBuffer& command);
   void handle(DetachSession& command);
   void handle(Shutdown& command);
+  void handle(Reconfigure& command) { config_ = std::move(command.config); }
+  void handle(InspectEngine& command);  // engine_inspect.cpp
+  void handle(StartTrace& command);
 
   bool poll_submissions(Session& session);
   bool poll_peers();
@@ -95,7 +104,7 @@ class Engine {
   bool any_submission_waiting();
   void set_sleeping(uint32_t value);
 
-  const DaemonConfig config_;
+  DaemonConfig config_;  // engine-thread only: a reload comes as a command
   metrics::Metrics& metrics_;
   std::shared_ptr<spdlog::logger> log_;
   ReducePool pool_;

@@ -76,6 +76,11 @@ std::string Job::ranks_in_words() const {
   return words;
 }
 
+int32_t Job::connected_ranks() const {
+  return static_cast<int32_t>(std::count_if(sessions_.begin(), sessions_.end(),
+                                            [](const Session* s) { return s != nullptr; }));
+}
+
 std::optional<Stall> Job::oldest_stall(Clock::time_point now, Clock::duration warn_after,
                                        std::vector<std::string>& warn) {
   const std::string* oldest_name = nullptr;
@@ -149,6 +154,7 @@ void Job::submit(Submission submission) {
     q.pop_front();
     if (!q.empty()) ++still_queued;
   }
+  const Clock::time_point since = tensor.since;
   // A rank may already have submitted the same name for the next step.
   tensor.ranks_waiting = tensor.per_rank.size() - still_queued;
   if (still_queued > 0) {
@@ -162,10 +168,23 @@ void Job::submit(Submission submission) {
       return entry.second.ranks_waiting == entry.second.per_rank.size();
     });
   }
-  on_all_submitted(std::move(ranks));
+  on_all_submitted(std::move(ranks), since);
 }
 
-void Job::on_all_submitted(std::vector<Submission> ranks) {
+bool Job::start_trace(std::unique_ptr<TraceRecorder> recorder) {
+  if (trace_) return false;
+  trace_ = std::move(recorder);
+  if (network_) network_->set_trace(trace_.get());
+  return true;
+}
+
+void Job::check_trace(Clock::time_point now) {
+  if (!trace_ || !trace_->check_deadline(now)) return;
+  if (network_) network_->set_trace(nullptr);
+  trace_.reset();
+}
+
+void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point since) {
   gradsync_result status = GRADSYNC_OK;
   std::string message;
   for (size_t r = 0; r < ranks.size() && status == GRADSYNC_OK; ++r) {
@@ -185,10 +204,16 @@ void Job::on_all_submitted(std::vector<Submission> ranks) {
     }
   }
   const Submission& lead = ranks.front();
+  TraceTimes times;
+  if (trace_) {
+    trace_->on_ready(lead.name);
+    times.submitted = since;
+    times.ready = Clock::now();
+  }
   if (!lead.grouped) {
     if (status != GRADSYNC_OK) return fail_collective(ranks, status, message);
     // emplace, not an initializer list: that would copy every submission.
-    ready_.emplace_back().collectives.push_back(ReadyCollective{std::move(ranks)});
+    ready_.emplace_back().collectives.push_back(ReadyCollective{std::move(ranks), times});
     return;
   }
   // A group runs whole or fails whole: one bad member fails the members seen so far and every
@@ -205,7 +230,7 @@ void Job::on_all_submitted(std::vector<Submission> ranks) {
   if (group.failure) {
     fail_collective(ranks, group.failure->first, group.failure->second);
   } else {
-    group.unit.collectives.push_back(ReadyCollective{std::move(ranks)});
+    group.unit.collectives.push_back(ReadyCollective{std::move(ranks), times});
   }
   if (group.seen == group.expected) {
     if (!group.failure) ready_.push_back(std::move(group.unit));

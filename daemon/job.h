@@ -4,6 +4,7 @@
 
 #include "daemon/fifo.h"
 #include "daemon/submission.h"
+#include "daemon/trace.h"
 
 #include <chrono>
 #include <cstdint>
@@ -16,10 +17,19 @@
 
 namespace gradsync::daemon {
 
+// When a collective was first submitted here, became ready here (every local rank submitted
+// it) and, across nodes, was agreed on by every node. Read only while its job is traced.
+struct TraceTimes {
+  std::chrono::steady_clock::time_point submitted;
+  std::chrono::steady_clock::time_point ready;
+  std::chrono::steady_clock::time_point agreed;
+};
+
 // One collective that every local rank of the job submitted, consistently. ranks[r] is local
 // rank r's submission.
 struct ReadyCollective {
   std::vector<Submission> ranks;
+  TraceTimes times;
 
   const Submission& first() const { return ranks.front(); }
   uint64_t bytes() const { return first().send_bytes(); }
@@ -75,6 +85,7 @@ class Job {
   bool empty() const;
   // The job ranks of the local ranks connected now, in words: "ranks 2, 3".
   std::string ranks_in_words() const;
+  int32_t connected_ranks() const;
   // Every local rank has connected at some point.
   bool locally_formed() const { return formed_; }
   // And, across nodes, every node has joined.
@@ -92,10 +103,22 @@ class Job {
   // Ready units in the order they became ready (the same order on every rank).
   std::deque<ReadyUnit>& ready() { return ready_; }
 
+  // The recording of this job's events, while `gradsyncctl trace` asks for one (else null).
+  TraceRecorder* trace() const {
+    return trace_ != nullptr && !trace_->finished() ? trace_.get() : nullptr;
+  }
+  // False when a recording is running already.
+  bool start_trace(std::unique_ptr<TraceRecorder> recorder);
+  // Drops the recording once it has ended (at its deadline, if not before).
+  void check_trace(Clock::time_point now);
+
   // The oldest tensor some local ranks have submitted and others have not, if any; and, in
   // `warn`, each one older than `warn_after` that has not been warned about before.
   std::optional<Stall> oldest_stall(Clock::time_point now, Clock::duration warn_after,
                                     std::vector<std::string>& warn);
+  // The age of the job's oldest stall as last inspected (engine.cpp), for gradsyncctl.
+  double stall_seconds() const { return stall_seconds_; }
+  void set_stall_seconds(double seconds) { stall_seconds_ = seconds; }
 
  private:
   // Negotiation entries kept between steps before idle ones are swept.
@@ -110,7 +133,8 @@ class Job {
   std::string stall_message(const std::string& name, const PendingTensor& tensor,
                             Clock::duration waited) const;
 
-  void on_all_submitted(std::vector<Submission> ranks);
+  // `since`: when the first of them submitted it.
+  void on_all_submitted(std::vector<Submission> ranks, Clock::time_point since);
   void fail_collective(std::vector<Submission>& ranks, gradsync_result status,
                        const std::string& message);
 
@@ -132,6 +156,8 @@ class Job {
   // Groups being assembled, by local rank 0's group id.
   std::unordered_map<uint64_t, GroupAssembly> groups_;
   std::deque<ReadyUnit> ready_;
+  double stall_seconds_ = 0;
+  std::unique_ptr<TraceRecorder> trace_;  // before network_, which refers to it: goes after
   std::unique_ptr<NodeJob> network_;
 };
 

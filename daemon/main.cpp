@@ -10,7 +10,9 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <iostream>
 #include <thread>
 
@@ -20,7 +22,8 @@
 
 namespace {
 
-int run_daemon(const gradsync::daemon::DaemonConfig& config) {
+int run_daemon(const gradsync::daemon::DaemonConfig& config,
+               gradsync::daemon::ControlServer::ConfigSource reload) {
   using namespace gradsync;
   auto log = daemon::logger("daemon");
   // Signals are read by the control thread through a signalfd: block them in every thread,
@@ -29,6 +32,7 @@ int run_daemon(const gradsync::daemon::DaemonConfig& config) {
   sigemptyset(&mask);
   sigaddset(&mask, SIGTERM);
   sigaddset(&mask, SIGINT);
+  sigaddset(&mask, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
@@ -36,7 +40,9 @@ int run_daemon(const gradsync::daemon::DaemonConfig& config) {
                            daemon::to_toml(config));
   for (uint16_t port : metrics.listening_ports()) log->info("metrics on port {}", port);
   daemon::Engine engine(config, metrics);
-  daemon::ControlServer control(config, engine, metrics, engine.listen_address());
+  daemon::DaemonInfo info{GRADSYNC_VERSION, ::getpid(), std::chrono::steady_clock::now(),
+                          engine.listen_address(), kernels::reduce_isa()};
+  daemon::ControlServer control(config, engine, metrics, std::move(info), std::move(reload));
   std::thread engine_thread([&engine, &log] {
     pthread_setname_np(pthread_self(), "gsd-engine");  // for top -H, gdb, and the tests
     try {
@@ -74,20 +80,25 @@ int parse_and_run(int argc, char** argv) {
   app.set_version_flag("--version", GRADSYNC_VERSION);
   CLI11_PARSE(app, argc, argv);
 
-  try {
+  // The file, then the command line over it: at start and again at each SIGHUP.
+  auto read_config = [=] {
     DaemonConfig config = config_path.empty() ? gradsync::daemon::default_config()
                                               : gradsync::daemon::load_config_file(config_path);
     if (socket_path) config.socket_path = *socket_path;
     if (metrics_listen) config.metrics_listen = *metrics_listen;
     if (listen) config.listen = *listen;
     if (log_level) config.log_level = *log_level;
+    return config;
+  };
+  try {
+    const DaemonConfig config = read_config();
     gradsync::daemon::validate(config);
     if (print_config) {
       std::cout << gradsync::daemon::to_toml(config) << "\n";
       return 0;
     }
     gradsync::daemon::set_log_level(config.log_level);
-    return run_daemon(config);
+    return run_daemon(config, read_config);
   } catch (const std::exception& e) {
     std::cerr << "gradsyncd: " << e.what() << "\n";
     return 1;

@@ -25,6 +25,7 @@ bool Session::next_submission(ipc::SubmissionEntry& entry) {
   if (in_flight_ >= completions_.capacity()) return false;
   if (!submissions_.try_pop(entry)) return false;
   ++in_flight_;
+  ++submitted_;
   return true;
 }
 
@@ -43,6 +44,7 @@ void Session::complete(uint64_t request, ipc::Collective collective, gradsync_re
   // client corrupted its consumer index, in which case it loses its own completions.
   completions_.try_push(entry);
   if (in_flight_ > 0) --in_flight_;
+  ++completed_;
   view_.header->completion_sequence.fetch_add(1, std::memory_order_seq_cst);
   // Taking the flag down means one wake per sleep: of many completions in a row, only the
   // first pays for the system call (the client raises the flag again before it next sleeps).

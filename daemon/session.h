@@ -61,6 +61,12 @@ class Session {
   std::shared_ptr<const HostBuffer> buffer(uint32_t id) const;
   void add_buffer(uint32_t id, std::shared_ptr<const HostBuffer> buffer);
   void remove_buffer(uint32_t id) { buffers_.erase(id); }
+  size_t buffer_count() const { return buffers_.size(); }
+
+  // For gradsyncctl: collectives taken from the ring, completions posted, and the difference.
+  uint64_t submitted() const { return submitted_; }
+  uint64_t completed() const { return completed_; }
+  uint32_t in_flight() const { return in_flight_; }
 
   Job* job = nullptr;  // set when the engine attaches the session
 
@@ -74,6 +80,8 @@ class Session {
   ipc::UniqueFd doorbell_;
   metrics::Metrics& metrics_;
   uint32_t in_flight_ = 0;  // popped submissions not yet completed: bounded by the ring size
+  uint64_t submitted_ = 0;
+  uint64_t completed_ = 0;
   std::unordered_map<uint32_t, std::shared_ptr<const HostBuffer>> buffers_;
 };
 

@@ -41,12 +41,31 @@ struct UnregisterBuffer {
   bufferId @0 :UInt32;
 }
 
+# An operator's question (gradsyncctl). Allowed instead of a hello: an inspecting connection
+# never joins a job. Answered with a Report.
+struct Inspect {
+  union {
+    status @0 :Void;  # daemon, configuration, clients, jobs and peers
+    trace @1 :TraceRequest;
+  }
+}
+
+# Records a job's per-tensor events on this node for `steps` steps (a step ends when the
+# first tensor recorded becomes ready again), at most `maxEvents`, at most `timeoutSeconds`.
+struct TraceRequest {
+  job @0 :Text;
+  steps @1 :UInt32;
+  maxEvents @2 :UInt32;
+  timeoutSeconds @3 :UInt32;
+}
+
 struct Request {
   union {
     hello @0 :Hello;
     registerBuffer @1 :RegisterBuffer;
     unregisterBuffer @2 :UnregisterBuffer;
     goodbye @3 :Void;
+    inspect @4 :Inspect;
   }
 }
 
@@ -60,5 +79,12 @@ struct Reply {
     ok @0 :Void;
     welcome @1 :Welcome;
     error @2 :Error;
+    report @3 :Report;
   }
+}
+
+# Sent with one fd: a sealed memfd holding the answer as JSON (status: an object; trace: the
+# Chrome trace-event format), too large for a frame in general.
+struct Report {
+  bytes @0 :UInt64;
 }

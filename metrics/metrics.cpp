@@ -42,6 +42,8 @@ struct Metrics::Impl {
   prometheus::Counter* cache_misses = nullptr;
   prometheus::Counter* cycles = nullptr;
   prometheus::Family<prometheus::Counter>* internode_allreduces = nullptr;
+  prometheus::Family<prometheus::Gauge>* config_info = nullptr;
+  prometheus::Gauge* config_now = nullptr;
 };
 
 Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::string& config_toml)
@@ -56,12 +58,11 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
             {"cuda", build.cuda ? "on" : "off"},
             {"reduce_isa", build.reduce_isa}})
       .Set(1);
-  prometheus::BuildGauge()
-      .Name("gradsync_config_info")
-      .Help("Effective configuration of this gradsyncd, as TOML")
-      .Register(registry)
-      .Add({{"toml", config_toml}})
-      .Set(1);
+  impl_->config_info = &prometheus::BuildGauge()
+                            .Name("gradsync_config_info")
+                            .Help("Effective configuration of this gradsyncd, as TOML")
+                            .Register(registry);
+  set_config_info(config_toml);
   impl_->clients = &prometheus::BuildGauge()
                         .Name("gradsync_connected_clients")
                         .Help("Client processes connected to this daemon")
@@ -168,6 +169,12 @@ std::vector<uint16_t> Metrics::listening_ports() const {
   std::vector<uint16_t> ports;
   for (int port : impl_->exposer->GetListeningPorts()) ports.push_back(static_cast<uint16_t>(port));
   return ports;
+}
+
+void Metrics::set_config_info(const std::string& config_toml) {
+  if (impl_->config_now != nullptr) impl_->config_info->Remove(impl_->config_now);
+  impl_->config_now = &impl_->config_info->Add({{"toml", config_toml}});
+  impl_->config_now->Set(1);
 }
 
 void Metrics::set_connected_clients(int64_t clients) {

@@ -27,6 +27,8 @@ class Metrics {
   Metrics& operator=(const Metrics&) = delete;
 
   std::vector<uint16_t> listening_ports() const;
+  // The effective configuration (gradsync_config_info) after a reload.
+  void set_config_info(const std::string& config_toml);
 
   void set_connected_clients(int64_t clients);
   void set_jobs(int64_t jobs);

@@ -100,6 +100,7 @@ void Mesh::on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t /*status
     std::erase(mesh.incoming_, endpoint);
   } else {
     Peer& peer = mesh.peers_[context->peer];
+    if (!peer.failed) ++peer.stats.errors;
     peer.failed = true;
     if (peer.endpoint == endpoint) peer.endpoint = nullptr;
   }
@@ -146,7 +147,7 @@ PeerId Mesh::connect(const std::string& address) {
   params.err_handler.arg = context.get();
   ucp_ep_h endpoint = nullptr;
   GRADSYNC_UCX_CHECK(ucp_ep_create(worker_.get(), &params, &endpoint));
-  peers_.push_back(Peer{address, endpoint, false, false});
+  peers_.push_back(Peer{address, endpoint, false, false, {}});
   peer_by_address_[address] = id;
   error_contexts_.push_back(std::move(context));
   return id;
@@ -156,9 +157,11 @@ Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t byte
   auto state = std::make_unique<Operation::State>();
   Peer& peer = peers_.at(peer_id);
   if (peer.failed || peer.endpoint == nullptr) {
+    ++peer.stats.errors;
     return Operation::started(worker_.get(), UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET),
                               std::move(state), false);
   }
+  peer.stats.bytes_sent += bytes;
   ucp_request_param_t params = send_params(state.get());
   return Operation::started(worker_.get(),
                             ucp_tag_send_nbx(peer.endpoint, data, bytes, tag, &params),
@@ -225,6 +228,12 @@ void Mesh::sleep(std::chrono::milliseconds timeout) {
   descriptor.fd = event_fd_;
   descriptor.events = POLLIN;
   ::poll(&descriptor, 1, static_cast<int>(timeout.count()));
+}
+
+void Mesh::set_link(PeerId peer, double latency_seconds, double bytes_per_second) {
+  PeerStats& stats = peers_.at(peer).stats;
+  stats.latency_seconds = latency_seconds;
+  stats.bytes_per_second = bytes_per_second;
 }
 
 std::vector<PeerId> Mesh::take_failed_peers() {

@@ -35,6 +35,17 @@ struct MeshOptions {
   uint32_t keepalive_interval_seconds = 2;
 };
 
+// What went over a peer's connections, for the metrics and gradsyncctl. Bytes received are
+// counted by whoever knows the sender (tags name it within a job, not in the mesh).
+struct PeerStats {
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t errors = 0;  // connection failures and sends refused on a failed connection
+  // The link as the last job that measured it found it (zero: not measured).
+  double latency_seconds = 0;
+  double bytes_per_second = 0;
+};
+
 class Mesh {
  public:
   explicit Mesh(const MeshOptions& options);
@@ -47,6 +58,12 @@ class Mesh {
   // The peer at `address` (HOST:PORT), connecting on first use.
   PeerId connect(const std::string& address);
   const std::string& address_of(PeerId peer) const { return peers_.at(peer).address; }
+  size_t peer_count() const { return peers_.size(); }
+  const PeerStats& stats(PeerId peer) const { return peers_.at(peer).stats; }
+  void count_received(PeerId peer, uint64_t bytes) {
+    peers_.at(peer).stats.bytes_received += bytes;
+  }
+  void set_link(PeerId peer, double latency_seconds, double bytes_per_second);
 
   Operation send(PeerId peer, uint64_t tag, const void* data, size_t bytes);
   // A whole message of unknown size matching tag/mask, if one has arrived (for control
@@ -83,6 +100,7 @@ class Mesh {
     ucp_ep_h endpoint = nullptr;
     bool failed = false;
     bool reported = false;
+    PeerStats stats;
   };
   struct ErrorContext {
     Mesh* mesh;

@@ -16,7 +16,10 @@ void on_receive(void* request, ucs_status_t status, const ucp_tag_recv_info_t* i
                 void* user_data) {
   auto* state = static_cast<Operation::State*>(user_data);
   state->status = status;
-  if (status == UCS_OK && info != nullptr) state->received = info->length;
+  if (status == UCS_OK && info != nullptr) {
+    state->received = info->length;
+    state->sender_tag = info->sender_tag;
+  }
   state->done = true;
   ucp_request_free(request);
 }

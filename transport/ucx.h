@@ -71,12 +71,15 @@ class Operation {
   bool done() const { return state_->done; }
   ucs_status_t status() const { return state_->status; }
   size_t received_bytes() const { return state_->received; }
+  uint64_t sender_tag() const { return state_->sender_tag; }  // of a completed receive
+  bool is_receive() const { return receive_; }
 
   // The state UCX's callback writes; public for the callbacks in ucx.cpp.
   struct State {
     bool done = false;
     ucs_status_t status = UCS_OK;
     size_t received = 0;
+    uint64_t sender_tag = 0;
   };
   static Operation started(ucp_worker_h worker, ucs_status_ptr_t request,
                            std::unique_ptr<State> state, bool receive);

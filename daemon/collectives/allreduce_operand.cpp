@@ -54,6 +54,8 @@ void AllreduceOperand::for_each_overlap(uint64_t begin, uint64_t end, Fn&& fn) c
 
 void AllreduceOperand::reduce_into(gradsync_op op, uint64_t begin, uint64_t end,
                                    const uint8_t* extra) const {
+  const auto start =
+      times_ != nullptr ? OperandTimes::Clock::now() : OperandTimes::Clock::time_point{};
   for_each_overlap(
       begin, end, [&](const ReadyCollective& c, uint64_t first, uint64_t at, uint64_t elements) {
         std::array<const void*, ipc::kMaxLocalRanks + 1> inputs;  // 2 KiB: not zeroed per call
@@ -69,9 +71,12 @@ void AllreduceOperand::reduce_into(gradsync_op op, uint64_t begin, uint64_t end,
         }
         kernels::reduce_to_all(dtype_, op, inputs.data(), n, &output, 1, elements, false);
       });
+  if (times_ != nullptr) times_->reduce.cover(start, OperandTimes::Clock::now());
 }
 
 void AllreduceOperand::deliver(uint64_t begin, uint64_t end) const {
+  const auto start =
+      times_ != nullptr ? OperandTimes::Clock::now() : OperandTimes::Clock::time_point{};
   for_each_overlap(begin, end,
                    [&](const ReadyCollective& c, uint64_t first, uint64_t at, uint64_t elements) {
                      const uint8_t* from = work_ + at * element_bytes_;
@@ -82,6 +87,7 @@ void AllreduceOperand::deliver(uint64_t begin, uint64_t end) const {
                        if (to != from) kernels::copy(to, from, bytes, streaming);
                      }
                    });
+  if (times_ != nullptr) times_->deliver.cover(start, OperandTimes::Clock::now());
 }
 
 std::vector<std::shared_ptr<const void>> AllreduceOperand::memory() const {

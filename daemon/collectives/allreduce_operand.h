@@ -11,12 +11,29 @@
 
 #include <gradsync/gradsync.h>
 
+#include <chrono>
 #include <memory>
 #include <span>
 #include <string>
 #include <vector>
 
 namespace gradsync::daemon {
+
+// Where an allreduce spent its local passes, for the trace: from the first reduce into the
+// work buffer to the last, and from the first delivery to the last.
+struct OperandTimes {
+  using Clock = std::chrono::steady_clock;
+  struct Span {
+    Clock::time_point begin;
+    Clock::time_point end;
+    void cover(Clock::time_point from, Clock::time_point to) {
+      if (begin == Clock::time_point{}) begin = from;
+      end = to;
+    }
+  };
+  Span reduce;
+  Span deliver;
+};
 
 class AllreduceOperand {
  public:
@@ -40,6 +57,8 @@ class AllreduceOperand {
   void deliver(uint64_t begin, uint64_t end) const;
   // Everything of the ranks' that UCX may touch: handed to the mesh if the allreduce fails.
   std::vector<std::shared_ptr<const void>> memory() const;
+  // Times the passes of reduce_into and deliver into `times` (null: not timed).
+  void time_into(OperandTimes* times) { times_ = times; }
 
  private:
   struct Member {
@@ -60,6 +79,7 @@ class AllreduceOperand {
   size_t element_bytes_;
   uint64_t count_ = 0;
   uint8_t* work_;
+  OperandTimes* times_ = nullptr;
 };
 
 }  // namespace gradsync::daemon

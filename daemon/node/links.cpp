@@ -70,6 +70,17 @@ transport::Operation NodeLinks::receive(uint64_t tag, std::optional<uint32_t> se
   return mesh_.receive(tag, mask, data, bytes);
 }
 
+void NodeLinks::count_received(uint64_t sender_tag, uint64_t bytes) {
+  const auto node = static_cast<uint32_t>((sender_tag & tags::kNodeMask) >> 48);
+  if (node < peers_.size() && node != me()) mesh_.count_received(peers_[node], bytes);
+}
+
+void NodeLinks::set_link(uint32_t node, double latency_seconds, double bytes_per_second) {
+  if (node < peers_.size() && node != me()) {
+    mesh_.set_link(peers_[node], latency_seconds, bytes_per_second);
+  }
+}
+
 std::optional<std::string> NodeLinks::failed_peer(const char* what) const {
   for (uint32_t node = 0; node < peers_.size(); ++node) {
     if (node != me() && mesh_.failed(peers_[node])) {
@@ -118,7 +129,12 @@ Flight::Flight(NodeLinks& links, Scratch* scratch, std::vector<std::shared_ptr<c
 Flight::~Flight() {
   std::vector<transport::Operation> pending;
   for (auto& operation : operations_) {
-    if (operation.valid() && !operation.done()) pending.push_back(std::move(operation));
+    if (!operation.valid()) continue;
+    if (!operation.done()) {
+      pending.push_back(std::move(operation));
+    } else if (operation.is_receive() && operation.status() == UCS_OK) {
+      links_.count_received(operation.sender_tag(), operation.received_bytes());
+    }
   }
   if (pending.empty()) return;
   if (scratch_ != nullptr) {

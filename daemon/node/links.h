@@ -75,6 +75,11 @@ class NodeLinks {
   transport::Operation receive(uint64_t tag, std::optional<uint32_t> sender, void* data,
                                size_t bytes);
 
+  // Counts what a message with `sender_tag` brought in its sender's statistics.
+  void count_received(uint64_t sender_tag, uint64_t bytes);
+  // Records a measured link to `node` in its peer's statistics.
+  void set_link(uint32_t node, double latency_seconds, double bytes_per_second);
+
   // Drives UCX; true when it made progress.
   bool progress() { return mesh_.progress(); }
   // An error naming the first other node of the job that failed, if any.

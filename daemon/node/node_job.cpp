@@ -72,9 +72,10 @@ std::optional<std::string> NodeJob::form() {
       agreed_.cache_capacity, agreed_.algorithm, agreed_.fusion_threshold_bytes);
   if (links_.nodes() > 1) {
     const uint32_t left = (links_.me() + links_.nodes() - 1) % links_.nodes();
-    metrics_.peer_link_measured(
-        layout().nodes[left], own_link_.alpha_seconds,
-        own_link_.beta_seconds_per_byte > 0 ? 1 / own_link_.beta_seconds_per_byte : 0);
+    const double bytes_per_second =
+        own_link_.beta_seconds_per_byte > 0 ? 1 / own_link_.beta_seconds_per_byte : 0;
+    metrics_.peer_link_measured(layout().nodes[left], own_link_.alpha_seconds, bytes_per_second);
+    links_.set_link(left, own_link_.alpha_seconds, bytes_per_second);
   }
   negotiator_.emplace(links_.job_name(), links_.nodes(), links_.me(), ranks_,
                       agreed_.cache_capacity, own_link_,

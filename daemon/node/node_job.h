@@ -56,6 +56,8 @@ class NodeJob {
   std::optional<std::string> form();
   // Every node has joined and the links are measured.
   bool formed() const { return negotiator_.has_value(); }
+  // Node 0's once formed, this node's until then.
+  const NodeJobSettings& settings() const { return formed() ? agreed_ : settings_; }
   // The nodes that have not joined, for the formation timeout's message.
   std::string missing_nodes() const;
 
@@ -91,6 +93,13 @@ class NodeJob {
   // Fails everything waiting here (the Job fails its own queues).
   void fail_waiting(gradsync_result status, const std::string& message);
 
+  // Counts a control message from another node in its peer's statistics.
+  void count_received(uint64_t sender_tag, uint64_t bytes) {
+    links_.count_received(sender_tag, bytes);
+  }
+  // Where the job's events go while it is traced (null: not traced). The Job owns it.
+  void set_trace(TraceRecorder* trace) { trace_ = trace; }
+
   uint16_t job_tag() const { return links_.job_tag(); }
   const Negotiator* negotiator() const { return negotiator_ ? &*negotiator_ : nullptr; }
 
@@ -108,6 +117,8 @@ class NodeJob {
     LinkFigures link;
     uint64_t first_sequence = 0;
     const char* allreduce_algorithm = "negotiation";  // for the metrics: set when one runs
+    std::chrono::steady_clock::time_point started;    // for the trace, as are the times
+    OperandTimes times;
     std::unique_ptr<Scratch> scratch;
     std::optional<NodeTask> task;  // last: it goes first, while what it refers to still exists
   };
@@ -116,6 +127,8 @@ class NodeJob {
   static constexpr size_t kMaxInFlight = 4;
 
   void report_negotiation();
+  // Records a finished batch's collectives in the trace.
+  void trace_completed(const InFlight& work) const;
   // Counts a unit that completed well in the metrics.
   void count_completed(const ReadyUnit& unit, const char* allreduce_algorithm);
   // Completes one cycle's decisions that need no network; queues the others as batches.
@@ -162,6 +175,7 @@ class NodeJob {
   uint64_t next_sequence_ = 0;
   std::optional<std::string> abort_reason_;
   std::vector<const void*> contribution_inputs_;  // reduce_contributions' scratch
+  TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace gradsync::daemon

@@ -11,6 +11,32 @@
 
 namespace gradsync::daemon {
 
+using Clock = std::chrono::steady_clock;
+
+void NodeJob::trace_completed(const InFlight& work) const {
+  const auto done = Clock::now();
+  uint32_t fused = 0;
+  for (const auto& unit : work.units) fused += static_cast<uint32_t>(unit.collectives.size());
+  for (const auto& unit : work.units) {
+    for (const auto& c : unit.collectives) {
+      const std::string& name = c.first().name;
+      const uint64_t bytes = c.bytes();
+      trace_->record(name, TracePhase::kNegotiate, c.times.submitted, c.times.agreed, bytes);
+      trace_->record(name, TracePhase::kQueue, c.times.agreed, work.started, bytes);
+      if (c.first().collective == ipc::Collective::kBarrier) continue;
+      trace_->record(name, TracePhase::kNetwork, work.started, done, bytes, fused);
+      // Within the network span, where the allreduce reduced and delivered locally.
+      const OperandTimes& t = work.times;
+      if (t.reduce.end != Clock::time_point{}) {
+        trace_->record(name, TracePhase::kLocalReduce, t.reduce.begin, t.reduce.end, bytes, fused);
+      }
+      if (t.deliver.end != Clock::time_point{}) {
+        trace_->record(name, TracePhase::kBroadcast, t.deliver.begin, t.deliver.end, bytes, fused);
+      }
+    }
+  }
+}
+
 void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algorithm) {
   for (const auto& c : unit.collectives) {
     const ipc::Collective kind = c.first().collective;
@@ -53,15 +79,27 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
   std::vector<ReadyUnit> networked;
   networked.reserve(cycle.decisions.size());
   NodeResult error;
+  const auto agreed = trace_ != nullptr ? Clock::now() : Clock::time_point{};
   for (const Decision& decision : cycle.decisions) {
     ReadyUnit unit = std::move(*units_[decision.cookie]);
     units_[decision.cookie].reset();
     free_units_.push_back(decision.cookie);
+    if (trace_ != nullptr) {
+      for (auto& c : unit.collectives) c.times.agreed = agreed;
+    }
     if (!decision.error.empty()) {
       complete(unit, GRADSYNC_ERR_MISMATCH, decision.error);
     } else if (const auto contributions = cycle.contributions_of(decision);
                !contributions.empty()) {
-      const NodeResult bad = reduce_contributions(unit.collectives.front(), contributions);
+      const ReadyCollective& collective = unit.collectives.front();
+      const NodeResult bad = reduce_contributions(collective, contributions);
+      if (trace_ != nullptr && !bad) {
+        // The data came with the negotiation: what is left is the reduce.
+        const std::string& name = collective.first().name;
+        trace_->record(name, TracePhase::kNegotiate, collective.times.submitted, agreed,
+                       collective.bytes());
+        trace_->record(name, TracePhase::kLocalReduce, agreed, Clock::now(), collective.bytes());
+      }
       if (!bad) count_completed(unit, "negotiation");
       complete(unit, bad ? GRADSYNC_ERR_PROTOCOL : GRADSYNC_OK, bad.value_or(""));
       if (!error) error = bad;
@@ -121,6 +159,7 @@ std::optional<std::string> NodeJob::progress(bool& ran) {
     }
     ran = true;
     NodeResult error = work.task->result();
+    if (trace_ != nullptr && !error) trace_completed(work);
     for (const auto& unit : work.units) {
       if (!error) count_completed(unit, work.allreduce_algorithm);
       complete(unit, error ? GRADSYNC_ERR_PEER_FAILED : GRADSYNC_OK, error.value_or(""));
@@ -154,6 +193,7 @@ void NodeJob::start(Batch batch) {
   // Every node starts the same collectives in the same order: each takes the next sequence
   // numbers, which keep its messages apart from those of the others in flight.
   work->first_sequence = next_sequence_;
+  if (trace_ != nullptr) work->started = Clock::now();
   next_sequence_ += batch.fused ? 1 : work->units.front().collectives.size();
   InFlight& placed = *work;
   in_flight_.push_back(std::move(work));
@@ -177,6 +217,7 @@ NodeTask NodeJob::run_unit(InFlight& work) {
     switch (collective.first().collective) {
       case ipc::Collective::kAllreduce: {
         operand.emplace(collective);
+        if (trace_ != nullptr) operand->time_into(&work.times);
         const AllreduceAlgorithm algorithm = choose(collective.bytes(), work.link);
         metrics_.internode_allreduce(algorithm_name(algorithm));
         work.allreduce_algorithm = algorithm_name(algorithm);
@@ -214,7 +255,8 @@ NodeTask NodeJob::run_fused(InFlight& work) {
     }
   }
   const auto start = std::chrono::steady_clock::now();
-  const AllreduceOperand operand(fused, work.scratch->get(kFusionScratchSlot, bytes));
+  AllreduceOperand operand(fused, work.scratch->get(kFusionScratchSlot, bytes));
+  if (trace_ != nullptr) operand.time_into(&work.times);
   NodeStep step{links_, *work.scratch, static_cast<uint32_t>(work.first_sequence),
                 layout().world_size};
   const AllreduceAlgorithm algorithm = choose(bytes, work.link);

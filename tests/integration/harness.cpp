@@ -5,12 +5,17 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <array>
+#include <cstdio>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <sstream>
 #include <thread>
 
 namespace gradsync::testing {
@@ -96,6 +101,7 @@ void DaemonTest::TearDown() {
     daemon_.reset();
   }
   if (!config_path_.empty()) std::filesystem::remove(config_path_);
+  if (!log_path_.empty()) std::filesystem::remove(log_path_);
 }
 
 void DaemonTest::start_daemon(const std::string& extra_toml,
@@ -103,13 +109,44 @@ void DaemonTest::start_daemon(const std::string& extra_toml,
                               const std::vector<std::string>& launcher) {
   config_path_ = std::filesystem::temp_directory_path() /
                  ("gradsync-test-" + std::to_string(::getpid()) + ".toml");
-  std::ofstream config(config_path_);
-  // Open to every uid so the isolation tests can try; the job, not the socket, is the boundary.
-  config << "socket_mode = 0o666\n" << extra_toml << "\n";
-  config.close();
+  rewrite_config(extra_toml);
   std::vector<std::string> args{"--config", config_path_};
   args.insert(args.end(), extra_args.begin(), extra_args.end());
   daemon_ = std::make_unique<tools::PrivateDaemon>(build_dir() + "/gradsyncd", args, launcher);
+}
+
+void DaemonTest::start_logged_daemon(const std::string& extra_toml,
+                                     const std::vector<std::string>& extra_args) {
+  log_path_ = std::filesystem::temp_directory_path() /
+              ("gradsync-test-" + std::to_string(::getpid()) + ".log");
+  std::filesystem::remove(log_path_);
+  start_daemon(extra_toml, extra_args, {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>" + log_path_});
+}
+
+std::string DaemonTest::daemon_log() const {
+  std::ifstream in(log_path_);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void DaemonTest::rewrite_config(const std::string& extra_toml) {
+  std::ofstream config(config_path_, std::ios::trunc);
+  // Open to every uid so the isolation tests can try; the job, not the socket, is the boundary.
+  config << "socket_mode = 0o666\n" << extra_toml << "\n";
+}
+
+CommandResult run_command(const std::string& command) {
+  CommandResult result;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> chunk{};
+  size_t n = 0;
+  while ((n = std::fread(chunk.data(), 1, chunk.size(), pipe)) > 0)
+    result.out.append(chunk.data(), n);
+  const int status = ::pclose(pipe);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
 }
 
 tools::ChildProcess DaemonTest::spawn_rank(const std::string& job, int rank, int ranks,

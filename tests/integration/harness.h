@@ -25,6 +25,13 @@ std::string scrape(uint16_t port);
 // The value of `series` (name and labels, exactly as exported) in a scrape; -1 when absent.
 double sample(const std::string& text, const std::string& series);
 
+// Runs a shell command; its exit status and standard output.
+struct CommandResult {
+  int status = -1;
+  std::string out;
+};
+CommandResult run_command(const std::string& command);
+
 struct DaemonResources {
   size_t open_fds = 0;
   size_t memfd_mappings = 0;
@@ -43,7 +50,15 @@ class DaemonTest : public ::testing::Test {
                     const std::vector<std::string>& extra_args = {},
                     const std::vector<std::string>& launcher = {});
 
+  // start_daemon with the daemon's log (its stderr) kept for daemon_log().
+  void start_logged_daemon(const std::string& extra_toml = "",
+                           const std::vector<std::string>& extra_args = {});
+  std::string daemon_log() const;
+
   std::string build_dir() const { return tools::executable_dir(); }
+  // The daemon's configuration file; rewrite_config replaces what start_daemon wrote.
+  const std::string& config_path() const { return config_path_; }
+  void rewrite_config(const std::string& extra_toml);
   const std::string& socket() const { return daemon_->socket_path(); }
   tools::PrivateDaemon& daemon() { return *daemon_; }
   // SIGKILL: the daemon gets no chance to clean up, and the teardown checks expect none.
@@ -67,6 +82,7 @@ class DaemonTest : public ::testing::Test {
 
  private:
   std::string config_path_;
+  std::string log_path_;
   std::unique_ptr<tools::PrivateDaemon> daemon_;
   bool daemon_killed_ = false;
 };

@@ -13,30 +13,13 @@ namespace {
 
 class StallTest : public DaemonTest {
  protected:
-  void SetUp() override {
-    log_path_ = std::filesystem::temp_directory_path() /
-                ("gradsync-stall-" + std::to_string(::getpid()) + ".log");
-    metrics_port_ = free_tcp_port();
-  }
-  void TearDown() override {
-    DaemonTest::TearDown();
-    std::filesystem::remove(log_path_);
-  }
+  void SetUp() override { metrics_port_ = free_tcp_port(); }
 
-  // The daemon's log (its stderr) goes to log_path_.
   void start(const std::string& toml) {
-    start_daemon(toml, {"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_)},
-                 {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>" + log_path_.string()});
+    start_logged_daemon(toml, {"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_)});
   }
+  std::string log() const { return daemon_log(); }
 
-  std::string log() const {
-    std::ifstream in(log_path_);
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
-  }
-
-  std::filesystem::path log_path_;
   uint16_t metrics_port_ = 0;
 };
 

@@ -1,0 +1,35 @@
+// Answers to gradsyncctl, rendered as JSON on the control thread: the daemon's status (from an
+// engine snapshot) and job traces in the Chrome trace-event format (chrome://tracing, Perfetto).
+#pragma once
+
+#include "daemon/config.h"
+#include "daemon/inspect.h"
+#include "ipc/system.h"
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <string_view>
+
+namespace gradsync::daemon {
+
+// What the control thread knows of the daemon itself.
+struct DaemonInfo {
+  std::string version;
+  pid_t pid = 0;
+  std::chrono::steady_clock::time_point started;
+  std::string listen_address;  // inter-node, as peers name it; empty: none
+  std::string reduce_isa;
+};
+
+std::string status_json(const DaemonInfo& daemon, const DaemonConfig& config,
+                        const EngineSnapshot& snapshot);
+// The configuration as a JSON object, key for key as in the TOML file.
+std::string config_json(const DaemonConfig& config);
+std::string trace_json(const TraceData& trace, uint32_t node_rank);
+
+// A sealed memfd holding `text`, to hand to the asker (reports outgrow control frames).
+ipc::UniqueFd report_memfd(std::string_view text);
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,90 @@
+// Several gradsyncd on one machine, one per "node", talking UCX over TCP on loopback: the
+// multi-node path without root. Each test that uses one gets fresh daemons.
+#pragma once
+
+#include "tests/integration/harness.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gradsync::testing {
+
+class LoopbackCluster {
+ public:
+  // `toml`: configuration for every node's daemon. `metrics`: node 0 serves its metrics on
+  // metrics_port().
+  explicit LoopbackCluster(int nodes, const std::string& toml = "", bool metrics = false) {
+    static int clusters = 0;
+    config_path_ =
+        std::filesystem::temp_directory_path() / ("gradsync-cluster-" + std::to_string(::getpid()) +
+                                                  "-" + std::to_string(clusters++) + ".toml");
+    std::ofstream(config_path_) << toml << "\n";
+    for (int n = 0; n < nodes; ++n) {
+      const std::string address = "127.0.0.1:" + std::to_string(free_tcp_port());
+      addresses_ += (n == 0 ? "" : ",") + address;
+      node_addresses_.push_back(address);
+      std::vector<std::string> args{"--listen", address, "--config", config_path_};
+      if (metrics && n == 0) {
+        metrics_port_ = free_tcp_port();
+        args.insert(args.end(), {"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_)});
+      }
+      daemons_.push_back(
+          std::make_unique<tools::PrivateDaemon>(tools::executable_dir() + "/gradsyncd", args));
+    }
+  }
+  ~LoopbackCluster() {
+    daemons_.clear();
+    std::filesystem::remove(config_path_);
+  }
+  LoopbackCluster(const LoopbackCluster&) = delete;
+  LoopbackCluster& operator=(const LoopbackCluster&) = delete;
+  int nodes() const { return static_cast<int>(daemons_.size()); }
+  uint16_t metrics_port() const { return metrics_port_; }
+  const std::string& addresses() const { return addresses_; }
+  const std::string& address(int node) const { return node_addresses_[static_cast<size_t>(node)]; }
+  tools::PrivateDaemon& daemon(int node) { return *daemons_[static_cast<size_t>(node)]; }
+
+  // ranks_per_node[n] ranks on node n, global ranks in node order.
+  std::vector<tools::ChildProcess> spawn(const std::string& job,
+                                         const std::vector<int>& ranks_per_node,
+                                         const std::vector<std::string>& args,
+                                         const std::map<std::string, std::string>& extra_env = {},
+                                         std::optional<int> only_node = std::nullopt) {
+    const int world = std::accumulate(ranks_per_node.begin(), ranks_per_node.end(), 0);
+    std::vector<tools::ChildProcess> children;
+    int rank = 0;
+    for (int node = 0; node < nodes(); ++node) {
+      for (int local = 0; local < ranks_per_node[static_cast<size_t>(node)]; ++local, ++rank) {
+        std::vector<std::string> argv = {tools::executable_dir() + "/gradsync-test-rank"};
+        argv.insert(argv.end(), args.begin(), args.end());
+        std::map<std::string, std::string> env{
+            {"GRADSYNC_SOCKET", daemon(node).socket_path()},
+            {"GRADSYNC_JOB", job},
+            {"GRADSYNC_NODES", addresses_},
+            {"GRADSYNC_NODE_RANK", std::to_string(node)},
+            {"RANK", std::to_string(rank)},
+            {"WORLD_SIZE", std::to_string(world)},
+            {"LOCAL_RANK", std::to_string(local)},
+            {"LOCAL_WORLD_SIZE", std::to_string(ranks_per_node[static_cast<size_t>(node)])}};
+        for (const auto& [key, value] : extra_env) env[key] = value;
+        if (!only_node || *only_node == node) children.emplace_back(argv, env);
+      }
+    }
+    return children;
+  }
+
+ private:
+  uint16_t metrics_port_ = 0;
+  std::filesystem::path config_path_;
+  std::string addresses_;
+  std::vector<std::string> node_addresses_;
+  std::vector<std::unique_ptr<tools::PrivateDaemon>> daemons_;
+};
+
+}  // namespace gradsync::testing

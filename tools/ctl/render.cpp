@@ -1,0 +1,144 @@
+#include "tools/ctl/render.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+namespace gradsync::ctl {
+namespace {
+
+// A count or a quantity with its unit ("12", "1.5 GiB"), not an address ("127.0.0.1:9478").
+bool numeric(const std::string& cell) {
+  return !cell.empty() && std::isdigit(static_cast<unsigned char>(cell.front())) != 0 &&
+         cell.find(':') == std::string::npos;
+}
+
+std::string text(const nlohmann::json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  return value.dump();
+}
+
+}  // namespace
+
+void Table::print(std::ostream& out) const {
+  std::vector<size_t> widths(headers_.size());
+  // A column of numbers only is right-aligned.
+  std::vector<bool> right(headers_.size(), !rows_.empty());
+  for (size_t c = 0; c < headers_.size(); ++c) widths[c] = headers_[c].size();
+  for (const auto& row : rows_) {
+    for (size_t c = 0; c < row.size() && c < widths.size(); ++c) {
+      widths[c] = std::max(widths[c], row[c].size());
+      right[c] = right[c] && (numeric(row[c]) || row[c] == "-");
+    }
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    std::string text;
+    for (size_t c = 0; c < widths.size(); ++c) {
+      const std::string& cell = c < cells.size() ? cells[c] : std::string();
+      const bool last = c + 1 == widths.size();
+      if (right[c]) {
+        text += fmt::format("{:>{}}", cell, widths[c]);
+      } else {
+        text += last ? cell : fmt::format("{:<{}}", cell, widths[c]);
+      }
+      if (!last) text += "  ";
+    }
+    while (!text.empty() && text.back() == ' ') text.pop_back();
+    out << text << "\n";
+  };
+  line(headers_);
+  for (const auto& row : rows_) line(row);
+}
+
+std::string human_bytes(double bytes) {
+  static constexpr std::array<const char*, 5> kUnits = {"B", "KiB", "MiB", "GiB", "TiB"};
+  size_t unit = 0;
+  while (bytes >= 1024 && unit + 1 < kUnits.size()) {
+    bytes /= 1024;
+    ++unit;
+  }
+  return unit == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.1f} {}", bytes, kUnits[unit]);
+}
+
+std::string human_duration(double seconds) {
+  const auto s = static_cast<int64_t>(seconds);
+  if (s < 60) return fmt::format("{:.1f}s", seconds);
+  if (s < 3600) return fmt::format("{}m {:02}s", s / 60, s % 60);
+  if (s < 86400) return fmt::format("{}h {:02}m", s / 3600, s % 3600 / 60);
+  return fmt::format("{}d {:02}h", s / 86400, s % 86400 / 3600);
+}
+
+void print_status(const nlohmann::json& status, std::ostream& out) {
+  out << fmt::format("gradsyncd {}  pid {}  up {}  reduce {}\n", text(status["version"]),
+                     text(status["pid"]), human_duration(status["uptime_seconds"].get<double>()),
+                     text(status["reduce_isa"]));
+  const std::string listen = text(status["listen"]);
+  out << fmt::format("socket {}  inter-node {}  metrics {}\n", text(status["socket"]),
+                     listen.empty() ? "(none)" : listen,
+                     text(status["metrics_listen"]).empty() ? "(none)"
+                                                            : text(status["metrics_listen"]));
+  out << fmt::format("{} clients, {} jobs, {} peers\n", status["clients"].size(),
+                     status["jobs"].size(), status["peers"].size());
+  if (!status["jobs"].empty()) {
+    out << "\n";
+    print_jobs(status, out);
+  }
+  if (!status["peers"].empty()) {
+    out << "\n";
+    print_peers(status, out);
+  }
+}
+
+void print_jobs(const nlohmann::json& status, std::ostream& out) {
+  Table table({"JOB", "STATE", "LOCAL RANKS", "WORLD", "NODE", "ALGORITHM", "STALL", "NOTE"});
+  for (const auto& job : status["jobs"]) {
+    const auto& nodes = job["nodes"];
+    std::string note = text(job["failure"]);
+    if (job["traced"].get<bool>()) note = note.empty() ? "tracing" : "tracing; " + note;
+    table.add({text(job["name"]), text(job["state"]),
+               fmt::format("{}/{}", text(job["local_ranks"]), text(job["local_world_size"])),
+               text(job["world_size"]),
+               nodes.empty() ? "-" : fmt::format("{} of {}", text(job["node_rank"]), nodes.size()),
+               nodes.empty() ? "-" : text(job["algorithm"]),
+               job["stall_seconds"].get<double>() > 0
+                   ? human_duration(job["stall_seconds"].get<double>())
+                   : "-",
+               note});
+  }
+  table.print(out);
+}
+
+void print_clients(const nlohmann::json& status, std::ostream& out) {
+  Table table({"ID", "PID", "UID", "JOB", "RANK", "LOCAL RANK", "BUFFERS", "SUBMITTED",
+               "COMPLETED", "IN FLIGHT"});
+  for (const auto& c : status["clients"]) {
+    table.add({text(c["id"]), text(c["pid"]), text(c["uid"]), text(c["job"]), text(c["rank"]),
+               text(c["local_rank"]), text(c["buffers"]), text(c["submitted"]),
+               text(c["completed"]), text(c["in_flight"])});
+  }
+  table.print(out);
+}
+
+void print_peers(const nlohmann::json& status, std::ostream& out) {
+  Table table({"PEER", "STATE", "SENT", "RECEIVED", "ERRORS", "LATENCY", "BANDWIDTH"});
+  for (const auto& p : status["peers"]) {
+    const double latency = p["latency_seconds"].get<double>();
+    const double bandwidth = p["bytes_per_second"].get<double>();
+    table.add({text(p["address"]), text(p["state"]),
+               human_bytes(p["bytes_sent"].get<double>()),
+               human_bytes(p["bytes_received"].get<double>()), text(p["errors"]),
+               latency > 0 ? fmt::format("{:.1f} us", latency * 1e6) : "-",
+               bandwidth > 0 ? fmt::format("{:.2f} GB/s", bandwidth / 1e9) : "-"});
+  }
+  table.print(out);
+}
+
+void print_config(const nlohmann::json& status, std::ostream& out) {
+  Table table({"KEY", "VALUE"});
+  for (const auto& [key, value] : status["config"].items()) table.add({key, text(value)});
+  table.print(out);
+}
+
+}  // namespace gradsync::ctl
