@@ -1,8 +1,8 @@
 #include "daemon/admin.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 #include <toml++/toml.h>
+#include <nlohmann/json.hpp>
 
 #include <unistd.h>
 
@@ -89,7 +89,8 @@ std::string trace_json(const TraceData& trace, uint32_t node_rank) {
   // One row per tensor, in the order they first appear.
   for (size_t i = 0; i < trace.tensors.size(); ++i) {
     out += fmt::format(
-        ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":{},\"args\":{{\"name\":{}}}}}",
+        ",\n{{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":1,\"tid\":{},\"args\":{{\"name\":{}}}}"
+        "}",
         i + 1, Json(trace.tensors[i]).dump());
     out += fmt::format(
         ",\n{{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":1,\"tid\":{},\"args\":{{"

@@ -75,9 +75,9 @@ void ControlServer::handle_inspect(Client& client, ipc::wire::Inspect::Reader in
       auto snapshot = command.snapshot.get_future();
       engine_.post(std::move(command));
       if (snapshot.wait_for(kSnapshotTimeout) != std::future_status::ready) {
-        reply_error(client, GRADSYNC_ERR_TIMEOUT,
-                    fmt::format("the engine thread has not answered in {} s",
-                                kSnapshotTimeout.count()));
+        reply_error(
+            client, GRADSYNC_ERR_TIMEOUT,
+            fmt::format("the engine thread has not answered in {} s", kSnapshotTimeout.count()));
         return;
       }
       reply_report(client, status_json(info_, config_, snapshot.get()));

@@ -181,7 +181,7 @@ void Engine::handle(AttachSession& command) {
   log_->debug("client {} attached: job '{}' local rank {}/{}", session.id(), who.job,
               who.local_rank, who.local_world_size);
   sessions_.emplace(session.id(), std::move(command.session));
-  metrics_.set_jobs(static_cast<int64_t>(jobs_.size()));
+  export_job_states();
 }
 
 void Engine::handle(AddBuffer& command) {
@@ -227,7 +227,7 @@ void Engine::handle(DetachSession& command) {
   }
   log_->debug("client {} detached: {}", session.id(), command.reason);
   sessions_.erase(it);  // unmaps its segment; buffers go when no collective holds them
-  metrics_.set_jobs(static_cast<int64_t>(jobs_.size()));
+  export_job_states();
 }
 
 void Engine::handle(Shutdown& command) {
@@ -237,9 +237,9 @@ void Engine::handle(Shutdown& command) {
 
 bool Engine::poll_submissions(Session& session) {
   ipc::SubmissionEntry entry{};
-  bool any = false;
+  uint64_t taken = 0;
   while (session.next_submission(entry)) {
-    any = true;
+    ++taken;
     const ClientIdentity& who = session.identity();
     // Roots and allgather slots count local ranks in a single-node job, global ranks across
     // nodes.
@@ -255,7 +255,9 @@ bool Engine::poll_submissions(Session& session) {
     }
     session.job->submit(std::move(submission));
   }
-  return any;
+  if (taken == 0) return false;
+  metrics_.ring_drained(taken);
+  return true;
 }
 
 void Engine::fail_job(Job& job, gradsync_result status, const std::string& reason,
@@ -374,18 +376,22 @@ bool Engine::run_ready_batches() {
         batch.push_back(std::move(ready.front()));
         ready.pop_front();
       }
-      uint64_t collectives = 0;
-      for (const auto& unit : batch) {
-        for (const auto& c : unit.collectives) {
-          metrics_.collective_completed(kind_of(c.first().collective), c.bytes());
-          ++collectives;
-        }
-      }
       const auto start = Clock::now();
       const BatchStats stats = execute_batch(batch, pool_, config_.parallel_reduce_min_bytes);
       const auto end = Clock::now();
-      metrics_.batch_executed(stats.bytes, collectives,
-                              std::chrono::duration<double>(end - start).count());
+      uint64_t collectives = 0;
+      for (const auto& unit : batch) {
+        for (const auto& c : unit.collectives) {
+          const ipc::Collective kind = c.first().collective;
+          metrics_.collective_completed(kind_of(kind), c.bytes(), "local",
+                                        std::chrono::duration<double>(end - c.times.ready).count());
+          job->steps().on_completed(bus_bytes(kind, c.bytes(), job->local_world_size()), end);
+          ++collectives;
+        }
+      }
+      metrics_.batch_executed(
+          stats.bytes, collectives, std::chrono::duration<double>(end - start).count(),
+          static_cast<double>(bytes) / static_cast<double>(config_.fusion_threshold_bytes));
       if (TraceRecorder* trace = job->trace()) trace_local_batch(*trace, batch, start, end);
       any = true;
     }
@@ -430,7 +436,6 @@ bool Engine::inspect_stalls(Clock::time_point now) {
       }
     }
     for (const auto& warning : warnings) log_->warn("stall: {}", warning);
-    metrics_.set_stall(name, age);
     job->set_stall_seconds(age);
     if (config_.stall_shutdown_seconds > 0 &&
         age >= std::chrono::duration<double>(shutdown_after).count()) {
@@ -438,7 +443,46 @@ bool Engine::inspect_stalls(Clock::time_point now) {
       failed = true;
     }
   }
+  export_samples();
   return failed;
+}
+
+void Engine::export_job_states() {
+  int64_t forming = 0;
+  int64_t running = 0;
+  int64_t failed = 0;
+  for (const auto& [name, job] : jobs_) {
+    if (job->failure()) {
+      ++failed;
+    } else if (job->formed()) {
+      ++running;
+    } else {
+      ++forming;
+    }
+  }
+  metrics_.set_jobs(forming, running, failed);
+}
+
+void Engine::export_samples() {
+  export_job_states();
+  metrics::Metrics::JobProgress progress;
+  for (const auto& [name, job] : jobs_) {
+    progress.stall_seconds = job->stall_seconds();
+    progress.step_bus_bandwidth = job->steps().last_bus_bandwidth();
+    job->rank_progress(progress.rank_submitted, progress.rank_completed);
+    progress.node_cycles.clear();
+    if (const NodeJob* network = job->network(); network && network->negotiator()) {
+      progress.node_cycles = network->negotiator()->last_cycles();
+    }
+    metrics_.set_job_progress(name, progress);
+  }
+  if (mesh_) {
+    for (transport::PeerId peer = 0; peer < mesh_->peer_count(); ++peer) {
+      const transport::PeerStats& stats = mesh_->stats(peer);
+      metrics_.set_peer_traffic(mesh_->address_of(peer), stats.bytes_sent, stats.bytes_received,
+                                stats.errors);
+    }
+  }
 }
 
 int Engine::sleep_timeout_ms() const {

@@ -97,8 +97,11 @@ class Engine {
   bool run_agreed(Job& job);
   bool check_formation(std::chrono::steady_clock::time_point now);
   // Once a second: warns of tensors some ranks or nodes wait on (stall_warning_seconds),
-  // exports each job's stall age, fails jobs stalled for stall_shutdown_seconds.
+  // fails jobs stalled for stall_shutdown_seconds, ends traces past their time, and exports
+  // the sampled metrics.
   bool inspect_stalls(std::chrono::steady_clock::time_point now);
+  void export_samples();  // jobs, their progress and stall ages, peer traffic
+  void export_job_states();
   int sleep_timeout_ms() const;  // until the next formation deadline; -1: none
   void sleep_until_work();
   bool any_submission_waiting();

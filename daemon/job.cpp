@@ -24,6 +24,7 @@ Job::~Job() = default;
 
 void Job::set_network(std::unique_ptr<NodeJob> network) {
   network_ = std::move(network);
+  network_->set_step_meter(&steps_);
 }
 
 void Job::attach(Session& session) {
@@ -74,6 +75,21 @@ std::string Job::ranks_in_words() const {
     }
   }
   return words;
+}
+
+int32_t Job::world_size() const {
+  return network_ ? network_->layout().world_size : local_world_size_;
+}
+
+void Job::rank_progress(std::vector<uint64_t>& submitted, std::vector<uint64_t>& completed) const {
+  submitted.assign(sessions_.size(), 0);
+  completed.assign(sessions_.size(), 0);
+  for (size_t r = 0; r < sessions_.size(); ++r) {
+    if (sessions_[r] != nullptr) {
+      submitted[r] = sessions_[r]->submitted();
+      completed[r] = sessions_[r]->completed();
+    }
+  }
 }
 
 int32_t Job::connected_ranks() const {
@@ -185,6 +201,12 @@ void Job::check_trace(Clock::time_point now) {
 }
 
 void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point since) {
+  // Local rank 0's, as it submitted them: an invalid submission is taken out below (with a
+  // single local rank, none may be left), and groups are known by rank 0's id.
+  const std::string name = ranks.front().name;
+  const bool grouped = ranks.front().grouped;
+  const uint64_t group_id = ranks.front().group;
+  const uint32_t group_size = ranks.front().group_size;
   gradsync_result status = GRADSYNC_OK;
   std::string message;
   for (size_t r = 0; r < ranks.size() && status == GRADSYNC_OK; ++r) {
@@ -203,14 +225,11 @@ void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point sinc
       message = std::move(*mismatch);
     }
   }
-  const Submission& lead = ranks.front();
-  TraceTimes times;
-  if (trace_) {
-    trace_->on_ready(lead.name);
-    times.submitted = since;
-    times.ready = Clock::now();
-  }
-  if (!lead.grouped) {
+  // For the duration metric, the step meter and the trace: one clock read per collective.
+  const TraceTimes times{since, Clock::now(), {}};
+  steps_.on_ready(name, times.ready);
+  if (trace_) trace_->on_ready(name);
+  if (!grouped) {
     if (status != GRADSYNC_OK) return fail_collective(ranks, status, message);
     // emplace, not an initializer list: that would copy every submission.
     ready_.emplace_back().collectives.push_back(ReadyCollective{std::move(ranks), times});
@@ -218,9 +237,8 @@ void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point sinc
   }
   // A group runs whole or fails whole: one bad member fails the members seen so far and every
   // member still to come.
-  const uint64_t group_id = lead.group;
   GroupAssembly& group = groups_[group_id];
-  group.expected = lead.group_size;
+  group.expected = group_size;
   ++group.seen;
   if (status != GRADSYNC_OK && !group.failure) {
     group.failure = std::make_pair(status, message);

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "daemon/fifo.h"
+#include "daemon/step_meter.h"
 #include "daemon/submission.h"
 #include "daemon/trace.h"
 
@@ -17,8 +18,8 @@
 
 namespace gradsync::daemon {
 
-// When a collective was first submitted here, became ready here (every local rank submitted
-// it) and, across nodes, was agreed on by every node. Read only while its job is traced.
+// When a collective was first submitted here and became ready here (every local rank
+// submitted it), and, across nodes and only while its job is traced, when every node agreed.
 struct TraceTimes {
   std::chrono::steady_clock::time_point submitted;
   std::chrono::steady_clock::time_point ready;
@@ -77,6 +78,7 @@ class Job {
 
   const std::string& name() const { return name_; }
   int32_t local_world_size() const { return local_world_size_; }
+  int32_t world_size() const;  // on every node
   const std::optional<std::string>& failure() const { return failure_; }
 
   void attach(Session& session);
@@ -86,6 +88,9 @@ class Job {
   // The job ranks of the local ranks connected now, in words: "ranks 2, 3".
   std::string ranks_in_words() const;
   int32_t connected_ranks() const;
+  // Collectives each local rank has submitted and had completed (0 for a rank not connected).
+  void rank_progress(std::vector<uint64_t>& submitted, std::vector<uint64_t>& completed) const;
+  StepMeter& steps() { return steps_; }
   // Every local rank has connected at some point.
   bool locally_formed() const { return formed_; }
   // And, across nodes, every node has joined.
@@ -157,6 +162,7 @@ class Job {
   std::unordered_map<uint64_t, GroupAssembly> groups_;
   std::deque<ReadyUnit> ready_;
   double stall_seconds_ = 0;
+  StepMeter steps_;
   std::unique_ptr<TraceRecorder> trace_;  // before network_, which refers to it: goes after
   std::unique_ptr<NodeJob> network_;
 };

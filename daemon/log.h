@@ -9,8 +9,15 @@
 
 namespace gradsync::daemon {
 
-// The logger for `subsystem`, created on first use with the daemon's pattern and level.
+// The logger for `subsystem`, created on first use with the daemon's format and level.
 std::shared_ptr<spdlog::logger> logger(const std::string& subsystem);
+
+// How lines look: stamped with the time on a terminal or in a file; under systemd's journal,
+// which stamps lines itself, with a syslog priority prefix for their level and no timestamp.
+// Call before the first logger is made.
+void configure_logging(const std::string& level, bool journal);
+// Whether stderr is the journal stream systemd connected (JOURNAL_STREAM).
+bool stderr_is_journal();
 
 // Sets the level of every subsystem's logger, present and future.
 void set_log_level(const std::string& level);

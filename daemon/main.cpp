@@ -76,6 +76,11 @@ int parse_and_run(int argc, char** argv) {
                  "HOST:PORT for /metrics, empty to disable (config: metrics_listen)");
   app.add_option("--listen", listen, "HOST:PORT for inter-node traffic (config: listen)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error (config: log_level)");
+  // Given twice (a wrapper's default, then the caller's), the last one holds.
+  for (CLI::Option* option : app.get_options()) {
+    if (option->get_name() != "--help")
+      option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  }
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
   app.set_version_flag("--version", GRADSYNC_VERSION);
   CLI11_PARSE(app, argc, argv);
@@ -97,7 +102,7 @@ int parse_and_run(int argc, char** argv) {
       std::cout << gradsync::daemon::to_toml(config) << "\n";
       return 0;
     }
-    gradsync::daemon::set_log_level(config.log_level);
+    gradsync::daemon::configure_logging(config.log_level, gradsync::daemon::stderr_is_journal());
     return run_daemon(config, read_config);
   } catch (const std::exception& e) {
     std::cerr << "gradsyncd: " << e.what() << "\n";

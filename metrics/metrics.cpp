@@ -7,12 +7,34 @@
 #include <prometheus/registry.h>
 
 #include <array>
+#include <cstring>
+#include <map>
 
 namespace gradsync::metrics {
 
 namespace {
 constexpr std::array<const char*, static_cast<size_t>(CollectiveKind::kCount)> kKindNames = {
     "allreduce", "broadcast", "allgather", "barrier"};
+// How a collective ran: on one node, or across nodes by one of the rest.
+constexpr std::array<const char*, 5> kAlgorithms = {"local", "ring", "rhd", "negotiation",
+                                                    "direct"};
+// Collective sizes (payload bytes per rank) the duration histogram keeps apart.
+constexpr std::array<uint64_t, 4> kSizeBounds = {4ull << 10, 64ull << 10, 1ull << 20, 16ull << 20};
+constexpr std::array<const char*, kSizeBounds.size() + 1> kSizeNames = {
+    "<=4KiB", "<=64KiB", "<=1MiB", "<=16MiB", ">16MiB"};
+
+size_t algorithm_index(const char* algorithm) {
+  for (size_t i = 0; i < kAlgorithms.size(); ++i) {
+    if (std::strcmp(kAlgorithms[i], algorithm) == 0) return i;
+  }
+  return 0;
+}
+
+size_t size_index(uint64_t bytes) {
+  size_t i = 0;
+  while (i < kSizeBounds.size() && bytes > kSizeBounds[i]) ++i;
+  return i;
+}
 
 prometheus::Histogram::BucketBoundaries exponential(double start, double factor, int count) {
   prometheus::Histogram::BucketBoundaries bounds;
@@ -26,18 +48,43 @@ struct Metrics::Impl {
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<prometheus::Exposer> exposer;
   prometheus::Gauge* clients = nullptr;
-  prometheus::Gauge* jobs = nullptr;
-  std::array<prometheus::Counter*, kKindNames.size()> completed{};
-  prometheus::Family<prometheus::Counter>* completed_family = nullptr;
+  std::array<prometheus::Gauge*, 3> jobs{};  // forming, running, failed
+  // By op, then algorithm: made up front, so that counting one costs no label lookup.
+  std::array<std::array<prometheus::Counter*, kAlgorithms.size()>, kKindNames.size()> completed{};
+  std::array<std::array<prometheus::Histogram*, kSizeNames.size()>, kKindNames.size()> duration{};
   std::array<prometheus::Counter*, kKindNames.size()> failed{};
   std::array<prometheus::Counter*, kKindNames.size()> bytes{};
   prometheus::Histogram* batch_bytes = nullptr;
   prometheus::Histogram* batch_collectives = nullptr;
   prometheus::Histogram* batch_seconds = nullptr;
+  prometheus::Histogram* fusion_use = nullptr;
+  prometheus::Histogram* ring_depth = nullptr;
   prometheus::Family<prometheus::Counter>* rejected = nullptr;
   prometheus::Family<prometheus::Gauge>* peer_latency = nullptr;
   prometheus::Family<prometheus::Gauge>* stall = nullptr;
   prometheus::Family<prometheus::Gauge>* peer_bandwidth = nullptr;
+  prometheus::Family<prometheus::Counter>* peer_sent = nullptr;
+  prometheus::Family<prometheus::Counter>* peer_received = nullptr;
+  prometheus::Family<prometheus::Counter>* peer_errors = nullptr;
+  struct PeerTotals {
+    uint64_t sent = 0;
+    uint64_t received = 0;
+    uint64_t errors = 0;
+  };
+  std::map<std::string, PeerTotals> peer_totals;  // as last reported: counters move by deltas
+  prometheus::Family<prometheus::Gauge>* step_bus_bandwidth = nullptr;
+  prometheus::Family<prometheus::Gauge>* rank_submitted = nullptr;
+  prometheus::Family<prometheus::Gauge>* rank_completed = nullptr;
+  prometheus::Family<prometheus::Gauge>* node_cycle = nullptr;
+  // Each job's series, removed when it ends.
+  struct JobSeries {
+    prometheus::Gauge* stall = nullptr;
+    prometheus::Gauge* step_bus_bandwidth = nullptr;
+    std::vector<prometheus::Gauge*> rank_submitted;
+    std::vector<prometheus::Gauge*> rank_completed;
+    std::vector<prometheus::Gauge*> node_cycle;
+  };
+  std::map<std::string, JobSeries> job_series;
   prometheus::Counter* cache_hits = nullptr;
   prometheus::Counter* cache_misses = nullptr;
   prometheus::Counter* cycles = nullptr;
@@ -68,11 +115,12 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                         .Help("Client processes connected to this daemon")
                         .Register(registry)
                         .Add({});
-  impl_->jobs = &prometheus::BuildGauge()
-                     .Name("gradsync_jobs")
-                     .Help("Jobs with at least one connected rank on this node")
-                     .Register(registry)
-                     .Add({});
+  auto& jobs = prometheus::BuildGauge()
+                   .Name("gradsync_jobs")
+                   .Help("Jobs with at least one connected rank on this node, by state")
+                   .Register(registry);
+  impl_->jobs = {&jobs.Add({{"state", "forming"}}), &jobs.Add({{"state", "running"}}),
+                 &jobs.Add({{"state", "failed"}})};
   auto& completed =
       prometheus::BuildCounter()
           .Name("gradsync_collectives_completed_total")
@@ -81,7 +129,12 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
               "algorithm: local (one node), ring or rhd (allreduce across nodes), negotiation "
               "(data carried by the negotiation), direct (broadcast and allgather across nodes)")
           .Register(registry);
-  impl_->completed_family = &completed;
+  auto& duration = prometheus::BuildHistogram()
+                       .Name("gradsync_collective_duration_seconds")
+                       .Help(
+                           "Time from a collective being ready on this node (every local rank "
+                           "submitted it) to done, by op and size (payload bytes per rank)")
+                       .Register(registry);
   auto& failed = prometheus::BuildCounter()
                      .Name("gradsync_collectives_failed_total")
                      .Help("Collective submissions completed with an error (per rank)")
@@ -91,7 +144,14 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                     .Help("Payload bytes per rank of completed collectives")
                     .Register(registry);
   for (size_t i = 0; i < kKindNames.size(); ++i) {
-    impl_->completed[i] = &completed.Add({{"op", kKindNames[i]}, {"algorithm", "local"}});
+    for (size_t a = 0; a < kAlgorithms.size(); ++a) {
+      impl_->completed[i][a] =
+          &completed.Add({{"op", kKindNames[i]}, {"algorithm", kAlgorithms[a]}});
+    }
+    for (size_t z = 0; z < kSizeNames.size(); ++z) {
+      impl_->duration[i][z] =
+          &duration.Add({{"op", kKindNames[i]}, {"size", kSizeNames[z]}}, exponential(1e-6, 4, 12));
+    }
     impl_->failed[i] = &failed.Add({{"op", kKindNames[i]}});
     impl_->bytes[i] = &bytes.Add({{"op", kKindNames[i]}});
   }
@@ -110,6 +170,19 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                               .Help("Time to execute one fused batch on the node")
                               .Register(registry)
                               .Add({}, exponential(1e-6, 4, 12));
+  impl_->fusion_use = &prometheus::BuildHistogram()
+                           .Name("gradsync_fusion_buffer_use_ratio")
+                           .Help("Bytes of each fused batch over the fusion threshold")
+                           .Register(registry)
+                           .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.05, 0.1, 0.25,
+                                                                            0.5, 0.75, 0.9, 1.0});
+  impl_->ring_depth = &prometheus::BuildHistogram()
+                           .Name("gradsync_submission_ring_depth_entries")
+                           .Help(
+                               "Entries waiting on a client's submission ring when the engine "
+                               "drained it")
+                           .Register(registry)
+                           .Add({}, exponential(1, 4, 7));
   impl_->rejected = &prometheus::BuildCounter()
                          .Name("gradsync_client_requests_rejected_total")
                          .Help("Control requests refused, by reason")
@@ -137,6 +210,45 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                                    "Bandwidth (1/beta) to a peer node daemon, as measured when a "
                                    "job formed")
                                .Register(registry);
+  impl_->peer_sent = &prometheus::BuildCounter()
+                          .Name("gradsync_peer_sent_bytes_total")
+                          .Help("Bytes sent to a peer node daemon")
+                          .Register(registry);
+  impl_->peer_received = &prometheus::BuildCounter()
+                              .Name("gradsync_peer_received_bytes_total")
+                              .Help("Bytes received from a peer node daemon")
+                              .Register(registry);
+  impl_->peer_errors = &prometheus::BuildCounter()
+                            .Name("gradsync_peer_errors_total")
+                            .Help(
+                                "Failures of the connection to a peer node daemon, and sends "
+                                "refused because it had failed")
+                            .Register(registry);
+  impl_->step_bus_bandwidth =
+      &prometheus::BuildGauge()
+           .Name("gradsync_step_bus_bandwidth_bytes_per_second")
+           .Help(
+               "Bus bandwidth of a job's last whole step on this node, the nccl-tests way: bytes "
+               "times the collective's bus factor (allreduce 2(n-1)/n) over the step's time from "
+               "its first tensor ready to its last done")
+           .Register(registry);
+  impl_->rank_submitted = &prometheus::BuildGauge()
+                               .Name("gradsync_rank_submitted_sequence")
+                               .Help(
+                                   "Collectives a job's local rank has submitted so far: the "
+                                   "sequence number of its last")
+                               .Register(registry);
+  impl_->rank_completed = &prometheus::BuildGauge()
+                               .Name("gradsync_rank_completed_sequence")
+                               .Help("Collectives of a job's local rank completed so far")
+                               .Register(registry);
+  impl_->node_cycle = &prometheus::BuildGauge()
+                           .Name("gradsync_node_cycle_sequence")
+                           .Help(
+                               "The last negotiation cycle of a job heard from each of its "
+                               "nodes (this one's own included); the node behind is the one "
+                               "the others wait for")
+                           .Register(registry);
   auto& cache = prometheus::BuildCounter()
                     .Name("gradsync_negotiation_cache_total")
                     .Help(
@@ -180,30 +292,34 @@ void Metrics::set_config_info(const std::string& config_toml) {
 void Metrics::set_connected_clients(int64_t clients) {
   impl_->clients->Set(static_cast<double>(clients));
 }
-void Metrics::set_jobs(int64_t jobs) {
-  impl_->jobs->Set(static_cast<double>(jobs));
+void Metrics::set_jobs(int64_t forming, int64_t running, int64_t failed) {
+  impl_->jobs[0]->Set(static_cast<double>(forming));
+  impl_->jobs[1]->Set(static_cast<double>(running));
+  impl_->jobs[2]->Set(static_cast<double>(failed));
 }
 
-void Metrics::collective_completed(CollectiveKind kind, uint64_t bytes) {
-  impl_->completed[static_cast<size_t>(kind)]->Increment();
-  impl_->bytes[static_cast<size_t>(kind)]->Increment(static_cast<double>(bytes));
-}
-
-void Metrics::collective_completed(CollectiveKind kind, uint64_t bytes, const char* algorithm) {
-  impl_->completed_family
-      ->Add({{"op", kKindNames[static_cast<size_t>(kind)]}, {"algorithm", algorithm}})
-      .Increment();
-  impl_->bytes[static_cast<size_t>(kind)]->Increment(static_cast<double>(bytes));
+void Metrics::collective_completed(CollectiveKind kind, uint64_t bytes, const char* algorithm,
+                                   double seconds) {
+  const auto k = static_cast<size_t>(kind);
+  impl_->completed[k][algorithm_index(algorithm)]->Increment();
+  impl_->bytes[k]->Increment(static_cast<double>(bytes));
+  impl_->duration[k][size_index(bytes)]->Observe(seconds);
 }
 
 void Metrics::collective_failed(CollectiveKind kind) {
   impl_->failed[static_cast<size_t>(kind)]->Increment();
 }
 
-void Metrics::batch_executed(uint64_t bytes, uint64_t collectives, double seconds) {
+void Metrics::batch_executed(uint64_t bytes, uint64_t collectives, double seconds,
+                             double fusion_use) {
   impl_->batch_bytes->Observe(static_cast<double>(bytes));
   impl_->batch_collectives->Observe(static_cast<double>(collectives));
   impl_->batch_seconds->Observe(seconds);
+  impl_->fusion_use->Observe(fusion_use);
+}
+
+void Metrics::ring_drained(uint64_t entries) {
+  impl_->ring_depth->Observe(static_cast<double>(entries));
 }
 
 void Metrics::client_rejected(const std::string& reason) {  // one of those created above
@@ -216,13 +332,62 @@ void Metrics::peer_link_measured(const std::string& peer, double latency_seconds
   impl_->peer_bandwidth->Add({{"peer", peer}}).Set(bytes_per_second);
 }
 
-void Metrics::set_stall(const std::string& job, double seconds) {
-  impl_->stall->Add({{"job", job}}).Set(seconds);
+void Metrics::set_peer_traffic(const std::string& peer, uint64_t bytes_sent,
+                               uint64_t bytes_received, uint64_t errors) {
+  Impl::PeerTotals& last = impl_->peer_totals[peer];
+  const prometheus::Labels labels{{"peer", peer}};
+  impl_->peer_sent->Add(labels).Increment(static_cast<double>(bytes_sent - last.sent));
+  impl_->peer_received->Add(labels).Increment(static_cast<double>(bytes_received - last.received));
+  impl_->peer_errors->Add(labels).Increment(static_cast<double>(errors - last.errors));
+  last = {bytes_sent, bytes_received, errors};
+}
+
+namespace {
+
+// Gauges labelled {job, what=i} for i in [0, count), made as a job's ranks or nodes appear.
+void grow(prometheus::Family<prometheus::Gauge>& family, std::vector<prometheus::Gauge*>& gauges,
+          const std::string& job, const char* what, size_t count) {
+  while (gauges.size() < count) {
+    gauges.push_back(&family.Add({{"training_job", job}, {what, std::to_string(gauges.size())}}));
+  }
+}
+
+}  // namespace
+
+void Metrics::set_job_progress(const std::string& job, const JobProgress& progress) {
+  Impl::JobSeries& series = impl_->job_series[job];
+  if (series.stall == nullptr) {
+    series.stall = &impl_->stall->Add({{"training_job", job}});
+    series.step_bus_bandwidth = &impl_->step_bus_bandwidth->Add({{"training_job", job}});
+  }
+  series.stall->Set(progress.stall_seconds);
+  series.step_bus_bandwidth->Set(progress.step_bus_bandwidth);
+  grow(*impl_->rank_submitted, series.rank_submitted, job, "local_rank",
+       progress.rank_submitted.size());
+  grow(*impl_->rank_completed, series.rank_completed, job, "local_rank",
+       progress.rank_completed.size());
+  grow(*impl_->node_cycle, series.node_cycle, job, "node", progress.node_cycles.size());
+  for (size_t r = 0; r < progress.rank_submitted.size(); ++r) {
+    series.rank_submitted[r]->Set(static_cast<double>(progress.rank_submitted[r]));
+  }
+  for (size_t r = 0; r < progress.rank_completed.size(); ++r) {
+    series.rank_completed[r]->Set(static_cast<double>(progress.rank_completed[r]));
+  }
+  for (size_t n = 0; n < progress.node_cycles.size(); ++n) {
+    series.node_cycle[n]->Set(static_cast<double>(progress.node_cycles[n]));
+  }
 }
 
 void Metrics::job_ended(const std::string& job) {
-  auto& stall = impl_->stall->Add({{"job", job}});
-  impl_->stall->Remove(&stall);
+  const auto it = impl_->job_series.find(job);
+  if (it == impl_->job_series.end()) return;
+  Impl::JobSeries& series = it->second;
+  impl_->stall->Remove(series.stall);
+  impl_->step_bus_bandwidth->Remove(series.step_bus_bandwidth);
+  for (auto* gauge : series.rank_submitted) impl_->rank_submitted->Remove(gauge);
+  for (auto* gauge : series.rank_completed) impl_->rank_completed->Remove(gauge);
+  for (auto* gauge : series.node_cycle) impl_->node_cycle->Remove(gauge);
+  impl_->job_series.erase(it);
 }
 
 void Metrics::negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cycles) {

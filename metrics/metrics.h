@@ -31,21 +31,38 @@ class Metrics {
   void set_config_info(const std::string& config_toml);
 
   void set_connected_clients(int64_t clients);
-  void set_jobs(int64_t jobs);
-  void collective_completed(CollectiveKind kind, uint64_t bytes);  // on one node ("local")
-  // Across nodes; `algorithm` is one of a fixed few (see the metric's help).
-  void collective_completed(CollectiveKind kind, uint64_t bytes, const char* algorithm);
+  // Jobs with a rank on this node, by state.
+  void set_jobs(int64_t forming, int64_t running, int64_t failed);
+  // One collective done (once per tensor, not per rank). `algorithm`: "local" on one node;
+  // across nodes one of a fixed few (see the metric's help). `seconds`: from ready on this
+  // node (every local rank submitted it) to done.
+  void collective_completed(CollectiveKind kind, uint64_t bytes, const char* algorithm,
+                            double seconds);
   void collective_failed(CollectiveKind kind);
-  void batch_executed(uint64_t bytes, uint64_t collectives, double seconds);
+  // `fusion_use`: the batch's bytes over the fusion threshold.
+  void batch_executed(uint64_t bytes, uint64_t collectives, double seconds, double fusion_use);
+  // Entries the engine took from one client's submission ring in one go: how deep it was.
+  void ring_drained(uint64_t entries);
   void client_rejected(const std::string& reason);  // reason: a fixed, small set
 
   // Across nodes. `peer`: a peer daemon's inter-node address (bounded by the cluster's size).
   void peer_link_measured(const std::string& peer, double latency_seconds, double bytes_per_second);
-  // Per job (jobs are few and end: their series go with them).
-  void set_stall(const std::string& job, double seconds);
-  void job_ended(const std::string& job);
+  // Totals so far; the counters move by the difference from the last call.
+  void set_peer_traffic(const std::string& peer, uint64_t bytes_sent, uint64_t bytes_received,
+                        uint64_t errors);
   void negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cycles);  // increments
   void internode_allreduce(const char* algorithm);                               // "ring" or "rhd"
+
+  // Per job (jobs are few and end: their series go with them), sampled.
+  struct JobProgress {
+    double stall_seconds = 0;
+    double step_bus_bandwidth = 0;         // bytes per second, of the last whole step (0: none yet)
+    std::vector<uint64_t> rank_submitted;  // by local rank: collectives taken from its ring
+    std::vector<uint64_t> rank_completed;  // completions posted to it
+    std::vector<uint64_t> node_cycles;     // by node: the last negotiation cycle heard from it
+  };
+  void set_job_progress(const std::string& job, const JobProgress& progress);
+  void job_ended(const std::string& job);
 
  private:
   struct Impl;

@@ -73,6 +73,7 @@ const Negotiator::EagerSet::Entry* Negotiator::EagerSet::seek(uint32_t bit, size
 Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string ranks,
                        uint32_t cache_capacity, LinkFigures own_link, SendFn send)
     : job_(std::move(job)),
+      last_cycles_(nodes, 0),
       nodes_(nodes),
       me_(me),
       ranks_(std::move(ranks)),
@@ -131,6 +132,7 @@ void Negotiator::on_cycle(uint32_t node, wire::Cycle::Reader cycle) {
   }
   state.from[node] = std::move(from);
   ++state.received;
+  last_cycles_[node] = number;
   advance();
 }
 
@@ -196,6 +198,7 @@ bool Negotiator::start_cycle_if_due() {
   ++cycle_;
   in_cycle_ = true;
   ++counters_.cycles;
+  last_cycles_[me_] = cycle_;
   last_ready_bits_ = state.ready_bits;
   for (const auto& p : state.uncached) {
     reported_.insert(p.key);

@@ -128,6 +128,8 @@ class Negotiator {
     uint64_t cycles = 0;
   };
   const Counters& counters() const { return counters_; }
+  // By node: the last cycle heard from it (this node's own: the last it started).
+  const std::vector<uint64_t>& last_cycles() const { return last_cycles_; }
 
   // The other nodes that, as far as this node can tell, have not proposed `key`'s oldest
   // instance: for a cached name, those whose last cycle did not have its bit; for a name
@@ -183,6 +185,7 @@ class Negotiator {
   Proposal take_front(const std::string& key);
 
   std::string job_;
+  std::vector<uint64_t> last_cycles_;
   uint32_t nodes_;
   uint32_t me_;
   std::string ranks_;

@@ -97,8 +97,10 @@ class NodeJob {
   void count_received(uint64_t sender_tag, uint64_t bytes) {
     links_.count_received(sender_tag, bytes);
   }
-  // Where the job's events go while it is traced (null: not traced). The Job owns it.
+  // Where the job's events go while it is traced (null: not traced), and where its completed
+  // collectives count towards the step's bus bandwidth. The Job owns both.
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
+  void set_step_meter(StepMeter* steps) { steps_ = steps; }
 
   uint16_t job_tag() const { return links_.job_tag(); }
   const Negotiator* negotiator() const { return negotiator_ ? &*negotiator_ : nullptr; }
@@ -129,7 +131,7 @@ class NodeJob {
   void report_negotiation();
   // Records a finished batch's collectives in the trace.
   void trace_completed(const InFlight& work) const;
-  // Counts a unit that completed well in the metrics.
+  // Counts a unit that completed well in the metrics and the step meter.
   void count_completed(const ReadyUnit& unit, const char* allreduce_algorithm);
   // Completes one cycle's decisions that need no network; queues the others as batches.
   std::optional<std::string> take_cycle(const CycleDecisions& cycle);
@@ -176,6 +178,7 @@ class NodeJob {
   std::optional<std::string> abort_reason_;
   std::vector<const void*> contribution_inputs_;  // reduce_contributions' scratch
   TraceRecorder* trace_ = nullptr;
+  StepMeter* steps_ = nullptr;
 };
 
 }  // namespace gradsync::daemon

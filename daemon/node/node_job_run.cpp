@@ -38,12 +38,17 @@ void NodeJob::trace_completed(const InFlight& work) const {
 }
 
 void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algorithm) {
+  const auto now = Clock::now();
   for (const auto& c : unit.collectives) {
     const ipc::Collective kind = c.first().collective;
     const char* algorithm = kind == ipc::Collective::kAllreduce ? allreduce_algorithm
                             : kind == ipc::Collective::kBarrier ? "negotiation"
                                                                 : "direct";
-    metrics_.collective_completed(static_cast<metrics::CollectiveKind>(kind), c.bytes(), algorithm);
+    metrics_.collective_completed(static_cast<metrics::CollectiveKind>(kind), c.bytes(), algorithm,
+                                  std::chrono::duration<double>(now - c.times.ready).count());
+    if (steps_ != nullptr) {
+      steps_->on_completed(bus_bytes(kind, c.bytes(), layout().world_size), now);
+    }
   }
 }
 
@@ -270,7 +275,8 @@ NodeTask NodeJob::run_fused(InFlight& work) {
   NodeResult error = co_await finish(task);
   metrics_.batch_executed(
       bytes, fused.size(),
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+      static_cast<double>(bytes) / static_cast<double>(agreed_.fusion_threshold_bytes));
   co_return error;
 }
 

@@ -169,10 +169,9 @@ TEST_F(CtlTest, AnotherUserCannotTraceAJob) {
   start_daemon();
   auto ranks = spawn_ranks("private", 2, {"loop", "4096"});
   status_when([](const Json& s) { return s["clients"].size() == 2; });
-  const CommandResult result =
-      run_command("setpriv --reuid 65534 --regid 65534 --clear-groups " + build_dir() +
-                  "/gradsyncctl --socket " + socket() + " trace --job private --steps 1 -o " +
-                  "/dev/null 2>&1");
+  const CommandResult result = run_command("setpriv --reuid 65534 --regid 65534 --clear-groups " +
+                                           build_dir() + "/gradsyncctl --socket " + socket() +
+                                           " trace --job private --steps 1 -o " + "/dev/null 2>&1");
   EXPECT_EQ(result.status, 1) << result.out;
   EXPECT_NE(result.out.find("may not trace"), std::string::npos) << result.out;
   // Its status is open to whoever may use the socket.

@@ -3,6 +3,8 @@
 // stall_shutdown_seconds the job fails with that message to the rank that waits.
 #include "tests/integration/harness.h"
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -29,7 +31,7 @@ TEST_F(StallTest, AWithheldTensorIsNamedWithTheRankAndItsAgeExported) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   double age = -1;
   while (std::chrono::steady_clock::now() < deadline) {
-    age = sample(scrape(metrics_port_), "gradsync_stall_seconds{job=\"stall\"}");
+    age = sample(scrape(metrics_port_), "gradsync_stall_seconds{training_job=\"stall\"}");
     if (age >= 2 && log().find("withheld.tensor") != std::string::npos) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
@@ -41,6 +43,18 @@ TEST_F(StallTest, AWithheldTensorIsNamedWithTheRankAndItsAgeExported) {
   EXPECT_NE(line.find("local rank(s) 1 (job rank(s) 1)"), std::string::npos) << line;
   // Warned once, not every second.
   EXPECT_EQ(text.find("withheld.tensor", warning + line.size()), std::string::npos) << text;
+  // The ranks' sequence numbers say the same: rank 0 submitted one collective, rank 1 none,
+  // and nothing completed.
+  const std::string metrics = scrape(metrics_port_);
+  auto rank_series = [&](const char* what, int rank) {
+    return sample(metrics, fmt::format("gradsync_rank_{}_sequence{{local_rank=\"{}\",training_job="
+                                       "\"stall\"}}",
+                                       what, rank));
+  };
+  EXPECT_EQ(rank_series("submitted", 0), 1) << metrics;
+  EXPECT_EQ(rank_series("submitted", 1), 0);
+  EXPECT_EQ(rank_series("completed", 0), 0);
+  EXPECT_EQ(rank_series("completed", 1), 0);
   for (auto& rank : ranks) rank.signal(SIGKILL);
 }
 

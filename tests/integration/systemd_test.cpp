@@ -1,13 +1,15 @@
 // gradsyncd as a systemd service: the unit files pass `systemd-analyze verify`, and the daemon
 // speaks the notify protocol to a socket this test reads in systemd's place: READY=1 once its
 // socket is up, WATCHDOG=1 while its engine thread comes round (and not while that thread is
-// stopped), STOPPING=1 on SIGTERM.
+// stopped), RELOADING=1 then READY=1 on SIGHUP, STOPPING=1 on SIGTERM; and its log lines, when
+// stderr is the journal, carry syslog priorities instead of timestamps.
 #include "tests/integration/harness.h"
 
 #include <poll.h>
 #include <signal.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -169,6 +171,38 @@ TEST(Systemd, AStoppedEngineThreadStopsTheWatchdog) {
   ASSERT_EQ(::ptrace(PTRACE_DETACH, engine, nullptr, nullptr), 0) << std::strerror(errno);
   EXPECT_TRUE(notify.wait_for("WATCHDOG=1", milliseconds(2000)))
       << "no keep-alive once the engine thread ran again";
+}
+
+TEST(Systemd, ReloadIsAnnouncedAndJournalLinesCarryPriorities) {
+  NotifySocket notify;
+  const auto log = std::filesystem::temp_directory_path() /
+                   ("gradsync-journal-" + std::to_string(::getpid()) + ".log");
+  std::ofstream(log).close();
+  struct stat st {};
+  ASSERT_EQ(::stat(log.c_str(), &st), 0);
+  {
+    // stderr appended to `log`, and JOURNAL_STREAM naming it, as systemd would for the journal.
+    tools::PrivateDaemon daemon(
+        tools::executable_dir() + "/gradsyncd", {"--log-level", "info"},
+        {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>" + log.string()},
+        {{"NOTIFY_SOCKET", notify.path()},
+         {"JOURNAL_STREAM", std::to_string(st.st_dev) + ":" + std::to_string(st.st_ino)}});
+    ASSERT_TRUE(notify.wait_for("READY=1", milliseconds(5000)));
+    daemon.process().signal(SIGHUP);
+    EXPECT_TRUE(notify.wait_for("RELOADING=1", milliseconds(5000)));
+    EXPECT_TRUE(notify.wait_for("READY=1", milliseconds(5000)));
+    EXPECT_EQ(daemon.stop(), 0);
+  }
+  std::ifstream in(log);
+  std::string line;
+  int lines = 0;
+  const std::regex journal_line(R"(<[0-7]>\[[a-z]+\] .*)");
+  while (std::getline(in, line)) {
+    EXPECT_TRUE(std::regex_match(line, journal_line)) << line;
+    ++lines;
+  }
+  EXPECT_GT(lines, 2);
+  std::filesystem::remove(log);
 }
 
 }  // namespace

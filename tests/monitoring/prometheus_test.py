@@ -108,6 +108,8 @@ def main():
             wait_until(f"Prometheus sees {STEPS * TENSORS} local allreduces",
                        lambda: value(local) == STEPS * TENSORS)
             assert value(payload) == expected_bytes, (value(payload), expected_bytes)
+            durations = f'sum(gradsync_collective_duration_seconds_count{{{node0},op="allreduce"}})'
+            assert value(durations) == STEPS * TENSORS, value(durations)
 
             # A two-node job that stays busy while the dashboard is checked.
             nodes = f"127.0.0.1:{listen[0]},127.0.0.1:{listen[1]}"
@@ -117,6 +119,16 @@ def main():
             wait_until("allreduces across nodes show",
                        lambda: (value("sum(gradsync_internode_allreduces_total)") or 0) > 0)
             time.sleep(3)  # a few scrapes of the busy job, for rates
+            # What node 0 says of the busy job and of its peer, node 1.
+            peer = f'peer="127.0.0.1:{listen[1]}"'
+            for series in (f'gradsync_peer_sent_bytes_total{{{node0},{peer}}}',
+                           f'gradsync_peer_received_bytes_total{{{node0},{peer}}}',
+                           f'gradsync_step_bus_bandwidth_bytes_per_second{{{node0},training_job="busy"}}',
+                           f'gradsync_rank_completed_sequence{{{node0},training_job="busy",local_rank="0"}}',
+                           f'gradsync_node_cycle_sequence{{{node0},training_job="busy",node="1"}}'):
+                wait_until(f"{series} > 0", lambda: (value(series) or 0) > 0)
+            assert value(f'gradsync_peer_errors_total{{{node0},{peer}}}') == 0
+            assert value(f'gradsync_jobs{{{node0},state="running"}}') == 1
 
             with open(f"{SOURCE}/monitoring/grafana/gradsync.json") as f:
                 dashboard = json.load(f)
@@ -129,6 +141,11 @@ def main():
                         raise SystemExit(f"FAIL: panel '{panel['title']}' has no data: {expr}")
                     checked += 1
             print(f"{checked} dashboard queries return data")
+
+            example = subprocess.run(["promtool", "check", "config",
+                                      f"{SOURCE}/monitoring/prometheus.yml"],
+                                     capture_output=True, text=True)
+            assert example.returncode == 0, f"monitoring/prometheus.yml: {example.stderr}"
 
             scrape = get(f"http://127.0.0.1:{metrics[0]}/metrics")
             lint = subprocess.run(["promtool", "check", "metrics"], input=scrape, text=True,

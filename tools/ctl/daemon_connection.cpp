@@ -59,8 +59,8 @@ std::string DaemonConnection::ask(capnp::MallocMessageBuilder& request,
     std::string text(bytes, '\0');
     size_t done = 0;
     while (done < bytes) {
-      const ssize_t n = ::pread(frame.fds[0].get(), text.data() + done, bytes - done,
-                                static_cast<off_t>(done));
+      const ssize_t n =
+          ::pread(frame.fds[0].get(), text.data() + done, bytes - done, static_cast<off_t>(done));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) throw CtlError(kExitUnreachable, "cannot read gradsyncd's report");
       done += static_cast<size_t>(n);

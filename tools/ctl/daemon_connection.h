@@ -23,8 +23,7 @@ enum ExitCode : int {
 // A failure with the exit code it maps to.
 class CtlError : public std::runtime_error {
  public:
-  CtlError(ExitCode code, const std::string& message)
-      : std::runtime_error(message), code_(code) {}
+  CtlError(ExitCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
   ExitCode code() const { return code_; }
 
  private:

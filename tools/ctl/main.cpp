@@ -93,8 +93,9 @@ int run(int argc, char** argv) {
   Options options;
   const char* socket = std::getenv("GRADSYNC_SOCKET");
   options.socket = socket != nullptr && *socket != '\0' ? socket : "/run/gradsync/gradsyncd.sock";
-  app.add_option("--socket", options.socket, "gradsyncd's socket (default: $GRADSYNC_SOCKET or "
-                                             "/run/gradsync/gradsyncd.sock)");
+  app.add_option("--socket", options.socket,
+                 "gradsyncd's socket (default: $GRADSYNC_SOCKET or "
+                 "/run/gradsync/gradsyncd.sock)");
   app.add_flag("--json", options.json, "print JSON instead of tables");
   app.set_version_flag("--version", GRADSYNC_VERSION);
   app.require_subcommand(1);

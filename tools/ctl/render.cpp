@@ -75,10 +75,10 @@ void print_status(const nlohmann::json& status, std::ostream& out) {
                      text(status["pid"]), human_duration(status["uptime_seconds"].get<double>()),
                      text(status["reduce_isa"]));
   const std::string listen = text(status["listen"]);
-  out << fmt::format("socket {}  inter-node {}  metrics {}\n", text(status["socket"]),
-                     listen.empty() ? "(none)" : listen,
-                     text(status["metrics_listen"]).empty() ? "(none)"
-                                                            : text(status["metrics_listen"]));
+  out << fmt::format(
+      "socket {}  inter-node {}  metrics {}\n", text(status["socket"]),
+      listen.empty() ? "(none)" : listen,
+      text(status["metrics_listen"]).empty() ? "(none)" : text(status["metrics_listen"]));
   out << fmt::format("{} clients, {} jobs, {} peers\n", status["clients"].size(),
                      status["jobs"].size(), status["peers"].size());
   if (!status["jobs"].empty()) {
@@ -111,8 +111,8 @@ void print_jobs(const nlohmann::json& status, std::ostream& out) {
 }
 
 void print_clients(const nlohmann::json& status, std::ostream& out) {
-  Table table({"ID", "PID", "UID", "JOB", "RANK", "LOCAL RANK", "BUFFERS", "SUBMITTED",
-               "COMPLETED", "IN FLIGHT"});
+  Table table({"ID", "PID", "UID", "JOB", "RANK", "LOCAL RANK", "BUFFERS", "SUBMITTED", "COMPLETED",
+               "IN FLIGHT"});
   for (const auto& c : status["clients"]) {
     table.add({text(c["id"]), text(c["pid"]), text(c["uid"]), text(c["job"]), text(c["rank"]),
                text(c["local_rank"]), text(c["buffers"]), text(c["submitted"]),
@@ -126,8 +126,7 @@ void print_peers(const nlohmann::json& status, std::ostream& out) {
   for (const auto& p : status["peers"]) {
     const double latency = p["latency_seconds"].get<double>();
     const double bandwidth = p["bytes_per_second"].get<double>();
-    table.add({text(p["address"]), text(p["state"]),
-               human_bytes(p["bytes_sent"].get<double>()),
+    table.add({text(p["address"]), text(p["state"]), human_bytes(p["bytes_sent"].get<double>()),
                human_bytes(p["bytes_received"].get<double>()), text(p["errors"]),
                latency > 0 ? fmt::format("{:.1f} us", latency * 1e6) : "-",
                bandwidth > 0 ? fmt::format("{:.2f} GB/s", bandwidth / 1e9) : "-"});

@@ -1,0 +1,37 @@
+#include "daemon/step_meter.h"
+
+namespace gradsync::daemon {
+
+double bus_bytes(ipc::Collective collective, uint64_t bytes, int32_t ranks) {
+  const double n = ranks;
+  const auto b = static_cast<double>(bytes);
+  switch (collective) {
+    case ipc::Collective::kAllreduce:
+      return b * 2 * (n - 1) / n;
+    case ipc::Collective::kAllgather:
+      return b * (n - 1);  // each rank's n * bytes received, (n - 1)/n of it from the others
+    case ipc::Collective::kBroadcast:
+      return b;
+    case ipc::Collective::kBarrier:
+      return 0;
+  }
+  return 0;
+}
+
+void StepMeter::on_ready(const std::string& name, Clock::time_point now) {
+  if (marker_.empty()) marker_ = name;
+  if (name != marker_) return;
+  if (step_start_ != Clock::time_point{} && last_completion_ > step_start_) {
+    last_ = step_bus_bytes_ /
+            std::chrono::duration<double>(last_completion_ - step_start_).count();
+  }
+  step_start_ = now;
+  step_bus_bytes_ = 0;
+}
+
+void StepMeter::on_completed(double bus_bytes, Clock::time_point now) {
+  step_bus_bytes_ += bus_bytes;
+  last_completion_ = now;
+}
+
+}  // namespace gradsync::daemon
