@@ -22,8 +22,7 @@ void StepMeter::on_ready(const std::string& name, Clock::time_point now) {
   if (marker_.empty()) marker_ = name;
   if (name != marker_) return;
   if (step_start_ != Clock::time_point{} && last_completion_ > step_start_) {
-    last_ = step_bus_bytes_ /
-            std::chrono::duration<double>(last_completion_ - step_start_).count();
+    last_ = step_bus_bytes_ / std::chrono::duration<double>(last_completion_ - step_start_).count();
   }
   step_start_ = now;
   step_bus_bytes_ = 0;

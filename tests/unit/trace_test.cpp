@@ -1,8 +1,8 @@
 // The trace recorder's bounds (steps, events, time) and its hand-over; the step meter's
 // figures; the Chrome trace it renders to.
+#include "daemon/trace.h"
 #include "daemon/admin.h"
 #include "daemon/step_meter.h"
-#include "daemon/trace.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -18,7 +18,8 @@ struct Recording {
   std::unique_ptr<TraceRecorder> recorder;
 };
 
-Recording start(uint32_t steps, uint32_t max_events, Clock::duration timeout = std::chrono::hours(1)) {
+Recording start(uint32_t steps, uint32_t max_events,
+                Clock::duration timeout = std::chrono::hours(1)) {
   std::promise<TraceData> promise;
   Recording r{promise.get_future(), nullptr};
   r.recorder = std::make_unique<TraceRecorder>(
