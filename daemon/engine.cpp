@@ -465,6 +465,13 @@ void Engine::export_job_states() {
 
 void Engine::export_samples() {
   export_job_states();
+  uint64_t buffers = 0;
+  uint64_t bytes = 0;
+  for (const Session* session : polled_) {
+    buffers += session->buffer_count();
+    bytes += session->mapped_bytes();
+  }
+  metrics_.set_mappings(buffers, bytes);
   metrics::Metrics::JobProgress progress;
   for (const auto& [name, job] : jobs_) {
     progress.stall_seconds = job->stall_seconds();

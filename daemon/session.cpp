@@ -53,13 +53,30 @@ void Session::complete(uint64_t request, ipc::Collective collective, gradsync_re
   }
 }
 
-std::shared_ptr<const HostBuffer> Session::buffer(uint32_t id) const {
+std::shared_ptr<const HostBuffer> Session::buffer(uint32_t id) {
   const auto it = buffers_.find(id);
+  metrics_.mapping_lookup(it != buffers_.end() ? metrics::Metrics::MappingLookup::kHit
+                                               : metrics::Metrics::MappingLookup::kUnregistered);
   return it == buffers_.end() ? nullptr : it->second;
 }
 
+Session::~Session() {
+  metrics_.mappings_released(buffers_.size());
+}
+
 void Session::add_buffer(uint32_t id, std::shared_ptr<const HostBuffer> buffer) {
-  buffers_[id] = std::move(buffer);
+  remove_buffer(id);
+  metrics_.mapping_lookup(metrics::Metrics::MappingLookup::kMiss);  // mapped at registration
+  mapped_bytes_ += buffer->bytes;
+  buffers_.emplace(id, std::move(buffer));
+}
+
+void Session::remove_buffer(uint32_t id) {
+  const auto it = buffers_.find(id);
+  if (it == buffers_.end()) return;
+  mapped_bytes_ -= it->second->bytes;
+  buffers_.erase(it);
+  metrics_.mappings_released(1);
 }
 
 }  // namespace gradsync::daemon

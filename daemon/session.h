@@ -43,6 +43,9 @@ class Session {
  public:
   Session(uint64_t id, ClientIdentity identity, ipc::Mapping segment, uint32_t ring_entries,
           ipc::UniqueFd doorbell, metrics::Metrics& metrics);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
 
   uint64_t id() const { return id_; }
   const ClientIdentity& identity() const { return identity_; }
@@ -58,10 +61,14 @@ class Session {
   void complete(uint64_t request, ipc::Collective collective, gradsync_result status,
                 std::string_view message = {});
 
-  std::shared_ptr<const HostBuffer> buffer(uint32_t id) const;
+  // The client's registered buffers: the daemon's mapping cache for its host memory, keyed
+  // by buffer id, refcounted (a collective in flight keeps its mappings), emptied when the
+  // client unregisters or leaves. A lookup is a hit or a miss in the metrics.
+  std::shared_ptr<const HostBuffer> buffer(uint32_t id);
   void add_buffer(uint32_t id, std::shared_ptr<const HostBuffer> buffer);
-  void remove_buffer(uint32_t id) { buffers_.erase(id); }
+  void remove_buffer(uint32_t id);
   size_t buffer_count() const { return buffers_.size(); }
+  uint64_t mapped_bytes() const { return mapped_bytes_; }
 
   // For gradsyncctl: collectives taken from the ring, completions posted, and the difference.
   uint64_t submitted() const { return submitted_; }
@@ -82,6 +89,7 @@ class Session {
   uint32_t in_flight_ = 0;  // popped submissions not yet completed: bounded by the ring size
   uint64_t submitted_ = 0;
   uint64_t completed_ = 0;
+  uint64_t mapped_bytes_ = 0;  // of buffers_
   std::unordered_map<uint32_t, std::shared_ptr<const HostBuffer>> buffers_;
 };
 

@@ -59,6 +59,10 @@ struct Metrics::Impl {
   prometheus::Histogram* batch_seconds = nullptr;
   prometheus::Histogram* fusion_use = nullptr;
   prometheus::Histogram* ring_depth = nullptr;
+  std::array<prometheus::Counter*, 3> mapping_lookups{};  // hit, miss, unregistered
+  prometheus::Counter* mappings_released = nullptr;
+  prometheus::Gauge* mapped_buffers = nullptr;
+  prometheus::Gauge* mapped_bytes = nullptr;
   prometheus::Family<prometheus::Counter>* rejected = nullptr;
   prometheus::Family<prometheus::Gauge>* peer_latency = nullptr;
   prometheus::Family<prometheus::Gauge>* stall = nullptr;
@@ -183,6 +187,31 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                                "drained it")
                            .Register(registry)
                            .Add({}, exponential(1, 4, 7));
+  auto& lookups = prometheus::BuildCounter()
+                      .Name("gradsync_mapping_cache_lookups_total")
+                      .Help(
+                          "Registered client memory looked up for a submission (hit), mapped "
+                          "(miss: host memory is mapped when registered), or not registered")
+                      .Register(registry);
+  impl_->mapping_lookups = {&lookups.Add({{"result", "hit"}}), &lookups.Add({{"result", "miss"}}),
+                            &lookups.Add({{"result", "unregistered"}})};
+  impl_->mappings_released = &prometheus::BuildCounter()
+                                  .Name("gradsync_mapping_cache_released_total")
+                                  .Help(
+                                      "Mappings dropped because their client unregistered them "
+                                      "or left")
+                                  .Register(registry)
+                                  .Add({});
+  impl_->mapped_buffers = &prometheus::BuildGauge()
+                               .Name("gradsync_mapped_buffers")
+                               .Help("Registered client buffers mapped in the daemon")
+                               .Register(registry)
+                               .Add({});
+  impl_->mapped_bytes = &prometheus::BuildGauge()
+                             .Name("gradsync_mapped_bytes")
+                             .Help("Bytes of registered client buffers mapped in the daemon")
+                             .Register(registry)
+                             .Add({});
   impl_->rejected = &prometheus::BuildCounter()
                          .Name("gradsync_client_requests_rejected_total")
                          .Help("Control requests refused, by reason")
@@ -316,6 +345,19 @@ void Metrics::batch_executed(uint64_t bytes, uint64_t collectives, double second
   impl_->batch_collectives->Observe(static_cast<double>(collectives));
   impl_->batch_seconds->Observe(seconds);
   impl_->fusion_use->Observe(fusion_use);
+}
+
+void Metrics::mapping_lookup(MappingLookup result) {
+  impl_->mapping_lookups[static_cast<size_t>(result)]->Increment();
+}
+
+void Metrics::mappings_released(uint64_t buffers) {
+  impl_->mappings_released->Increment(static_cast<double>(buffers));
+}
+
+void Metrics::set_mappings(uint64_t buffers, uint64_t bytes) {
+  impl_->mapped_buffers->Set(static_cast<double>(buffers));
+  impl_->mapped_bytes->Set(static_cast<double>(bytes));
 }
 
 void Metrics::ring_drained(uint64_t entries) {

@@ -43,6 +43,15 @@ class Metrics {
   void batch_executed(uint64_t bytes, uint64_t collectives, double seconds, double fusion_use);
   // Entries the engine took from one client's submission ring in one go: how deep it was.
   void ring_drained(uint64_t entries);
+  // The mapping cache of registered client memory. Host memory is mapped when registered (a
+  // miss); a submission's buffer is then a hit, or names nothing registered.
+  enum class MappingLookup { kHit, kMiss, kUnregistered };
+  void mapping_lookup(MappingLookup result);
+  // Mappings dropped because their client unregistered them or left (unmapped once no
+  // collective in flight uses them).
+  void mappings_released(uint64_t buffers);
+  // Registered buffers mapped now, over every client (sampled).
+  void set_mappings(uint64_t buffers, uint64_t bytes);
   void client_rejected(const std::string& reason);  // reason: a fixed, small set
 
   // Across nodes. `peer`: a peer daemon's inter-node address (bounded by the cluster's size).

@@ -110,6 +110,13 @@ def main():
             assert value(payload) == expected_bytes, (value(payload), expected_bytes)
             durations = f'sum(gradsync_collective_duration_seconds_count{{{node0},op="allreduce"}})'
             assert value(durations) == STEPS * TENSORS, value(durations)
+            # Each rank's submissions found their send and receive buffers mapped.
+            hits = f'gradsync_mapping_cache_lookups_total{{{node0},result="hit"}}'
+            assert value(hits) == STEPS * TENSORS * 2 * 2, value(hits)
+            released = f'gradsync_mapping_cache_released_total{{{node0}}}'
+            misses = f'gradsync_mapping_cache_lookups_total{{{node0},result="miss"}}'
+            wait_until("the ranks' mappings released",
+                       lambda: value(released) == value(misses) > 0)
 
             # A two-node job that stays busy while the dashboard is checked.
             nodes = f"127.0.0.1:{listen[0]},127.0.0.1:{listen[1]}"
