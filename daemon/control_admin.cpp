@@ -80,7 +80,11 @@ void ControlServer::handle_inspect(Client& client, ipc::wire::Inspect::Reader in
             fmt::format("the engine thread has not answered in {} s", kSnapshotTimeout.count()));
         return;
       }
-      reply_report(client, status_json(info_, config_, snapshot.get()));
+      try {
+        reply_report(client, status_json(info_, config_, snapshot.get()));
+      } catch (const std::future_error&) {  // the engine went without answering (shutdown)
+        reply_error(client, GRADSYNC_ERR_DAEMON_GONE, "gradsyncd is shutting down");
+      }
       return;
     }
     case ipc::wire::Inspect::TRACE:
@@ -135,7 +139,12 @@ void ControlServer::deliver_traces() {
       ++it;
       continue;
     }
-    const TraceData trace = it->result.get();
+    TraceData trace;
+    try {
+      trace = it->result.get();
+    } catch (const std::future_error&) {  // the engine went without answering (shutdown)
+      trace.error = "gradsyncd is shutting down";
+    }
     const auto client = clients_.find(it->client);
     if (client != clients_.end()) {
       if (!trace.error.empty()) {

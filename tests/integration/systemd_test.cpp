@@ -1,8 +1,9 @@
 // gradsyncd as a systemd service: the unit files pass `systemd-analyze verify`, and the daemon
 // speaks the notify protocol to a socket this test reads in systemd's place: READY=1 once its
 // socket is up, WATCHDOG=1 while its engine thread comes round (and not while that thread is
-// stopped), RELOADING=1 then READY=1 on SIGHUP, STOPPING=1 on SIGTERM; and its log lines, when
-// stderr is the journal, carry syslog priorities instead of timestamps.
+// stopped, when gradsyncctl hears so too), RELOADING=1 then READY=1 on SIGHUP, STOPPING=1 on
+// SIGTERM; and its log lines, when stderr is the journal, carry syslog priorities instead of
+// timestamps.
 #include "tests/integration/harness.h"
 
 #include <poll.h>
@@ -168,6 +169,13 @@ TEST(Systemd, AStoppedEngineThreadStopsTheWatchdog) {
   notify.count("WATCHDOG=1", milliseconds(200));  // what was on its way
   EXPECT_EQ(notify.count("WATCHDOG=1", milliseconds(1000)), 0)
       << "keep-alives went on while the engine thread was stopped";
+  // gradsyncctl gets an answer all the same: that the engine does not answer.
+  const auto asked = std::chrono::steady_clock::now();
+  const CommandResult answer = run_command(tools::executable_dir() + "/gradsyncctl --socket " +
+                                           daemon->socket_path() + " status 2>&1");
+  EXPECT_EQ(answer.status, 1) << answer.out;
+  EXPECT_NE(answer.out.find("the engine thread has not answered"), std::string::npos) << answer.out;
+  EXPECT_LT(std::chrono::steady_clock::now() - asked, std::chrono::seconds(5));
   ASSERT_EQ(::ptrace(PTRACE_DETACH, engine, nullptr, nullptr), 0) << std::strerror(errno);
   EXPECT_TRUE(notify.wait_for("WATCHDOG=1", milliseconds(2000)))
       << "no keep-alive once the engine thread ran again";
