@@ -1,5 +1,6 @@
 #include "daemon/control.h"
 
+#include "daemon/admission.h"
 #include "daemon/log.h"
 #include "daemon/node/links.h"
 #include "daemon/unix_listener.h"
@@ -41,29 +42,12 @@ namespace {
 constexpr uint64_t kListenerTag = 0;
 constexpr uint64_t kSignalTag = UINT64_MAX;
 
-// A request the control thread refuses: replied to the sender as an Error.
-struct Refusal {
-  gradsync_result code;
-  std::string message;
-};
-
 void epoll_add(int epoll, int fd, uint64_t tag) {
   struct epoll_event event {};
   event.events = EPOLLIN | EPOLLRDHUP;
   event.data.u64 = tag;
   if (::epoll_ctl(epoll, EPOLL_CTL_ADD, fd, &event) != 0)
     throw ipc::SystemError("epoll_ctl", errno);
-}
-
-bool valid_job_name(const std::string& name) {
-  if (name.empty() || name.size() > ipc::kMaxJobNameBytes) return false;
-  for (char c : name) {
-    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
-          c == ':')) {
-      return false;
-    }
-  }
-  return true;
 }
 
 }  // namespace
@@ -258,86 +242,13 @@ void ControlServer::handle_frame(Client& client, ipc::Frame& frame) {
   }
 }
 
-void ControlServer::resolve_nodes(ClientIdentity& who, ipc::wire::Hello::Reader hello) const {
-  for (auto node : hello.getNodes()) who.nodes.emplace_back(node.cStr());
-  if (who.nodes.size() <= 1) {
-    if (who.world_size != who.local_world_size) {
-      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                    fmt::format("job '{}' spans {} ranks but {} are local: a multi-node job "
-                                "needs GRADSYNC_NODES",
-                                who.job, who.world_size, who.local_world_size)};
-    }
-    who.nodes.clear();
-    return;
-  }
-  if (config_.listen.empty()) {
-    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                  "this gradsyncd has no inter-node listener (listen is empty)"};
-  }
-  if (who.nodes.size() > kMaxNodes) {
-    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                  fmt::format("at most {} nodes per job", kMaxNodes)};
-  }
-  const int32_t rank = hello.getNodeRank();
-  if (rank >= 0) {
-    if (static_cast<size_t>(rank) >= who.nodes.size()) {
-      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                    fmt::format("node rank {} outside the {} nodes of GRADSYNC_NODES", rank,
-                                who.nodes.size())};
-    }
-    who.node_rank = static_cast<uint32_t>(rank);
-  } else {
-    const auto self = std::find(who.nodes.begin(), who.nodes.end(), info_.listen_address);
-    if (self == who.nodes.end()) {
-      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                    fmt::format("this gradsyncd ({}) is not in GRADSYNC_NODES: set "
-                                "GRADSYNC_NODE_RANK",
-                                info_.listen_address)};
-    }
-    who.node_rank = static_cast<uint32_t>(self - who.nodes.begin());
-  }
-  who.algorithm = hello.getAlgorithm().cStr();
-  if (who.algorithm.empty()) who.algorithm = config_.allreduce_algorithm;
-  if (who.algorithm != "auto" && who.algorithm != "ring" && who.algorithm != "rhd") {
-    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                  fmt::format("GRADSYNC_ALGO must be ring, rhd or auto, not '{}'", who.algorithm)};
-  }
-  if (who.world_size < who.local_world_size) {
-    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                  fmt::format("WORLD_SIZE {} is smaller than LOCAL_WORLD_SIZE {}", who.world_size,
-                              who.local_world_size)};
-  }
+HelloRules ControlServer::hello_rules() const {
+  return HelloRules{info_.listen_address, config_.allreduce_algorithm};
 }
 
 void ControlServer::handle_hello(Client& client, ipc::wire::Hello::Reader hello) {
-  if (hello.getProtocolVersion() != ipc::kProtocolVersion) {
-    throw Refusal{GRADSYNC_ERR_PROTOCOL,
-                  fmt::format("protocol version {} is not supported (gradsyncd speaks {})",
-                              hello.getProtocolVersion(), ipc::kProtocolVersion)};
-  }
-  ClientIdentity who;
-  who.job = hello.getJob().cStr();
-  who.rank = hello.getRank();
-  who.world_size = hello.getWorldSize();
-  who.local_rank = hello.getLocalRank();
-  who.local_world_size = hello.getLocalWorldSize();
-  who.pid = client.credentials.pid;
-  who.uid = client.credentials.uid;
-  if (!valid_job_name(who.job)) {
-    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                  fmt::format("job name '{}' must be 1-{} characters of [A-Za-z0-9._:-]", who.job,
-                              ipc::kMaxJobNameBytes)};
-  }
-  if (who.local_world_size < 1 || who.local_world_size > ipc::kMaxLocalRanks ||
-      who.local_rank < 0 || who.local_rank >= who.local_world_size || who.world_size < 1 ||
-      who.rank < 0 || who.rank >= who.world_size || who.local_world_size > who.world_size) {
-    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                  fmt::format("inconsistent identity: rank {} of {}, local rank {} of {} (at most "
-                              "{} local ranks)",
-                              who.rank, who.world_size, who.local_rank, who.local_world_size,
-                              ipc::kMaxLocalRanks)};
-  }
-  resolve_nodes(who, hello);
+  const ClientIdentity who =
+      validate_hello(hello, client.credentials.pid, client.credentials.uid, hello_rules());
   if (const auto existing = jobs_.find(who.job); existing != jobs_.end()) {
     const JobRecord& job = existing->second;
     if (job.owner != who.uid) {
@@ -437,12 +348,8 @@ void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::R
     throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
                   fmt::format("register buffer {}: {}", id, e.what())};
   }
-  uint64_t end = 0;
-  if (bytes == 0 || __builtin_add_overflow(offset, bytes, &end) || end > size) {
-    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                  fmt::format("register buffer {}: range [{}, +{}) outside the {}-byte segment", id,
-                              offset, bytes, size)};
-  }
+  validate_range(id, offset, bytes, size);
+  const uint64_t end = offset + bytes;
   // Map exactly the pages of the registered range: the daemon cannot touch anything else.
   const uint64_t page = ipc::page_size();
   const uint64_t map_offset = offset & ~(page - 1);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "daemon/admin.h"
+#include "daemon/admission.h"
 #include "daemon/config.h"
 #include "daemon/engine.h"
 #include "daemon/watchdog.h"
@@ -65,7 +66,7 @@ class ControlServer {
   void serve(Client& client);
   void handle_frame(Client& client, ipc::Frame& frame);
   void handle_hello(Client& client, ipc::wire::Hello::Reader hello);
-  void resolve_nodes(ClientIdentity& who, ipc::wire::Hello::Reader hello) const;
+  HelloRules hello_rules() const;
   void handle_register(Client& client, ipc::wire::RegisterBuffer::Reader request,
                        std::vector<ipc::UniqueFd>& fds);
   void handle_unregister(Client& client, uint32_t buffer_id);

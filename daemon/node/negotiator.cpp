@@ -20,12 +20,22 @@ std::vector<uint64_t> read_bits(capnp::List<uint64_t>::Reader list) {
   return bits;
 }
 
+// A peer's report of a ready collective. Its kind, dtype and op are checked before they become
+// enum values: a value outside an enum is no value at all (found by tests/fuzz).
 Proposal read_proposal(wire::Ready::Reader ready) {
   Proposal p;
   p.key = ready.getKey();
-  p.signature.collective = static_cast<ipc::Collective>(ready.getCollective());
-  p.signature.dtype = static_cast<gradsync_dtype>(ready.getDtype());
-  p.signature.op = static_cast<gradsync_op>(ready.getOp());
+  const auto collective = ipc::parse_collective(ready.getCollective());
+  const auto dtype = ipc::parse_dtype(ready.getDtype());
+  const auto op = ipc::parse_op(ready.getOp());
+  if (!collective || !dtype || !op) {
+    throw std::invalid_argument(
+        fmt::format("a peer reported '{}' with collective {}, dtype {}, op {}: not all known",
+                    p.key, ready.getCollective(), ready.getDtype(), ready.getOp()));
+  }
+  p.signature.collective = *collective;
+  p.signature.dtype = *dtype;
+  p.signature.op = *op;
   p.signature.count = ready.getCount();
   p.signature.members = ready.getMembers();
   p.signature.root = ready.getRoot();
@@ -111,6 +121,15 @@ void Negotiator::on_cycle(uint32_t node, wire::Cycle::Reader cycle) {
   if (state.from[node]) {
     throw std::invalid_argument(
         fmt::format("job '{}': node {} sent cycle {} twice", job_, node, number));
+  }
+  // A peer reports at most this many names a cycle: more would cost the coordinator time
+  // quadratic in their number (tests/fuzz found a message of a few hundred bytes that lists
+  // millions of empty reports).
+  if (cycle.getUncached().size() > kMaxUncachedPerCycle) {
+    throw std::invalid_argument(
+        fmt::format("job '{}': node {} reported {} names in cycle {}, more "
+                    "than the {} a node sends",
+                    job_, node, cycle.getUncached().size(), number, kMaxUncachedPerCycle));
   }
   NodeCycle from;
   from.ready_bits = read_bits(cycle.getReadyBits());

@@ -135,11 +135,12 @@ TEST_F(CtlTest, TraceRecordsTheAskedStepsAsAChromeTrace) {
     EXPECT_GE(event["dur"].get<double>(), 0);
     EXPECT_GT(event["args"]["bytes"].get<uint64_t>(), 0u);
   }
-  // Every tensor has its row; each of 4 steps ran each of the 8 tensors through every phase
-  // (a step in flight when the recording began may add some).
+  // Every tensor has its row. The ranks shuffle their tensors each step, so the 4 periods of
+  // the first tensor recorded hold 3 whole steps and parts of two more: each tensor of those
+  // went through every phase.
   EXPECT_EQ(rows.size(), 8u);
   for (const char* phase : {"negotiate", "queue", "local reduce"}) {
-    EXPECT_GE(phases[phase], 4 * 8) << phase;
+    EXPECT_GE(phases[phase], 3 * 8) << phase;
     EXPECT_LE(phases[phase], 6 * 8) << phase;
   }
   // Tracing ended with the recording: the job carries on untraced.
@@ -254,7 +255,7 @@ TEST(CtlCluster, ShowsPeersAndTracesTheNetworkPhases) {
   }
   // The large tensors cross the network; the local reduce and the delivery to the ranks show
   // within it. (The smallest may ride with the negotiation and skip the network.)
-  EXPECT_GE(phases["negotiate"], 3 * 8);
+  EXPECT_GE(phases["negotiate"], 2 * 8);  // 2 whole steps at least (see above)
   EXPECT_GT(phases["network"], 0);
   EXPECT_GT(phases["local reduce"], 0);
   EXPECT_GT(phases["broadcast"], 0);
