@@ -99,7 +99,7 @@ class Engine {
   // Once a second: warns of tensors some ranks or nodes wait on (stall_warning_seconds),
   // fails jobs stalled for stall_shutdown_seconds, ends traces past their time, and exports
   // the sampled metrics.
-  bool inspect_stalls(std::chrono::steady_clock::time_point now);
+  bool inspect_stalls(std::chrono::steady_clock::time_point now);  // engine_inspect.cpp
   void export_samples();  // jobs, their progress and stall ages, peer traffic
   void export_job_states();
   int sleep_timeout_ms() const;  // until the next formation deadline; -1: none

@@ -1,5 +1,7 @@
-// The engine's answers to an operator: a snapshot of its state, and job traces.
+// What the engine tells an operator: snapshots of its state and job traces for gradsyncctl;
+// once a second, stalls (warned about, or failing their jobs) and the sampled metrics.
 #include "daemon/engine.h"
+#include "daemon/log.h"
 #include "daemon/node/node_job.h"
 
 #include <fmt/format.h>
@@ -7,6 +9,14 @@
 #include <algorithm>
 
 namespace gradsync::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often the engine looks for stalled tensors and samples its metrics.
+constexpr auto kStallInspectionInterval = std::chrono::seconds(1);
+
+}  // namespace
 
 void Engine::handle(InspectEngine& command) {
   EngineSnapshot snapshot;
@@ -71,6 +81,87 @@ void Engine::handle(StartTrace& command) {
   job.start_trace(std::make_unique<TraceRecorder>(command.job, limits, std::move(command.result)));
   log_->info("job '{}': tracing {} steps (at most {} events, {} s)", command.job, command.steps,
              command.max_events, command.timeout.count());
+}
+
+bool Engine::inspect_stalls(Clock::time_point now) {
+  if (now < next_stall_inspection_) return false;
+  next_stall_inspection_ = now + kStallInspectionInterval;
+  const auto warn_after = std::chrono::seconds(config_.stall_warning_seconds);
+  const auto shutdown_after = std::chrono::seconds(config_.stall_shutdown_seconds);
+  bool failed = false;
+  std::vector<std::string> warnings;
+  for (auto& [name, job] : jobs_) {
+    job->check_trace(now);
+    if (job->failure()) continue;
+    warnings.clear();
+    double age = 0;
+    std::string oldest;
+    if (auto stall = job->oldest_stall(now, warn_after, warnings)) {
+      age = stall->seconds;
+      oldest = std::move(stall->message);
+    }
+    if (NodeJob* network = job->network()) {
+      if (auto stall = network->oldest_stall(now, warn_after, warnings);
+          stall && stall->seconds > age) {
+        age = stall->seconds;
+        oldest = std::move(stall->message);
+      }
+    }
+    for (const auto& warning : warnings) log_->warn("stall: {}", warning);
+    job->set_stall_seconds(age);
+    if (config_.stall_shutdown_seconds > 0 &&
+        age >= std::chrono::duration<double>(shutdown_after).count()) {
+      fail_job(*job, GRADSYNC_ERR_TIMEOUT, "stalled: " + oldest, true);
+      failed = true;
+    }
+  }
+  export_samples();
+  return failed;
+}
+
+void Engine::export_job_states() {
+  int64_t forming = 0;
+  int64_t running = 0;
+  int64_t failed = 0;
+  for (const auto& [name, job] : jobs_) {
+    if (job->failure()) {
+      ++failed;
+    } else if (job->formed()) {
+      ++running;
+    } else {
+      ++forming;
+    }
+  }
+  metrics_.set_jobs(forming, running, failed);
+}
+
+void Engine::export_samples() {
+  export_job_states();
+  uint64_t buffers = 0;
+  uint64_t bytes = 0;
+  for (const Session* session : polled_) {
+    buffers += session->buffer_count();
+    bytes += session->mapped_bytes();
+  }
+  metrics_.set_mappings(buffers, bytes);
+  metrics::Metrics::JobProgress progress;
+  for (const auto& [name, job] : jobs_) {
+    progress.stall_seconds = job->stall_seconds();
+    progress.step_bus_bandwidth = job->steps().last_bus_bandwidth();
+    job->rank_progress(progress.rank_submitted, progress.rank_completed);
+    progress.node_cycles.clear();
+    if (const NodeJob* network = job->network(); network && network->negotiator()) {
+      progress.node_cycles = network->negotiator()->last_cycles();
+    }
+    metrics_.set_job_progress(name, progress);
+  }
+  if (mesh_) {
+    for (transport::PeerId peer = 0; peer < mesh_->peer_count(); ++peer) {
+      const transport::PeerStats& stats = mesh_->stats(peer);
+      metrics_.set_peer_traffic(mesh_->address_of(peer), stats.bytes_sent, stats.bytes_received,
+                                stats.errors);
+    }
+  }
 }
 
 }  // namespace gradsync::daemon
