@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <deque>
 #include <memory>
 #include <random>
@@ -350,6 +351,31 @@ TEST(Negotiator, RejectsMessagesNoCorrectPeerSends) {
   auto decisions = response.initDecisions(1);
   decisions[0].setKey("y");
   EXPECT_THROW(node1.on_response(0, response.asReader()), std::invalid_argument);
+}
+
+// Two inputs tests/fuzz found (both also in its corpus): a report with values outside the enums,
+// and a short message listing more reports than any node sends in a cycle.
+TEST(Negotiator, RejectsReportsOutsideTheEnumsAndTooManyOfThem) {
+  auto ignore = [](uint32_t, capnp::MessageBuilder&) {};
+  for (const auto& [collective, dtype, op] :
+       std::vector<std::array<uint8_t, 3>>{{9, 0, 0}, {0, 248, 0}, {0, 0, 77}}) {
+    Negotiator coordinator("job", 2, 0, "ranks 0", 16, {}, ignore);
+    capnp::MallocMessageBuilder message;
+    auto cycle = message.initRoot<wire::NodeMessage>().initCycle();
+    cycle.setNumber(1);
+    auto ready = cycle.initUncached(1)[0];
+    ready.setKey("w");
+    ready.setCollective(collective);
+    ready.setDtype(dtype);
+    ready.setOp(op);
+    EXPECT_THROW(coordinator.on_cycle(1, cycle.asReader()), std::invalid_argument);
+  }
+  Negotiator coordinator("job", 2, 0, "ranks 0", 16, {}, ignore);
+  capnp::MallocMessageBuilder message;
+  auto cycle = message.initRoot<wire::NodeMessage>().initCycle();
+  cycle.setNumber(1);
+  cycle.initUncached(kMaxUncachedPerCycle + 1);
+  EXPECT_THROW(coordinator.on_cycle(1, cycle.asReader()), std::invalid_argument);
 }
 
 }  // namespace
