@@ -33,13 +33,12 @@ void Engine::handle(InspectEngine& command) {
     view.state = job->failure() ? "failed" : job->formed() ? "running" : "forming";
     view.local_world_size = job->local_world_size();
     view.local_ranks = job->connected_ranks();
-    view.world_size = job->local_world_size();
+    view.world_size = job->world_size();
     view.stall_seconds = job->stall_seconds();
     view.traced = job->trace() != nullptr;
     if (const NodeJob* network = job->network()) {
       view.nodes = network->layout().nodes;
       view.node_rank = network->layout().node_rank;
-      view.world_size = network->layout().world_size;
       view.algorithm = network->settings().algorithm;
     }
     snapshot.jobs.push_back(std::move(view));
@@ -139,7 +138,8 @@ void Engine::export_samples() {
   export_job_states();
   uint64_t buffers = 0;
   uint64_t bytes = 0;
-  for (const Session* session : polled_) {
+  for (Session* session : polled_) {
+    session->report_lookups();
     buffers += session->buffer_count();
     bytes += session->mapped_bytes();
   }

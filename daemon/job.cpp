@@ -187,11 +187,9 @@ void Job::submit(Submission submission) {
   on_all_submitted(std::move(ranks), since);
 }
 
-bool Job::start_trace(std::unique_ptr<TraceRecorder> recorder) {
-  if (trace_) return false;
+void Job::start_trace(std::unique_ptr<TraceRecorder> recorder) {
   trace_ = std::move(recorder);
   if (network_) network_->set_trace(trace_.get());
-  return true;
 }
 
 void Job::check_trace(Clock::time_point now) {

@@ -112,8 +112,9 @@ class Job {
   TraceRecorder* trace() const {
     return trace_ != nullptr && !trace_->finished() ? trace_.get() : nullptr;
   }
-  // False when a recording is running already.
-  bool start_trace(std::unique_ptr<TraceRecorder> recorder);
+  // Starts a recording; trace() must be null (one that has finished may still be held here
+  // until check_trace: it goes now).
+  void start_trace(std::unique_ptr<TraceRecorder> recorder);
   // Drops the recording once it has ended (at its deadline, if not before).
   void check_trace(Clock::time_point now);
 

@@ -55,18 +55,32 @@ void Session::complete(uint64_t request, ipc::Collective collective, gradsync_re
 
 std::shared_ptr<const HostBuffer> Session::buffer(uint32_t id) {
   const auto it = buffers_.find(id);
-  metrics_.mapping_lookup(it != buffers_.end() ? metrics::Metrics::MappingLookup::kHit
-                                               : metrics::Metrics::MappingLookup::kUnregistered);
-  return it == buffers_.end() ? nullptr : it->second;
+  if (it == buffers_.end()) {
+    ++lookups_unregistered_;
+    return nullptr;
+  }
+  ++lookup_hits_;
+  return it->second;
+}
+
+void Session::report_lookups() {
+  if (lookup_hits_ > 0)
+    metrics_.mapping_lookups(metrics::Metrics::MappingLookup::kHit, lookup_hits_);
+  if (lookups_unregistered_ > 0) {
+    metrics_.mapping_lookups(metrics::Metrics::MappingLookup::kUnregistered, lookups_unregistered_);
+  }
+  lookup_hits_ = 0;
+  lookups_unregistered_ = 0;
 }
 
 Session::~Session() {
+  report_lookups();
   metrics_.mappings_released(buffers_.size());
 }
 
 void Session::add_buffer(uint32_t id, std::shared_ptr<const HostBuffer> buffer) {
   remove_buffer(id);
-  metrics_.mapping_lookup(metrics::Metrics::MappingLookup::kMiss);  // mapped at registration
+  metrics_.mapping_lookups(metrics::Metrics::MappingLookup::kMiss, 1);  // mapped at registration
   mapped_bytes_ += buffer->bytes;
   buffers_.emplace(id, std::move(buffer));
 }

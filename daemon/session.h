@@ -63,8 +63,10 @@ class Session {
 
   // The client's registered buffers: the daemon's mapping cache for its host memory, keyed
   // by buffer id, refcounted (a collective in flight keeps its mappings), emptied when the
-  // client unregisters or leaves. A lookup is a hit or a miss in the metrics.
+  // client unregisters or leaves. Lookups are counted here, off the metrics' atomics, and
+  // handed to the metrics by report_lookups (once a second, and when the session goes).
   std::shared_ptr<const HostBuffer> buffer(uint32_t id);
+  void report_lookups();
   void add_buffer(uint32_t id, std::shared_ptr<const HostBuffer> buffer);
   void remove_buffer(uint32_t id);
   size_t buffer_count() const { return buffers_.size(); }
@@ -90,6 +92,8 @@ class Session {
   uint64_t submitted_ = 0;
   uint64_t completed_ = 0;
   uint64_t mapped_bytes_ = 0;  // of buffers_
+  uint64_t lookup_hits_ = 0;   // since the last report_lookups
+  uint64_t lookups_unregistered_ = 0;
   std::unordered_map<uint32_t, std::shared_ptr<const HostBuffer>> buffers_;
 };
 

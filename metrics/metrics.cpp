@@ -347,8 +347,8 @@ void Metrics::batch_executed(uint64_t bytes, uint64_t collectives, double second
   impl_->fusion_use->Observe(fusion_use);
 }
 
-void Metrics::mapping_lookup(MappingLookup result) {
-  impl_->mapping_lookups[static_cast<size_t>(result)]->Increment();
+void Metrics::mapping_lookups(MappingLookup result, uint64_t count) {
+  impl_->mapping_lookups[static_cast<size_t>(result)]->Increment(static_cast<double>(count));
 }
 
 void Metrics::mappings_released(uint64_t buffers) {

@@ -46,7 +46,7 @@ class Metrics {
   // The mapping cache of registered client memory. Host memory is mapped when registered (a
   // miss); a submission's buffer is then a hit, or names nothing registered.
   enum class MappingLookup { kHit, kMiss, kUnregistered };
-  void mapping_lookup(MappingLookup result);
+  void mapping_lookups(MappingLookup result, uint64_t count);
   // Mappings dropped because their client unregistered them or left (unmapped once no
   // collective in flight uses them).
   void mappings_released(uint64_t buffers);

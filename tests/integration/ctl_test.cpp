@@ -143,9 +143,12 @@ TEST_F(CtlTest, TraceRecordsTheAskedStepsAsAChromeTrace) {
     EXPECT_GE(phases[phase], 3 * 8) << phase;
     EXPECT_LE(phases[phase], 6 * 8) << phase;
   }
-  // Tracing ended with the recording: the job carries on untraced.
+  // Tracing ended with the recording: the job carries on untraced, and may be traced again at
+  // once.
   const Json status = ctl_json("status");
   EXPECT_FALSE(status["jobs"][0]["traced"].get<bool>());
+  EXPECT_EQ(ctl("trace --job traced --steps 1 -o " + file).status, 0);
+  std::filesystem::remove(file);
 }
 
 TEST_F(CtlTest, ExitCodesSayWhatWentWrong) {
