@@ -15,6 +15,7 @@ struct DaemonConfig {
   std::string socket_group;                     // empty: keep the daemon's group
   std::string metrics_listen = "0.0.0.0:9477";  // empty: no metrics endpoint
   std::string listen = "0.0.0.0:9478";          // inter-node (UCX), used by multi-node jobs
+  std::string cluster_key_file;                 // empty: accept only daemons without a key
   std::string log_level = "info";
 
   uint64_t fusion_threshold_bytes = 64ull << 20;

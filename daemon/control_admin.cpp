@@ -31,12 +31,13 @@ struct FixedKey {
   std::string DaemonConfig::*text = nullptr;
   uint32_t DaemonConfig::*number = nullptr;
 };
-constexpr std::array<FixedKey, 8> kRestartOnlyKeys = {{
+constexpr std::array<FixedKey, 9> kRestartOnlyKeys = {{
     {"socket_path", &DaemonConfig::socket_path},
     {"socket_mode", nullptr, &DaemonConfig::socket_mode},
     {"socket_group", &DaemonConfig::socket_group},
     {"metrics_listen", &DaemonConfig::metrics_listen},
     {"listen", &DaemonConfig::listen},
+    {"cluster_key_file", &DaemonConfig::cluster_key_file},
     {"reduce_threads", nullptr, &DaemonConfig::reduce_threads},
     {"tcp_keepalive_idle_seconds", nullptr, &DaemonConfig::tcp_keepalive_idle_seconds},
     {"tcp_keepalive_interval_seconds", nullptr, &DaemonConfig::tcp_keepalive_interval_seconds},

@@ -71,8 +71,16 @@ Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics)
     throw ipc::SystemError("epoll_ctl(engine wake)", errno);
   }
   if (!config.listen.empty()) {
-    mesh_ = std::make_unique<transport::Mesh>(transport::MeshOptions{
-        config.listen, config.tcp_keepalive_idle_seconds, config.tcp_keepalive_interval_seconds});
+    transport::MeshOptions options{config.listen, config.tcp_keepalive_idle_seconds,
+                                   config.tcp_keepalive_interval_seconds};
+    if (!config.cluster_key_file.empty()) {
+      options.cluster_key = transport::ClusterKey::load(config.cluster_key_file);
+    } else {
+      log_->warn(
+          "no cluster_key_file: node daemons are not authenticated (only daemons without "
+          "a key are accepted)");
+    }
+    mesh_ = std::make_unique<transport::Mesh>(options);
     listen_address_ =
         config.listen.substr(0, config.listen.rfind(':')) + ":" + std::to_string(mesh_->port());
     event.data.u64 = kMeshTag;
@@ -103,7 +111,7 @@ void Engine::run() {
     for (Session* session : polled_) progressed |= poll_submissions(*session);
     // UCX progress costs about a microsecond: only while a job spans nodes. (Otherwise its
     // fd still wakes a sleeping engine, and a job's first rank picks up what arrived early.)
-    if (network_jobs_ > 0) progressed |= poll_peers();
+    if (network_jobs_ > 0 || (mesh_ && mesh_->handshaking())) progressed |= poll_peers();
     progressed |= run_ready_batches();
     const auto now = Clock::now();  // one clock read for the deadline checks and the spin
     progressed |= check_formation(now);
@@ -272,17 +280,43 @@ bool Engine::poll_peers() {
     handle_node_message(message->payload, message->tag);
     any = true;
   }
+  if (mesh_->handshaking()) any |= take_handshakes();
   for (const transport::PeerId peer : mesh_->take_failed_peers()) {
+    const std::string& reason = mesh_->failure(peer);
     for (auto& [name, job] : jobs_) {
       if (job->network() && job->network()->has_peer(peer)) {
         fail_job(*job, GRADSYNC_ERR_PEER_FAILED,
-                 fmt::format("node daemon {} of job '{}' failed", mesh_->address_of(peer), name),
+                 fmt::format("node daemon {} of job '{}' failed{}{}", mesh_->address_of(peer), name,
+                             reason.empty() ? "" : ": ", reason),
                  true);
       }
     }
     any = true;
   }
   return any;
+}
+
+bool Engine::take_handshakes() {
+  bool accepted = false;
+  auto outcomes = mesh_->take_handshake_outcomes();
+  for (const transport::HandshakeOutcome& outcome : outcomes) {
+    metrics_.peer_handshake(outcome.accepted);
+    if (outcome.accepted) {
+      log_->debug("{} node daemon {}: handshake done", outcome.inbound ? "from" : "to",
+                  outcome.address);
+      accepted |= !outcome.inbound;
+    } else if (outcome.inbound) {
+      log_->warn("refused a connection from node daemon {}: {}", outcome.address, outcome.reason);
+    } else {
+      log_->warn("node daemon {} refused: {}", outcome.address, outcome.reason);
+    }
+  }
+  // A job that was waiting only for its handshakes forms now.
+  for (auto& [name, job] : jobs_) {
+    if (!accepted || job->failure() || !job->network() || job->network()->formed()) continue;
+    if (auto error = job->network()->form()) fail_job(*job, GRADSYNC_ERR_PEER_FAILED, *error, true);
+  }
+  return !outcomes.empty();
 }
 
 void Engine::handle_node_message(const std::vector<uint8_t>& payload, uint64_t tag) {
@@ -424,6 +458,9 @@ int Engine::sleep_timeout_ms() const {
   for (const auto& [name, job] : jobs_) {
     if (!job->formed() && !job->failure()) deadline = std::min(deadline, job->formation_deadline());
   }
+  // A handshake's deadline, and a refused connection's close, are the mesh's to watch.
+  if (mesh_ && mesh_->handshaking())
+    deadline = std::min(deadline, Clock::now() + kNetworkPollInterval);
   if (deadline == Clock::time_point::max()) return -1;
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());
   return static_cast<int>(std::max<int64_t>(0, left.count()));

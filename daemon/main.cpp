@@ -68,13 +68,16 @@ int parse_and_run(int argc, char** argv) {
   using gradsync::daemon::DaemonConfig;
   CLI::App app{"gradsyncd: gradient communication daemon"};
   std::string config_path;
-  std::optional<std::string> socket_path, metrics_listen, listen, log_level;
+  std::optional<std::string> socket_path, metrics_listen, listen, cluster_key_file, log_level;
   bool print_config = false;
   app.add_option("--config", config_path, "TOML configuration file")->check(CLI::ExistingFile);
   app.add_option("--socket", socket_path, "client socket path (config: socket_path)");
   app.add_option("--metrics-listen", metrics_listen,
                  "HOST:PORT for /metrics, empty to disable (config: metrics_listen)");
   app.add_option("--listen", listen, "HOST:PORT for inter-node traffic (config: listen)");
+  app.add_option("--cluster-key-file", cluster_key_file,
+                 "file holding the key node daemons prove to each other; mode 0600 (config: "
+                 "cluster_key_file)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error (config: log_level)");
   // Given twice (a wrapper's default, then the caller's), the last one holds.
   for (CLI::Option* option : app.get_options()) {
@@ -92,6 +95,7 @@ int parse_and_run(int argc, char** argv) {
     if (socket_path) config.socket_path = *socket_path;
     if (metrics_listen) config.metrics_listen = *metrics_listen;
     if (listen) config.listen = *listen;
+    if (cluster_key_file) config.cluster_key_file = *cluster_key_file;
     if (log_level) config.log_level = *log_level;
     return config;
   };

@@ -64,6 +64,8 @@ struct Metrics::Impl {
   prometheus::Gauge* mapped_buffers = nullptr;
   prometheus::Gauge* mapped_bytes = nullptr;
   prometheus::Family<prometheus::Counter>* rejected = nullptr;
+  prometheus::Counter* handshakes_accepted = nullptr;
+  prometheus::Counter* handshakes_refused = nullptr;
   prometheus::Family<prometheus::Gauge>* peer_latency = nullptr;
   prometheus::Family<prometheus::Gauge>* stall = nullptr;
   prometheus::Family<prometheus::Gauge>* peer_bandwidth = nullptr;
@@ -221,6 +223,14 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
   for (const char* reason : {"too_many_clients", "protocol", "permission", "invalid"}) {
     impl_->rejected->Add({{"reason", reason}});
   }
+  auto& handshakes = prometheus::BuildCounter()
+                         .Name("gradsync_peer_handshakes_total")
+                         .Help(
+                             "Cluster handshakes with other node daemons that ended, both ways, "
+                             "by result (refused: no key, another key, broken or too slow)")
+                         .Register(registry);
+  impl_->handshakes_accepted = &handshakes.Add({{"result", "accepted"}});
+  impl_->handshakes_refused = &handshakes.Add({{"result", "refused"}});
   impl_->stall = &prometheus::BuildGauge()
                       .Name("gradsync_stall_seconds")
                       .Help(
@@ -362,6 +372,10 @@ void Metrics::set_mappings(uint64_t buffers, uint64_t bytes) {
 
 void Metrics::ring_drained(uint64_t entries) {
   impl_->ring_depth->Observe(static_cast<double>(entries));
+}
+
+void Metrics::peer_handshake(bool accepted) {
+  (accepted ? impl_->handshakes_accepted : impl_->handshakes_refused)->Increment();
 }
 
 void Metrics::client_rejected(const std::string& reason) {  // one of those created above

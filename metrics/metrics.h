@@ -54,7 +54,9 @@ class Metrics {
   void set_mappings(uint64_t buffers, uint64_t bytes);
   void client_rejected(const std::string& reason);  // reason: a fixed, small set
 
-  // Across nodes. `peer`: a peer daemon's inter-node address (bounded by the cluster's size).
+  // Across nodes. A cluster handshake ended (no peer label: a refused peer names itself).
+  void peer_handshake(bool accepted);
+  // `peer`: a peer daemon's inter-node address (bounded by the cluster's size).
   void peer_link_measured(const std::string& peer, double latency_seconds, double bytes_per_second);
   // Totals so far; the counters move by the difference from the last call.
   void set_peer_traffic(const std::string& peer, uint64_t bytes_sent, uint64_t bytes_received,

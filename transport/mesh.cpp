@@ -37,14 +37,23 @@ std::vector<std::pair<std::string, std::string>> ucx_settings(const MeshOptions&
   // Transport keys go without their transport's prefix (TCP_): UCX 1.13 matches the names
   // given to ucp_config_modify against each transport's table that way, and calls the prefixed
   // form an invalid configuration.
-  return {
-      {"KEEPALIVE_INTERVAL", idle}, {"KEEPIDLE", idle}, {"KEEPINTVL", interval}, {"KEEPCNT", "3"}};
+  // CM_REUSEADDR (UCX_TCP_CM_REUSEADDR, given with the CM prefix only): a daemon restarted on
+  // its port binds it again at once, though connections of the one before linger in TIME_WAIT
+  // on that port.
+  return {{"KEEPALIVE_INTERVAL", idle},
+          {"KEEPIDLE", idle},
+          {"KEEPINTVL", interval},
+          {"KEEPCNT", "3"},
+          {"CM_REUSEADDR", "y"}};
 }
 
 }  // namespace
 
 Mesh::Mesh(const MeshOptions& options)
-    : context_(create_context(ucx_settings(options))), worker_(create_worker(context_.get())) {
+    : context_(create_context(ucx_settings(options))),
+      worker_(create_worker(context_.get())),
+      key_(options.cluster_key),
+      handshake_timeout_(options.handshake_timeout) {
   struct sockaddr_in address = parse_host_port(options.listen);
   ucp_listener_params_t params{};
   params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -59,6 +68,14 @@ Mesh::Mesh(const MeshOptions& options)
   attributes.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
   GRADSYNC_UCX_CHECK(ucp_listener_query(listener, &attributes));
   port_ = ntohs(reinterpret_cast<const struct sockaddr_in*>(&attributes.sockaddr)->sin_port);
+  own_address_ = options.listen.substr(0, options.listen.rfind(':')) + ":" + std::to_string(port_);
+  ucp_am_handler_param_t handler{};
+  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                       UCP_AM_HANDLER_PARAM_FIELD_ARG;
+  handler.id = kHandshakeAm;
+  handler.cb = &Mesh::on_handshake_message;
+  handler.arg = this;
+  GRADSYNC_UCX_CHECK(ucp_worker_set_am_recv_handler(worker_.get(), &handler));
   GRADSYNC_UCX_CHECK(ucp_worker_get_efd(worker_.get(), &event_fd_));
 }
 
@@ -67,7 +84,9 @@ Mesh::~Mesh() {
   for (auto& peer : peers_) {
     if (peer.endpoint != nullptr) close_endpoint(peer.endpoint, true);
   }
-  for (ucp_ep_h endpoint : incoming_) close_endpoint(endpoint, true);
+  for (const Inbound& inbound : inbound_) close_endpoint(inbound.endpoint, true);
+  for (ucp_ep_h endpoint : inbound_accepted_) close_endpoint(endpoint, true);
+  for (const Closing& closing : closing_) close_endpoint(closing.endpoint, true);
   close_failed();
 }
 
@@ -83,7 +102,10 @@ void Mesh::on_connection(ucp_conn_request_h request, void* arg) {
   params.err_handler.arg = context.get();
   ucp_ep_h endpoint = nullptr;
   if (ucp_ep_create(mesh->worker_.get(), &params, &endpoint) == UCS_OK) {
-    mesh->incoming_.push_back(endpoint);
+    context->endpoint = endpoint;
+    // It says nothing but the handshake until it has proved itself, within the timeout.
+    mesh->inbound_.push_back(
+        Inbound{endpoint, std::chrono::steady_clock::now() + mesh->handshake_timeout_});
     mesh->error_contexts_.push_back(std::move(context));
   } else {
     ucp_listener_reject(mesh->listener_.get(), request);
@@ -92,17 +114,30 @@ void Mesh::on_connection(ucp_conn_request_h request, void* arg) {
 
 void Mesh::on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t /*status*/) {
   // Inside a UCX callback: record only. Closing progresses the worker, which must not happen
-  // from a callback; close_failed() does it afterwards.
+  // from a callback; close_failed() does it afterwards. An endpoint this mesh no longer holds
+  // (closing already) is left alone.
   auto* context = static_cast<ErrorContext*>(arg);
   Mesh& mesh = *context->mesh;
   if (context->peer == kIncoming) {
     // The peer's own connection to us; its failure shows on our endpoint to it as well.
-    std::erase(mesh.incoming_, endpoint);
+    const auto handshaking = std::find_if(mesh.inbound_.begin(), mesh.inbound_.end(),
+                                          [&](const Inbound& i) { return i.endpoint == endpoint; });
+    if (handshaking != mesh.inbound_.end()) {
+      mesh.outcomes_.push_back(HandshakeOutcome{handshaking->address, true, false,
+                                                "the connection closed during the handshake"});
+      mesh.inbound_.erase(handshaking);
+    } else if (std::erase(mesh.inbound_accepted_, endpoint) == 0 &&
+               std::erase_if(mesh.closing_,
+                             [&](const Closing& c) { return c.endpoint == endpoint; }) == 0) {
+      return;
+    }
   } else {
     Peer& peer = mesh.peers_[context->peer];
+    if (peer.endpoint != endpoint) return;
     if (!peer.failed) ++peer.stats.errors;
     peer.failed = true;
-    if (peer.endpoint == endpoint) peer.endpoint = nullptr;
+    peer.endpoint = nullptr;
+    peer.waiting.clear();
   }
   mesh.to_close_.push_back(endpoint);
 }
@@ -129,12 +164,29 @@ void Mesh::close_endpoint(ucp_ep_h endpoint, bool force) {
     }
     ucp_request_free(request);
   }
+  // UCX calls its error handler no more: the context may go.
+  std::erase_if(error_contexts_,
+                [&](const auto& context) { return context->endpoint == endpoint; });
 }
 
 PeerId Mesh::connect(const std::string& address) {
-  if (auto it = peer_by_address_.find(address); it != peer_by_address_.end()) return it->second;
-  const struct sockaddr_in socket_address = parse_host_port(address);
+  if (auto it = peer_by_address_.find(address); it != peer_by_address_.end()) {
+    Peer& peer = peers_[it->second];
+    // A failure every job has been told of: the peer daemon may be back (restarted).
+    if (peer.failed && peer.reported) open(it->second);
+    return it->second;
+  }
+  (void)parse_host_port(address);  // throws on a malformed address, before the peer exists
   const auto id = static_cast<PeerId>(peers_.size());
+  peers_.push_back(Peer{address});
+  peer_by_address_[address] = id;
+  open(id);
+  return id;
+}
+
+void Mesh::open(PeerId id) {
+  Peer& peer = peers_[id];
+  const struct sockaddr_in socket_address = parse_host_port(peer.address);
   auto context = std::make_unique<ErrorContext>(ErrorContext{this, id});
   ucp_ep_params_t params{};
   params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
@@ -147,25 +199,51 @@ PeerId Mesh::connect(const std::string& address) {
   params.err_handler.arg = context.get();
   ucp_ep_h endpoint = nullptr;
   GRADSYNC_UCX_CHECK(ucp_ep_create(worker_.get(), &params, &endpoint));
-  peers_.push_back(Peer{address, endpoint, false, false, {}});
-  peer_by_address_[address] = id;
+  context->endpoint = endpoint;
   error_contexts_.push_back(std::move(context));
-  return id;
+  peer.endpoint = endpoint;
+  peer.failed = false;
+  peer.reported = false;
+  peer.accepted = false;
+  peer.failure.clear();
+  peer.nonce = random_nonce();
+  HandshakeMessage hello;
+  hello.type = HandshakeType::kHello;
+  hello.has_key = key_.has_value();
+  hello.client_nonce = peer.nonce;
+  hello.address = own_address_;
+  send_handshake(endpoint, hello);
 }
 
 Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t bytes) {
   auto state = std::make_unique<Operation::State>();
   Peer& peer = peers_.at(peer_id);
-  if (peer.failed || peer.endpoint == nullptr) {
+  if (peer.failed || peer.endpoint == nullptr || !peer.accepted) {
     ++peer.stats.errors;
-    return Operation::started(worker_.get(), UCS_STATUS_PTR(UCS_ERR_CONNECTION_RESET),
-                              std::move(state), false);
+    const ucs_status_t status =
+        peer.accepted || peer.failed ? UCS_ERR_CONNECTION_RESET : UCS_ERR_NOT_CONNECTED;
+    return Operation::started(worker_.get(), UCS_STATUS_PTR(status), std::move(state), false);
   }
   peer.stats.bytes_sent += bytes;
   ucp_request_param_t params = send_params(state.get());
   return Operation::started(worker_.get(),
                             ucp_tag_send_nbx(peer.endpoint, data, bytes, tag, &params),
                             std::move(state), false);
+}
+
+void Mesh::post(PeerId peer_id, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes) {
+  Peer& peer = peers_.at(peer_id);
+  if (peer.failed) {
+    ++peer.stats.errors;
+    return;
+  }
+  if (!peer.accepted) {
+    peer.waiting.push_back(Posted{tag, std::move(bytes)});
+    return;
+  }
+  std::vector<Operation> operations;
+  operations.push_back(send(peer_id, tag, bytes->data(), bytes->size()));
+  retire(std::move(operations), {std::move(bytes)});
 }
 
 Operation Mesh::receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes) {
@@ -195,7 +273,10 @@ std::optional<Mesh::Message> Mesh::poll_message(uint64_t tag, uint64_t tag_mask)
 }
 
 bool Mesh::progress() {
-  const bool any = ucp_worker_progress(worker_.get()) != 0;
+  bool any = ucp_worker_progress(worker_.get()) != 0;
+  if (!handshake_inbox_.empty() || !inbound_.empty() || !closing_.empty()) {
+    any |= serve_handshakes();
+  }
   if (!to_close_.empty()) close_failed();
   if (!retired_.empty()) {
     std::erase_if(retired_, [](const Retired& r) {
@@ -215,7 +296,7 @@ void Mesh::retire(std::vector<Operation> operations,
 bool Mesh::arm() {
   // Arming is only valid once progress has nothing left to do; and whatever progress does
   // now (a message landing in the unexpected queue) the caller must look at before sleeping.
-  if (ucp_worker_progress(worker_.get()) != 0) return false;
+  if (ucp_worker_progress(worker_.get()) != 0 || !handshake_inbox_.empty()) return false;
   const ucs_status_t status = ucp_worker_arm(worker_.get());
   if (status == UCS_ERR_BUSY) return false;
   GRADSYNC_UCX_CHECK(status);

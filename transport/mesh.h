@@ -6,8 +6,15 @@
 // endpoint it created, and tags carry the sender's node index, so the listener side never has
 // to learn who connected. Endpoints use peer-failure error handling: a peer that dies shows up
 // in failed_peers() rather than as a hang.
+//
+// Each connection runs the cluster handshake (handshake.h) over UCX active messages before it
+// carries anything else. Until a peer has accepted us, control messages to it wait in the
+// mesh (post()), and send() to it fails; a peer that refuses us, or fails to prove the key,
+// is failed with the reason. A connection to us that does not complete the handshake in time
+// is closed.
 #pragma once
 
+#include "transport/handshake.h"
 #include "transport/ucx.h"
 
 #include <netinet/in.h>
@@ -33,6 +40,16 @@ struct MeshOptions {
   // noticed after about idle + 3 * interval seconds of silence, by TCP keepalive.
   uint32_t keepalive_idle_seconds = 10;
   uint32_t keepalive_interval_seconds = 2;
+  std::optional<ClusterKey> cluster_key;  // none: only daemons without a key are accepted
+  std::chrono::milliseconds handshake_timeout{10000};  // for a connection to us
+};
+
+// A handshake that ended, for the logs and the metrics.
+struct HandshakeOutcome {
+  std::string address;   // the peer's (for a connection to us, as it claimed in its Hello)
+  bool inbound = false;  // a connection the peer made to us
+  bool accepted = false;
+  std::string reason;  // why it was refused
 };
 
 // What went over a peer's connections, for the metrics and gradsyncctl. Bytes received are
@@ -55,8 +72,13 @@ class Mesh {
 
   uint16_t port() const { return port_; }
 
-  // The peer at `address` (HOST:PORT), connecting on first use.
+  // The peer at `address` (HOST:PORT), connecting on first use, and again after a failure
+  // that take_failed_peers() has reported (the peer daemon may have restarted).
   PeerId connect(const std::string& address);
+  // The peer has accepted our handshake: sends may go to it.
+  bool authenticated(PeerId peer) const { return peers_.at(peer).accepted; }
+  // Why the peer failed (empty: it has not, or its connection broke without a reason).
+  const std::string& failure(PeerId peer) const { return peers_.at(peer).failure; }
   const std::string& address_of(PeerId peer) const { return peers_.at(peer).address; }
   size_t peer_count() const { return peers_.size(); }
   const PeerStats& stats(PeerId peer) const { return peers_.at(peer).stats; }
@@ -65,7 +87,11 @@ class Mesh {
   }
   void set_link(PeerId peer, double latency_seconds, double bytes_per_second);
 
+  // Fails at once (UCS_ERR_NOT_CONNECTED) before the peer accepted the handshake.
   Operation send(PeerId peer, uint64_t tag, const void* data, size_t bytes);
+  // Sends without waiting: held until the handshake is done, then until UCX is done with it.
+  // A failure shows as a failed peer.
+  void post(PeerId peer, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes);
   // A whole message of unknown size matching tag/mask, if one has arrived (for control
   // messages: small, so it completes without waiting on the sender).
   struct Message {
@@ -94,33 +120,94 @@ class Mesh {
   std::vector<PeerId> take_failed_peers();
   bool failed(PeerId peer) const { return peers_.at(peer).failed; }
 
+  // Handshakes that ended since the last call, both ways.
+  std::vector<HandshakeOutcome> take_handshake_outcomes() { return std::move(outcomes_); }
+  // Handshake work waits (messages to answer, deadlines to watch): progress() soon, even when
+  // no job uses the mesh.
+  bool handshaking() const {
+    return !handshake_inbox_.empty() || !inbound_.empty() || !closing_.empty() ||
+           !outcomes_.empty();
+  }
+
  private:
+  struct Posted {
+    uint64_t tag;
+    std::shared_ptr<const std::vector<uint8_t>> bytes;
+  };
   struct Peer {
     std::string address;
     ucp_ep_h endpoint = nullptr;
     bool failed = false;
     bool reported = false;
+    bool accepted = false;       // the handshake succeeded
+    bool server_proved = false;  // it proved the key (when we hold one)
+    Nonce nonce{};               // ours, naming the handshake
+    std::string failure;
+    std::vector<Posted> waiting;  // posted before the handshake ended
     PeerStats stats;
+  };
+  // A connection a peer made to us, while its handshake runs.
+  struct Inbound {
+    ucp_ep_h endpoint = nullptr;
+    std::chrono::steady_clock::time_point deadline;
+    enum class Stage { kHello, kProof } stage = Stage::kHello;
+    Nonce client_nonce{};
+    Nonce server_nonce{};
+    std::string address;  // as claimed
   };
   struct ErrorContext {
     Mesh* mesh;
     PeerId peer;  // kIncoming for listener-side endpoints
+    ucp_ep_h endpoint = nullptr;
   };
   static constexpr PeerId kIncoming = UINT32_MAX;
+  static constexpr uint16_t kHandshakeAm = 1;  // the active-message id of the handshake
+  // A refused connection to us, closed once its Result has had time to go out.
+  struct Closing {
+    ucp_ep_h endpoint;
+    std::chrono::steady_clock::time_point at;
+  };
+  struct Delivery {
+    ucp_ep_h endpoint;  // the one it came on (null if the sender did not say)
+    std::vector<uint8_t> bytes;
+  };
 
   static void on_connection(ucp_conn_request_h request, void* arg);
   static void on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t status);
+  static ucs_status_t on_handshake_message(void* arg, const void* header, size_t header_bytes,
+                                           void* data, size_t bytes,
+                                           const ucp_am_recv_param_t* param);
+  void open(PeerId peer);
   void close_endpoint(ucp_ep_h endpoint, bool force);
   void close_failed();
+
+  // The handshake (mesh_handshake.cpp), outside UCX's callbacks.
+  bool serve_handshakes();  // true when it did something
+  void send_handshake(ucp_ep_h endpoint, const HandshakeMessage& message);
+  void on_hello(Inbound& inbound, const HandshakeMessage& hello);
+  void on_proof(Inbound& inbound, const HandshakeMessage& proof);
+  void on_challenge(PeerId peer, const HandshakeMessage& challenge);
+  void on_result(PeerId peer, const HandshakeMessage& result);
+  // Both end the handshake: `inbound` leaves inbound_ (pass a copy).
+  void accept_inbound(const Inbound& inbound);
+  void refuse_inbound(const Inbound& inbound, const std::string& reason);
+  void refuse_peer(PeerId peer, const std::string& reason);
 
   Context context_;
   Worker worker_;
   Listener listener_;
   uint16_t port_ = 0;
+  std::string own_address_;  // HOST:PORT as given, with the port chosen
+  std::optional<ClusterKey> key_;
+  std::chrono::milliseconds handshake_timeout_;
   int event_fd_ = -1;
   std::vector<Peer> peers_;
   std::map<std::string, PeerId> peer_by_address_;
-  std::vector<ucp_ep_h> incoming_;
+  std::vector<Inbound> inbound_;            // handshaking
+  std::vector<ucp_ep_h> inbound_accepted_;  // done
+  std::vector<Closing> closing_;
+  std::vector<Delivery> handshake_inbox_;
+  std::vector<HandshakeOutcome> outcomes_;
   std::vector<ucp_ep_h> to_close_;  // failed endpoints, closed outside UCX's callbacks
   std::vector<std::unique_ptr<ErrorContext>> error_contexts_;
   struct Retired {

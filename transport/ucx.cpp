@@ -43,7 +43,7 @@ Context create_context(const std::vector<std::pair<std::string, std::string>>& s
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;
-  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
   ucp_context_h context = nullptr;
   const ucs_status_t status = ucp_init(&params, config, &context);
   ucp_config_release(config);

@@ -44,7 +44,8 @@ using Context = std::unique_ptr<std::remove_pointer_t<ucp_context_h>, ContextDel
 using Worker = std::unique_ptr<std::remove_pointer_t<ucp_worker_h>, WorkerDeleter>;
 using Listener = std::unique_ptr<std::remove_pointer_t<ucp_listener_h>, ListenerDeleter>;
 
-// Tag matching plus wake-ups; one worker per engine thread (UCS_THREAD_MODE_SINGLE).
+// Tag matching, active messages (the cluster handshake) and wake-ups; one worker per engine
+// thread (UCS_THREAD_MODE_SINGLE).
 // `settings` override UCX configuration keys (names without the UCX_ prefix) over what the
 // environment says.
 Context create_context(const std::vector<std::pair<std::string, std::string>>& settings = {});

@@ -49,6 +49,13 @@ NodeLinks::NodeLinks(const std::string& job_name, NodeLayout layout, transport::
   }
 }
 
+bool NodeLinks::authenticated() const {
+  for (uint32_t node = 0; node < peers_.size(); ++node) {
+    if (node != me() && !mesh_.authenticated(peers_[node])) return false;
+  }
+  return true;
+}
+
 bool NodeLinks::has_peer(transport::PeerId peer) const {
   for (uint32_t node = 0; node < peers_.size(); ++node) {
     if (node != me() && peers_[node] == peer) return true;
@@ -84,8 +91,9 @@ void NodeLinks::set_link(uint32_t node, double latency_seconds, double bytes_per
 std::optional<std::string> NodeLinks::failed_peer(const char* what) const {
   for (uint32_t node = 0; node < peers_.size(); ++node) {
     if (node != me() && mesh_.failed(peers_[node])) {
-      return fmt::format("node {} ({}) of job '{}' failed while {}", node, layout_.nodes[node],
-                         job_name_, what);
+      const std::string& reason = mesh_.failure(peers_[node]);
+      return fmt::format("node {} ({}) of job '{}' failed while {}{}{}", node, layout_.nodes[node],
+                         job_name_, what, reason.empty() ? "" : ": ", reason);
     }
   }
   return std::nullopt;
@@ -94,12 +102,10 @@ std::optional<std::string> NodeLinks::failed_peer(const char* what) const {
 void NodeLinks::send_control(uint32_t node, capnp::MessageBuilder& message) {
   // Never wait for it: a large message goes by rendezvous, which completes only once the peer
   // receives it, and the peer may be sending to us at the same moment. The mesh keeps the
-  // bytes until UCX is done; a failure shows up as a failed peer, which fails the job.
-  auto bytes = std::make_shared<const std::vector<uint8_t>>(ipc::encode(message));
-  std::vector<transport::Operation> operations;
-  operations.push_back(
-      send(node, tags::make(tags::kControl, me(), job_tag_, 0), bytes->data(), bytes->size()));
-  mesh_.retire(std::move(operations), {bytes});
+  // bytes until the peer has accepted our handshake and UCX is done; a failure shows up as a
+  // failed peer, which fails the job.
+  mesh_.post(peers_[node], tags::make(tags::kControl, me(), job_tag_, 0),
+             std::make_shared<const std::vector<uint8_t>>(ipc::encode(message)));
 }
 
 void NodeLinks::send_control_to_all_live(capnp::MessageBuilder& message) {
@@ -107,8 +113,12 @@ void NodeLinks::send_control_to_all_live(capnp::MessageBuilder& message) {
   std::vector<transport::Operation> sends;
   for (uint32_t node = 0; node < peers_.size(); ++node) {
     if (node == me() || mesh_.failed(peers_[node])) continue;
-    sends.push_back(
-        send(node, tags::make(tags::kControl, me(), job_tag_, 0), bytes->data(), bytes->size()));
+    const uint64_t tag = tags::make(tags::kControl, me(), job_tag_, 0);
+    if (mesh_.authenticated(peers_[node])) {
+      sends.push_back(send(node, tag, bytes->data(), bytes->size()));
+    } else {
+      mesh_.post(peers_[node], tag, bytes);  // goes once the handshake is done
+    }
   }
   // Bounded: a peer that is gone does not hold us up. What is still in flight then is
   // retired with its bytes.

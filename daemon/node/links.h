@@ -63,6 +63,8 @@ class NodeLinks {
   uint32_t nodes() const { return static_cast<uint32_t>(layout_.nodes.size()); }
   uint32_t me() const { return layout_.node_rank; }
   bool has_peer(transport::PeerId peer) const;
+  // Every other node has accepted this daemon's handshake: data may flow.
+  bool authenticated() const;
   std::chrono::seconds peer_timeout() const { return peer_timeout_; }
   uint16_t job_tag() const { return job_tag_; }  // the job's name, hashed, in every tag
 

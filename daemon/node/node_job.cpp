@@ -56,7 +56,8 @@ std::string NodeJob::missing_nodes() const {
 }
 
 std::optional<std::string> NodeJob::form() {
-  if (negotiator_ || !local_formed_) return std::nullopt;
+  // Measuring the links sends data, which waits for every handshake to end.
+  if (negotiator_ || !local_formed_ || !links_.authenticated()) return std::nullopt;
   for (uint32_t node = 0; node < joined_.size(); ++node) {
     if (node != links_.me() && !joined_[node]) return std::nullopt;
   }

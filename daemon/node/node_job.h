@@ -51,8 +51,9 @@ class NodeJob {
 
   // Every local rank has connected (`ranks`: their job ranks, in words): tell the other nodes.
   void on_local_formed(std::string ranks);
-  // Once every node (this one included) has joined: measures the links and starts
-  // negotiating. Does nothing before, or after it succeeded; an error if the measuring failed.
+  // Once every node (this one included) has joined and accepted this daemon's handshake:
+  // measures the links and starts negotiating. Does nothing before, or after it succeeded; an error
+  // if the measuring failed.
   std::optional<std::string> form();
   // Every node has joined and the links are measured.
   bool formed() const { return negotiator_.has_value(); }

@@ -154,15 +154,19 @@ TEST(Cluster, AControlMessageThatCannotBeReadFailsItsJob) {
   LoopbackCluster cluster(2);
   auto ranks = cluster.spawn("garbled", {1, 1}, {"steps", "1"}, {}, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(500));  // node 0's job exists
-  // Posing as node 1: a control-kind tag for this job, and bytes that are no message.
-  transport::Mesh mesh(transport::MeshOptions{"127.0.0.1:0"});
-  const std::string node0 = cluster.addresses().substr(0, cluster.addresses().find(','));
-  const transport::PeerId peer = mesh.connect(node0);
+  // Posing as node 1 (with the cluster's key: what a buggy daemon could send): a control-kind
+  // tag for this job, and bytes that are no message.
+  transport::MeshOptions options{"127.0.0.1:0"};
+  options.cluster_key = transport::ClusterKey::load(cluster.key_file(1));
+  transport::Mesh mesh(options);
+  const transport::PeerId peer = mesh.connect(cluster.address(0));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!mesh.authenticated(peer) && std::chrono::steady_clock::now() < deadline) mesh.progress();
+  ASSERT_TRUE(mesh.authenticated(peer)) << mesh.failure(peer);
   const uint64_t job_hash = std::hash<std::string>{}("garbled") & 0xffffu;
   const uint64_t tag = (uint64_t{1} << 56) | (uint64_t{1} << 48) | (job_hash << 32);
   const std::vector<uint8_t> garbage(64, 0xff);
   transport::Operation send = mesh.send(peer, tag, garbage.data(), garbage.size());
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (!send.done() && std::chrono::steady_clock::now() < deadline) mesh.progress();
   ASSERT_TRUE(send.done());
   const auto status = ranks[0].wait_for(std::chrono::seconds(20));

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -18,29 +19,46 @@ namespace gradsync::testing {
 class LoopbackCluster {
  public:
   // `toml`: configuration for every node's daemon. `metrics`: node 0 serves its metrics on
-  // metrics_port().
-  explicit LoopbackCluster(int nodes, const std::string& toml = "", bool metrics = false) {
+  // metrics_port(). `node_keys`: each node's cluster key ("" for none); by default, one key
+  // shared by all, so every cluster test runs the cluster handshake. Each daemon's log (its
+  // stderr) is kept for log().
+  explicit LoopbackCluster(int nodes, const std::string& toml = "", bool metrics = false,
+                           std::vector<std::string> node_keys = {}) {
     static int clusters = 0;
-    config_path_ =
-        std::filesystem::temp_directory_path() / ("gradsync-cluster-" + std::to_string(::getpid()) +
-                                                  "-" + std::to_string(clusters++) + ".toml");
+    directory_ =
+        std::filesystem::temp_directory_path() /
+        ("gradsync-cluster-" + std::to_string(::getpid()) + "-" + std::to_string(clusters++));
+    std::filesystem::create_directories(directory_);
+    config_path_ = directory_ / "gradsyncd.toml";
     std::ofstream(config_path_) << toml << "\n";
+    if (node_keys.empty()) node_keys.assign(static_cast<size_t>(nodes), "the loopback cluster key");
     for (int n = 0; n < nodes; ++n) {
       const std::string address = "127.0.0.1:" + std::to_string(free_tcp_port());
       addresses_ += (n == 0 ? "" : ",") + address;
       node_addresses_.push_back(address);
       std::vector<std::string> args{"--listen", address, "--config", config_path_};
+      if (const std::string& key = node_keys[static_cast<size_t>(n)]; !key.empty()) {
+        key_files_.push_back(directory_ / ("node" + std::to_string(n) + ".key"));
+        std::ofstream(key_files_.back()) << key << "\n";
+        std::filesystem::permissions(key_files_.back(), std::filesystem::perms::owner_read |
+                                                            std::filesystem::perms::owner_write);
+        args.insert(args.end(), {"--cluster-key-file", key_files_.back()});
+      } else {
+        key_files_.emplace_back();
+      }
       if (metrics && n == 0) {
         metrics_port_ = free_tcp_port();
         args.insert(args.end(), {"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_)});
       }
-      daemons_.push_back(
-          std::make_unique<tools::PrivateDaemon>(tools::executable_dir() + "/gradsyncd", args));
+      const std::string log = directory_ / ("node" + std::to_string(n) + ".log");
+      daemons_.push_back(std::make_unique<tools::PrivateDaemon>(
+          tools::executable_dir() + "/gradsyncd", args,
+          std::vector<std::string>{"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>" + log}));
     }
   }
   ~LoopbackCluster() {
     daemons_.clear();
-    std::filesystem::remove(config_path_);
+    std::filesystem::remove_all(directory_);
   }
   LoopbackCluster(const LoopbackCluster&) = delete;
   LoopbackCluster& operator=(const LoopbackCluster&) = delete;
@@ -49,6 +67,14 @@ class LoopbackCluster {
   const std::string& addresses() const { return addresses_; }
   const std::string& address(int node) const { return node_addresses_[static_cast<size_t>(node)]; }
   tools::PrivateDaemon& daemon(int node) { return *daemons_[static_cast<size_t>(node)]; }
+  // Node n's key file (empty path: it has none), and what its daemon has logged so far.
+  const std::filesystem::path& key_file(int node) const {
+    return key_files_[static_cast<size_t>(node)];
+  }
+  std::string log(int node) const {
+    std::ifstream in(directory_ / ("node" + std::to_string(node) + ".log"));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
 
   // ranks_per_node[n] ranks on node n, global ranks in node order.
   std::vector<tools::ChildProcess> spawn(const std::string& job,
@@ -81,7 +107,9 @@ class LoopbackCluster {
 
  private:
   uint16_t metrics_port_ = 0;
+  std::filesystem::path directory_;
   std::filesystem::path config_path_;
+  std::vector<std::filesystem::path> key_files_;
   std::string addresses_;
   std::vector<std::string> node_addresses_;
   std::vector<std::unique_ptr<tools::PrivateDaemon>> daemons_;

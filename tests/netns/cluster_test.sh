@@ -33,11 +33,13 @@ addresses=""
 for ((n = 0; n < nodes; n++)); do
   addresses+="${addresses:+,}$("$cluster" address "$n"):9478"
 done
+# The nodes authenticate each other with a shared cluster key, as in production.
+(umask 077 && head -c 32 /dev/urandom >"$work/cluster.key")
 for ((n = 0; n < nodes; n++)); do
   # Nodes share no memory: UCX must use TCP, on the node's veth.
   "$cluster" exec "$n" env UCX_TLS=tcp UCX_NET_DEVICES=eth0 "$build/gradsyncd" \
     --socket "$work/node$n.sock" --listen "$("$cluster" address "$n"):9478" \
-    --metrics-listen "" >"$work/node$n.log" 2>&1 &
+    --cluster-key-file "$work/cluster.key" --metrics-listen "" >"$work/node$n.log" 2>&1 &
   daemons+=($!)
 done
 for ((n = 0; n < nodes; n++)); do
@@ -78,4 +80,11 @@ for ((n = 0; n < nodes; n++)); do
   echo "node $n sent $sent bytes on its link"
   # The allreduces alone move tens of megabytes through every node's link.
   (( sent > 10000000 )) || { echo "FAILED: node $n's link carried only $sent bytes"; exit 1; }
+done
+for ((n = 0; n < nodes; n++)); do
+  if grep -q "refused" "$work/node$n.log"; then
+    grep "refused" "$work/node$n.log"
+    echo "FAILED: node $n refused a node that holds the cluster key"
+    exit 1
+  fi
 done

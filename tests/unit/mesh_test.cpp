@@ -1,9 +1,12 @@
 // Two UCX meshes in one process, over TCP on loopback: tagged messages both ways, small
-// (eager) and large (rendezvous), and a peer that goes away.
+// (eager) and large (rendezvous), a peer that goes away and comes back, and the cluster
+// handshake (same key, another key, no key, a connection that never speaks).
 #include "transport/mesh.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <numeric>
@@ -21,6 +24,16 @@ class MeshTest : public ::testing::Test {
     b_ = std::make_unique<Mesh>(MeshOptions{"127.0.0.1:0"});
     a_to_b_ = a_->connect("127.0.0.1:" + std::to_string(b_->port()));
     b_to_a_ = b_->connect("127.0.0.1:" + std::to_string(a_->port()));
+    drive_until([&] { return a_->authenticated(a_to_b_) && b_->authenticated(b_to_a_); });
+  }
+  template <typename Done>
+  void drive_until(Done done) {
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    while (!done()) {
+      if (a_) a_->progress();
+      if (b_) b_->progress();
+      ASSERT_LT(Clock::now(), deadline) << "the meshes did not get there in 10 s";
+    }
   }
   // Progresses both sides until every operation is done (or fails the test after 10 s).
   void drive(std::initializer_list<Operation*> operations) {
@@ -100,6 +113,197 @@ TEST_F(MeshTest, DeadPeerIsReportedWithinABound) {
   EXPECT_TRUE(after.done());
   EXPECT_NE(after.status(), UCS_OK);
   EXPECT_TRUE(a_->take_failed_peers().empty()) << "a failure is reported once";
+}
+
+TEST_F(MeshTest, ReconnectsToARestartedPeer) {
+  const std::string address = "127.0.0.1:" + std::to_string(b_->port());
+  b_.reset();
+  uint64_t value = 7, got = 0;
+  drive_until([&] {
+    Operation probe = a_->send(a_to_b_, 2, &value, sizeof(value));
+    a_->progress();
+    return a_->failed(a_to_b_);
+  });
+  ASSERT_EQ(a_->take_failed_peers(), std::vector<PeerId>{a_to_b_});
+  b_ = std::make_unique<Mesh>(MeshOptions{address});  // the daemon restarted
+  EXPECT_EQ(a_->connect(address), a_to_b_) << "a restarted peer keeps its id";
+  EXPECT_FALSE(a_->failed(a_to_b_));
+  drive_until([&] { return a_->authenticated(a_to_b_); });
+  Operation receive = b_->receive(9, ~uint64_t{0}, &got, sizeof(got));
+  Operation send = a_->send(a_to_b_, 9, &value, sizeof(value));
+  drive({&send, &receive});
+  EXPECT_EQ(got, value);
+}
+
+// Two meshes with the given keys, connected both ways, driven until each side's handshake
+// to the other has ended.
+class HandshakeTest : public ::testing::Test {
+ protected:
+  static std::optional<ClusterKey> key(std::string_view text) {
+    return ClusterKey(std::vector<uint8_t>(text.begin(), text.end()));
+  }
+  static MeshOptions options(std::optional<ClusterKey> cluster_key) {
+    MeshOptions options{"127.0.0.1:0"};
+    options.cluster_key = std::move(cluster_key);
+    return options;
+  }
+  void connect(const MeshOptions& a, const MeshOptions& b) {
+    a_ = std::make_unique<Mesh>(a);
+    b_ = std::make_unique<Mesh>(b);
+    a_to_b_ = a_->connect("127.0.0.1:" + std::to_string(b_->port()));
+    b_to_a_ = b_->connect("127.0.0.1:" + std::to_string(a_->port()));
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    auto ended = [](const Mesh& mesh, PeerId peer) {
+      return mesh.authenticated(peer) || mesh.failed(peer);
+    };
+    while (!ended(*a_, a_to_b_) || !ended(*b_, b_to_a_)) {
+      a_->progress();
+      b_->progress();
+      ASSERT_LT(Clock::now(), deadline) << "the handshakes did not end in 10 s";
+    }
+    // Let the refusals and closes on the other side land.
+    const auto settle = Clock::now() + std::chrono::milliseconds(500);
+    while (Clock::now() < settle) {
+      a_->progress();
+      b_->progress();
+    }
+    a_outcomes_ = a_->take_handshake_outcomes();
+    b_outcomes_ = b_->take_handshake_outcomes();
+  }
+  static size_t count(const std::vector<HandshakeOutcome>& outcomes, bool inbound, bool accepted) {
+    return static_cast<size_t>(std::count_if(outcomes.begin(), outcomes.end(), [&](const auto& o) {
+      return o.inbound == inbound && o.accepted == accepted;
+    }));
+  }
+  std::unique_ptr<Mesh> a_, b_;
+  PeerId a_to_b_ = 0, b_to_a_ = 0;
+  std::vector<HandshakeOutcome> a_outcomes_, b_outcomes_;
+};
+
+TEST_F(HandshakeTest, SameKeyIsAcceptedBothWays) {
+  connect(options(key("a shared cluster key, 32 bytes!")),
+          options(key("a shared cluster key, 32 bytes!")));
+  EXPECT_TRUE(a_->authenticated(a_to_b_));
+  EXPECT_TRUE(b_->authenticated(b_to_a_));
+  EXPECT_EQ(count(a_outcomes_, true, true), 1u);
+  EXPECT_EQ(count(a_outcomes_, false, true), 1u);
+  EXPECT_EQ(count(b_outcomes_, true, true), 1u);
+  ASSERT_EQ(b_outcomes_.size(), 2u);
+  // The inbound side learns who connected from the (proved) Hello.
+  for (const auto& outcome : b_outcomes_) {
+    if (outcome.inbound) {
+      EXPECT_EQ(outcome.address, "127.0.0.1:" + std::to_string(a_->port()));
+    }
+  }
+}
+
+TEST_F(HandshakeTest, AnotherKeyIsRefusedBothWays) {
+  connect(options(key("the cluster key of cluster one.")),
+          options(key("the cluster key of cluster two.")));
+  ASSERT_TRUE(a_->failed(a_to_b_));
+  ASSERT_TRUE(b_->failed(b_to_a_));
+  EXPECT_THAT(a_->failure(a_to_b_), ::testing::HasSubstr("did not prove the cluster key"));
+  EXPECT_THAT(b_->failure(b_to_a_), ::testing::HasSubstr("did not prove the cluster key"));
+  EXPECT_EQ(count(a_outcomes_, false, false), 1u);
+  EXPECT_EQ(count(a_outcomes_, true, false), 1u) << "the refused peer's connection is dropped";
+  EXPECT_EQ(count(a_outcomes_, true, true) + count(a_outcomes_, false, true), 0u);
+  uint64_t value = 1;
+  Operation send = a_->send(a_to_b_, 1, &value, sizeof(value));
+  EXPECT_TRUE(send.done());
+  EXPECT_NE(send.status(), UCS_OK) << "nothing goes to a refused peer";
+  EXPECT_EQ(a_->take_failed_peers(), std::vector<PeerId>{a_to_b_});
+}
+
+TEST_F(HandshakeTest, KeyAndNoKeyRefuseEachOther) {
+  connect(options(key("a cluster key only one side has")), options(std::nullopt));
+  ASSERT_TRUE(a_->failed(a_to_b_));
+  ASSERT_TRUE(b_->failed(b_to_a_));
+  EXPECT_THAT(a_->failure(a_to_b_),
+              ::testing::HasSubstr("the connecting daemon has a cluster key, and this one has "
+                                   "none"));
+  EXPECT_THAT(b_->failure(b_to_a_),
+              ::testing::HasSubstr("the connecting daemon has no cluster key, and this one "
+                                   "requires it"));
+  EXPECT_EQ(count(a_outcomes_, true, false), 1u);
+  EXPECT_EQ(count(b_outcomes_, true, false), 1u);
+}
+
+TEST_F(HandshakeTest, ControlMessagesWaitForTheHandshake) {
+  auto shared = key("a shared cluster key, 32 bytes!");
+  a_ = std::make_unique<Mesh>(options(shared));
+  b_ = std::make_unique<Mesh>(options(shared));
+  a_to_b_ = a_->connect("127.0.0.1:" + std::to_string(b_->port()));
+  EXPECT_FALSE(a_->authenticated(a_to_b_));
+  uint64_t value = 5;
+  Operation early = a_->send(a_to_b_, 3, &value, sizeof(value));
+  EXPECT_TRUE(early.done());
+  EXPECT_EQ(early.status(), UCS_ERR_NOT_CONNECTED) << "data waits for the handshake";
+  a_->post(a_to_b_, 4, std::make_shared<const std::vector<uint8_t>>(std::vector<uint8_t>{1, 2, 3}));
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  std::optional<Mesh::Message> message;
+  while (!message) {
+    a_->progress();
+    b_->progress();
+    message = b_->poll_message(4, ~uint64_t{0});
+    ASSERT_LT(Clock::now(), deadline) << "the posted message never arrived";
+  }
+  EXPECT_TRUE(a_->authenticated(a_to_b_)) << "it went only after the handshake";
+  EXPECT_EQ(message->payload, (std::vector<uint8_t>{1, 2, 3}));
+}
+
+// A client that connects and never says a word (a port scanner, a hung process) is closed
+// once the handshake timeout passes, and counted as refused.
+TEST(Handshake, SilentConnectionIsClosedAfterTheTimeout) {
+  MeshOptions options{"127.0.0.1:0"};
+  options.handshake_timeout = std::chrono::milliseconds(300);
+  Mesh server(options);
+  Context context = create_context();
+  Worker worker = create_worker(context.get());
+  // It takes the server's refusal as UCX would deliver it to any program (UCX 1.13 crashes a
+  // worker that gets an active message and never registered a handler).
+  ucp_am_handler_param_t handler{};
+  handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB;
+  handler.id = 1;
+  handler.cb = [](void*, const void*, size_t, void*, size_t, const ucp_am_recv_param_t*) {
+    return UCS_OK;
+  };
+  ASSERT_EQ(ucp_worker_set_am_recv_handler(worker.get(), &handler), UCS_OK);
+  struct sockaddr_in address = parse_host_port("127.0.0.1:" + std::to_string(server.port()));
+  bool closed = false;
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&address);
+  params.sockaddr.addrlen = sizeof(address);
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t) {
+    *static_cast<bool*>(arg) = true;
+  };
+  params.err_handler.arg = &closed;
+  ucp_ep_h endpoint = nullptr;
+  ASSERT_EQ(ucp_ep_create(worker.get(), &params, &endpoint), UCS_OK);
+  std::vector<HandshakeOutcome> outcomes;
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (outcomes.empty() || !closed) {
+    server.progress();
+    ucp_worker_progress(worker.get());
+    for (auto& outcome : server.take_handshake_outcomes()) outcomes.push_back(outcome);
+    ASSERT_LT(Clock::now(), deadline) << "the silent connection was not closed";
+  }
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_TRUE(outcomes[0].inbound);
+  EXPECT_FALSE(outcomes[0].accepted);
+  EXPECT_THAT(outcomes[0].reason, ::testing::HasSubstr("within 300 ms"));
+  EXPECT_FALSE(server.handshaking());
+  ucp_request_param_t close{};
+  close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t request = ucp_ep_close_nbx(endpoint, &close);
+  if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+    while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker.get());
+    ucp_request_free(request);
+  }
 }
 
 TEST(HostPort, ParsesAndRejects) {

@@ -8,12 +8,17 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <array>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <stdexcept>
 
 namespace gradsync::bench {
@@ -88,6 +93,30 @@ class Namespaces {
 
 }  // namespace
 
+// 32 random bytes in a file only this user can read, removed on destruction.
+class ClusterKeyFile {
+ public:
+  ClusterKeyFile() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "gradsync-key-XXXXXX").string();
+    const int fd = ::mkstemp(pattern.data());  // mode 0600
+    if (fd < 0) throw std::runtime_error("mkstemp: " + std::string(std::strerror(errno)));
+    path_ = pattern;
+    std::array<uint8_t, 32> key{};
+    std::random_device random;
+    for (auto& byte : key) byte = static_cast<uint8_t>(random());
+    const bool written = ::write(fd, key.data(), key.size()) == static_cast<ssize_t>(key.size());
+    ::close(fd);
+    if (!written) throw std::runtime_error("cannot write the cluster key to " + path_);
+  }
+  ~ClusterKeyFile() { std::filesystem::remove(path_); }
+  ClusterKeyFile(const ClusterKeyFile&) = delete;
+  ClusterKeyFile& operator=(const ClusterKeyFile&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 int launch_cluster(const BenchOptions& o) {
   if (::geteuid() != 0) throw std::runtime_error("--cluster needs root (network namespaces)");
   const int nodes = o.cluster_nodes;
@@ -97,6 +126,8 @@ int launch_cluster(const BenchOptions& o) {
                         o.cluster_rate);
   const std::string gradsyncd =
       o.daemon_path.empty() ? tools::executable_dir() + "/gradsyncd" : o.daemon_path;
+  // The nodes authenticate each other, as in production (a fresh key, gone with the run).
+  const ClusterKeyFile key;
   std::vector<std::unique_ptr<tools::PrivateDaemon>> daemons;
   std::string addresses;
   for (int n = 0; n < nodes; ++n) {
@@ -105,8 +136,9 @@ int launch_cluster(const BenchOptions& o) {
     std::vector<std::string> launcher = namespaces.exec(n);
     launcher.insert(launcher.end(), {"env", "UCX_TLS=tcp", "UCX_NET_DEVICES=eth0"});
     daemons.push_back(std::make_unique<tools::PrivateDaemon>(
-        gradsyncd, std::vector<std::string>{"--listen", node_address(n)}, launcher,
-        namespaces.env()));
+        gradsyncd,
+        std::vector<std::string>{"--listen", node_address(n), "--cluster-key-file", key.path()},
+        launcher, namespaces.env()));
   }
   std::vector<tools::ChildProcess> ranks;
   std::vector<std::string> bench_argv = o.rank_argv;

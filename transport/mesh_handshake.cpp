@@ -1,0 +1,227 @@
+// The mesh's side of the cluster handshake (handshake.h): the server half for connections
+// made to us, the client half for ours. UCX delivers the messages into an inbox from its
+// callback; everything else happens here, outside UCX's callbacks.
+#include "transport/mesh.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace gradsync::transport {
+namespace {
+
+// Far above any handshake message, far below what a flood could pile up.
+constexpr size_t kMaxHandshakeBytes = 1024;
+constexpr size_t kMaxInbox = 1024;
+// Time a refused connection's Result has to go out before the connection is closed.
+constexpr std::chrono::milliseconds kRefusalLinger{200};
+
+}  // namespace
+
+ucs_status_t Mesh::on_handshake_message(void* arg, const void* /*header*/, size_t /*header_bytes*/,
+                                        void* data, size_t bytes,
+                                        const ucp_am_recv_param_t* param) {
+  auto* mesh = static_cast<Mesh*>(arg);
+  // A handshake message is small and sent eagerly: anything else is dropped unread.
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0 || bytes > kMaxHandshakeBytes ||
+      mesh->handshake_inbox_.size() >= kMaxInbox) {
+    return UCS_OK;
+  }
+  const ucp_ep_h endpoint =
+      (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) != 0 ? param->reply_ep : nullptr;
+  const auto* begin = static_cast<const uint8_t*>(data);
+  mesh->handshake_inbox_.push_back(Delivery{endpoint, std::vector<uint8_t>(begin, begin + bytes)});
+  return UCS_OK;
+}
+
+bool Mesh::serve_handshakes() {
+  bool did = false;
+  std::vector<Delivery> inbox;
+  inbox.swap(handshake_inbox_);
+  for (const Delivery& delivery : inbox) {
+    did = true;
+    const std::optional<HandshakeMessage> message = decode_handshake(delivery.bytes);
+    const auto inbound = std::find_if(inbound_.begin(), inbound_.end(), [&](const Inbound& i) {
+      return i.endpoint == delivery.endpoint;
+    });
+    if (delivery.endpoint != nullptr && inbound != inbound_.end()) {
+      const Inbound copy = *inbound;
+      if (!message) {
+        refuse_inbound(copy, "it sent a malformed handshake message");
+      } else if (message->type == HandshakeType::kHello && copy.stage == Inbound::Stage::kHello) {
+        on_hello(*inbound, *message);
+      } else if (message->type == HandshakeType::kProof && copy.stage == Inbound::Stage::kProof) {
+        on_proof(*inbound, *message);
+      } else {
+        refuse_inbound(copy, "it broke the handshake's order");
+      }
+      continue;
+    }
+    // On our own connections: answers name the handshake by our nonce. Anything else (a
+    // connection that finished its handshake, or is gone) is dropped.
+    if (!message ||
+        (message->type != HandshakeType::kChallenge && message->type != HandshakeType::kResult)) {
+      continue;
+    }
+    for (PeerId id = 0; id < peers_.size(); ++id) {
+      const Peer& peer = peers_[id];
+      if (peer.accepted || peer.failed || peer.nonce != message->client_nonce) continue;
+      if (message->type == HandshakeType::kChallenge) {
+        on_challenge(id, *message);
+      } else {
+        on_result(id, *message);
+      }
+      break;
+    }
+  }
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<Inbound> expired;
+  for (const Inbound& inbound : inbound_) {
+    if (inbound.deadline <= now) expired.push_back(inbound);
+  }
+  for (const Inbound& inbound : expired) {
+    refuse_inbound(inbound, fmt::format("it did not complete the handshake within {} ms",
+                                        handshake_timeout_.count()));
+    did = true;
+  }
+  for (size_t i = 0; i < closing_.size();) {
+    if (closing_[i].at <= now) {
+      const ucp_ep_h endpoint = closing_[i].endpoint;
+      closing_.erase(closing_.begin() + static_cast<ptrdiff_t>(i));
+      close_endpoint(endpoint, true);
+      did = true;
+    } else {
+      ++i;
+    }
+  }
+  return did;
+}
+
+void Mesh::send_handshake(ucp_ep_h endpoint, const HandshakeMessage& message) {
+  // The client's messages say which connection they came on (REPLY): the server knows a
+  // connection only by its endpoint. The server's answers name the handshake by the client's
+  // nonce instead, so they need no reply endpoint.
+  const bool from_client =
+      message.type == HandshakeType::kHello || message.type == HandshakeType::kProof;
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(encode(message));
+  auto state = std::make_unique<Operation::State>();
+  ucp_request_param_t params = send_params(state.get());
+  params.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+  params.flags = UCP_AM_SEND_FLAG_EAGER | (from_client ? UCP_AM_SEND_FLAG_REPLY : 0);
+  std::vector<Operation> operations;
+  operations.push_back(Operation::started(
+      worker_.get(),
+      ucp_am_send_nbx(endpoint, kHandshakeAm, nullptr, 0, bytes->data(), bytes->size(), &params),
+      std::move(state), false));
+  retire(std::move(operations), {bytes});
+}
+
+// Server side.
+
+void Mesh::on_hello(Inbound& inbound, const HandshakeMessage& hello) {
+  inbound.address = hello.address;
+  inbound.client_nonce = hello.client_nonce;
+  if (key_ && hello.has_key) {
+    inbound.server_nonce = random_nonce();
+    inbound.stage = Inbound::Stage::kProof;
+    HandshakeMessage challenge;
+    challenge.type = HandshakeType::kChallenge;
+    challenge.client_nonce = inbound.client_nonce;
+    challenge.server_nonce = inbound.server_nonce;
+    challenge.proof = key_->prove(ClusterKey::Role::kServer, inbound.client_nonce,
+                                  inbound.server_nonce, inbound.address);
+    send_handshake(inbound.endpoint, challenge);
+  } else if (!key_ && !hello.has_key) {
+    accept_inbound(Inbound(inbound));
+  } else if (key_) {
+    refuse_inbound(Inbound(inbound),
+                   "the connecting daemon has no cluster key, and this one requires it");
+  } else {
+    refuse_inbound(Inbound(inbound),
+                   "the connecting daemon has a cluster key, and this one has "
+                   "none");
+  }
+}
+
+void Mesh::on_proof(Inbound& inbound, const HandshakeMessage& proof) {
+  if (key_->verify(proof.proof, ClusterKey::Role::kClient, inbound.client_nonce,
+                   inbound.server_nonce, inbound.address)) {
+    accept_inbound(Inbound(inbound));
+  } else {
+    refuse_inbound(Inbound(inbound),
+                   "the connecting daemon's proof does not match the cluster key (it holds "
+                   "another key)");
+  }
+}
+
+void Mesh::accept_inbound(const Inbound& inbound) {
+  HandshakeMessage result;
+  result.type = HandshakeType::kResult;
+  result.client_nonce = inbound.client_nonce;
+  result.accepted = true;
+  send_handshake(inbound.endpoint, result);
+  std::erase_if(inbound_, [&](const Inbound& i) { return i.endpoint == inbound.endpoint; });
+  inbound_accepted_.push_back(inbound.endpoint);
+  outcomes_.push_back(HandshakeOutcome{inbound.address, true, true, {}});
+}
+
+void Mesh::refuse_inbound(const Inbound& inbound, const std::string& reason) {
+  HandshakeMessage result;
+  result.type = HandshakeType::kResult;
+  result.client_nonce = inbound.client_nonce;
+  result.reason = reason;
+  send_handshake(inbound.endpoint, result);
+  std::erase_if(inbound_, [&](const Inbound& i) { return i.endpoint == inbound.endpoint; });
+  closing_.push_back(Closing{inbound.endpoint, std::chrono::steady_clock::now() + kRefusalLinger});
+  outcomes_.push_back(HandshakeOutcome{
+      inbound.address.empty() ? std::string("(not named)") : inbound.address, true, false, reason});
+}
+
+// Client side.
+
+void Mesh::on_challenge(PeerId id, const HandshakeMessage& challenge) {
+  Peer& peer = peers_[id];
+  if (!key_) {
+    refuse_peer(id, "it asked for a cluster key, and this daemon has none");
+    return;
+  }
+  if (!key_->verify(challenge.proof, ClusterKey::Role::kServer, peer.nonce, challenge.server_nonce,
+                    own_address_)) {
+    refuse_peer(id, "it did not prove the cluster key (it holds another key)");
+    return;
+  }
+  peer.server_proved = true;
+  HandshakeMessage proof;
+  proof.type = HandshakeType::kProof;
+  proof.client_nonce = peer.nonce;
+  proof.proof =
+      key_->prove(ClusterKey::Role::kClient, peer.nonce, challenge.server_nonce, own_address_);
+  send_handshake(peer.endpoint, proof);
+}
+
+void Mesh::on_result(PeerId id, const HandshakeMessage& result) {
+  Peer& peer = peers_[id];
+  if (!result.accepted) {
+    refuse_peer(id, "it refused this daemon: " + result.reason);
+  } else if (key_ && !peer.server_proved) {
+    refuse_peer(id, "it accepted this daemon without proving the cluster key");
+  } else {
+    peer.accepted = true;
+    outcomes_.push_back(HandshakeOutcome{peer.address, false, true, {}});
+    for (Posted& posted : std::exchange(peer.waiting, {})) {
+      post(id, posted.tag, std::move(posted.bytes));
+    }
+  }
+}
+
+void Mesh::refuse_peer(PeerId id, const std::string& reason) {
+  Peer& peer = peers_[id];
+  ++peer.stats.errors;
+  peer.failed = true;
+  peer.failure = reason;
+  peer.waiting.clear();
+  if (peer.endpoint != nullptr) to_close_.push_back(std::exchange(peer.endpoint, nullptr));
+  outcomes_.push_back(HandshakeOutcome{peer.address, false, false, reason});
+}
+
+}  // namespace gradsync::transport
