@@ -28,6 +28,7 @@ constexpr uint64_t kMeshTag = UINT64_MAX;
 constexpr size_t kMaxEarlyMessages = 65536;
 // How long the engine sleeps at most while collectives across nodes are in flight.
 constexpr auto kNetworkPollInterval = std::chrono::milliseconds(1);
+constexpr auto kCompletionRoomPollInterval = std::chrono::milliseconds(10);
 
 metrics::CollectiveKind kind_of(ipc::Collective c) {
   return static_cast<metrics::CollectiveKind>(c);
@@ -457,6 +458,13 @@ int Engine::sleep_timeout_ms() const {
   }
   for (const auto& [name, job] : jobs_) {
     if (!job->formed() && !job->failure()) deadline = std::min(deadline, job->formation_deadline());
+  }
+  // A client whose submissions wait for it to read its completions: look again soon.
+  for (const Session* session : polled_) {
+    if (session->waits_for_completion_room()) {
+      deadline = std::min(deadline, Clock::now() + kCompletionRoomPollInterval);
+      break;
+    }
   }
   // A handshake's deadline, and a refused connection's close, are the mesh's to watch.
   if (mesh_ && mesh_->handshaking())

@@ -20,10 +20,15 @@ Session::Session(uint64_t id, ClientIdentity identity, ipc::Mapping segment, uin
       metrics_(metrics) {}
 
 bool Session::next_submission(ipc::SubmissionEntry& entry) {
-  // Never take more work than the completion ring can answer: a client that stops reading
-  // completions stalls only itself.
-  if (in_flight_ >= completions_.capacity()) return false;
+  // Never take more work than the completion ring can answer. The client's read index is
+  // shared memory another process writes: read it only when the budget runs out.
+  if (take_budget_ == 0) {
+    const uint64_t room = completions_.free_slots();
+    take_budget_ = room > in_flight_ ? room - in_flight_ : 0;
+    if (take_budget_ == 0) return false;
+  }
   if (!submissions_.try_pop(entry)) return false;
+  --take_budget_;
   ++in_flight_;
   ++submitted_;
   return true;
@@ -40,8 +45,8 @@ void Session::complete(uint64_t request, ipc::Collective collective, gradsync_re
   const size_t length = std::min(message.size(), ipc::kMaxErrorMessageBytes);
   if (length > 0) std::memcpy(entry.message, message.data(), length);  // data() may be null
   entry.message_length = static_cast<uint32_t>(length);
-  // Cannot fail: in_flight_ never exceeds the ring's capacity (see next_submission), unless the
-  // client corrupted its consumer index, in which case it loses its own completions.
+  // Cannot fail: in_flight_ never exceeds the ring's free slots (see next_submission), unless
+  // the client corrupted its read index, in which case it loses its own completions.
   completions_.try_push(entry);
   if (in_flight_ > 0) --in_flight_;
   ++completed_;

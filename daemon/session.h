@@ -52,10 +52,15 @@ class Session {
   int doorbell_fd() const { return doorbell_.get(); }
   ipc::SegmentHeader& header() { return *view_.header; }
 
-  // Pops the next submission if the completion ring has room for its completion.
+  // Pops the next submission if the completion ring has room for its completion, counting
+  // the completions the client has not read yet: a client that stops reading stalls only
+  // itself, and loses nothing.
   bool next_submission(ipc::SubmissionEntry& entry);
-  bool has_submission() const {
-    return in_flight_ < completions_.capacity() && submissions_.available() > 0;
+  bool has_submission() const { return submissions_.available() > 0 && has_completion_room(); }
+  // Submissions wait for the client to read its completions (the engine then looks again now
+  // and then: such a client may not ring the doorbell once it has read them).
+  bool waits_for_completion_room() const {
+    return submissions_.available() > 0 && !has_completion_room();
   }
   // Posts a completion and wakes the client if it sleeps. Message is truncated to fit.
   void complete(uint64_t request, ipc::Collective collective, gradsync_result status,
@@ -88,7 +93,14 @@ class Session {
   ipc::RingProducer<ipc::CompletionEntry> completions_;
   ipc::UniqueFd doorbell_;
   metrics::Metrics& metrics_;
-  uint32_t in_flight_ = 0;  // popped submissions not yet completed: bounded by the ring size
+  uint32_t in_flight_ = 0;  // popped submissions not yet completed
+  // Submissions that may still be taken before the completion ring's free slots are read
+  // again: free slots less in_flight_, when last read. Taking one uses one; completing one
+  // changes nothing (a slot fills as in_flight_ drops); the client reading one frees one.
+  uint64_t take_budget_ = 0;
+  bool has_completion_room() const {
+    return take_budget_ > 0 || completions_.free_slots() > in_flight_;
+  }
   uint64_t submitted_ = 0;
   uint64_t completed_ = 0;
   uint64_t mapped_bytes_ = 0;  // of buffers_

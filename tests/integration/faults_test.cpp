@@ -63,6 +63,66 @@ TEST_F(FaultsTest, SecondDaemonOnTheSameSocketRefusesToStart) {
   expect_all_succeed(ranks);
 }
 
+// 100 clients connect, run a job and leave, in a loop, two at a time, while a long job runs
+// beside them: that job's results stay right, and the daemon's fds, shared-memory mappings and
+// memory come back (memory within a bound: the allocator keeps some).
+TEST_F(FaultsTest, HundredClientsComingAndGoingBesideARunningJob) {
+  const pid_t pid = daemon().process().pid();
+  auto rss_kib = [pid] {
+    const CommandResult status =
+        run_command("awk '/^VmRSS/ {print $2}' /proc/" + std::to_string(pid) + "/status");
+    return std::stol(status.out);
+  };
+  // Warm the paths the loop takes once, so that the baseline holds what stays allocated.
+  auto warm = spawn_ranks("warm", 2, {"grouped"});
+  expect_all_succeed(warm);
+  const DaemonResources baseline = resources_of(pid);
+  const long rss_before = rss_kib();
+  auto steady = spawn_ranks("steady", 2, {"steps", "400"});
+  for (int round = 0; round < 50; ++round) {
+    auto pair = spawn_ranks("churn-" + std::to_string(round), 2, {"grouped"});
+    expect_all_succeed(pair);
+  }
+  expect_all_succeed(steady);
+  expect_resources_return_to(baseline);
+  EXPECT_LT(rss_kib() - rss_before, 32 * 1024) << "the daemon grew by more than 32 MiB";
+}
+
+// A client that submits and never reads its completions fills its completion ring. The daemon
+// then takes no more of its submissions (it would have nowhere to answer them), loses none of
+// its completions, and serves other jobs as before; once the client reads, the rest run.
+TEST_F(DaemonTest, ClientThatNeverReadsCompletionsStallsOnlyItself) {
+  constexpr uint32_t kRing = 16;
+  start_daemon("ring_entries = " + std::to_string(kRing));
+  RawClient hog(socket());
+  ASSERT_EQ(hog.hello("hog", 0, 1).first, 0u);
+  ipc::UniqueFd memfd = ipc::create_sealed_memfd("hog", 1 << 16);
+  ASSERT_EQ(hog.register_buffer(1, memfd.get(), 0, 1 << 16).first, 0u);
+  auto submit = [&](uint64_t request) {
+    auto entry = allreduce_entry("t" + std::to_string(request), 1, 0, 1024);
+    entry.request = request;
+    hog.submit(entry);
+  };
+  for (uint64_t r = 0; r < kRing; ++r) submit(r);
+  // The daemon takes these at once (its completions fill the ring): room for as many more.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (hog.submission_ring_free() < kRing && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(hog.submission_ring_free(), kRing);
+  for (uint64_t r = kRing; r < 2 * kRing; ++r) submit(r);
+
+  auto bystanders = spawn_ranks("bystander", 2, {"collectives"});
+  expect_all_succeed(bystanders);
+  EXPECT_EQ(hog.submission_ring_free(), 0u) << "the daemon took work it cannot answer";
+
+  for (uint64_t r = 0; r < 2 * kRing; ++r) {
+    const ipc::CompletionEntry done = hog.next_completion();
+    EXPECT_EQ(done.request, r) << "a completion was lost";
+    EXPECT_EQ(done.status, static_cast<uint32_t>(GRADSYNC_OK));
+  }
+}
+
 class FormationTest : public DaemonTest {};
 
 TEST_F(FormationTest, RankThatNeverConnectsFailsTheJobNamingIt) {

@@ -106,6 +106,7 @@ class RawClient {
   std::pair<uint32_t, std::string> register_buffer(uint32_t id, int fd, uint64_t offset,
                                                    uint64_t bytes);
   void submit(const ipc::SubmissionEntry& entry);
+  uint64_t submission_ring_free() const { return submissions_.free_slots(); }
   ipc::CompletionEntry next_completion(
       std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
