@@ -223,6 +223,37 @@ TEST(Cluster, KilledPeerDaemonFailsSurvivingRanksWithinTenSeconds) {
   expect_all_succeed(after);
 }
 
+// A node daemon restarted (SIGTERM, then started again on the same address) while its job's
+// ranks are connected: every rank of the job gets an error within a bound, a new job forms
+// across the same nodes (the survivor reconnects to the restarted daemon, which binds its
+// port again at once), and the survivor's fds and shared-memory mappings are as before.
+TEST(Cluster, ADaemonRestartedUnderItsRanksFailsTheJobAndANewOneForms) {
+  LoopbackCluster cluster(2);
+  auto warm = cluster.spawn("warm", {1, 1}, {"grouped"});
+  expect_all_succeed(warm);  // the nodes' connections exist from here on
+  const pid_t survivor = cluster.daemon(0).process().pid();
+  const DaemonResources baseline = resources_of(survivor);
+  auto ranks = cluster.spawn("restarted", {1, 1}, {"loop", std::to_string(1 << 20)});
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  const auto restarted_at = std::chrono::steady_clock::now();
+  cluster.restart(1);
+  for (size_t r = 0; r < 2; ++r) {
+    const auto status = ranks[r].wait_for(std::chrono::seconds(10));
+    ASSERT_TRUE(status) << "rank " << r << " hung across the restart";
+    EXPECT_EQ(*status, r == 1 ? GRADSYNC_ERR_DAEMON_GONE : GRADSYNC_ERR_PEER_FAILED)
+        << "rank " << r;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - restarted_at, std::chrono::seconds(15));
+  auto after = cluster.spawn("after-restart", {1, 1}, {"cluster"});
+  expect_all_succeed(after);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!(resources_of(survivor) == baseline) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(resources_of(survivor).open_fds, baseline.open_fds);
+  EXPECT_EQ(resources_of(survivor).memfd_mappings, baseline.memfd_mappings);
+}
+
 // Node 1's rank withholds a tensor node 0's rank has submitted: node 0 (the coordinator, which
 // knows who has reported what) names node 1, and fails the job after stall_shutdown_seconds.
 TEST(Cluster, AStallAcrossNodesNamesTheMissingNode) {

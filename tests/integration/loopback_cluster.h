@@ -50,11 +50,15 @@ class LoopbackCluster {
         metrics_port_ = free_tcp_port();
         args.insert(args.end(), {"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_)});
       }
-      const std::string log = directory_ / ("node" + std::to_string(n) + ".log");
-      daemons_.push_back(std::make_unique<tools::PrivateDaemon>(
-          tools::executable_dir() + "/gradsyncd", args,
-          std::vector<std::string>{"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>" + log}));
+      daemon_args_.push_back(args);
+      daemons_.push_back(start(n));
     }
+  }
+  // Stops node n's daemon (SIGTERM, as systemd restarts a service) and starts it again with
+  // the same address, configuration and key; its socket path changes.
+  void restart(int node) {
+    daemons_[static_cast<size_t>(node)]->stop();
+    daemons_[static_cast<size_t>(node)] = start(node);
   }
   ~LoopbackCluster() {
     daemons_.clear();
@@ -106,6 +110,14 @@ class LoopbackCluster {
   }
 
  private:
+  std::unique_ptr<tools::PrivateDaemon> start(int node) const {
+    const std::string log = directory_ / ("node" + std::to_string(node) + ".log");
+    return std::make_unique<tools::PrivateDaemon>(
+        tools::executable_dir() + "/gradsyncd", daemon_args_[static_cast<size_t>(node)],
+        std::vector<std::string>{"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>" + log});
+  }
+
+  std::vector<std::vector<std::string>> daemon_args_;
   uint16_t metrics_port_ = 0;
   std::filesystem::path directory_;
   std::filesystem::path config_path_;
