@@ -112,7 +112,7 @@ void Engine::run() {
     for (Session* session : polled_) progressed |= poll_submissions(*session);
     // UCX progress costs about a microsecond: only while a job spans nodes. (Otherwise its
     // fd still wakes a sleeping engine, and a job's first rank picks up what arrived early.)
-    if (network_jobs_ > 0 || (mesh_ && mesh_->handshaking())) progressed |= poll_peers();
+    if (network_jobs_ > 0 || (mesh_ && mesh_->needs_service())) progressed |= poll_peers();
     progressed |= run_ready_batches();
     const auto now = Clock::now();  // one clock read for the deadline checks and the spin
     progressed |= check_formation(now);
@@ -158,6 +158,9 @@ void Engine::handle(AttachSession& command) {
         who.job, who.local_world_size,
         Clock::now() + std::chrono::seconds(config_.job_formation_timeout_seconds));
     if (!who.nodes.empty()) {
+      // A peer that failed while no job used the mesh: the jobs that had it hear of it now, and
+      // the new job connects to it afresh (the mesh reconnects only once a failure is told).
+      take_failed_peers();
       job->set_network(std::make_unique<NodeJob>(
           who.job, NodeLayout{who.nodes, who.node_rank, who.world_size}, *mesh_,
           NodeJobSettings{std::chrono::seconds(config_.peer_timeout_seconds),
@@ -272,7 +275,12 @@ void Engine::fail_job(Job& job, gradsync_result status, const std::string& reaso
   if (job.failure()) return;
   log_->warn("job '{}' failed: {}", job.name(), reason);
   job.fail(status, reason);
-  if (tell_peers && job.network()) job.network()->broadcast_abort(reason);
+  if (job.network() != nullptr) {
+    if (tell_peers) job.network()->broadcast_abort(reason);
+    // Whatever failed it, a connection of the job may be the cause and stay silently broken
+    // (a cut link): peers that do not answer are disconnected, so the next job reconnects.
+    job.network()->check_peers_alive();
+  }
 }
 
 bool Engine::poll_peers() {
@@ -281,9 +289,16 @@ bool Engine::poll_peers() {
     handle_node_message(message->payload, message->tag);
     any = true;
   }
-  if (mesh_->handshaking()) any |= take_handshakes();
+  if (mesh_->needs_service()) any |= take_handshakes();
+  return take_failed_peers() || any;
+}
+
+bool Engine::take_failed_peers() {
+  bool any = false;
   for (const transport::PeerId peer : mesh_->take_failed_peers()) {
     const std::string& reason = mesh_->failure(peer);
+    log_->warn("node daemon {} failed{}{}", mesh_->address_of(peer), reason.empty() ? "" : ": ",
+               reason);
     for (auto& [name, job] : jobs_) {
       if (job->network() && job->network()->has_peer(peer)) {
         fail_job(*job, GRADSYNC_ERR_PEER_FAILED,
@@ -467,7 +482,7 @@ int Engine::sleep_timeout_ms() const {
     }
   }
   // A handshake's deadline, and a refused connection's close, are the mesh's to watch.
-  if (mesh_ && mesh_->handshaking())
+  if (mesh_ && mesh_->needs_service())
     deadline = std::min(deadline, Clock::now() + kNetworkPollInterval);
   if (deadline == Clock::time_point::max()) return -1;
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());

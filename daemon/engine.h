@@ -90,6 +90,8 @@ class Engine {
   bool poll_peers();
   // Logs and counts the handshakes that ended; forms the jobs that waited for them.
   bool take_handshakes();
+  // Fails the jobs of the peers that failed since the last call.
+  bool take_failed_peers();
   // `tag`: the message's UCX tag (names the sending node and, hashed, the job), to fail the
   // job a message that cannot be read was for; 0 when replaying a message read before.
   void handle_node_message(const std::vector<uint8_t>& payload, uint64_t tag = 0);

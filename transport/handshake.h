@@ -56,7 +56,16 @@ class ClusterKey {
 
 Nonce random_nonce();  // from the operating system's CSPRNG (OpenSSL RAND_bytes)
 
-enum class HandshakeType : uint8_t { kHello = 1, kChallenge = 2, kProof = 3, kResult = 4 };
+// Ping and Pong (a nonce in client_nonce) check that an accepted connection still carries
+// messages both ways: see Mesh::check_alive.
+enum class HandshakeType : uint8_t {
+  kHello = 1,
+  kChallenge = 2,
+  kProof = 3,
+  kResult = 4,
+  kPing = 5,
+  kPong = 6,
+};
 
 // One message of the handshake. Fields a type does not use stay empty.
 struct HandshakeMessage {

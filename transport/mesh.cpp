@@ -53,7 +53,8 @@ Mesh::Mesh(const MeshOptions& options)
     : context_(create_context(ucx_settings(options))),
       worker_(create_worker(context_.get())),
       key_(options.cluster_key),
-      handshake_timeout_(options.handshake_timeout) {
+      handshake_timeout_(options.handshake_timeout),
+      liveness_timeout_(options.liveness_timeout) {
   struct sockaddr_in address = parse_host_port(options.listen);
   ucp_listener_params_t params{};
   params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
@@ -112,7 +113,7 @@ void Mesh::on_connection(ucp_conn_request_h request, void* arg) {
   }
 }
 
-void Mesh::on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t /*status*/) {
+void Mesh::on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t status) {
   // Inside a UCX callback: record only. Closing progresses the worker, which must not happen
   // from a callback; close_failed() does it afterwards. An endpoint this mesh no longer holds
   // (closing already) is left alone.
@@ -135,6 +136,9 @@ void Mesh::on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t /*status
     Peer& peer = mesh.peers_[context->peer];
     if (peer.endpoint != endpoint) return;
     if (!peer.failed) ++peer.stats.errors;
+    if (peer.failure.empty()) {
+      peer.failure = std::string("its connection failed: ") + ucs_status_string(status);
+    }
     peer.failed = true;
     peer.endpoint = nullptr;
     peer.waiting.clear();
@@ -274,7 +278,7 @@ std::optional<Mesh::Message> Mesh::poll_message(uint64_t tag, uint64_t tag_mask)
 
 bool Mesh::progress() {
   bool any = ucp_worker_progress(worker_.get()) != 0;
-  if (!handshake_inbox_.empty() || !inbound_.empty() || !closing_.empty()) {
+  if (!handshake_inbox_.empty() || !inbound_.empty() || !closing_.empty() || !checks_.empty()) {
     any |= serve_handshakes();
   }
   if (!to_close_.empty()) close_failed();

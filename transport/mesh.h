@@ -42,6 +42,7 @@ struct MeshOptions {
   uint32_t keepalive_interval_seconds = 2;
   std::optional<ClusterKey> cluster_key;  // none: only daemons without a key are accepted
   std::chrono::milliseconds handshake_timeout{10000};  // for a connection to us
+  std::chrono::milliseconds liveness_timeout{3000};    // for an answer to check_alive
 };
 
 // A handshake that ended, for the logs and the metrics.
@@ -120,13 +121,21 @@ class Mesh {
   std::vector<PeerId> take_failed_peers();
   bool failed(PeerId peer) const { return peers_.at(peer).failed; }
 
+  // Asks the peer to answer over our connection to it; no answer within the liveness timeout
+  // fails the peer and closes the connection, so that the next job reconnects. For after a
+  // collective made no progress: a link that was cut with data in flight leaves TCP
+  // retransmitting for many minutes without an error, and keepalive only probes idle
+  // connections. A peer that answers keeps its connection. Nothing happens for a peer that
+  // has failed, or has not accepted us yet, or is being checked already.
+  void check_alive(PeerId peer);
+
   // Handshakes that ended since the last call, both ways.
   std::vector<HandshakeOutcome> take_handshake_outcomes() { return std::move(outcomes_); }
-  // Handshake work waits (messages to answer, deadlines to watch): progress() soon, even when
-  // no job uses the mesh.
-  bool handshaking() const {
+  // Handshake or liveness work waits (messages to answer, deadlines to watch): progress()
+  // soon, even when no job uses the mesh.
+  bool needs_service() const {
     return !handshake_inbox_.empty() || !inbound_.empty() || !closing_.empty() ||
-           !outcomes_.empty();
+           !outcomes_.empty() || !checks_.empty();
   }
 
  private:
@@ -192,6 +201,7 @@ class Mesh {
   void accept_inbound(const Inbound& inbound);
   void refuse_inbound(const Inbound& inbound, const std::string& reason);
   void refuse_peer(PeerId peer, const std::string& reason);
+  void on_liveness(const Delivery& delivery, const HandshakeMessage& message);
 
   Context context_;
   Worker worker_;
@@ -207,6 +217,13 @@ class Mesh {
   std::vector<ucp_ep_h> inbound_accepted_;  // done
   std::vector<Closing> closing_;
   std::vector<Delivery> handshake_inbox_;
+  struct Check {
+    PeerId peer;
+    Nonce nonce;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  std::vector<Check> checks_;  // liveness checks awaiting their Pong
+  std::chrono::milliseconds liveness_timeout_;
   std::vector<HandshakeOutcome> outcomes_;
   std::vector<ucp_ep_h> to_close_;  // failed endpoints, closed outside UCX's callbacks
   std::vector<std::unique_ptr<ErrorContext>> error_contexts_;

@@ -57,6 +57,11 @@ bool Mesh::serve_handshakes() {
       }
       continue;
     }
+    if (message &&
+        (message->type == HandshakeType::kPing || message->type == HandshakeType::kPong)) {
+      on_liveness(delivery, *message);
+      continue;
+    }
     // On our own connections: answers name the handshake by our nonce. Anything else (a
     // connection that finished its handshake, or is gone) is dropped.
     if (!message ||
@@ -84,6 +89,22 @@ bool Mesh::serve_handshakes() {
                                         handshake_timeout_.count()));
     did = true;
   }
+  std::vector<Check> unanswered;
+  std::erase_if(checks_, [&](const Check& check) {
+    if (check.deadline > now) return false;
+    unanswered.push_back(check);
+    return true;
+  });
+  for (const Check& check : unanswered) {
+    Peer& peer = peers_[check.peer];
+    if (peer.failed || peer.nonce != check.nonce) continue;  // failed meanwhile, or reconnected
+    ++peer.stats.errors;
+    peer.failed = true;
+    peer.failure =
+        fmt::format("it did not answer a liveness check within {} ms", liveness_timeout_.count());
+    if (peer.endpoint != nullptr) to_close_.push_back(std::exchange(peer.endpoint, nullptr));
+    did = true;
+  }
   for (size_t i = 0; i < closing_.size();) {
     if (closing_[i].at <= now) {
       const ucp_ep_h endpoint = closing_[i].endpoint;
@@ -97,12 +118,48 @@ bool Mesh::serve_handshakes() {
   return did;
 }
 
+// Liveness: a Ping goes on our connection to the peer, named by a fresh nonce; the peer
+// answers on the same connection (its endpoint for it), and only on one it has accepted.
+
+void Mesh::check_alive(PeerId id) {
+  Peer& peer = peers_.at(id);
+  if (peer.failed || !peer.accepted ||
+      std::any_of(checks_.begin(), checks_.end(), [&](const Check& c) { return c.peer == id; })) {
+    return;
+  }
+  // The handshake's nonce is spent: the check reuses the field, and a reconnection (which
+  // draws a new one) makes a late answer to the old connection's check moot.
+  peer.nonce = random_nonce();
+  HandshakeMessage ping;
+  ping.type = HandshakeType::kPing;
+  ping.client_nonce = peer.nonce;
+  send_handshake(peer.endpoint, ping);
+  checks_.push_back(Check{id, peer.nonce, std::chrono::steady_clock::now() + liveness_timeout_});
+}
+
+void Mesh::on_liveness(const Delivery& delivery, const HandshakeMessage& message) {
+  if (message.type == HandshakeType::kPing) {
+    const bool accepted = delivery.endpoint != nullptr &&
+                          std::find(inbound_accepted_.begin(), inbound_accepted_.end(),
+                                    delivery.endpoint) != inbound_accepted_.end();
+    if (!accepted) return;
+    HandshakeMessage pong;
+    pong.type = HandshakeType::kPong;
+    pong.client_nonce = message.client_nonce;
+    send_handshake(delivery.endpoint, pong);
+    return;
+  }
+  std::erase_if(checks_, [&](const Check& check) { return check.nonce == message.client_nonce; });
+}
+
 void Mesh::send_handshake(ucp_ep_h endpoint, const HandshakeMessage& message) {
   // The client's messages say which connection they came on (REPLY): the server knows a
   // connection only by its endpoint. The server's answers name the handshake by the client's
   // nonce instead, so they need no reply endpoint.
-  const bool from_client =
-      message.type == HandshakeType::kHello || message.type == HandshakeType::kProof;
+  const bool from_client = message.type == HandshakeType::kHello ||
+                           message.type == HandshakeType::kProof ||
+                           message.type == HandshakeType::kPing;
+
   auto bytes = std::make_shared<const std::vector<uint8_t>>(encode(message));
   auto state = std::make_unique<Operation::State>();
   ucp_request_param_t params = send_params(state.get());

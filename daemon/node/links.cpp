@@ -56,6 +56,12 @@ bool NodeLinks::authenticated() const {
   return true;
 }
 
+void NodeLinks::check_alive() {
+  for (uint32_t node = 0; node < peers_.size(); ++node) {
+    if (node != me()) mesh_.check_alive(peers_[node]);
+  }
+}
+
 bool NodeLinks::has_peer(transport::PeerId peer) const {
   for (uint32_t node = 0; node < peers_.size(); ++node) {
     if (node != me() && peers_[node] == peer) return true;

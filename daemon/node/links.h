@@ -65,6 +65,9 @@ class NodeLinks {
   bool has_peer(transport::PeerId peer) const;
   // Every other node has accepted this daemon's handshake: data may flow.
   bool authenticated() const;
+  // Has the mesh check that every other node still answers (after a failure: a connection
+  // that does not is closed, and the next job reconnects).
+  void check_alive();
   std::chrono::seconds peer_timeout() const { return peer_timeout_; }
   uint16_t job_tag() const { return job_tag_; }  // the job's name, hashed, in every tag
 

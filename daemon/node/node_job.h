@@ -91,6 +91,8 @@ class NodeJob {
 
   // Tells every other node that the job failed here.
   void broadcast_abort(const std::string& reason);
+  // Checks that the job's connections still carry messages (see Mesh::check_alive).
+  void check_peers_alive() { links_.check_alive(); }
   // Fails everything waiting here (the Job fails its own queues).
   void fail_waiting(gradsync_result status, const std::string& message);
 

@@ -67,7 +67,7 @@ TEST(HandshakeMessage, MalformedInputIsRefused) {
   EXPECT_FALSE(decode_handshake({}));
   EXPECT_FALSE(altered([](auto& b) { b[0] = kHandshakeVersion + 1; })) << "version";
   EXPECT_FALSE(altered([](auto& b) { b[1] = 0; })) << "type";
-  EXPECT_FALSE(altered([](auto& b) { b[1] = 5; })) << "type";
+  EXPECT_FALSE(altered([](auto& b) { b[1] = 7; })) << "type";
   EXPECT_FALSE(altered([](auto& b) { b[2] = 4; })) << "unknown flag";
   EXPECT_FALSE(altered([](auto& b) { b.pop_back(); })) << "truncated text";
   EXPECT_FALSE(altered([](auto& b) { b.push_back('x'); })) << "trailing bytes";

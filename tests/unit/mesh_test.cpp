@@ -135,6 +135,30 @@ TEST_F(MeshTest, ReconnectsToARestartedPeer) {
   EXPECT_EQ(got, value);
 }
 
+TEST_F(MeshTest, LivenessCheckKeepsAPeerThatAnswersAndFailsOneThatDoesNot) {
+  MeshOptions quick{"127.0.0.1:0"};
+  quick.liveness_timeout = std::chrono::milliseconds(300);
+  a_ = std::make_unique<Mesh>(quick);
+  a_to_b_ = a_->connect("127.0.0.1:" + std::to_string(b_->port()));
+  drive_until([&] { return a_->authenticated(a_to_b_); });
+  a_->check_alive(a_to_b_);
+  const auto answered_by = Clock::now() + std::chrono::milliseconds(600);
+  while (Clock::now() < answered_by) {
+    a_->progress();
+    b_->progress();
+  }
+  EXPECT_FALSE(a_->failed(a_to_b_)) << a_->failure(a_to_b_);
+  a_->take_handshake_outcomes();
+  EXPECT_FALSE(a_->needs_service()) << "the answered check is done";
+  // A peer that never answers (a cut link carries nothing; here B is simply not driven).
+  a_->check_alive(a_to_b_);
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  while (!a_->failed(a_to_b_) && Clock::now() < deadline) a_->progress();
+  ASSERT_TRUE(a_->failed(a_to_b_));
+  EXPECT_THAT(a_->failure(a_to_b_), ::testing::HasSubstr("did not answer a liveness check"));
+  EXPECT_EQ(a_->take_failed_peers(), std::vector<PeerId>{a_to_b_});
+}
+
 // Two meshes with the given keys, connected both ways, driven until each side's handshake
 // to the other has ended.
 class HandshakeTest : public ::testing::Test {
@@ -295,7 +319,7 @@ TEST(Handshake, SilentConnectionIsClosedAfterTheTimeout) {
   EXPECT_TRUE(outcomes[0].inbound);
   EXPECT_FALSE(outcomes[0].accepted);
   EXPECT_THAT(outcomes[0].reason, ::testing::HasSubstr("within 300 ms"));
-  EXPECT_FALSE(server.handshaking());
+  EXPECT_FALSE(server.needs_service());
   ucp_request_param_t close{};
   close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   close.flags = UCP_EP_CLOSE_FLAG_FORCE;

@@ -1,0 +1,78 @@
+# Shared by the namespace-cluster tests: sourced after setting `build`, `source`, `nodes`,
+# `ranks_per_node` and GRADSYNC_NETNS_PREFIX. Brings the cluster up with one gradsyncd per
+# node (UCX over TCP on the node's veth, a shared cluster key, extra daemon flags in
+# `daemon_flags`), and tears it all down on exit.
+#
+#   start_cluster              namespaces, key, daemons; waits for every socket
+#   run_ranks JOB SCENARIO...  ranks_per_node ranks per node; returns their worst status
+#   node_log n                 node n's daemon log
+cluster="$source/scripts/netns-cluster"
+work=$(mktemp -d)
+daemons=()
+addresses=""
+[[ -n "${daemon_flags+set}" ]] || daemon_flags=()
+
+cleanup() {
+  for pid in "${daemons[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${daemons[@]}"; do wait "$pid" 2>/dev/null || true; done
+  "$cluster" down "$nodes"
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+start_cluster() {
+  "$cluster" up "$nodes"
+  for ((n = 0; n < nodes; n++)); do
+    addresses+="${addresses:+,}$("$cluster" address "$n"):9478"
+  done
+  # The nodes authenticate each other with a shared cluster key, as in production.
+  (umask 077 && head -c 32 /dev/urandom >"$work/cluster.key")
+  for ((n = 0; n < nodes; n++)); do
+    # Nodes share no memory: UCX must use TCP, on the node's veth.
+    "$cluster" exec "$n" env UCX_TLS=tcp UCX_NET_DEVICES=eth0 "$build/gradsyncd" \
+      --socket "$work/node$n.sock" --listen "$("$cluster" address "$n"):9478" \
+      --cluster-key-file "$work/cluster.key" --metrics-listen "" "${daemon_flags[@]}" \
+      >"$work/node$n.log" 2>&1 &
+    daemons+=($!)
+  done
+  for ((n = 0; n < nodes; n++)); do
+    for _ in $(seq 100); do [[ -S "$work/node$n.sock" ]] && break; sleep 0.1; done
+    [[ -S "$work/node$n.sock" ]] || { cat "$work/node$n.log"; echo "node $n's daemon did not start"; exit 1; }
+  done
+}
+
+node_log() { cat "$work/node$1.log"; }
+
+# Prints the daemons' last lines and the reason, and exits.
+fail() {
+  for ((n = 0; n < nodes; n++)); do echo "--- node $n"; tail -40 "$work/node$n.log"; done
+  echo "FAILED: $*"
+  exit 1
+}
+
+run_ranks() {
+  local job=$1; shift
+  local pids=() world=$((nodes * ranks_per_node)) worst=0 status
+  for ((n = 0; n < nodes; n++)); do
+    for ((l = 0; l < ranks_per_node; l++)); do
+      "$cluster" exec "$n" env GRADSYNC_SOCKET="$work/node$n.sock" GRADSYNC_JOB="$job" \
+        GRADSYNC_NODES="$addresses" GRADSYNC_NODE_RANK="$n" RANK=$((n * ranks_per_node + l)) \
+        WORLD_SIZE="$world" LOCAL_RANK="$l" LOCAL_WORLD_SIZE="$ranks_per_node" \
+        timeout 120 "$build/gradsync-test-rank" "$@" &
+      pids+=($!)
+    done
+  done
+  for pid in "${pids[@]}"; do
+    status=0
+    wait "$pid" || status=$?
+    (( status > worst )) && worst=$status
+  done
+  return "$worst"
+}
+
+# run_ranks that must pass: prints the daemons' last lines and exits when it does not.
+expect_ranks_pass() {
+  local job=$1
+  run_ranks "$@" || fail "$job (${*:2})"
+  echo "passed: $job (${*:2})"
+}
