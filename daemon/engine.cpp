@@ -29,6 +29,10 @@ constexpr size_t kMaxEarlyMessages = 65536;
 // How long the engine sleeps at most while collectives across nodes are in flight.
 constexpr auto kNetworkPollInterval = std::chrono::milliseconds(1);
 constexpr auto kCompletionRoomPollInterval = std::chrono::milliseconds(10);
+constexpr auto kEndedJobDrainInterval = std::chrono::milliseconds(100);
+// How long after a job ended here its peers may still send to it: they fail it within their
+// peer timeout; this much more covers their aborts and retries in flight.
+constexpr auto kEndedJobGrace = std::chrono::seconds(10);
 
 metrics::CollectiveKind kind_of(ipc::Collective c) {
   return static_cast<metrics::CollectiveKind>(c);
@@ -112,7 +116,9 @@ void Engine::run() {
     for (Session* session : polled_) progressed |= poll_submissions(*session);
     // UCX progress costs about a microsecond: only while a job spans nodes. (Otherwise its
     // fd still wakes a sleeping engine, and a job's first rank picks up what arrived early.)
-    if (network_jobs_ > 0 || (mesh_ && mesh_->needs_service())) progressed |= poll_peers();
+    if (network_jobs_ > 0 || !ended_jobs_.empty() || (mesh_ && mesh_->needs_service())) {
+      progressed |= poll_peers();
+    }
     progressed |= run_ready_batches();
     const auto now = Clock::now();  // one clock read for the deadline checks and the spin
     progressed |= check_formation(now);
@@ -158,6 +164,7 @@ void Engine::handle(AttachSession& command) {
         who.job, who.local_world_size,
         Clock::now() + std::chrono::seconds(config_.job_formation_timeout_seconds));
     if (!who.nodes.empty()) {
+      ended_jobs_.erase(who.job);  // a new job of that name: its messages are wanted
       // A peer that failed while no job used the mesh: the jobs that had it hear of it now, and
       // the new job connects to it afresh (the mesh reconnects only once a failure is told).
       take_failed_peers();
@@ -226,10 +233,13 @@ void Engine::handle(DetachSession& command) {
           log_->debug("job '{}': {} negotiation cycles, {} cache hits, {} misses", job_name,
                       counters.cycles, counters.cache_hits, counters.cache_misses);
         }
-        size_t early = 0;
-        for (const auto& [name, messages] : early_messages_) early += messages.size();
-        log_->debug("job '{}' ended; the mesh holds {} retired operations, {} early messages",
-                    job_name, mesh_->retired_count(), early);
+        // Peers may still send to it until they hear it failed: drained for a while.
+        ended_jobs_[job_name] = EndedJob{
+            job->network()->job_tag(),
+            Clock::now() + std::chrono::seconds(config_.peer_timeout_seconds) + kEndedJobGrace};
+        early_messages_.erase(job_name);
+        log_->debug("job '{}' ended; the mesh holds {} retired operations", job_name,
+                    mesh_->retired_count());
       }
       metrics_.job_ended(job_name);
       jobs_.erase(job_name);
@@ -290,7 +300,20 @@ bool Engine::poll_peers() {
     any = true;
   }
   if (mesh_->needs_service()) any |= take_handshakes();
+  if (!ended_jobs_.empty()) drain_ended_jobs();
   return take_failed_peers() || any;
+}
+
+void Engine::drain_ended_jobs() {
+  const auto now = Clock::now();
+  std::erase_if(ended_jobs_, [now](const auto& entry) { return entry.second.until <= now; });
+  for (const auto& [name, ended] : ended_jobs_) {
+    // Tags are hashed names: never drain one that a live job shares.
+    const bool shared = std::any_of(jobs_.begin(), jobs_.end(), [&](const auto& job) {
+      return job.second->network() != nullptr && job.second->network()->job_tag() == ended.tag;
+    });
+    if (!shared) mesh_->discard(tags::make(0, 0, ended.tag, 0), tags::kJobMask);
+  }
 }
 
 bool Engine::take_failed_peers() {
@@ -359,8 +382,9 @@ void Engine::handle_node_message(const std::vector<uint8_t>& payload, uint64_t t
     const auto job = jobs_.find(name);
     if (job == jobs_.end() || !job->second->network()) {
       // An abort for a job not here: it ended here first (its ranks all left), or never began.
-      // Kept, it would fail the next job of that name.
-      if (message.isAbort()) return;
+      // Kept, it would fail the next job of that name. Nor is anything kept for a job that
+      // ended here.
+      if (message.isAbort() || ended_jobs_.contains(name)) return;
       // Peers may be a step ahead of this node's ranks connecting.
       size_t kept = 0;
       for (const auto& [job_name, messages] : early_messages_) kept += messages.size();
@@ -368,6 +392,13 @@ void Engine::handle_node_message(const std::vector<uint8_t>& payload, uint64_t t
       return;
     }
     if (message.isAbort()) {
+      log_->debug("job '{}': node {} failed it: {}", name, message.getNode(),
+                  message.getAbort().cStr());
+      if (message.getAbortAbandoned()) {
+        // The sender gave up collectives it had agreed to: what waits on it here never ends.
+        fail_job(*job->second, GRADSYNC_ERR_PEER_FAILED, message.getAbort(), false);
+        return;
+      }
       // What every node agreed to run before the sender failed (its cycles came first, on the
       // same connection) still runs: a peer that finished the job and left has done its part.
       // The job fails once that is done (run_agreed).
@@ -391,7 +422,7 @@ bool Engine::run_agreed(Job& job) {
   bool ran = false;
   if (auto error = job.network()->run_decided(ran)) {
     fail_job(job, GRADSYNC_ERR_PEER_FAILED, *error, true);
-  } else if (auto reason = job.network()->abort_due()) {
+  } else if (auto reason = job.network()->abort_due(Clock::now())) {
     fail_job(job, GRADSYNC_ERR_PEER_FAILED, *reason, false);
     ran = true;
   }
@@ -481,6 +512,8 @@ int Engine::sleep_timeout_ms() const {
       break;
     }
   }
+  // What peers still send to ended jobs is drained now and then.
+  if (!ended_jobs_.empty()) deadline = std::min(deadline, Clock::now() + kEndedJobDrainInterval);
   // A handshake's deadline, and a refused connection's close, are the mesh's to watch.
   if (mesh_ && mesh_->needs_service())
     deadline = std::min(deadline, Clock::now() + kNetworkPollInterval);

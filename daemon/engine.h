@@ -92,6 +92,7 @@ class Engine {
   bool take_handshakes();
   // Fails the jobs of the peers that failed since the last call.
   bool take_failed_peers();
+  void drain_ended_jobs();
   // `tag`: the message's UCX tag (names the sending node and, hashed, the job), to fail the
   // job a message that cannot be read was for; 0 when replaying a message read before.
   void handle_node_message(const std::vector<uint8_t>& payload, uint64_t tag = 0);
@@ -122,6 +123,13 @@ class Engine {
   size_t network_jobs_ = 0;  // jobs with a NodeJob: the mesh is polled only while there are any
   // Control messages for jobs that have no rank here yet, replayed when one connects.
   std::unordered_map<std::string, std::vector<std::vector<uint8_t>>> early_messages_;
+  // Jobs across nodes that ended here, by name: what their peers still send is drained from
+  // the mesh (drain_ended_jobs) until `until`, and none of it is kept as early.
+  struct EndedJob {
+    uint16_t tag;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::unordered_map<std::string, EndedJob> ended_jobs_;
   ipc::UniqueFd epoll_;
   ipc::UniqueFd wake_;
 

@@ -276,6 +276,26 @@ std::optional<Mesh::Message> Mesh::poll_message(uint64_t tag, uint64_t tag_mask)
   return message;
 }
 
+size_t Mesh::discard(uint64_t tag, uint64_t tag_mask) {
+  size_t discarded = 0;
+  ucp_tag_recv_info_t info{};
+  while (ucp_tag_message_h handle = ucp_tag_probe_nb(worker_.get(), tag, tag_mask, 1, &info)) {
+    auto sink = std::make_shared<std::vector<uint8_t>>(info.length);
+    auto state = std::make_unique<Operation::State>();
+    ucp_request_param_t params = receive_params(state.get());
+    std::vector<Operation> operations;
+    operations.push_back(Operation::started(
+        worker_.get(),
+        ucp_tag_msg_recv_nbx(worker_.get(), sink->data(), info.length, handle, &params),
+        std::move(state), true));
+    // Not retire(): a matched receive must not be cancelled, only waited for.
+    std::erase_if(operations, [](const Operation& op) { return op.done(); });
+    if (!operations.empty()) retired_.push_back(Retired{std::move(operations), {sink}});
+    ++discarded;
+  }
+  return discarded;
+}
+
 bool Mesh::progress() {
   bool any = ucp_worker_progress(worker_.get()) != 0;
   if (!handshake_inbox_.empty() || !inbound_.empty() || !closing_.empty() || !checks_.empty()) {
@@ -293,6 +313,9 @@ bool Mesh::progress() {
 
 void Mesh::retire(std::vector<Operation> operations,
                   std::vector<std::shared_ptr<const void>> memory) {
+  for (Operation& operation : operations) {
+    if (operation.valid()) operation.cancel();
+  }
   std::erase_if(operations, [](const Operation& op) { return !op.valid() || op.done(); });
   if (!operations.empty()) retired_.push_back(Retired{std::move(operations), std::move(memory)});
 }

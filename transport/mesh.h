@@ -104,8 +104,12 @@ class Mesh {
 
   // Operations nobody waits for (sends left to finish on their own, or operations of a
   // collective that failed), with whatever memory they read or write: kept until UCX is done
-  // with them, however long a live peer takes.
+  // with them, however long a live peer takes. Receives not matched yet are cancelled.
   void retire(std::vector<Operation> operations, std::vector<std::shared_ptr<const void>> memory);
+  // Receives and drops every message that has arrived matching tag/mask: for what peers still
+  // send to a job that has ended here. Left in UCX, such messages would pile up, and a large
+  // one would hold its sender's buffer until it is received. Returns how many.
+  size_t discard(uint64_t tag, uint64_t tag_mask);
 
   size_t retired_count() const { return retired_.size(); }
   // Drives UCX; true when it made progress.

@@ -88,6 +88,10 @@ Operation Operation::started(ucp_worker_h worker, ucs_status_ptr_t request,
   return operation;
 }
 
+void Operation::cancel() {
+  if (request_ != nullptr && receive_ && !state_->done) ucp_request_cancel(worker_, request_);
+}
+
 void Operation::release() {
   if (request_ != nullptr && !state_->done) {
     // A pending send is only released: UCX finishes (or fails) it on its own.

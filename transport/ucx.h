@@ -74,6 +74,9 @@ class Operation {
   size_t received_bytes() const { return state_->received; }
   uint64_t sender_tag() const { return state_->sender_tag; }  // of a completed receive
   bool is_receive() const { return receive_; }
+  // A receive not matched yet completes now, cancelled (UCX will not write its buffer); one
+  // already matched finishes on its own. Does nothing to a send.
+  void cancel();
 
   // The state UCX's callback writes; public for the callbacks in ucx.cpp.
   struct State {

@@ -71,4 +71,8 @@ struct NodeMessage {
     response @4 :CycleResponse;
     abort @5 :Text;   # the job failed on the sender: fail it here too
   }
+  # With abort: the sender gave up collectives every node had agreed on and it had not finished
+  # (the receiver cannot finish them either: fail at once). Without: it finished all it agreed
+  # to (its ranks left after their last step), and the receiver finishes those first.
+  abortAbandoned @6 :Bool;
 }

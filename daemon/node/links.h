@@ -28,6 +28,7 @@ inline constexpr uint64_t kData = 2;
 inline constexpr uint64_t kProbe = 3;
 inline constexpr uint64_t kKindMask = uint64_t{0xff} << 56;
 inline constexpr uint64_t kNodeMask = uint64_t{0xff} << 48;
+inline constexpr uint64_t kJobMask = uint64_t{0xffff} << 32;
 inline constexpr uint64_t kAll = ~uint64_t{0};
 inline uint64_t make(uint64_t kind, uint32_t node, uint16_t job, uint32_t low) {
   return (kind << 56) | (uint64_t{node & 0xffu} << 48) | (uint64_t{job} << 32) | low;

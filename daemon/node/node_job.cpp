@@ -170,12 +170,17 @@ std::optional<std::string> NodeJob::on_message(wire::NodeMessage::Reader message
 }
 
 void NodeJob::abort_after_agreed(std::string reason) {
-  if (!abort_reason_) abort_reason_ = std::move(reason);
+  if (abort_reason_) return;
+  abort_reason_ = std::move(reason);
+  abort_deadline_ = std::chrono::steady_clock::now() + settings().peer_timeout;
 }
 
-std::optional<std::string> NodeJob::abort_due() const {
+std::optional<std::string> NodeJob::abort_due(std::chrono::steady_clock::time_point now) const {
+  if (!abort_reason_) return std::nullopt;
   const bool agreed_left = busy() || (negotiator_ && negotiator_->has_decided());
-  return agreed_left ? std::nullopt : abort_reason_;
+  // Bounded: whatever the agreed work still waits for, the sender will not be there to give.
+  if (agreed_left && now < abort_deadline_) return std::nullopt;
+  return abort_reason_;
 }
 
 std::optional<Stall> NodeJob::oldest_stall(std::chrono::steady_clock::time_point now,
@@ -215,11 +220,17 @@ std::optional<Stall> NodeJob::oldest_stall(std::chrono::steady_clock::time_point
 
 void NodeJob::broadcast_abort(const std::string& reason) {
   capnp::MallocMessageBuilder message;
-  start_node_message(message, links_.job_name(), links_.me()).setAbort(reason);
+  auto root = start_node_message(message, links_.job_name(), links_.me());
+  root.setAbort(reason);
+  root.setAbortAbandoned(abandoned_);
   links_.send_control_to_all_live(message);
 }
 
 void NodeJob::fail_waiting(gradsync_result status, const std::string& message) {
+  // Proposed and undecided counts too: node 0 may have decided it already.
+  abandoned_ =
+      abandoned_ || busy() || (negotiator_ && negotiator_->has_decided()) ||
+      std::any_of(units_.begin(), units_.end(), [](const auto& u) { return u.has_value(); });
   // Unfinished tasks go first: their Flights retire what is still on the wire, with the
   // memory it may touch, before the ranks hear of the failure.
   for (auto& work : in_flight_) {

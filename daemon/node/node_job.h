@@ -79,8 +79,9 @@ class NodeJob {
   // Another node failed the job: once what was agreed before is done here (the peer may have
   // done its part of it before it failed), the job fails with `reason`.
   void abort_after_agreed(std::string reason);
-  // The reason, once the job should fail now.
-  std::optional<std::string> abort_due() const;
+  // The reason, once the job should fail now: the agreed work is done, or has not finished
+  // within the peer timeout of the abort.
+  std::optional<std::string> abort_due(std::chrono::steady_clock::time_point now) const;
 
   // The oldest collective ready here that other nodes have not proposed, named with its job
   // and those nodes (as far as this node knows; see Negotiator::nodes_without). Each one older
@@ -89,7 +90,8 @@ class NodeJob {
                                     std::chrono::steady_clock::duration warn_after,
                                     std::vector<std::string>& warn);
 
-  // Tells every other node that the job failed here.
+  // Tells every other node that the job failed here, and whether it gave up agreed
+  // collectives (fail_waiting found some): see NodeMessage.abortAbandoned.
   void broadcast_abort(const std::string& reason);
   // Checks that the job's connections still carry messages (see Mesh::check_alive).
   void check_peers_alive() { links_.check_alive(); }
@@ -179,6 +181,8 @@ class NodeJob {
   std::vector<std::unique_ptr<Scratch>> spare_scratch_;
   uint64_t next_sequence_ = 0;
   std::optional<std::string> abort_reason_;
+  bool abandoned_ = false;  // agreed collectives were unfinished when the job failed here
+  std::chrono::steady_clock::time_point abort_deadline_;
   std::vector<const void*> contribution_inputs_;  // reduce_contributions' scratch
   TraceRecorder* trace_ = nullptr;
   StepMeter* steps_ = nullptr;

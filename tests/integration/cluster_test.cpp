@@ -223,6 +223,30 @@ TEST(Cluster, KilledPeerDaemonFailsSurvivingRanksWithinTenSeconds) {
   expect_all_succeed(after);
 }
 
+// A rank SIGKILLed in the middle of training-shaped steps, on one node of three: every other
+// rank, on every node, gets an error within a bound, and the next job on the same daemons runs
+// right. Repeated, since where the kill lands (negotiation, transfer, between steps) varies.
+TEST(Cluster, ARankKilledMidStepFailsEveryOtherRankOnEveryNode) {
+  LoopbackCluster cluster(3);
+  for (int round = 0; round < 5; ++round) {
+    const std::string job = "killed-" + std::to_string(round);
+    auto ranks = cluster.spawn(job, {2, 2, 2}, {"steps", "200"});
+    std::this_thread::sleep_for(std::chrono::milliseconds(100 + 70 * round));
+    ranks[3].signal(SIGKILL);  // node 1's second rank
+    const auto killed_at = std::chrono::steady_clock::now();
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      if (r == 3) continue;
+      const auto status = ranks[r].wait_for(std::chrono::seconds(20));
+      ASSERT_TRUE(status) << job << ": rank " << r << " hung after rank 3 was killed";
+      EXPECT_EQ(*status, 100 + GRADSYNC_ERR_PEER_FAILED) << job << ": rank " << r;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(20));
+    ranks[3].wait();
+  }
+  auto after = cluster.spawn("after-kills", {2, 2, 2}, {"steps", "10"});
+  expect_all_succeed(after);
+}
+
 // A node daemon restarted (SIGTERM, then started again on the same address) while its job's
 // ranks are connected: every rank of the job gets an error within a bound, a new job forms
 // across the same nodes (the survivor reconnects to the restarted daemon, which binds its

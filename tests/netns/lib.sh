@@ -46,6 +46,8 @@ node_log() { cat "$work/node$1.log"; }
 # Prints the daemons' last lines and the reason, and exits.
 fail() {
   for ((n = 0; n < nodes; n++)); do echo "--- node $n"; tail -40 "$work/node$n.log"; done
+  # GRADSYNC_KEEP_LOGS=DIR keeps every log of the run there.
+  if [[ -n "${GRADSYNC_KEEP_LOGS:-}" ]]; then cp "$work"/*.log "$GRADSYNC_KEEP_LOGS"/; fi
   echo "FAILED: $*"
   exit 1
 }
