@@ -23,6 +23,15 @@ std::string config_json(const DaemonConfig& config) {
   return out.str();
 }
 
+void restrict_to_viewer(EngineSnapshot& snapshot, uid_t viewer, uid_t daemon_uid,
+                        const std::function<std::optional<uid_t>(const std::string&)>& owner_of) {
+  if (viewer == 0 || viewer == daemon_uid) return;
+  std::erase_if(snapshot.clients, [&](const ClientView& c) { return c.uid != viewer; });
+  const size_t before = snapshot.jobs.size();
+  std::erase_if(snapshot.jobs, [&](const JobView& j) { return owner_of(j.name) != viewer; });
+  snapshot.hidden_jobs = before - snapshot.jobs.size();
+}
+
 std::string status_json(const DaemonInfo& daemon, const DaemonConfig& config,
                         const EngineSnapshot& snapshot) {
   Json status;
@@ -48,6 +57,7 @@ std::string status_json(const DaemonInfo& daemon, const DaemonConfig& config,
                        {"completed", c.completed},
                        {"in_flight", c.in_flight}});
   }
+  status["hidden_jobs"] = snapshot.hidden_jobs;
   Json& jobs = status["jobs"] = Json::array();
   for (const JobView& j : snapshot.jobs) {
     jobs.push_back({{"name", j.name},

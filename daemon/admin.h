@@ -9,6 +9,8 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -25,6 +27,11 @@ struct DaemonInfo {
 
 std::string status_json(const DaemonInfo& daemon, const DaemonConfig& config,
                         const EngineSnapshot& snapshot);
+// What `viewer` may see of a snapshot: all of it for root and the daemon's own uid (the
+// operator); for anyone else their own clients and the jobs `owner_of` names them owner of,
+// with the number of jobs left out in `hidden_jobs`. Peers are the node's, not a job's: kept.
+void restrict_to_viewer(EngineSnapshot& snapshot, uid_t viewer, uid_t daemon_uid,
+                        const std::function<std::optional<uid_t>(const std::string&)>& owner_of);
 // The configuration as a JSON object, key for key as in the TOML file.
 std::string config_json(const DaemonConfig& config);
 std::string trace_json(const TraceData& trace, uint32_t node_rank);

@@ -82,7 +82,15 @@ void ControlServer::handle_inspect(Client& client, ipc::wire::Inspect::Reader in
         return;
       }
       try {
-        reply_report(client, status_json(info_, config_, snapshot.get()));
+        EngineSnapshot view = snapshot.get();
+        // A job's names, ranks and progress are its owner's business (and the operator's).
+        restrict_to_viewer(view, client.credentials.uid, ::geteuid(),
+                           [this](const std::string& job) -> std::optional<uid_t> {
+                             const auto it = jobs_.find(job);
+                             if (it == jobs_.end()) return std::nullopt;
+                             return it->second.owner;
+                           });
+        reply_report(client, status_json(info_, config_, view));
       } catch (const std::future_error&) {  // the engine went without answering (shutdown)
         reply_error(client, GRADSYNC_ERR_DAEMON_GONE, "gradsyncd is shutting down");
       }

@@ -56,6 +56,7 @@ struct EngineSnapshot {
   std::vector<ClientView> clients;
   std::vector<JobView> jobs;
   std::vector<PeerView> peers;
+  size_t hidden_jobs = 0;  // jobs of other users, left out for the viewer
 };
 
 // Engine commands for them.

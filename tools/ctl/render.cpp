@@ -81,6 +81,9 @@ void print_status(const nlohmann::json& status, std::ostream& out) {
       text(status["metrics_listen"]).empty() ? "(none)" : text(status["metrics_listen"]));
   out << fmt::format("{} clients, {} jobs, {} peers\n", status["clients"].size(),
                      status["jobs"].size(), status["peers"].size());
+  if (const size_t hidden = status.value("hidden_jobs", size_t{0}); hidden > 0) {
+    out << fmt::format("({} jobs of other users not shown)\n", hidden);
+  }
   if (!status["jobs"].empty()) {
     out << "\n";
     print_jobs(status, out);
