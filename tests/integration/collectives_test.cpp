@@ -2,7 +2,12 @@
 // inside the ranks.
 #include "tests/integration/harness.h"
 
+#include <grp.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include <thread>
 
@@ -87,6 +92,35 @@ TEST_F(IsolationTest, ForeignUidCannotJoinAJob) {
   // The job itself is untouched: its real rank 1 can still join.
   auto rank1 = spawn_rank("owned", 1, 2, {"join"});
   EXPECT_EQ(rank1.wait_for(std::chrono::seconds(30)), std::optional<int>(0));
+}
+
+// As installed: the socket is 0660 to the daemon's group (socket_group), and a uid outside
+// it cannot even connect, while a member runs its job.
+TEST(SocketAccess, OnlyTheSocketGroupMayConnect) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to act as another uid";
+  const std::filesystem::path config = std::filesystem::temp_directory_path() /
+                                       ("gradsync-socket-" + std::to_string(::getpid()) + ".toml");
+  std::ofstream(config) << "socket_mode = 0o660\nsocket_group = \"adm\"\n";
+  tools::PrivateDaemon daemon(tools::executable_dir() + "/gradsyncd", {"--config", config});
+  std::filesystem::remove(config);
+  struct stat status {};
+  ASSERT_EQ(::stat(daemon.socket_path().c_str(), &status), 0);
+  EXPECT_EQ(status.st_mode & 07777, 0660u);
+  const struct group* adm = ::getgrnam("adm");
+  ASSERT_NE(adm, nullptr);
+  EXPECT_EQ(status.st_gid, adm->gr_gid);
+  // The private directory around the socket is the test's; open it so only the mode counts.
+  ::chmod(daemon.directory().c_str(), 0755);
+  auto join_as = [&](const std::string& who) {
+    return run_command(who + " env GRADSYNC_SOCKET=" + daemon.socket_path() +
+                       " GRADSYNC_JOB=members RANK=0 WORLD_SIZE=1 " + tools::executable_dir() +
+                       "/gradsync-test-rank join 2>&1");
+  };
+  const CommandResult outsider = join_as("setpriv --reuid 65534 --regid 65534 --clear-groups");
+  EXPECT_NE(outsider.status, 0) << outsider.out;
+  EXPECT_NE(outsider.out.find("ermission denied"), std::string::npos) << outsider.out;
+  const CommandResult member = join_as("setpriv --reuid 65534 --regid 65534 --groups adm");
+  EXPECT_EQ(member.status, 0) << member.out;
 }
 
 }  // namespace
