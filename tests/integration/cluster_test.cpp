@@ -228,6 +228,18 @@ TEST(Cluster, KilledPeerDaemonFailsSurvivingRanksWithinTenSeconds) {
 // right. Repeated, since where the kill lands (negotiation, transfer, between steps) varies.
 TEST(Cluster, ARankKilledMidStepFailsEveryOtherRankOnEveryNode) {
   LoopbackCluster cluster(3);
+  auto warm = cluster.spawn("warm", {2, 2, 2}, {"steps", "2"});
+  expect_all_succeed(warm);  // the nodes' connections exist from here on
+  std::vector<DaemonResources> baseline;
+  for (int node = 0; node < 3; ++node) {
+    // Once the daemon has seen the warm ranks go: no client mapping left.
+    const pid_t pid = cluster.daemon(node).process().pid();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (resources_of(pid).memfd_mappings != 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    baseline.push_back(resources_of(pid));
+  }
   for (int round = 0; round < 5; ++round) {
     const std::string job = "killed-" + std::to_string(round);
     auto ranks = cluster.spawn(job, {2, 2, 2}, {"steps", "200"});
@@ -245,6 +257,19 @@ TEST(Cluster, ARankKilledMidStepFailsEveryOtherRankOnEveryNode) {
   }
   auto after = cluster.spawn("after-kills", {2, 2, 2}, {"steps", "10"});
   expect_all_succeed(after);
+  // Nothing of the killed jobs stays behind: no buffer held by a receive that never came.
+  for (int node = 0; node < 3; ++node) {
+    const pid_t pid = cluster.daemon(node).process().pid();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!(resources_of(pid) == baseline[static_cast<size_t>(node)]) &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(resources_of(pid).open_fds, baseline[static_cast<size_t>(node)].open_fds)
+        << "node " << node;
+    EXPECT_EQ(resources_of(pid).memfd_mappings, baseline[static_cast<size_t>(node)].memfd_mappings)
+        << "node " << node;
+  }
 }
 
 // A node daemon restarted (SIGTERM, then started again on the same address) while its job's
