@@ -349,19 +349,12 @@ void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::R
                   fmt::format("register buffer {}: {}", id, e.what())};
   }
   validate_range(id, offset, bytes, size);
-  const uint64_t end = offset + bytes;
-  // Map exactly the pages of the registered range: the daemon cannot touch anything else.
-  const uint64_t page = ipc::page_size();
-  const uint64_t map_offset = offset & ~(page - 1);
-  const uint64_t map_bytes = (end - map_offset + page - 1) & ~(page - 1);
-  auto buffer = std::make_shared<HostBuffer>();
+  std::shared_ptr<const HostBuffer> buffer;
   try {
-    buffer->mapping = ipc::Mapping(fds[0].get(), map_offset, map_bytes);
+    buffer = map_host_range(fds[0].get(), offset, bytes);
   } catch (const ipc::SystemError& e) {
     throw Refusal{GRADSYNC_ERR_OUT_OF_MEMORY, fmt::format("register buffer {}: {}", id, e.what())};
   }
-  buffer->data = static_cast<uint8_t*>(buffer->mapping.data()) + (offset - map_offset);
-  buffer->bytes = bytes;
   AddBuffer command{client.id, id, std::move(buffer), {}};
   auto done = command.done.get_future();
   engine_.post(std::move(command));

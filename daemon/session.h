@@ -2,6 +2,7 @@
 // then owned by the engine; the control thread keeps only the socket.
 #pragma once
 
+#include "daemon/host_mapper.h"
 #include "ipc/segment.h"
 #include "ipc/system.h"
 #include "metrics/metrics.h"
@@ -16,13 +17,6 @@
 #include <vector>
 
 namespace gradsync::daemon {
-
-// A registered host buffer: the daemon's mapping of exactly the range the client registered.
-struct HostBuffer {
-  ipc::Mapping mapping;  // page-aligned superset of the range
-  uint8_t* data = nullptr;
-  uint64_t bytes = 0;
-};
 
 struct ClientIdentity {
   std::string job;
