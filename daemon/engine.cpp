@@ -307,12 +307,13 @@ bool Engine::poll_peers() {
 void Engine::drain_ended_jobs() {
   const auto now = Clock::now();
   std::erase_if(ended_jobs_, [now](const auto& entry) { return entry.second.until <= now; });
-  for (const auto& [name, ended] : ended_jobs_) {
+  for (const auto& entry : ended_jobs_) {
+    const uint16_t tag = entry.second.tag;
     // Tags are hashed names: never drain one that a live job shares.
-    const bool shared = std::any_of(jobs_.begin(), jobs_.end(), [&](const auto& job) {
-      return job.second->network() != nullptr && job.second->network()->job_tag() == ended.tag;
+    const bool shared = std::any_of(jobs_.begin(), jobs_.end(), [tag](const auto& job) {
+      return job.second->network() != nullptr && job.second->network()->job_tag() == tag;
     });
-    if (!shared) mesh_->discard(tags::make(0, 0, ended.tag, 0), tags::kJobMask);
+    if (!shared) mesh_->discard(tags::make(0, 0, tag, 0), tags::kJobMask);
   }
 }
 

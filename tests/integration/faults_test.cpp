@@ -92,7 +92,7 @@ TEST_F(FaultsTest, HundredClientsComingAndGoingBesideARunningJob) {
 // then takes no more of its submissions (it would have nowhere to answer them), loses none of
 // its completions, and serves other jobs as before; once the client reads, the rest run.
 TEST_F(DaemonTest, ClientThatNeverReadsCompletionsStallsOnlyItself) {
-  constexpr uint32_t kRing = 16;
+  constexpr uint64_t kRing = 16;
   start_daemon("ring_entries = " + std::to_string(kRing));
   RawClient hog(socket());
   ASSERT_EQ(hog.hello("hog", 0, 1).first, 0u);

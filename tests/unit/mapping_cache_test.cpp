@@ -133,7 +133,7 @@ TEST(MappingCache, ABufferIdRegisteredAgainWithOtherMemoryIsNotTheOldMapping) {
 
 TEST(MappingCache, APremappedRegistrationIsAHitAndMapsOnlyItsPages) {
   Cache cache(HostMapper{}, 8);
-  ipc::UniqueFd fd = ipc::create_sealed_memfd("mc-pre", 16 * 4096);
+  ipc::UniqueFd fd = ipc::create_sealed_memfd("mc-pre", size_t{16} * 4096);
   auto premapped = map_host_range(fd.get(), 4096 + 8, 100);
   EXPECT_EQ(premapped->mapping.size(), 4096u) << "one page holds the range";
   cache.add({1, 1}, host_handle(std::move(fd), 4096 + 8, 100), premapped);
