@@ -100,10 +100,23 @@ bool Engine::inspect_stalls(Clock::time_point now) {
       oldest = std::move(stall->message);
     }
     if (NodeJob* network = job->network()) {
-      if (auto stall = network->oldest_stall(now, warn_after, warnings);
-          stall && stall->seconds > age) {
-        age = stall->seconds;
-        oldest = std::move(stall->message);
+      // The same for a job whose nodes have not all joined (their ranks may not be there yet,
+      // or their Joined messages cannot cross).
+      if (job->locally_formed() && !network->formed() &&
+          now - network->created() >= std::chrono::seconds(config_.peer_timeout_seconds)) {
+        network->check_peers_alive();
+      }
+      if (auto stall = network->oldest_stall(now, warn_after, warnings)) {
+        // Waiting this long on other nodes may be their ranks being slow, or a link that
+        // carries nothing any more (cut, with control messages in flight: no error comes).
+        // Their daemons answer a ping only in the first case; the second fails the peer.
+        if (stall->seconds >= static_cast<double>(config_.peer_timeout_seconds)) {
+          network->check_peers_alive();
+        }
+        if (stall->seconds > age) {
+          age = stall->seconds;
+          oldest = std::move(stall->message);
+        }
       }
     }
     for (const auto& warning : warnings) log_->warn("stall: {}", warning);

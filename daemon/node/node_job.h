@@ -95,6 +95,7 @@ class NodeJob {
   void broadcast_abort(const std::string& reason);
   // Checks that the job's connections still carry messages (see Mesh::check_alive).
   void check_peers_alive() { links_.check_alive(); }
+  std::chrono::steady_clock::time_point created() const { return created_; }
   // Fails everything waiting here (the Job fails its own queues).
   void fail_waiting(gradsync_result status, const std::string& message);
 
@@ -182,6 +183,7 @@ class NodeJob {
   uint64_t next_sequence_ = 0;
   std::optional<std::string> abort_reason_;
   bool abandoned_ = false;  // agreed collectives were unfinished when the job failed here
+  std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point abort_deadline_;
   std::vector<const void*> contribution_inputs_;  // reduce_contributions' scratch
   TraceRecorder* trace_ = nullptr;

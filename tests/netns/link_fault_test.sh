@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Three nodes in network namespaces; node 2's link is taken down in the middle of a loop of
-# allreduces and brought back. Every rank of that job must get an error within the bound the
+# allreduces and brought back, then taken down again before a job forms, and brought back. Every rank of that job must get an error within the bound the
 # configuration states (peer_timeout_seconds, here 5 s: the ranks wait on data that cannot
 # come), nodes 0 and 1 must keep serving a job of their own meanwhile, and once the link is
 # back a new job across all three nodes must run, every result checked.
@@ -66,3 +66,19 @@ echo "node 2's link is back"
 # that did not answer are closed, and the next job connects afresh.
 sleep 4
 expect_ranks_pass after cluster
+
+# Cut again, before a job starts: it cannot form (node 2's Joined cannot cross). Its ranks get
+# errors within the same bound, not after job_formation_timeout_seconds (300 s).
+"$cluster" exec 2 ip link set eth0 down
+echo "node 2's link is down again"
+start_ms=$(date +%s%N)
+status=0
+run_ranks unformed collectives || status=$?
+elapsed_ms=$(( ($(date +%s%N) - start_ms) / 1000000 ))
+echo "the job that could not form ended with status $status after ${elapsed_ms} ms"
+(( status != 0 && status != 124 )) || fail "the job that could not form did not fail as it should"
+(( elapsed_ms < bound_seconds * 1000 )) ||
+  fail "its ranks got their errors after ${elapsed_ms} ms (bound ${bound_seconds} s)"
+"$cluster" exec 2 ip link set eth0 up
+sleep 4
+expect_ranks_pass after-again cluster
