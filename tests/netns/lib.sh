@@ -6,6 +6,7 @@
 #   start_cluster              namespaces, key, daemons; waits for every socket
 #   run_ranks JOB SCENARIO...  ranks_per_node ranks per node; returns their worst status
 #   node_log n                 node n's daemon log
+#   daemon_usage n             node n's daemon: fds, memfd mappings, resident KiB
 cluster="$source/scripts/netns-cluster"
 work=$(mktemp -d)
 daemons=()
@@ -42,6 +43,13 @@ start_cluster() {
 }
 
 node_log() { cat "$work/node$1.log"; }
+
+# fds, memfd mappings and resident KiB of node n's daemon.
+daemon_usage() {
+  local pid=${daemons[$1]}
+  echo "$(ls "/proc/$pid/fd" | wc -l) $(grep -c 'memfd:gradsync' "/proc/$pid/maps" || true)" \
+    "$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")"
+}
 
 # Prints the daemons' last lines and the reason, and exits.
 fail() {

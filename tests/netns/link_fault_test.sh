@@ -29,6 +29,9 @@ start_cluster
 bound_seconds=20
 
 expect_ranks_pass warm cluster
+sleep 1
+declare -a baseline
+for ((n = 0; n < nodes; n++)); do baseline[n]=$(daemon_usage "$n"); done
 
 run_ranks cut loop 1048576 &
 cut_job=$!
@@ -82,3 +85,13 @@ echo "the job that could not form ended with status $status after ${elapsed_ms} 
 "$cluster" exec 2 ip link set eth0 up
 sleep 4
 expect_ranks_pass after-again cluster
+
+# Every daemon holds what it held after the first job: the dead connections were closed and
+# the new ones replace them, and no mapping of a failed job's buffers is left.
+sleep 2
+for ((n = 0; n < nodes; n++)); do
+  read -r fds0 maps0 _ <<<"${baseline[n]}"
+  read -r fds maps _ <<<"$(daemon_usage "$n")"
+  echo "node $n's daemon: $fds fds, $maps mappings ($fds0 and $maps0 after the first job)"
+  (( fds == fds0 && maps == maps0 )) || fail "node $n's daemon did not return to its baseline"
+done
