@@ -3,9 +3,10 @@
 // against a tag and mask and land directly in the caller's buffer.
 //
 // Every pair of daemons holds two connections, one each way: a daemon sends only on the
-// endpoint it created, and tags carry the sender's node index, so the listener side never has
-// to learn who connected. Endpoints use peer-failure error handling: a peer that dies shows up
-// in failed_peers() rather than as a hang.
+// endpoint it created, and tags carry the sender's node index, so the listener side learns who
+// connected only for its logs (from the handshake). Endpoints use peer-failure error handling:
+// a peer that dies shows up in take_failed_peers() rather than as a hang; a connection that
+// stops carrying messages without an error is found by check_alive().
 //
 // Each connection runs the cluster handshake (handshake.h) over UCX active messages before it
 // carries anything else. Until a peer has accepted us, control messages to it wait in the
