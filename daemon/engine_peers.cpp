@@ -151,7 +151,7 @@ bool Engine::run_agreed(Job& job) {
   bool ran = false;
   if (auto error = job.network()->run_decided(ran)) {
     fail_job(job, GRADSYNC_ERR_PEER_FAILED, *error, true);
-  } else if (auto reason = job.network()->abort_due(Clock::now())) {
+  } else if (auto reason = job.network()->abort_due()) {
     fail_job(job, GRADSYNC_ERR_PEER_FAILED, *reason, false);
     ran = true;
   }

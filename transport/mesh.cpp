@@ -258,17 +258,20 @@ Operation Mesh::receive(uint64_t tag, uint64_t tag_mask, void* data, size_t byte
                             std::move(state), true);
 }
 
+Operation Mesh::receive_probed(ucp_tag_message_h handle, void* data, size_t bytes) {
+  auto state = std::make_unique<Operation::State>();
+  ucp_request_param_t params = receive_params(state.get());
+  return Operation::started(worker_.get(),
+                            ucp_tag_msg_recv_nbx(worker_.get(), data, bytes, handle, &params),
+                            std::move(state), true);
+}
+
 std::optional<Mesh::Message> Mesh::poll_message(uint64_t tag, uint64_t tag_mask) {
   ucp_tag_recv_info_t info{};
   ucp_tag_message_h handle = ucp_tag_probe_nb(worker_.get(), tag, tag_mask, 1, &info);
   if (handle == nullptr) return std::nullopt;
   Message message{info.sender_tag, std::vector<uint8_t>(info.length)};
-  auto state = std::make_unique<Operation::State>();
-  ucp_request_param_t params = receive_params(state.get());
-  Operation operation = Operation::started(
-      worker_.get(),
-      ucp_tag_msg_recv_nbx(worker_.get(), message.payload.data(), info.length, handle, &params),
-      std::move(state), true);
+  Operation operation = receive_probed(handle, message.payload.data(), info.length);
   while (!operation.done()) ucp_worker_progress(worker_.get());
   if (operation.status() != UCS_OK) {
     throw UcxError("ucp_tag_msg_recv_nbx", operation.status(), __FILE__, __LINE__);
@@ -281,13 +284,8 @@ size_t Mesh::discard(uint64_t tag, uint64_t tag_mask) {
   ucp_tag_recv_info_t info{};
   while (ucp_tag_message_h handle = ucp_tag_probe_nb(worker_.get(), tag, tag_mask, 1, &info)) {
     auto sink = std::make_shared<std::vector<uint8_t>>(info.length);
-    auto state = std::make_unique<Operation::State>();
-    ucp_request_param_t params = receive_params(state.get());
     std::vector<Operation> operations;
-    operations.push_back(Operation::started(
-        worker_.get(),
-        ucp_tag_msg_recv_nbx(worker_.get(), sink->data(), info.length, handle, &params),
-        std::move(state), true));
+    operations.push_back(receive_probed(handle, sink->data(), info.length));
     // Not retire(): a matched receive must not be cancelled, only waited for.
     std::erase_if(operations, [](const Operation& op) { return op.done(); });
     if (!operations.empty()) retired_.push_back(Retired{std::move(operations), {sink}});
@@ -298,9 +296,7 @@ size_t Mesh::discard(uint64_t tag, uint64_t tag_mask) {
 
 bool Mesh::progress() {
   bool any = ucp_worker_progress(worker_.get()) != 0;
-  if (!handshake_inbox_.empty() || !inbound_.empty() || !closing_.empty() || !checks_.empty()) {
-    any |= serve_handshakes();
-  }
+  if (handshake_work()) any |= serve_handshakes();
   if (!to_close_.empty()) close_failed();
   if (!retired_.empty()) {
     std::erase_if(retired_, [](const Retired& r) {

@@ -138,10 +138,7 @@ class Mesh {
   std::vector<HandshakeOutcome> take_handshake_outcomes() { return std::move(outcomes_); }
   // Handshake or liveness work waits (messages to answer, deadlines to watch): progress()
   // soon, even when no job uses the mesh.
-  bool needs_service() const {
-    return !handshake_inbox_.empty() || !inbound_.empty() || !closing_.empty() ||
-           !outcomes_.empty() || !checks_.empty();
-  }
+  bool needs_service() const { return handshake_work() || !outcomes_.empty(); }
 
  private:
   struct Posted {
@@ -192,6 +189,12 @@ class Mesh {
                                            void* data, size_t bytes,
                                            const ucp_am_recv_param_t* param);
   void open(PeerId peer);
+  // Receives a message found by ucp_tag_probe_nb (removed from UCX's queue) into `data`.
+  Operation receive_probed(ucp_tag_message_h handle, void* data, size_t bytes);
+  // Messages to answer, handshakes or checks with deadlines, refused connections to close.
+  bool handshake_work() const {
+    return !handshake_inbox_.empty() || !inbound_.empty() || !closing_.empty() || !checks_.empty();
+  }
   void close_endpoint(ucp_ep_h endpoint, bool force);
   void close_failed();
 
@@ -202,6 +205,8 @@ class Mesh {
   void on_proof(Inbound& inbound, const HandshakeMessage& proof);
   void on_challenge(PeerId peer, const HandshakeMessage& challenge);
   void on_result(PeerId peer, const HandshakeMessage& result);
+  // Sends the Result (accepted when `refusal` is empty); `inbound` leaves inbound_.
+  void answer_inbound(const Inbound& inbound, const std::string& refusal);
   // Both end the handshake: `inbound` leaves inbound_ (pass a copy).
   void accept_inbound(const Inbound& inbound);
   void refuse_inbound(const Inbound& inbound, const std::string& reason);

@@ -211,24 +211,24 @@ void Mesh::on_proof(Inbound& inbound, const HandshakeMessage& proof) {
   }
 }
 
-void Mesh::accept_inbound(const Inbound& inbound) {
+void Mesh::answer_inbound(const Inbound& inbound, const std::string& refusal) {
   HandshakeMessage result;
   result.type = HandshakeType::kResult;
   result.client_nonce = inbound.client_nonce;
-  result.accepted = true;
+  result.accepted = refusal.empty();
+  result.reason = refusal;
   send_handshake(inbound.endpoint, result);
   std::erase_if(inbound_, [&](const Inbound& i) { return i.endpoint == inbound.endpoint; });
+}
+
+void Mesh::accept_inbound(const Inbound& inbound) {
+  answer_inbound(inbound, {});
   inbound_accepted_.push_back(inbound.endpoint);
   outcomes_.push_back(HandshakeOutcome{inbound.address, true, true, {}});
 }
 
 void Mesh::refuse_inbound(const Inbound& inbound, const std::string& reason) {
-  HandshakeMessage result;
-  result.type = HandshakeType::kResult;
-  result.client_nonce = inbound.client_nonce;
-  result.reason = reason;
-  send_handshake(inbound.endpoint, result);
-  std::erase_if(inbound_, [&](const Inbound& i) { return i.endpoint == inbound.endpoint; });
+  answer_inbound(inbound, reason);
   closing_.push_back(Closing{inbound.endpoint, std::chrono::steady_clock::now() + kRefusalLinger});
   outcomes_.push_back(HandshakeOutcome{
       inbound.address.empty() ? std::string("(not named)") : inbound.address, true, false, reason});

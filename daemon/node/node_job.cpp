@@ -175,11 +175,11 @@ void NodeJob::abort_after_agreed(std::string reason) {
   abort_deadline_ = std::chrono::steady_clock::now() + settings().peer_timeout;
 }
 
-std::optional<std::string> NodeJob::abort_due(std::chrono::steady_clock::time_point now) const {
-  if (!abort_reason_) return std::nullopt;
+std::optional<std::string> NodeJob::abort_due() const {
+  if (!abort_reason_) return std::nullopt;  // the common case: no clock read
   const bool agreed_left = busy() || (negotiator_ && negotiator_->has_decided());
   // Bounded: whatever the agreed work still waits for, the sender will not be there to give.
-  if (agreed_left && now < abort_deadline_) return std::nullopt;
+  if (agreed_left && std::chrono::steady_clock::now() < abort_deadline_) return std::nullopt;
   return abort_reason_;
 }
 

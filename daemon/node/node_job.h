@@ -81,7 +81,7 @@ class NodeJob {
   void abort_after_agreed(std::string reason);
   // The reason, once the job should fail now: the agreed work is done, or has not finished
   // within the peer timeout of the abort.
-  std::optional<std::string> abort_due(std::chrono::steady_clock::time_point now) const;
+  std::optional<std::string> abort_due() const;
 
   // The oldest collective ready here that other nodes have not proposed, named with its job
   // and those nodes (as far as this node knows; see Negotiator::nodes_without). Each one older

@@ -1,12 +1,17 @@
 # Shared by the namespace-cluster tests: sourced after setting `build`, `source`, `nodes`,
-# `ranks_per_node` and GRADSYNC_NETNS_PREFIX. Brings the cluster up with one gradsyncd per
-# node (UCX over TCP on the node's veth, a shared cluster key, extra daemon flags in
-# `daemon_flags`), and tears it all down on exit.
+# `ranks_per_node` and GRADSYNC_NETNS_PREFIX; exits 77 (skipped) without root. Brings the
+# cluster up with one gradsyncd per node (UCX over TCP on the node's veth, a shared cluster
+# key, extra daemon flags in `daemon_flags`), and tears it all down on exit.
 #
 #   start_cluster              namespaces, key, daemons; waits for every socket
 #   run_ranks JOB SCENARIO...  ranks_per_node ranks per node; returns their worst status
 #   node_log n                 node n's daemon log
 #   daemon_usage n             node n's daemon: fds, memfd mappings, resident KiB
+# Network namespaces need root: without it, skip (77, as ctest expects).
+if (( EUID != 0 )); then
+  echo "skipped: the namespace cluster needs root (network namespaces)"
+  exit 77
+fi
 cluster="$source/scripts/netns-cluster"
 work=$(mktemp -d)
 daemons=()
