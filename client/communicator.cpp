@@ -159,6 +159,42 @@ void Communicator::register_range(void* ptr, size_t bytes) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
                 "register: memory must come from gradsync_alloc (one allocation arena)");
   }
+  check_not_registered(ptr, bytes);
+  const uint32_t id = next_buffer_id_++;
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<ipc::wire::Request>().initRegisterBuffer();
+  request.setBufferId(id);
+  request.setOffset(location->offset);
+  request.setBytes(bytes);
+  request.getMemory().setHost();
+  const int fd = location->fd;
+  round_trip(message, std::span<const int>(&fd, 1));
+  registered_.emplace(reinterpret_cast<uintptr_t>(ptr),
+                      Registered{static_cast<uint8_t*>(ptr), bytes, id});
+}
+
+void Communicator::register_device(void* ptr, size_t bytes,
+                                   const gradsync_cuda_ipc_memory& memory) {
+  if (ptr == nullptr || bytes == 0) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                "register device memory: null pointer or zero bytes");
+  }
+  check_not_registered(ptr, bytes);
+  const uint32_t id = next_buffer_id_++;
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<ipc::wire::Request>().initRegisterBuffer();
+  request.setBufferId(id);
+  request.setOffset(memory.offset);
+  request.setBytes(bytes);
+  auto cuda = request.getMemory().initCudaIpc();
+  cuda.setHandle(kj::arrayPtr(memory.handle, sizeof(memory.handle)));
+  cuda.setDeviceUuid(kj::arrayPtr(memory.device_uuid, sizeof(memory.device_uuid)));
+  round_trip(message);
+  registered_.emplace(reinterpret_cast<uintptr_t>(ptr),
+                      Registered{static_cast<uint8_t*>(ptr), bytes, id});
+}
+
+void Communicator::check_not_registered(const void* ptr, size_t bytes) const {
   const auto start = reinterpret_cast<uintptr_t>(ptr);
   auto next = registered_.lower_bound(start);
   const bool overlaps_next = next != registered_.end() && next->first < start + bytes;
@@ -168,15 +204,6 @@ void Communicator::register_range(void* ptr, size_t bytes) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
                 "register: range overlaps a registered buffer (double registration)");
   }
-  const uint32_t id = next_buffer_id_++;
-  capnp::MallocMessageBuilder message;
-  auto request = message.initRoot<ipc::wire::Request>().initRegisterBuffer();
-  request.setBufferId(id);
-  request.setOffset(location->offset);
-  request.setBytes(bytes);
-  const int fd = location->fd;
-  round_trip(message, std::span<const int>(&fd, 1));
-  registered_.emplace(start, Registered{static_cast<uint8_t*>(ptr), bytes, id});
 }
 
 void Communicator::unregister(void* ptr) {

@@ -53,6 +53,8 @@ class Communicator {
   void* allocate(size_t bytes);
   void free(void* ptr);
   void register_range(void* ptr, size_t bytes);
+  // Device memory the daemon opens through CUDA IPC; `ptr` is this process's address of it.
+  void register_device(void* ptr, size_t bytes, const gradsync_cuda_ipc_memory& memory);
   void unregister(void* ptr);
 
   gradsync_request submit(const CollectiveArgs& args);
@@ -83,6 +85,7 @@ class Communicator {
   template <typename Predicate>
   void wait_until(Predicate done);
   void check_daemon_alive();
+  void check_not_registered(const void* ptr, size_t bytes) const;
   const Registered& registered_range(const void* ptr, uint64_t bytes, const char* what) const;
   gradsync_result take(gradsync_request request, std::string* message);
 

@@ -2,6 +2,7 @@
 #include <gradsync/gradsync.h>
 
 #include "client/communicator.h"
+#include "client/cuda_driver.h"
 
 #include <kj/exception.h>
 
@@ -167,6 +168,28 @@ gradsync_result gradsync_register(gradsync_comm* comm, void* ptr, size_t bytes) 
   });
 }
 
+gradsync_result gradsync_register_cuda_ipc(gradsync_comm* comm, void* ptr, size_t bytes,
+                                           const gradsync_cuda_ipc_memory* memory) {
+  return with_comm(comm, [&](Communicator& c) {
+    if (memory == nullptr) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "register device memory: no description");
+    }
+    c.register_device(ptr, bytes, *memory);
+    return GRADSYNC_OK;
+  });
+}
+
+gradsync_result gradsync_register_device(gradsync_comm* comm, void* ptr, size_t bytes) {
+  return with_comm(comm, [&](Communicator& c) {
+    if (ptr == nullptr || bytes == 0) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                  "register device memory: null pointer or zero bytes");
+    }
+    c.register_device(ptr, bytes, gradsync::client::describe_device_memory(ptr, bytes));
+    return GRADSYNC_OK;
+  });
+}
+
 gradsync_result gradsync_unregister(gradsync_comm* comm, void* ptr) {
   return with_comm(comm, [&](Communicator& c) {
     c.unregister(ptr);
@@ -263,6 +286,8 @@ const char* gradsync_result_string(gradsync_result result) {
       return "internal error";
     case GRADSYNC_ERR_TIMEOUT:
       return "timed out";
+    case GRADSYNC_ERR_UNSUPPORTED:
+      return "not supported here";
   }
   return "unknown result";
 }

@@ -43,6 +43,7 @@ std::string status_json(const DaemonInfo& daemon, const DaemonConfig& config,
   status["listen"] = daemon.listen_address;
   status["metrics_listen"] = config.metrics_listen;
   status["reduce_isa"] = daemon.reduce_isa;
+  status["devices"] = daemon.devices;
   status["config"] = Json::parse(config_json(config));
   Json& clients = status["clients"] = Json::array();
   for (const ClientView& c : snapshot.clients) {

@@ -23,6 +23,7 @@ struct DaemonInfo {
   std::chrono::steady_clock::time_point started;
   std::string listen_address;  // inter-node, as peers name it; empty: none
   std::string reduce_isa;
+  std::string devices;  // Devices::summary(): the GPUs served, or why none
 };
 
 std::string status_json(const DaemonInfo& daemon, const DaemonConfig& config,

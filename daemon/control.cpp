@@ -53,9 +53,10 @@ void epoll_add(int epoll, int fd, uint64_t tag) {
 }  // namespace
 
 ControlServer::ControlServer(DaemonConfig config, Engine& engine, metrics::Metrics& metrics,
-                             DaemonInfo info, ConfigSource reload)
+                             DaemonInfo info, Devices devices, ConfigSource reload)
     : config_(std::move(config)),
       engine_(engine),
+      devices_(std::move(devices)),
       metrics_(metrics),
       log_(logger("control")),
       info_(std::move(info)),
@@ -326,12 +327,12 @@ void ControlServer::handle_hello(Client& client, ipc::wire::Hello::Reader hello)
 void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::Reader request,
                                     std::vector<ipc::UniqueFd>& fds) {
   const uint32_t id = request.getBufferId();
-  const uint64_t offset = request.getOffset();
-  const uint64_t bytes = request.getBytes();
-  if (fds.size() != 1) {
-    throw Refusal{
-        GRADSYNC_ERR_PROTOCOL,
-        fmt::format("register buffer {}: expected 1 file descriptor, got {}", id, fds.size())};
+  const bool device = request.getMemory().isCudaIpc();
+  const size_t fds_expected = device ? 0 : 1;
+  if (fds.size() != fds_expected) {
+    throw Refusal{GRADSYNC_ERR_PROTOCOL,
+                  fmt::format("register buffer {}: expected {} file descriptor{}, got {}", id,
+                              fds_expected, fds_expected == 1 ? "" : "s", fds.size())};
   }
   if (client.buffers.contains(id)) {
     throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
@@ -341,27 +342,75 @@ void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::R
     throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
                   fmt::format("at most {} buffers per client", config_.max_buffers_per_client)};
   }
-  uint64_t size = 0;
-  try {
-    size = ipc::sealed_memfd_size(fds[0].get());
-  } catch (const ipc::SystemError& e) {
-    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                  fmt::format("register buffer {}: {}", id, e.what())};
-  }
-  validate_range(id, offset, bytes, size);
-  std::shared_ptr<const HostBuffer> buffer;
-  try {
-    buffer = map_host_range(fds[0].get(), offset, bytes);
-  } catch (const ipc::SystemError& e) {
-    throw Refusal{GRADSYNC_ERR_OUT_OF_MEMORY, fmt::format("register buffer {}: {}", id, e.what())};
-  }
-  AddBuffer command{client.id, id, std::move(buffer), {}};
+  AddBuffer command =
+      device ? device_registration(id, request) : host_registration(id, request, fds[0].get());
+  command.session = client.id;
   auto done = command.done.get_future();
   engine_.post(std::move(command));
   // The client may submit on this buffer as soon as we reply: the engine must know it first.
   done.wait();
   client.buffers.insert(id);
   reply_ok(client);
+}
+
+AddBuffer ControlServer::host_registration(uint32_t id, ipc::wire::RegisterBuffer::Reader request,
+                                           int memfd) const {
+  const uint64_t offset = request.getOffset();
+  const uint64_t bytes = request.getBytes();
+  uint64_t size = 0;
+  try {
+    size = ipc::sealed_memfd_size(memfd);
+  } catch (const ipc::SystemError& e) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("register buffer {}: {}", id, e.what())};
+  }
+  validate_range(id, offset, bytes, size);
+  AddBuffer command{};
+  command.buffer_id = id;
+  try {
+    command.buffer = map_host_range(memfd, offset, bytes);
+  } catch (const ipc::SystemError& e) {
+    throw Refusal{GRADSYNC_ERR_OUT_OF_MEMORY, fmt::format("register buffer {}: {}", id, e.what())};
+  }
+  return command;
+}
+
+// Opened here, on the control thread, so that a handle the driver rejects or a range past its
+// allocation is refused to the client that sent it, before the engine ever sees it.
+AddBuffer ControlServer::device_registration(uint32_t id,
+                                             ipc::wire::RegisterBuffer::Reader request) const {
+  if (!devices_.available()) {
+    throw Refusal{GRADSYNC_ERR_UNSUPPORTED,
+                  fmt::format("register buffer {}: device memory is not served here: {}", id,
+                              devices_.summary())};
+  }
+  const auto memory = request.getMemory().getCudaIpc();
+  const capnp::Data::Reader handle = memory.getHandle();
+  const capnp::Data::Reader uuid = memory.getDeviceUuid();
+  DeviceHandle device;
+  if (handle.size() != device.ipc.size() || uuid.size() != device.device.size()) {
+    throw Refusal{
+        GRADSYNC_ERR_INVALID_ARGUMENT,
+        fmt::format("register buffer {}: a CUDA IPC handle is {} bytes and a device "
+                    "UUID {}, got {} and {}",
+                    id, device.ipc.size(), device.device.size(), handle.size(), uuid.size())};
+  }
+  std::copy(handle.begin(), handle.end(), device.ipc.begin());
+  std::copy(uuid.begin(), uuid.end(), device.device.begin());
+  device.offset = request.getOffset();
+  device.bytes = request.getBytes();
+  if (device.bytes == 0) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT, fmt::format("register buffer {}: zero bytes", id)};
+  }
+  AddBuffer command{};
+  command.buffer_id = id;
+  try {
+    command.device = DeviceRegistration{device, devices_.map(device)};
+  } catch (const DeviceError& e) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("register buffer {}: {}", id, e.what())};
+  }
+  return command;
 }
 
 void ControlServer::handle_unregister(Client& client, uint32_t buffer_id) {

@@ -33,7 +33,7 @@ class ControlServer {
 
   // Binds the socket (creating its directory) and sets up the epoll set. Throws on failure.
   ControlServer(DaemonConfig config, Engine& engine, metrics::Metrics& metrics, DaemonInfo info,
-                ConfigSource reload);
+                Devices devices, ConfigSource reload);
   ~ControlServer();  // closes every client and removes the socket file
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -69,6 +69,10 @@ class ControlServer {
   HelloRules hello_rules() const;
   void handle_register(Client& client, ipc::wire::RegisterBuffer::Reader request,
                        std::vector<ipc::UniqueFd>& fds);
+  // The engine command for a registration, or a Refusal for the client.
+  AddBuffer host_registration(uint32_t id, ipc::wire::RegisterBuffer::Reader request,
+                              int memfd) const;
+  AddBuffer device_registration(uint32_t id, ipc::wire::RegisterBuffer::Reader request) const;
   void handle_unregister(Client& client, uint32_t buffer_id);
   void handle_inspect(Client& client, ipc::wire::Inspect::Reader inspect);
   void start_trace(Client& client, ipc::wire::TraceRequest::Reader request);
@@ -84,6 +88,7 @@ class ControlServer {
 
   DaemonConfig config_;  // as of the last reload
   Engine& engine_;
+  Devices devices_;
   metrics::Metrics& metrics_;
   std::shared_ptr<spdlog::logger> log_;
   DaemonInfo info_;

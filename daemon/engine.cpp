@@ -58,11 +58,12 @@ void trace_local_batch(TraceRecorder& trace, const std::vector<ReadyUnit>& batch
 
 }  // namespace
 
-Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics)
+Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devices& devices)
     : config_(config),
       metrics_(metrics),
       log_(logger("engine")),
       pool_(config.reduce_threads),
+      device_buffers_(DeviceMapper(devices), config.device_mapping_cache_entries),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       wake_(ipc::create_eventfd()) {
   if (!epoll_.valid()) throw ipc::SystemError("epoll_create1", errno);
@@ -200,7 +201,13 @@ void Engine::handle(AttachSession& command) {
 
 void Engine::handle(AddBuffer& command) {
   if (auto it = sessions_.find(command.session); it != sessions_.end()) {
-    it->second->add_buffer(command.buffer_id, std::move(command.buffer));
+    if (command.device) {
+      device_buffers_.add({command.session, command.buffer_id}, command.device->handle,
+                          std::move(command.device->mapped));
+      it->second->add_device_buffer(command.buffer_id);
+    } else {
+      it->second->add_buffer(command.buffer_id, std::move(command.buffer));
+    }
   }
   command.done.set_value();
 }
@@ -209,12 +216,14 @@ void Engine::handle(RemoveBuffer& command) {
   if (auto it = sessions_.find(command.session); it != sessions_.end()) {
     it->second->remove_buffer(command.buffer_id);
   }
+  device_buffers_.remove({command.session, command.buffer_id});
 }
 
 void Engine::handle(DetachSession& command) {
   const auto it = sessions_.find(command.session);
   if (it == sessions_.end()) return;
   Session& session = *it->second;
+  device_buffers_.remove_client(session.id());
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, session.doorbell_fd(), nullptr);
   std::erase(polled_, &session);
   if (Job* job = session.job) {
@@ -266,6 +275,7 @@ bool Engine::poll_submissions(Session& session) {
         across_nodes ? who.rank : who.local_rank,
         across_nodes ? who.world_size : who.local_world_size);
     submission.session = &session;
+    if (submission.valid() && session.has_device_buffers()) refuse_device_memory(submission, entry);
     if (!submission.valid()) {
       log_->warn("client {} (job '{}' local rank {}): invalid submission: {}", session.id(),
                  who.job, who.local_rank, submission.error);
@@ -275,6 +285,22 @@ bool Engine::poll_submissions(Session& session) {
   if (taken == 0) return false;
   metrics_.ring_drained(taken);
   return true;
+}
+
+// The device data path (reductions on the daemon's streams) is not in this version: a
+// collective on device memory fails with that reason, the job's other ranks with it, and
+// nothing else is affected.
+void Engine::refuse_device_memory(Submission& submission, const ipc::SubmissionEntry& entry) {
+  const Session& session = *submission.session;
+  for (const uint32_t id : {entry.send_buffer, entry.recv_buffer}) {
+    if (session.is_device_buffer(id)) {
+      submission.error = fmt::format(
+          "buffer {} is device memory: this gradsyncd maps it but does not run collectives on "
+          "device memory yet; use host buffers",
+          id);
+      return;
+    }
+  }
 }
 
 void Engine::fail_job(Job& job, gradsync_result status, const std::string& reason,

@@ -4,8 +4,10 @@
 #pragma once
 
 #include "daemon/config.h"
+#include "daemon/device/devices.h"
 #include "daemon/inspect.h"
 #include "daemon/job.h"
+#include "daemon/mapping_cache.h"
 #include "daemon/reduce_pool.h"
 #include "daemon/session.h"
 #include "metrics/metrics.h"
@@ -17,6 +19,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <variant>
@@ -27,10 +30,17 @@ namespace gradsync::daemon {
 struct AttachSession {
   std::unique_ptr<Session> session;
 };
+// Device memory a client registered: its handle, and the mapping the control thread made
+// when it checked the registration.
+struct DeviceRegistration {
+  DeviceHandle handle;
+  std::shared_ptr<const DeviceBuffer> mapped;
+};
 struct AddBuffer {
   uint64_t session;
   uint32_t buffer_id;
-  std::shared_ptr<const HostBuffer> buffer;
+  std::shared_ptr<const HostBuffer> buffer;  // host memory; null for device memory
+  std::optional<DeviceRegistration> device;
   std::promise<void> done;  // the control thread replies to the client only after this
 };
 struct RemoveBuffer {
@@ -53,7 +63,7 @@ using EngineCommand = std::variant<AttachSession, AddBuffer, RemoveBuffer, Detac
 
 class Engine {
  public:
-  Engine(const DaemonConfig& config, metrics::Metrics& metrics);
+  Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devices& devices);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -87,6 +97,7 @@ class Engine {
   void handle(StartTrace& command);
 
   bool poll_submissions(Session& session);
+  void refuse_device_memory(Submission& submission, const ipc::SubmissionEntry& entry);
   bool poll_peers();
   // Logs and counts the handshakes that ended; forms the jobs that waited for them.
   bool take_handshakes();
@@ -116,6 +127,9 @@ class Engine {
   metrics::Metrics& metrics_;
   std::shared_ptr<spdlog::logger> log_;
   ReducePool pool_;
+  // Clients' device memory, by (session, buffer id): every session's, so that one bound
+  // (device_mapping_cache_entries) holds for the daemon's open CUDA IPC mappings.
+  MappingCache<DeviceMapper> device_buffers_;
   std::unique_ptr<transport::Mesh> mesh_;  // null without an inter-node listener
   std::string listen_address_;
   std::chrono::steady_clock::time_point next_stall_inspection_{};

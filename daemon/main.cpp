@@ -1,6 +1,7 @@
 // gradsyncd: the per-node gradient communication daemon.
 #include "daemon/config.h"
 #include "daemon/control.h"
+#include "daemon/device/devices.h"
 #include "daemon/engine.h"
 #include "daemon/log.h"
 #include "kernels/reduce.h"
@@ -36,13 +37,22 @@ int run_daemon(const gradsync::daemon::DaemonConfig& config,
   pthread_sigmask(SIG_BLOCK, &mask, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  metrics::Metrics metrics(config.metrics_listen, {GRADSYNC_VERSION, false, kernels::reduce_isa()},
+  const daemon::Devices devices = daemon::Devices::probe();
+  log->info("devices: {}", devices.summary());
+  metrics::Metrics metrics(config.metrics_listen,
+                           {GRADSYNC_VERSION, devices.built_with_cuda(), devices.devices().size(),
+                            kernels::reduce_isa()},
                            daemon::to_toml(config));
   for (uint16_t port : metrics.listening_ports()) log->info("metrics on port {}", port);
-  daemon::Engine engine(config, metrics);
-  daemon::DaemonInfo info{GRADSYNC_VERSION, ::getpid(), std::chrono::steady_clock::now(),
-                          engine.listen_address(), kernels::reduce_isa()};
-  daemon::ControlServer control(config, engine, metrics, std::move(info), std::move(reload));
+  daemon::Engine engine(config, metrics, devices);
+  daemon::DaemonInfo info{GRADSYNC_VERSION,
+                          ::getpid(),
+                          std::chrono::steady_clock::now(),
+                          engine.listen_address(),
+                          kernels::reduce_isa(),
+                          devices.summary()};
+  daemon::ControlServer control(config, engine, metrics, std::move(info), devices,
+                                std::move(reload));
   std::thread engine_thread([&engine, &log] {
     pthread_setname_np(pthread_self(), "gsd-engine");  // for top -H, gdb, and the tests
     try {

@@ -91,6 +91,7 @@ void Session::add_buffer(uint32_t id, std::shared_ptr<const HostBuffer> buffer) 
 }
 
 void Session::remove_buffer(uint32_t id) {
+  device_buffers_.erase(id);
   const auto it = buffers_.find(id);
   if (it == buffers_.end()) return;
   mapped_bytes_ -= it->second->bytes;

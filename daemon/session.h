@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace gradsync::daemon {
@@ -68,7 +69,14 @@ class Session {
   void report_lookups();
   void add_buffer(uint32_t id, std::shared_ptr<const HostBuffer> buffer);
   void remove_buffer(uint32_t id);
-  size_t buffer_count() const { return buffers_.size(); }
+  size_t buffer_count() const { return buffers_.size() + device_buffers_.size(); }
+  // Device memory is mapped in the engine's device cache; the session knows which ids are.
+  void add_device_buffer(uint32_t id) {
+    remove_buffer(id);
+    device_buffers_.insert(id);
+  }
+  bool is_device_buffer(uint32_t id) const { return device_buffers_.contains(id); }
+  bool has_device_buffers() const { return !device_buffers_.empty(); }
   uint64_t mapped_bytes() const { return mapped_bytes_; }
 
   // For gradsyncctl: collectives taken from the ring, completions posted, and the difference.
@@ -101,6 +109,7 @@ class Session {
   uint64_t lookup_hits_ = 0;   // since the last report_lookups
   uint64_t lookups_unregistered_ = 0;
   std::unordered_map<uint32_t, std::shared_ptr<const HostBuffer>> buffers_;
+  std::unordered_set<uint32_t> device_buffers_;
 };
 
 }  // namespace gradsync::daemon

@@ -30,11 +30,22 @@ struct Welcome {
   segmentBytes @2 :UInt64;
 }
 
-# Sent with one fd: the memfd holding the buffer. The daemon maps [offset, offset + bytes).
+# Registers [offset, offset + bytes) of some memory as buffer `bufferId`.
 struct RegisterBuffer {
   bufferId @0 :UInt32;
   offset @1 :UInt64;
   bytes @2 :UInt64;
+  memory :union {
+    # Sent with one fd: the sealed memfd holding the buffer.
+    host @3 :Void;
+    # Device memory, no fd: the offset is from the base of the allocation the handle names.
+    cudaIpc @4 :CudaIpcMemory;
+  }
+}
+
+struct CudaIpcMemory {
+  handle @0 :Data;      # cudaIpcMemHandle_t of the allocation, 64 bytes
+  deviceUuid @1 :Data;  # the device's UUID (cudaDeviceProp::uuid), 16 bytes
 }
 
 struct UnregisterBuffer {

@@ -13,7 +13,8 @@ enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather, kBarrier, kCount
 
 struct BuildInfo {
   std::string version;
-  bool cuda = false;
+  bool cuda = false;   // built with CUDA
+  size_t devices = 0;  // GPUs whose memory the daemon serves (0: host memory only)
   std::string reduce_isa;
 };
 

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define GRADSYNC_API_VERSION 1
+#define GRADSYNC_API_VERSION 2
 
 #if defined(__GNUC__)
 #define GRADSYNC_EXPORT __attribute__((visibility("default")))
@@ -40,7 +40,9 @@ typedef enum gradsync_result {
   GRADSYNC_ERR_DAEMON_GONE = 8,      /* the daemon shut down or closed the connection */
   GRADSYNC_ERR_OUT_OF_MEMORY = 9,    /* shared memory could not be allocated or mapped */
   GRADSYNC_ERR_INTERNAL = 10,
-  GRADSYNC_ERR_TIMEOUT = 11 /* a bounded wait expired */
+  GRADSYNC_ERR_TIMEOUT = 11,    /* a bounded wait expired */
+  GRADSYNC_ERR_UNSUPPORTED = 12 /* this build or machine cannot serve it (e.g. device memory
+                                   on a daemon without a GPU); API version 2 */
 } gradsync_result;
 
 typedef enum gradsync_dtype {
@@ -98,6 +100,24 @@ GRADSYNC_EXPORT gradsync_result gradsync_free(gradsync_comm* comm, void* ptr);
  * may then use any range inside it. Registering an overlapping range twice is an error. */
 GRADSYNC_EXPORT gradsync_result gradsync_register(gradsync_comm* comm, void* ptr, size_t bytes);
 GRADSYNC_EXPORT gradsync_result gradsync_unregister(gradsync_comm* comm, void* ptr);
+
+/* Device memory (CUDA), API version 2. The daemon opens the allocation through CUDA IPC and
+ * reduces on its own streams. gradsync_unregister releases it as for host memory. A daemon
+ * without a usable GPU refuses with GRADSYNC_ERR_UNSUPPORTED and says why. */
+typedef struct gradsync_cuda_ipc_memory {
+  uint8_t handle[64];      /* cudaIpcMemHandle_t of the allocation holding the range */
+  uint64_t offset;         /* of the range from the allocation's base address */
+  uint8_t device_uuid[16]; /* cudaDeviceProp::uuid of the allocation's device */
+} gradsync_cuda_ipc_memory;
+/* Registers [ptr, ptr + bytes) of device memory described by `memory`: for frameworks that
+ * export IPC handles themselves (PyTorch's CUDA storage sharing does). */
+GRADSYNC_EXPORT gradsync_result gradsync_register_cuda_ipc(gradsync_comm* comm, void* ptr,
+                                                           size_t bytes,
+                                                           const gradsync_cuda_ipc_memory* memory);
+/* The same, finding the allocation, its handle and its device through the CUDA driver
+ * (libcuda.so.1, loaded on first use; libgradsync does not link CUDA). */
+GRADSYNC_EXPORT gradsync_result gradsync_register_device(gradsync_comm* comm, void* ptr,
+                                                         size_t bytes);
 
 /* Collectives. `name` identifies the tensor across ranks (ranks may submit in different
  * orders); NULL means "the n-th unnamed collective of this communicator". send == recv is

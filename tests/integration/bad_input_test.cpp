@@ -110,6 +110,43 @@ TEST_F(BadInputTest, UnsealedMemoryIsRefused) {
   EXPECT_NE(message.find("sealed"), std::string::npos) << message;
 }
 
+TEST_F(BadInputTest, DeviceRegistrationsAreCheckedAndCostTheClientNothingElse) {
+  RawClient client(socket());
+  ASSERT_EQ(client.hello("device", 0, 1).first, 0u);
+  const std::vector<uint8_t> handle(64, 0x5a);
+  const std::vector<uint8_t> uuid(16, 0xa5);
+  // Device memory comes with no file descriptor.
+  ipc::UniqueFd memfd = ipc::create_sealed_memfd("test", 1 << 16);
+  auto [code, message] = client.register_device(1, 0, 4096, handle, uuid, memfd.get());
+  EXPECT_EQ(code, GRADSYNC_ERR_PROTOCOL);
+  EXPECT_NE(message.find("expected 0 file descriptors"), std::string::npos) << message;
+  // A handle of the wrong size: refused for that where the daemon has a GPU; where it has
+  // none (CI), refused for that first, with the reason.
+  std::tie(code, message) = client.register_device(2, 0, 4096, {1, 2, 3}, uuid);
+  if (code == GRADSYNC_ERR_UNSUPPORTED) {
+    EXPECT_NE(message.find("device memory is not served here"), std::string::npos) << message;
+    EXPECT_NE(message.find("host memory only"), std::string::npos) << message;
+  } else {
+    EXPECT_EQ(code, GRADSYNC_ERR_INVALID_ARGUMENT) << message;
+    EXPECT_NE(message.find("64 bytes"), std::string::npos) << message;
+  }
+  // A well-formed handle no driver issued: never served.
+  std::tie(code, message) = client.register_device(3, 0, 4096, handle, uuid);
+  EXPECT_TRUE(code == GRADSYNC_ERR_UNSUPPORTED || code == GRADSYNC_ERR_INVALID_ARGUMENT)
+      << code << ": " << message;
+  // None of it registered anything, and host memory is served as before.
+  ASSERT_EQ(client.register_buffer(1, memfd.get(), 0, 4096).first, 0u);
+  auto* data = static_cast<float*>(
+      ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, memfd.get(), 0));
+  ASSERT_NE(data, MAP_FAILED);
+  for (int i = 0; i < 1024; ++i) data[i] = static_cast<float>(i);
+  client.submit(allreduce_entry("after-device", 1, 0, 1024));
+  const ipc::CompletionEntry done = client.next_completion();
+  EXPECT_EQ(done.status, GRADSYNC_OK) << std::string(done.message, done.message_length);
+  EXPECT_EQ(data[1023], 1023.0f);  // one rank: the sum is its own input
+  ::munmap(data, 4096);
+}
+
 TEST_F(BadInputTest, RegistrationWithoutAFileDescriptorIsRefused) {
   RawClient client(socket());
   ASSERT_EQ(client.hello("nofd", 0, 1).first, 0u);

@@ -70,6 +70,11 @@ TEST_F(CtlTest, ShowsClientsJobsAndConfigurationAsTablesAndJson) {
   EXPECT_EQ(status["pid"].get<pid_t>(), daemon().process().pid());
   EXPECT_EQ(status["socket"], socket());
   EXPECT_EQ(status["config"]["stall_warning_seconds"], 42);
+  // The devices served, or why none: on a machine without a GPU, host memory only.
+  const std::string devices = status["devices"].get<std::string>();
+  EXPECT_TRUE(devices.find("host memory only") != std::string::npos ||
+              devices.rfind("CUDA, ", 0) == 0)
+      << devices;
   ASSERT_EQ(status["jobs"].size(), 1u);
   const Json& job = status["jobs"][0];
   EXPECT_EQ(job["name"], "ctl-job");
@@ -105,6 +110,7 @@ TEST_F(CtlTest, ShowsClientsJobsAndConfigurationAsTablesAndJson) {
   const CommandResult overview = ctl("status");
   ASSERT_EQ(overview.status, 0);
   EXPECT_NE(overview.out.find("2 clients, 1 jobs, 0 peers"), std::string::npos) << overview.out;
+  EXPECT_NE(overview.out.find("devices: " + devices), std::string::npos) << overview.out;
   // --json after the command as well as before it; each view is the status's part.
   const CommandResult peers = ctl("peers --json");
   ASSERT_EQ(peers.status, 0);

@@ -283,6 +283,27 @@ std::pair<uint32_t, std::string> RawClient::register_buffer(uint32_t id, int fd,
   return receive_status();
 }
 
+std::pair<uint32_t, std::string> RawClient::register_device(uint32_t id, uint64_t offset,
+                                                            uint64_t bytes,
+                                                            const std::vector<uint8_t>& handle,
+                                                            const std::vector<uint8_t>& uuid,
+                                                            int fd) {
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<ipc::wire::Request>().initRegisterBuffer();
+  request.setBufferId(id);
+  request.setOffset(offset);
+  request.setBytes(bytes);
+  auto memory = request.getMemory().initCudaIpc();
+  memory.setHandle(kj::arrayPtr(handle.data(), handle.size()));
+  memory.setDeviceUuid(kj::arrayPtr(uuid.data(), uuid.size()));
+  if (fd >= 0) {
+    send(message, std::span<const int>(&fd, 1));
+  } else {
+    send(message);
+  }
+  return receive_status();
+}
+
 void RawClient::submit(const ipc::SubmissionEntry& entry) {
   ASSERT_TRUE(submissions_.try_push(entry));
   ipc::eventfd_signal(doorbell_.get());

@@ -105,6 +105,10 @@ class RawClient {
                                          uint32_t version = ipc::kProtocolVersion);
   std::pair<uint32_t, std::string> register_buffer(uint32_t id, int fd, uint64_t offset,
                                                    uint64_t bytes);
+  // Device memory as a CUDA IPC handle and device UUID (any sizes, to test the checks).
+  std::pair<uint32_t, std::string> register_device(uint32_t id, uint64_t offset, uint64_t bytes,
+                                                   const std::vector<uint8_t>& handle,
+                                                   const std::vector<uint8_t>& uuid, int fd = -1);
   void submit(const ipc::SubmissionEntry& entry);
   uint64_t submission_ring_free() const { return submissions_.free_slots(); }
   ipc::CompletionEntry next_completion(

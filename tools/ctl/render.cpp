@@ -79,6 +79,7 @@ void print_status(const nlohmann::json& status, std::ostream& out) {
       "socket {}  inter-node {}  metrics {}\n", text(status["socket"]),
       listen.empty() ? "(none)" : listen,
       text(status["metrics_listen"]).empty() ? "(none)" : text(status["metrics_listen"]));
+  if (status.contains("devices")) out << fmt::format("devices: {}\n", text(status["devices"]));
   out << fmt::format("{} clients, {} jobs, {} peers\n", status["clients"].size(),
                      status["jobs"].size(), status["peers"].size());
   if (const size_t hidden = status.value("hidden_jobs", size_t{0}); hidden > 0) {

@@ -16,7 +16,7 @@ from . import _library
 OK, IN_PROGRESS = 0, 1
 ERR_INVALID_ARGUMENT, ERR_CONNECT, ERR_PROTOCOL, ERR_PERMISSION = 2, 3, 4, 5
 ERR_MISMATCH, ERR_PEER_FAILED, ERR_DAEMON_GONE, ERR_OUT_OF_MEMORY = 6, 7, 8, 9
-ERR_INTERNAL, ERR_TIMEOUT = 10, 11
+ERR_INTERNAL, ERR_TIMEOUT, ERR_UNSUPPORTED = 10, 11, 12
 FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64 = 0, 1, 2, 3, 4, 5
 OPS = {"sum": 0, "avg": 1, "average": 1, "mean": 1, "min": 2, "max": 3, "prod": 4, "product": 4}
 
@@ -56,9 +56,13 @@ class TimeoutError_(GradsyncError):
     pass
 
 
+class UnsupportedError(GradsyncError):
+    """This build or machine cannot serve the request (device memory without a GPU)."""
+
+
 _ERRORS = {ERR_INVALID_ARGUMENT: InvalidArgumentError, ERR_MISMATCH: MismatchError,
            ERR_PEER_FAILED: PeerFailedError, ERR_DAEMON_GONE: DaemonGoneError,
-           ERR_TIMEOUT: TimeoutError_}
+           ERR_TIMEOUT: TimeoutError_, ERR_UNSUPPORTED: UnsupportedError}
 
 _lib = None
 _lib_lock = threading.Lock()

@@ -22,6 +22,15 @@ class Options(ctypes.Structure):
     ]
 
 
+class CudaIpcMemory(ctypes.Structure):
+    """gradsync_cuda_ipc_memory (include/gradsync/gradsync.h)."""
+    _fields_ = [
+        ("handle", ctypes.c_uint8 * 64),
+        ("offset", ctypes.c_uint64),
+        ("device_uuid", ctypes.c_uint8 * 16),
+    ]
+
+
 def _candidates():
     explicit = os.environ.get("GRADSYNC_LIBRARY")
     if explicit:
@@ -61,6 +70,9 @@ def _declare(lib):
         "gradsync_free": ([comm, c_void], c_int),
         "gradsync_register": ([comm, c_void, c_size], c_int),
         "gradsync_unregister": ([comm, c_void], c_int),
+        "gradsync_register_cuda_ipc": ([comm, c_void, c_size, ctypes.POINTER(CudaIpcMemory)],
+                                       c_int),
+        "gradsync_register_device": ([comm, c_void, c_size], c_int),
         "gradsync_allreduce": ([comm, c_char, c_void, c_void, c_size, c_int, c_int,
                                 ctypes.POINTER(request)], c_int),
         "gradsync_broadcast": ([comm, c_char, c_void, c_void, c_size, c_int, ctypes.c_int32,

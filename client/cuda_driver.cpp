@@ -1,0 +1,154 @@
+#include "client/cuda_driver.h"
+
+#include "client/communicator.h"
+
+#include <dlfcn.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+#if __has_include(<cuda.h>)
+#include <cuda.h>
+#define GRADSYNC_HAVE_CUDA_H 1
+#endif
+
+namespace gradsync::client {
+namespace {
+
+// The driver's ABI, as much of it as is used here. Checked against cuda.h where the build
+// has it.
+using DriverResult = int;                   // CUresult; 0 is success
+using DevicePointer = unsigned long long;   // NOLINT(google-runtime-int): CUdeviceptr
+constexpr int kAttributeMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kAttributeDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr unsigned kMemoryTypeDevice = 2;   // CU_MEMORYTYPE_DEVICE
+struct IpcHandle {
+  char reserved[64];
+};
+struct Uuid {
+  char bytes[16];
+};
+#ifdef GRADSYNC_HAVE_CUDA_H
+static_assert(CU_POINTER_ATTRIBUTE_MEMORY_TYPE == kAttributeMemoryType);
+static_assert(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL == kAttributeDeviceOrdinal);
+static_assert(CU_MEMORYTYPE_DEVICE == kMemoryTypeDevice);
+static_assert(sizeof(CUipcMemHandle) == sizeof(IpcHandle) && sizeof(CUuuid) == sizeof(Uuid));
+static_assert(sizeof(CUdeviceptr) == sizeof(DevicePointer));
+#endif
+
+struct Driver {
+  void* library = nullptr;
+  std::string error;  // why it could not be loaded
+  DriverResult (*init)(unsigned flags) = nullptr;
+  DriverResult (*get_error_string)(DriverResult, const char**) = nullptr;
+  DriverResult (*pointer_attribute)(void* data, int attribute, DevicePointer pointer) = nullptr;
+  DriverResult (*address_range)(DevicePointer* base, size_t* bytes,
+                                DevicePointer pointer) = nullptr;
+  DriverResult (*ipc_handle)(IpcHandle* handle, DevicePointer pointer) = nullptr;
+  DriverResult (*device_get)(int* device, int ordinal) = nullptr;
+  DriverResult (*device_uuid)(Uuid* uuid, int device) = nullptr;
+
+  std::string describe(DriverResult result) const {
+    const char* text = nullptr;
+    if (get_error_string != nullptr && get_error_string(result, &text) == 0 && text != nullptr) {
+      return text;
+    }
+    return "CUDA error " + std::to_string(result);
+  }
+};
+
+template <typename Function>
+bool load(void* library, const char* symbol, Function& function) {
+  function = reinterpret_cast<Function>(::dlsym(library, symbol));
+  return function != nullptr;
+}
+
+Driver open_driver() {
+  Driver driver;
+  driver.library = ::dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (driver.library == nullptr) {
+    const char* why = ::dlerror();
+    driver.error =
+        std::string("no CUDA driver in this process (") + (why ? why : "libcuda.so.1") + ")";
+    return driver;
+  }
+  void* lib = driver.library;
+  const bool loaded = load(lib, "cuInit", driver.init) &&
+                      load(lib, "cuGetErrorString", driver.get_error_string) &&
+                      load(lib, "cuPointerGetAttribute", driver.pointer_attribute) &&
+                      load(lib, "cuMemGetAddressRange_v2", driver.address_range) &&
+                      load(lib, "cuIpcGetMemHandle", driver.ipc_handle) &&
+                      load(lib, "cuDeviceGet", driver.device_get) &&
+                      (load(lib, "cuDeviceGetUuid_v2", driver.device_uuid) ||
+                       load(lib, "cuDeviceGetUuid", driver.device_uuid));
+  if (!loaded) {
+    driver.error = "the CUDA driver lacks an entry point gradsync needs (driver too old?)";
+  } else if (const DriverResult result = driver.init(0); result != 0) {
+    driver.error = "cuInit failed: " + driver.describe(result);
+  }
+  return driver;
+}
+
+// Loaded once per process and never changed after (the library stays loaded: PyTorch's
+// driver is the same one).
+const Driver& driver() {
+  static const Driver loaded = open_driver();
+  return loaded;
+}
+
+void check(const Driver& d, DriverResult result, const char* call) {
+  if (result != 0) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                std::string("register device memory: ") + call + ": " + d.describe(result));
+  }
+}
+
+}  // namespace
+
+gradsync_cuda_ipc_memory describe_device_memory(const void* ptr, size_t bytes) {
+  const Driver& d = driver();
+  if (!d.error.empty()) {
+    throw Error(GRADSYNC_ERR_UNSUPPORTED, "register device memory: " + d.error);
+  }
+  const auto pointer = static_cast<DevicePointer>(reinterpret_cast<uintptr_t>(ptr));
+  unsigned memory_type = 0;
+  if (d.pointer_attribute(&memory_type, kAttributeMemoryType, pointer) != 0 ||
+      memory_type != kMemoryTypeDevice) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                "register device memory: the pointer is not CUDA device memory");
+  }
+  int ordinal = 0;
+  check(d, d.pointer_attribute(&ordinal, kAttributeDeviceOrdinal, pointer),
+        "cuPointerGetAttribute");
+  DevicePointer base = 0;
+  size_t allocation_bytes = 0;
+  check(d, d.address_range(&base, &allocation_bytes, pointer), "cuMemGetAddressRange");
+  const uint64_t offset = pointer - base;
+  if (bytes > allocation_bytes - offset) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                "register device memory: the range runs past the end of its allocation (" +
+                    std::to_string(allocation_bytes - offset) + " bytes left from the pointer)");
+  }
+  IpcHandle handle{};
+  if (const DriverResult result = d.ipc_handle(&handle, base); result != 0) {
+    throw Error(
+        GRADSYNC_ERR_INVALID_ARGUMENT,
+        "register device memory: CUDA IPC cannot share this allocation (cuIpcGetMemHandle: " +
+            d.describe(result) +
+            "); memory from cuMemCreate needs a POSIX file descriptor, which this version "
+            "does not send");
+  }
+  int device = 0;
+  check(d, d.device_get(&device, ordinal), "cuDeviceGet");
+  Uuid uuid{};
+  check(d, d.device_uuid(&uuid, device), "cuDeviceGetUuid");
+
+  gradsync_cuda_ipc_memory memory{};
+  std::memcpy(memory.handle, handle.reserved, sizeof(memory.handle));
+  memory.offset = offset;
+  std::memcpy(memory.device_uuid, uuid.bytes, sizeof(memory.device_uuid));
+  return memory;
+}
+
+}  // namespace gradsync::client
