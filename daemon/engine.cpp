@@ -1,5 +1,6 @@
 #include "daemon/engine.h"
 
+#include "daemon/collectives/device_work.h"
 #include "daemon/executor.h"
 #include "daemon/log.h"
 #include "daemon/node/node_job.h"
@@ -26,6 +27,7 @@ constexpr uint64_t kMeshTag = UINT64_MAX;
 // How long the engine sleeps at most while collectives across nodes are in flight.
 constexpr auto kNetworkPollInterval = std::chrono::milliseconds(1);
 constexpr auto kCompletionRoomPollInterval = std::chrono::milliseconds(10);
+constexpr auto kDevicePollInterval = std::chrono::milliseconds(1);
 constexpr auto kEndedJobDrainInterval = std::chrono::milliseconds(100);
 // How long after a job ended here its peers may still send to it: they fail it within their
 // peer timeout; this much more covers their aborts and retries in flight.
@@ -64,6 +66,7 @@ Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devi
       log_(logger("engine")),
       pool_(config.reduce_threads),
       device_buffers_(DeviceMapper(devices), config.device_mapping_cache_entries),
+      device_streams_(devices),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
       wake_(ipc::create_eventfd()) {
   if (!epoll_.valid()) throw ipc::SystemError("epoll_create1", errno);
@@ -118,6 +121,7 @@ void Engine::run() {
       progressed |= poll_peers();
     }
     progressed |= run_ready_batches();
+    if (!device_in_flight_.empty()) progressed |= poll_device_work();
     const auto now = Clock::now();  // one clock read for the deadline checks and the spin
     progressed |= check_formation(now);
     progressed |= inspect_stalls(now);
@@ -224,6 +228,7 @@ void Engine::handle(DetachSession& command) {
   if (it == sessions_.end()) return;
   Session& session = *it->second;
   device_buffers_.remove_client(session.id());
+  forget_device_work_of(session);
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, session.doorbell_fd(), nullptr);
   std::erase(polled_, &session);
   if (Job* job = session.job) {
@@ -271,11 +276,15 @@ bool Engine::poll_submissions(Session& session) {
     // nodes.
     const bool across_nodes = !who.nodes.empty();
     Submission submission = resolve_submission(
-        entry, [&session](uint32_t id) { return session.buffer(id); },
+        entry, [this, &session](uint32_t id) { return registered_memory(session, id); },
         across_nodes ? who.rank : who.local_rank,
         across_nodes ? who.world_size : who.local_world_size);
     submission.session = &session;
-    if (submission.valid() && session.has_device_buffers()) refuse_device_memory(submission, entry);
+    if (submission.valid() && submission.device != kHostMemory && across_nodes) {
+      submission.error =
+          "device memory in a job across nodes is not served yet (device collectives run on one "
+          "node); use host buffers";
+    }
     if (!submission.valid()) {
       log_->warn("client {} (job '{}' local rank {}): invalid submission: {}", session.id(),
                  who.job, who.local_rank, submission.error);
@@ -285,22 +294,6 @@ bool Engine::poll_submissions(Session& session) {
   if (taken == 0) return false;
   metrics_.ring_drained(taken);
   return true;
-}
-
-// The device data path (reductions on the daemon's streams) is not in this version: a
-// collective on device memory fails with that reason, the job's other ranks with it, and
-// nothing else is affected.
-void Engine::refuse_device_memory(Submission& submission, const ipc::SubmissionEntry& entry) {
-  const Session& session = *submission.session;
-  for (const uint32_t id : {entry.send_buffer, entry.recv_buffer}) {
-    if (session.is_device_buffer(id)) {
-      submission.error = fmt::format(
-          "buffer {} is device memory: this gradsyncd maps it but does not run collectives on "
-          "device memory yet; use host buffers",
-          id);
-      return;
-    }
-  }
 }
 
 void Engine::fail_job(Job& job, gradsync_result status, const std::string& reason,
@@ -332,11 +325,18 @@ bool Engine::run_ready_batches() {
       continue;
     }
     while (!ready.empty()) {
+      if (on_device(ready.front())) {  // to the daemon's streams; done when its fence is
+        ReadyUnit unit = std::move(ready.front());
+        ready.pop_front();
+        launch_device_unit(*job, std::move(unit));
+        any = true;
+        continue;
+      }
       // Lazy fusion: take ready units in order up to the threshold; a group is never split,
-      // and a unit larger than the threshold runs alone.
+      // and a unit larger than the threshold runs alone. Device units are not fused in.
       std::vector<ReadyUnit> batch;
       uint64_t bytes = 0;
-      while (!ready.empty() &&
+      while (!ready.empty() && !on_device(ready.front()) &&
              (batch.empty() || bytes + ready.front().bytes() <= config_.fusion_threshold_bytes)) {
         bytes += ready.front().bytes();
         batch.push_back(std::move(ready.front()));
@@ -346,15 +346,7 @@ bool Engine::run_ready_batches() {
       const BatchStats stats = execute_batch(batch, pool_, config_.parallel_reduce_min_bytes);
       const auto end = Clock::now();
       uint64_t collectives = 0;
-      for (const auto& unit : batch) {
-        for (const auto& c : unit.collectives) {
-          const ipc::Collective kind = c.first().collective;
-          metrics_.collective_completed(kind_of(kind), c.bytes(), "local",
-                                        std::chrono::duration<double>(end - c.times.ready).count());
-          job->steps().on_completed(bus_bytes(kind, c.bytes(), job->local_world_size()), end);
-          ++collectives;
-        }
-      }
+      for (const auto& unit : batch) collectives += record_local_completion(*job, unit, end);
       metrics_.batch_executed(
           stats.bytes, collectives, std::chrono::duration<double>(end - start).count(),
           static_cast<double>(bytes) / static_cast<double>(config_.fusion_threshold_bytes));
@@ -363,6 +355,16 @@ bool Engine::run_ready_batches() {
     }
   }
   return any;
+}
+
+uint64_t Engine::record_local_completion(Job& job, const ReadyUnit& unit, Clock::time_point end) {
+  for (const auto& c : unit.collectives) {
+    const ipc::Collective kind = c.first().collective;
+    metrics_.collective_completed(kind_of(kind), c.bytes(), "local",
+                                  std::chrono::duration<double>(end - c.times.ready).count());
+    job.steps().on_completed(bus_bytes(kind, c.bytes(), job.local_world_size()), end);
+  }
+  return unit.collectives.size();
 }
 
 bool Engine::check_formation(Clock::time_point now) {
@@ -392,6 +394,8 @@ int Engine::sleep_timeout_ms() const {
   for (const auto& [name, job] : jobs_) {
     if (!job->formed() && !job->failure()) deadline = std::min(deadline, job->formation_deadline());
   }
+  // Device work in flight: its fences are polled.
+  if (!device_in_flight_.empty()) deadline = std::min(deadline, Clock::now() + kDevicePollInterval);
   // A client whose submissions wait for it to read its completions: look again soon.
   for (const Session* session : polled_) {
     if (session->waits_for_completion_room()) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "daemon/config.h"
+#include "daemon/device/device_streams.h"
 #include "daemon/device/devices.h"
 #include "daemon/inspect.h"
 #include "daemon/job.h"
@@ -16,6 +17,8 @@
 #include <spdlog/logger.h>
 
 #include <atomic>
+#include <chrono>
+#include <deque>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -63,6 +66,8 @@ using EngineCommand = std::variant<AttachSession, AddBuffer, RemoveBuffer, Detac
 
 class Engine {
  public:
+  using Clock = std::chrono::steady_clock;
+
   Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devices& devices);
   ~Engine();
   Engine(const Engine&) = delete;
@@ -97,7 +102,9 @@ class Engine {
   void handle(StartTrace& command);
 
   bool poll_submissions(Session& session);
-  void refuse_device_memory(Submission& submission, const ipc::SubmissionEntry& entry);
+  // A submission's buffer: host memory from the session, device memory from the cache (mapped
+  // again if it was evicted).
+  RegisteredMemory registered_memory(Session& session, uint32_t id);
   bool poll_peers();
   // Logs and counts the handshakes that ended; forms the jobs that waited for them.
   bool take_handshakes();
@@ -109,6 +116,14 @@ class Engine {
   void handle_node_message(const std::vector<uint8_t>& payload, uint64_t tag = 0);
   void fail_job(Job& job, gradsync_result status, const std::string& reason, bool tell_peers);
   bool run_ready_batches();
+  // Metrics and step accounting of a unit done on this node; returns its collectives.
+  uint64_t record_local_completion(Job& job, const ReadyUnit& unit, Clock::time_point end);
+  // Device units (engine_device.cpp): enqueued on the daemon's streams, completed when their
+  // fence is reached; the engine polls them while any is in flight.
+  void launch_device_unit(Job& job, ReadyUnit unit);
+  bool poll_device_work();
+  // A session leaving: its parts of device work in flight are not completed to it.
+  void forget_device_work_of(const Session& session);
   // Runs the collectives every node of a multi-node job agreed on, in order.
   bool run_agreed(Job& job);
   bool check_formation(std::chrono::steady_clock::time_point now);
@@ -130,6 +145,16 @@ class Engine {
   // Clients' device memory, by (session, buffer id): every session's, so that one bound
   // (device_mapping_cache_entries) holds for the daemon's open CUDA IPC mappings.
   MappingCache<DeviceMapper> device_buffers_;
+  // Device units in flight, oldest first; they hold their buffers' mappings. Declared before
+  // the streams: those are destroyed first, waiting for the work, and the mappings after.
+  struct DeviceUnit {
+    std::string job;
+    ReadyUnit unit;
+    DeviceStreams::Fence fence = 0;
+    Clock::time_point start;
+  };
+  std::deque<DeviceUnit> device_in_flight_;
+  DeviceStreams device_streams_;
   std::unique_ptr<transport::Mesh> mesh_;  // null without an inter-node listener
   std::string listen_address_;
   std::chrono::steady_clock::time_point next_stall_inspection_{};

@@ -299,6 +299,13 @@ std::optional<std::string> find_mismatch(const std::vector<Submission>& ranks) {
                     s.grouped ? fmt::format("a group of {}", s.group_size) : "none");
     }
     if (lead.collective == ipc::Collective::kBarrier) continue;
+    // Device collectives run on the daemon's streams, host ones on its CPUs: not both at once.
+    if ((s.device == kHostMemory) != (lead.device == kHostMemory)) {
+      auto memory = [](const Submission& x) {
+        return x.device == kHostMemory ? std::string("host memory") : std::string("device memory");
+      };
+      return differ("where the data is", memory(lead), memory(s));
+    }
     if (s.dtype != lead.dtype) {
       return differ("the dtype", ipc::dtype_name(lead.dtype), ipc::dtype_name(s.dtype));
     }

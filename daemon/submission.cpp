@@ -8,15 +8,16 @@ namespace gradsync::daemon {
 namespace {
 
 // Checks that [offset, offset + bytes) lies inside the buffer and is element-aligned.
-std::string check_range(const char* what, const std::shared_ptr<const HostBuffer>& buffer,
-                        uint32_t id, uint64_t offset, uint64_t bytes, size_t element) {
-  if (!buffer) return fmt::format("{} buffer {} is not registered", what, id);
+std::string check_range(const char* what, const RegisteredMemory& buffer, uint32_t id,
+                        uint64_t offset, uint64_t bytes, size_t element) {
+  if (!buffer.error.empty()) return fmt::format("{} buffer {}: {}", what, id, buffer.error);
+  if (!buffer.mapping) return fmt::format("{} buffer {} is not registered", what, id);
   uint64_t end = 0;
-  if (__builtin_add_overflow(offset, bytes, &end) || end > buffer->bytes) {
+  if (__builtin_add_overflow(offset, bytes, &end) || end > buffer.bytes) {
     return fmt::format("{} range [{}, +{}) lies outside buffer {} of {} bytes", what, offset, bytes,
-                       id, buffer->bytes);
+                       id, buffer.bytes);
   }
-  if (element > 0 && (reinterpret_cast<uintptr_t>(buffer->data) + offset) % element != 0) {
+  if (element > 0 && (reinterpret_cast<uintptr_t>(buffer.data) + offset) % element != 0) {
     return fmt::format("{} offset {} is not aligned to the {}-byte element", what, offset, element);
   }
   return {};
@@ -87,20 +88,30 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLoo
                                ipc::dtype_name(s.dtype)));
   }
   const size_t element = ipc::dtype_bytes(s.dtype);
-  s.send_buffer = lookup(entry.send_buffer);
-  s.recv_buffer = lookup(entry.recv_buffer);
-  if (auto error = check_range("send", s.send_buffer, entry.send_buffer, entry.send_offset,
-                               *send_bytes, element);
+  const RegisteredMemory send = lookup(entry.send_buffer);
+  const RegisteredMemory recv = lookup(entry.recv_buffer);
+  if (auto error =
+          check_range("send", send, entry.send_buffer, entry.send_offset, *send_bytes, element);
       !error.empty()) {
     return invalid(std::move(error));
   }
-  if (auto error = check_range("receive", s.recv_buffer, entry.recv_buffer, entry.recv_offset,
-                               recv_bytes, element);
+  if (auto error =
+          check_range("receive", recv, entry.recv_buffer, entry.recv_offset, recv_bytes, element);
       !error.empty()) {
     return invalid(std::move(error));
   }
-  s.send = s.send_buffer->data + entry.send_offset;
-  s.recv = s.recv_buffer->data + entry.recv_offset;
+  if (send.device != recv.device) {
+    return invalid(fmt::format(
+        "send and receive buffers must both be host memory or both lie on one device (send: "
+        "{}, receive: {})",
+        send.device == kHostMemory ? "host" : fmt::format("device {}", send.device),
+        recv.device == kHostMemory ? "host" : fmt::format("device {}", recv.device)));
+  }
+  s.device = send.device;
+  s.send_buffer = send.mapping;
+  s.recv_buffer = recv.mapping;
+  s.send = send.data + entry.send_offset;
+  s.recv = recv.data + entry.recv_offset;
   const uint8_t* in_place = s.recv;
   if (s.collective == ipc::Collective::kAllgather) in_place += rank * *send_bytes;
   if (overlaps(s.send, *send_bytes, s.recv, recv_bytes) && s.send != in_place) {

@@ -9,8 +9,29 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 namespace gradsync::daemon {
+
+// Where a submission's memory is: host memory, or the ordinal of the device it lies on.
+inline constexpr int kHostMemory = -1;
+
+// A registered buffer as a submission sees it, kept mapped by `mapping`.
+struct RegisteredMemory {
+  uint8_t* data = nullptr;
+  uint64_t bytes = 0;
+  int device = kHostMemory;
+  std::shared_ptr<const void> mapping;  // null: nothing registered under the id
+  std::string error;                    // registered, but could not be mapped now
+
+  RegisteredMemory() = default;
+  // Host memory (implicit: a lookup of host buffers is a lookup of registered memory).
+  template <typename Buffer>
+  RegisteredMemory(std::shared_ptr<Buffer> host)  // NOLINT(google-explicit-constructor)
+      : data(host ? host->data : nullptr), bytes(host ? host->bytes : 0), mapping(std::move(host)) {
+    static_assert(std::is_convertible_v<Buffer*, const HostBuffer*>);
+  }
+};
 
 struct Submission {
   Session* session = nullptr;  // the engine purges a session's submissions before freeing it
@@ -26,9 +47,11 @@ struct Submission {
   uint32_t group_size = 0;
   const uint8_t* send = nullptr;
   uint8_t* recv = nullptr;
+  // kHostMemory, or the device both ranges lie on (device pointers in the daemon's space).
+  int device = kHostMemory;
   // Keep the mappings alive while the collective is in flight, even if the client unregisters.
-  std::shared_ptr<const HostBuffer> send_buffer;
-  std::shared_ptr<const HostBuffer> recv_buffer;
+  std::shared_ptr<const void> send_buffer;
+  std::shared_ptr<const void> recv_buffer;
   // Non-empty when the entry is invalid. The submission still takes part in negotiation so that
   // the other ranks of the job fail fast instead of waiting for it.
   std::string error;
@@ -43,7 +66,7 @@ inline void complete(const Submission& s, gradsync_result status, std::string_vi
   s.session->complete(s.request, s.collective, status, message);
 }
 
-using BufferLookup = std::function<std::shared_ptr<const HostBuffer>(uint32_t id)>;
+using BufferLookup = std::function<RegisteredMemory(uint32_t id)>;
 
 // Validates every field of `entry` and resolves its buffers. Never throws on bad input.
 // `rank` and `ranks` number the job's ranks as roots and allgather slots do (local ranks in a

@@ -1,4 +1,5 @@
 // Devices in a build without CUDA: none, and a reason that says how to get them.
+#include "daemon/device/device_streams.h"
 #include "daemon/device/devices.h"
 
 namespace gradsync::daemon {
@@ -17,6 +18,40 @@ bool Devices::built_with_cuda() const {
 
 std::shared_ptr<const DeviceBuffer> Devices::map(const DeviceHandle& /*handle*/) const {
   throw DeviceError("this gradsyncd serves host memory only: " + summary_);
+}
+
+struct DeviceStreams::State {};
+
+DeviceStreams::DeviceStreams(const Devices& /*devices*/) : state_(std::make_unique<State>()) {}
+DeviceStreams::~DeviceStreams() = default;
+
+size_t DeviceStreams::max_operands() {
+  return 0;
+}
+
+namespace {
+[[noreturn]] void no_devices() {
+  throw DeviceError("this gradsyncd was built without CUDA: it has no device streams");
+}
+}  // namespace
+
+void DeviceStreams::reduce(int /*device*/, gradsync_dtype /*dtype*/, gradsync_op /*op*/,
+                           const void* const* /*inputs*/, size_t /*num_inputs*/,
+                           void* const* /*outputs*/, size_t /*num_outputs*/, size_t /*count*/) {
+  no_devices();
+}
+
+void DeviceStreams::copy(int /*device*/, void* /*destination*/, const void* /*source*/,
+                         size_t /*bytes*/) {
+  no_devices();
+}
+
+DeviceStreams::Fence DeviceStreams::fence() {
+  no_devices();
+}
+
+bool DeviceStreams::reached(Fence /*fence*/) {
+  no_devices();
 }
 
 }  // namespace gradsync::daemon

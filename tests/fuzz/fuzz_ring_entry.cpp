@@ -42,10 +42,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const daemon::Submission s = daemon::resolve_submission(entry, lookup, rank, ranks);
   if (!s.valid() || s.collective == ipc::Collective::kBarrier) return 0;
   if (!s.send_buffer || !s.recv_buffer) fuzz::violated("a valid submission without its buffers");
-  if (!inside(s.send, s.send_bytes(), *s.send_buffer)) {
+  // The lookup above hands out host buffers only: the mappings are HostBuffers.
+  if (!inside(s.send, s.send_bytes(),
+              *static_cast<const daemon::HostBuffer*>(s.send_buffer.get()))) {
     fuzz::violated("the send range leaves its buffer");
   }
-  if (!inside(s.recv, s.recv_bytes(ranks), *s.recv_buffer)) {
+  if (!inside(s.recv, s.recv_bytes(ranks),
+              *static_cast<const daemon::HostBuffer*>(s.recv_buffer.get()))) {
     fuzz::violated("the receive range leaves its buffer");
   }
   return 0;

@@ -12,6 +12,9 @@ int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], gradsync::gpu_testing::kIpcChildFlag) == 0) {
     return gradsync::gpu_testing::ipc_child(argc, argv);
   }
+  if (argc >= 2 && std::strcmp(argv[1], gradsync::gpu_testing::kRankChildFlag) == 0) {
+    return gradsync::gpu_testing::rank_child();
+  }
   int devices = 0;
   const cudaError_t status = cudaGetDeviceCount(&devices);
   if (status != cudaSuccess || devices == 0) {

@@ -12,10 +12,13 @@
 namespace gradsync::gpu_testing {
 
 inline constexpr const char* kIpcChildFlag = "--ipc-child";
+inline constexpr const char* kRankChildFlag = "--rank-child";
 
 // The second process of ipc_test.cpp: opens a handle given on the command line through the
 // daemon's Devices, reduces in the memory, and checks what the daemon must refuse.
 int ipc_child(int argc, char** argv);
+// A rank of daemon_collectives_test.cpp (its identity in the environment).
+int rank_child();
 
 // cudaMalloc'd memory, freed on destruction.
 class DeviceMemory {

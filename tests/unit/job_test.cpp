@@ -50,5 +50,18 @@ TEST(FindMismatch, EachFieldIsChecked) {
   EXPECT_TRUE(find_mismatch(ranks));
 }
 
+TEST(FindMismatch, HostAndDeviceMemoryDoNotMix) {
+  std::vector<Submission> ranks = {make(ipc::Collective::kAllreduce, 10),
+                                   make(ipc::Collective::kAllreduce, 10)};
+  ranks[1].device = 0;
+  const auto message = find_mismatch(ranks);
+  ASSERT_TRUE(message);
+  EXPECT_NE(message->find("rank 0 has host memory, rank 1 has device memory"), std::string::npos)
+      << *message;
+  // Ranks on different devices agree: each device reduces its share.
+  ranks[0].device = 1;
+  EXPECT_FALSE(find_mismatch(ranks));
+}
+
 }  // namespace
 }  // namespace gradsync::daemon

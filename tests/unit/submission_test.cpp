@@ -55,6 +55,46 @@ TEST_F(SubmissionTest, AcceptsAValidEntry) {
   EXPECT_EQ(s.send_bytes(), 2048u);
 }
 
+TEST_F(SubmissionTest, DeviceMemoryIsResolvedToItsDevice) {
+  // Buffer 1 is host memory; 2 and 3 are device memory on devices 0 and 1 (made up: no device
+  // is touched in resolving).
+  std::vector<uint64_t> device_storage(4096 / sizeof(uint64_t));
+  auto lookup = [&](uint32_t id) -> RegisteredMemory {
+    if (id == 1) return buffer_;
+    if (id != 2 && id != 3) return {};
+    RegisteredMemory memory;
+    memory.data = reinterpret_cast<uint8_t*>(device_storage.data());
+    memory.bytes = 4096;
+    memory.device = id == 2 ? 0 : 1;
+    memory.mapping = buffer_;  // anything that keeps it alive
+    return memory;
+  };
+  entry_.send_buffer = 2;
+  entry_.recv_buffer = 2;
+  Submission s = resolve_submission(entry_, lookup, 0, 2);
+  ASSERT_TRUE(s.valid()) << s.error;
+  EXPECT_EQ(s.device, 0);
+  EXPECT_EQ(s.recv, reinterpret_cast<uint8_t*>(device_storage.data()) + 2048);
+  // Host send, device receive: refused, saying where each is.
+  entry_.send_buffer = 1;
+  s = resolve_submission(entry_, lookup, 0, 2);
+  EXPECT_FALSE(s.valid());
+  EXPECT_NE(s.error.find("send: host, receive: device 0"), std::string::npos) << s.error;
+  // Two devices in one submission: refused too.
+  entry_.send_buffer = 3;
+  s = resolve_submission(entry_, lookup, 0, 2);
+  EXPECT_NE(s.error.find("send: device 1, receive: device 0"), std::string::npos) << s.error;
+  // A device buffer that could not be mapped again: its reason.
+  auto failing = [](uint32_t /*id*/) {
+    RegisteredMemory memory;
+    memory.error = "cudaIpcOpenMemHandle: out of memory";
+    return memory;
+  };
+  s = resolve_submission(entry_, failing, 0, 2);
+  EXPECT_NE(s.error.find("send buffer 3: cudaIpcOpenMemHandle: out of memory"), std::string::npos)
+      << s.error;
+}
+
 TEST_F(SubmissionTest, AcceptsInPlace) {
   entry_.recv_offset = 0;
   EXPECT_TRUE(resolve().valid());

@@ -1,0 +1,104 @@
+#include "daemon/collectives/device_work.h"
+
+#include "daemon/collectives/local_work.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+namespace gradsync::daemon {
+namespace {
+
+// The devices the ranks' memory lies on, each once, in rank order.
+std::vector<int> devices_of(const ReadyCollective& collective) {
+  std::vector<int> devices;
+  for (const Submission& s : collective.ranks) {
+    if (std::find(devices.begin(), devices.end(), s.device) == devices.end()) {
+      devices.push_back(s.device);
+    }
+  }
+  return devices;
+}
+
+void allreduce(const ReadyCollective& collective, DeviceStreams& streams) {
+  const auto& ranks = collective.ranks;
+  const Submission& lead = collective.first();
+  if (ranks.size() > DeviceStreams::max_operands()) {
+    throw DeviceError(
+        fmt::format("tensor '{}': a device allreduce of {} local ranks; the "
+                    "kernels take at most {}",
+                    lead.name, ranks.size(), DeviceStreams::max_operands()));
+  }
+  const size_t element = ipc::dtype_bytes(lead.dtype);
+  const std::vector<int> devices = devices_of(collective);
+  // Each device's share, cut at 16-byte bounds so that every share keeps the kernel's packs.
+  const uint64_t pack = std::max<uint64_t>(16 / element, 1);
+  const uint64_t share = (lead.count / devices.size() + pack - 1) / pack * pack;
+  std::vector<const void*> inputs(ranks.size());
+  std::vector<void*> outputs(ranks.size());
+  for (size_t d = 0; d < devices.size(); ++d) {
+    const uint64_t begin = std::min(lead.count, d * share);
+    const uint64_t end = d + 1 == devices.size() ? lead.count : std::min(lead.count, begin + share);
+    if (begin == end) continue;
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      inputs[r] = ranks[r].send + begin * element;
+      outputs[r] = ranks[r].recv + begin * element;
+    }
+    streams.reduce(devices[d], lead.dtype, lead.op, inputs.data(), inputs.size(), outputs.data(),
+                   outputs.size(), end - begin);
+  }
+}
+
+// Each copy runs on the receiving rank's device, reading the source through its mapping.
+void broadcast(const ReadyCollective& collective, DeviceStreams& streams) {
+  const auto& ranks = collective.ranks;
+  const Submission& root = ranks[static_cast<size_t>(collective.first().root)];
+  const uint64_t bytes = root.send_bytes();
+  for (const Submission& rank : ranks) {
+    if (rank.recv != root.send) streams.copy(rank.device, rank.recv, root.send, bytes);
+  }
+}
+
+void allgather(const ReadyCollective& collective, DeviceStreams& streams) {
+  const auto& ranks = collective.ranks;
+  const uint64_t bytes = collective.first().send_bytes();
+  for (size_t slot = 0; slot < ranks.size(); ++slot) {
+    for (const Submission& rank : ranks) {
+      uint8_t* target = rank.recv + slot * bytes;
+      if (target != ranks[slot].send) streams.copy(rank.device, target, ranks[slot].send, bytes);
+    }
+  }
+}
+
+}  // namespace
+
+bool on_device(const ReadyUnit& unit) {
+  return std::any_of(unit.collectives.begin(), unit.collectives.end(),
+                     [](const ReadyCollective& c) { return c.first().device != kHostMemory; });
+}
+
+void enqueue_device_work(const ReadyUnit& unit, DeviceStreams& streams) {
+  for (const ReadyCollective& collective : unit.collectives) {
+    if (collective.first().device == kHostMemory) {
+      const LocalWork work = local_work_for(collective);
+      if (work.run) work.run(0, work.elements);
+      continue;
+    }
+    switch (collective.first().collective) {
+      case ipc::Collective::kAllreduce:
+        allreduce(collective, streams);
+        break;
+      case ipc::Collective::kBroadcast:
+        broadcast(collective, streams);
+        break;
+      case ipc::Collective::kAllgather:
+        allgather(collective, streams);
+        break;
+      case ipc::Collective::kBarrier:
+        break;
+    }
+  }
+}
+
+}  // namespace gradsync::daemon

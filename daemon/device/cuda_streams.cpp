@@ -1,0 +1,118 @@
+// DeviceStreams over the CUDA runtime: a non-blocking stream per device, created on first use;
+// fences are events from a per-device pool (creating events costs more than recording them).
+#include "daemon/device/cuda_check.h"
+#include "daemon/device/device_streams.h"
+#include "kernels/cuda/reduce.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+namespace gradsync::daemon {
+
+struct DeviceStreams::State {
+  struct PerDevice {
+    cudaStream_t stream = nullptr;
+    std::vector<cudaEvent_t> free_events;
+  };
+  std::vector<PerDevice> devices;
+  std::set<int> touched;  // devices with work since the last fence
+  Fence next_fence = 1;
+  std::map<Fence, std::vector<std::pair<int, cudaEvent_t>>> fences;
+
+  PerDevice& at(int device) {
+    if (device < 0 || static_cast<size_t>(device) >= devices.size()) {
+      throw DeviceError(fmt::format("device {} is not one of this daemon's", device));
+    }
+    PerDevice& d = devices[static_cast<size_t>(device)];
+    if (d.stream == nullptr) {
+      const DeviceScope scope(device);
+      GRADSYNC_CUDA_CHECK(cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking));
+    }
+    touched.insert(device);
+    return d;
+  }
+};
+
+DeviceStreams::DeviceStreams(const Devices& devices) : state_(std::make_unique<State>()) {
+  state_->devices.resize(devices.devices().size());
+}
+
+DeviceStreams::~DeviceStreams() {
+  for (size_t device = 0; device < state_->devices.size(); ++device) {
+    State::PerDevice& d = state_->devices[device];
+    if (d.stream == nullptr) continue;
+    try {
+      const DeviceScope scope(static_cast<int>(device));
+      (void)cudaStreamSynchronize(d.stream);  // what it touches is freed after us
+      for (auto& [fence, events] : state_->fences) {
+        for (auto& [owner, event] : events) {
+          if (owner == static_cast<int>(device)) (void)cudaEventDestroy(event);
+        }
+      }
+      for (cudaEvent_t event : d.free_events) (void)cudaEventDestroy(event);
+      (void)cudaStreamDestroy(d.stream);
+    } catch (const DeviceError&) {  // the device is gone, and its streams with it
+    }
+  }
+}
+
+size_t DeviceStreams::max_operands() {
+  return kernels::cuda::kMaxOperands;
+}
+
+void DeviceStreams::reduce(int device, gradsync_dtype dtype, gradsync_op op,
+                           const void* const* inputs, size_t num_inputs, void* const* outputs,
+                           size_t num_outputs, size_t count) {
+  State::PerDevice& d = state_->at(device);
+  const DeviceScope scope(device);
+  GRADSYNC_CUDA_CHECK(kernels::cuda::reduce_to_all(dtype, op, inputs, num_inputs, outputs,
+                                                   num_outputs, count, d.stream));
+}
+
+void DeviceStreams::copy(int device, void* destination, const void* source, size_t bytes) {
+  State::PerDevice& d = state_->at(device);
+  const DeviceScope scope(device);
+  // cudaMemcpyDefault: unified addressing finds each side's device, peers included.
+  GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, d.stream));
+}
+
+DeviceStreams::Fence DeviceStreams::fence() {
+  const Fence fence = state_->next_fence++;
+  auto& events = state_->fences[fence];
+  for (const int device : state_->touched) {
+    State::PerDevice& d = state_->devices[static_cast<size_t>(device)];
+    const DeviceScope scope(device);
+    cudaEvent_t event = nullptr;
+    if (d.free_events.empty()) {
+      GRADSYNC_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    } else {
+      event = d.free_events.back();
+      d.free_events.pop_back();
+    }
+    events.emplace_back(device, event);
+    GRADSYNC_CUDA_CHECK(cudaEventRecord(event, d.stream));
+  }
+  state_->touched.clear();
+  return fence;
+}
+
+bool DeviceStreams::reached(Fence fence) {
+  const auto it = state_->fences.find(fence);
+  if (it == state_->fences.end()) return true;
+  for (const auto& [device, event] : it->second) {
+    const cudaError_t status = cudaEventQuery(event);
+    if (status == cudaErrorNotReady) return false;
+    GRADSYNC_CUDA_CHECK(status);
+  }
+  for (const auto& [device, event] : it->second) {
+    state_->devices[static_cast<size_t>(device)].free_events.push_back(event);
+  }
+  state_->fences.erase(it);
+  return true;
+}
+
+}  // namespace gradsync::daemon

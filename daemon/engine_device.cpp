@@ -1,0 +1,93 @@
+// The engine's side of device collectives: buffers from the device mapping cache, units
+// enqueued on the daemon's streams, fences polled, completions posted. The engine thread never
+// waits for a GPU; ranks see their collective complete once the device work is done.
+#include "daemon/collectives/device_work.h"
+#include "daemon/engine.h"
+
+namespace gradsync::daemon {
+
+RegisteredMemory Engine::registered_memory(Session& session, uint32_t id) {
+  if (!session.has_device_buffers() || !session.is_device_buffer(id)) return session.buffer(id);
+  RegisteredMemory memory;
+  try {
+    const std::shared_ptr<const DeviceBuffer> buffer = device_buffers_.acquire({session.id(), id});
+    if (!buffer) return memory;
+    memory.data = buffer->data;
+    memory.bytes = buffer->bytes;
+    memory.device = buffer->device;
+    memory.mapping = buffer;
+  } catch (const DeviceError& e) {  // evicted, and the allocation would not open again
+    memory.error = e.what();
+  }
+  return memory;
+}
+
+void Engine::launch_device_unit(Job& job, ReadyUnit unit) {
+  const auto start = Clock::now();
+  try {
+    enqueue_device_work(unit, device_streams_);
+    const DeviceStreams::Fence fence = device_streams_.fence();
+    device_in_flight_.push_back(DeviceUnit{job.name(), std::move(unit), fence, start});
+  } catch (const DeviceError& e) {
+    // Whatever was enqueued before the failure still runs: its fence keeps the buffers mapped
+    // until it has.
+    log_->error("job '{}': device work failed to start: {}", job.name(), e.what());
+    complete(unit, GRADSYNC_ERR_INTERNAL, std::string("device work failed: ") + e.what());
+    try {
+      device_in_flight_.push_back(DeviceUnit{job.name(), {}, device_streams_.fence(), start});
+      for (auto& c : unit.collectives) {  // keep the mappings, not the (completed) ranks
+        for (auto& s : c.ranks) s.session = nullptr;
+      }
+      device_in_flight_.back().unit = std::move(unit);
+    } catch (const DeviceError&) {  // no fence either: the device is lost
+    }
+  }
+}
+
+bool Engine::poll_device_work() {
+  bool progressed = false;
+  for (auto it = device_in_flight_.begin(); it != device_in_flight_.end();) {
+    gradsync_result status = GRADSYNC_OK;
+    std::string message;
+    try {
+      if (!device_streams_.reached(it->fence)) {
+        ++it;
+        continue;
+      }
+    } catch (const DeviceError& e) {
+      log_->error("job '{}': device work failed: {}", it->job, e.what());
+      status = GRADSYNC_ERR_INTERNAL;
+      message = std::string("device work failed: ") + e.what();
+    }
+    const auto end = Clock::now();
+    for (const auto& c : it->unit.collectives) {
+      for (const auto& s : c.ranks) {
+        if (s.session != nullptr) complete(s, status, message);
+      }
+    }
+    if (status == GRADSYNC_OK) {
+      if (auto job = jobs_.find(it->job); job != jobs_.end()) {
+        const uint64_t collectives = record_local_completion(*job->second, it->unit, end);
+        metrics_.batch_executed(it->unit.bytes(), collectives,
+                                std::chrono::duration<double>(end - it->start).count(),
+                                static_cast<double>(it->unit.bytes()) /
+                                    static_cast<double>(config_.fusion_threshold_bytes));
+      }
+    }
+    it = device_in_flight_.erase(it);
+    progressed = true;
+  }
+  return progressed;
+}
+
+void Engine::forget_device_work_of(const Session& session) {
+  for (DeviceUnit& in_flight : device_in_flight_) {
+    for (auto& c : in_flight.unit.collectives) {
+      for (auto& s : c.ranks) {
+        if (s.session == &session) s.session = nullptr;
+      }
+    }
+  }
+}
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,141 @@
+// Device collectives through a real gradsyncd: K rank processes on one GPU register device
+// memory (gradsync_register_device: the IPC handle, the allocation's base, the device's UUID),
+// and every op x dtype of allreduce, in place and out of place, broadcast and allgather come
+// back equal to the reference. The contract tested: a rank's writes are complete (its stream
+// synchronised) before it submits, and the result is there when the request completes.
+#include "tests/gpu/gpu_testing.h"
+#include "tools/common/process.h"
+#include "tools/common/reference.h"
+
+#include <gradsync/gradsync.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+namespace gradsync::gpu_testing {
+namespace {
+
+constexpr size_t kCount = (1 << 18) + 3;  // not a whole number of 16-byte packs
+
+#define RANK_CHECK(call)                                                                 \
+  do {                                                                                   \
+    if (const gradsync_result result_ = (call); result_ != GRADSYNC_OK) {                \
+      std::fprintf(stderr, "rank: %s: %s: %s\n", #call, gradsync_result_string(result_), \
+                   gradsync_last_error(comm));                                           \
+      return 1;                                                                          \
+    }                                                                                    \
+  } while (0)
+
+int run_rank() {
+  gradsync_options options{};
+  gradsync_options_from_env(&options);
+  gradsync_comm* comm = nullptr;
+  if (gradsync_connect(&options, &comm) != GRADSYNC_OK) {
+    std::fprintf(stderr, "rank: cannot connect\n");
+    return 1;
+  }
+  const int rank = options.local_rank;
+  const int ranks = options.local_world_size;
+  // One allocation, registered once: send at 0, receive (room for an allgather) after it.
+  const size_t slot = kCount * 8;
+  DeviceMemory memory(slot * (1 + ranks));
+  uint8_t* send = memory.data();
+  uint8_t* recv = memory.data() + slot;
+  RANK_CHECK(gradsync_register_device(comm, memory.data(), memory.bytes()));
+  std::vector<uint8_t> host(slot * ranks);
+  int failures = 0;
+  auto expect = [&](bool ok, const std::string& what) {
+    if (!ok) {
+      std::fprintf(stderr, "rank %d: wrong result: %s\n", rank, what.c_str());
+      ++failures;
+    }
+  };
+  for (const gradsync_dtype dtype : {GRADSYNC_FLOAT32, GRADSYNC_FLOAT64, GRADSYNC_FLOAT16,
+                                     GRADSYNC_BFLOAT16, GRADSYNC_INT32, GRADSYNC_INT64}) {
+    const size_t bytes = kCount * gradsync_dtype_size(dtype);
+    for (const gradsync_op op :
+         {GRADSYNC_SUM, GRADSYNC_AVG, GRADSYNC_MIN, GRADSYNC_MAX, GRADSYNC_PROD}) {
+      for (const bool in_place : {false, true}) {
+        reference::fill_input(host.data(), kCount, dtype, rank, op);
+        GRADSYNC_CUDA_CHECK(cudaMemcpy(send, host.data(), bytes, cudaMemcpyHostToDevice));
+        GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());  // written before it is submitted
+        uint8_t* out = in_place ? send : recv;
+        gradsync_request request = 0;
+        const std::string name = "allreduce." + std::to_string(dtype) + "." + std::to_string(op) +
+                                 (in_place ? ".in_place" : "");
+        RANK_CHECK(gradsync_allreduce(comm, name.c_str(), send, out, kCount, dtype, op, &request));
+        RANK_CHECK(gradsync_wait(comm, request));
+        GRADSYNC_CUDA_CHECK(cudaMemcpy(host.data(), out, bytes, cudaMemcpyDeviceToHost));
+        expect(reference::count_wrong(reference::Kind::kAllreduce, host.data(), kCount, dtype, op,
+                                      ranks, 0) == 0,
+               name);
+      }
+    }
+    // Broadcast from the last rank, then allgather, on the same memory.
+    reference::fill_input(host.data(), kCount, dtype, rank, GRADSYNC_SUM);
+    GRADSYNC_CUDA_CHECK(cudaMemcpy(send, host.data(), bytes, cudaMemcpyHostToDevice));
+    GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
+    gradsync_request request = 0;
+    const std::string suffix = "." + std::to_string(dtype);
+    RANK_CHECK(gradsync_broadcast(comm, ("broadcast" + suffix).c_str(), send, recv, kCount, dtype,
+                                  ranks - 1, &request));
+    RANK_CHECK(gradsync_wait(comm, request));
+    GRADSYNC_CUDA_CHECK(cudaMemcpy(host.data(), recv, bytes, cudaMemcpyDeviceToHost));
+    expect(reference::count_wrong(reference::Kind::kBroadcast, host.data(), kCount, dtype,
+                                  GRADSYNC_SUM, ranks, ranks - 1) == 0,
+           "broadcast" + suffix);
+    RANK_CHECK(gradsync_allgather(comm, ("allgather" + suffix).c_str(), send, recv, kCount, dtype,
+                                  &request));
+    RANK_CHECK(gradsync_wait(comm, request));
+    GRADSYNC_CUDA_CHECK(cudaMemcpy(host.data(), recv, bytes * ranks, cudaMemcpyDeviceToHost));
+    expect(reference::count_wrong(reference::Kind::kAllgather, host.data(), kCount, dtype,
+                                  GRADSYNC_SUM, ranks, 0) == 0,
+           "allgather" + suffix);
+  }
+  RANK_CHECK(gradsync_unregister(comm, memory.data()));
+  gradsync_disconnect(comm);
+  return failures == 0 ? 0 : 1;
+}
+
+class DeviceCollectivesTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(DeviceCollectivesTest, RanksOnOneGpuGetTheReferenceThroughTheDaemon) {
+  const int ranks = GetParam();
+  tools::PrivateDaemon daemon(tools::executable_dir() + "/gradsyncd");
+  std::vector<tools::ChildProcess> children;
+  children.reserve(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) {
+    children.emplace_back(
+        std::vector<std::string>{"/proc/self/exe", kRankChildFlag},
+        std::map<std::string, std::string>{{"GRADSYNC_SOCKET", daemon.socket_path()},
+                                           {"GRADSYNC_JOB", "gpu-" + std::to_string(ranks)},
+                                           {"RANK", std::to_string(r)},
+                                           {"WORLD_SIZE", std::to_string(ranks)},
+                                           {"LOCAL_RANK", std::to_string(r)},
+                                           {"LOCAL_WORLD_SIZE", std::to_string(ranks)}});
+  }
+  for (int r = 0; r < ranks; ++r) {
+    const auto status = children[static_cast<size_t>(r)].wait_for(std::chrono::seconds(300));
+    ASSERT_TRUE(status.has_value()) << "rank " << r << " hung";
+    EXPECT_EQ(*status, 0) << "rank " << r << " failed (its reason is on stderr)";
+  }
+  EXPECT_EQ(daemon.stop(), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DeviceCollectivesTest, ::testing::Values(1, 2, 4, 8));
+
+}  // namespace
+
+int rank_child() {
+  try {
+    return run_rank();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace gradsync::gpu_testing
