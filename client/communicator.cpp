@@ -191,7 +191,66 @@ void Communicator::register_device(void* ptr, size_t bytes,
   cuda.setDeviceUuid(kj::arrayPtr(memory.device_uuid, sizeof(memory.device_uuid)));
   round_trip(message);
   registered_.emplace(reinterpret_cast<uintptr_t>(ptr),
-                      Registered{static_cast<uint8_t*>(ptr), bytes, id});
+                      Registered{static_cast<uint8_t*>(ptr), bytes, id, true});
+}
+
+void Communicator::set_stream(void* stream) {
+  stream_ordered_ = true;
+  stream_ = stream;
+}
+
+void Communicator::unset_stream() {
+  stream_ordered_ = false;
+  stream_ = nullptr;
+}
+
+uint32_t Communicator::acquire_event_slot() {
+  if (!events_) {
+    auto events = std::make_unique<StreamEvents>();
+    capnp::MallocMessageBuilder message;
+    auto request = message.initRoot<ipc::wire::Request>().initRegisterEvents();
+    const std::vector<IpcEventHandle> ready = events->ready_handles();
+    auto list = request.initReadyEvents(static_cast<unsigned>(ready.size()));
+    for (unsigned i = 0; i < ready.size(); ++i) {
+      list.set(i, kj::arrayPtr(ready[i].data(), ready[i].size()));
+    }
+    request.setDeviceUuid(kj::arrayPtr(events->device_uuid().data(), events->device_uuid().size()));
+    ipc::DecodedMessage reply = round_trip(message);
+    const auto root = reply.root<ipc::wire::Reply>();
+    if (!root.isEvents()) throw Error(GRADSYNC_ERR_PROTOCOL, "register events: unexpected reply");
+    std::vector<IpcEventHandle> completions;
+    for (const capnp::Data::Reader handle : root.getEvents().getCompletionEvents()) {
+      if (handle.size() != sizeof(IpcEventHandle)) {
+        throw Error(GRADSYNC_ERR_PROTOCOL, "register events: a malformed completion event");
+      }
+      IpcEventHandle bytes{};
+      std::copy(handle.begin(), handle.end(), bytes.begin());
+      completions.push_back(bytes);
+    }
+    events->open_completions(completions);
+    events_ = std::move(events);
+  }
+  std::optional<uint32_t> slot = events_->acquire();
+  if (!slot) {
+    // Every slot is in flight: the oldest completions free them.
+    wait_until([&] { return (slot = events_->acquire()).has_value(); });
+  }
+  return *slot;
+}
+
+void Communicator::order_completion(uint64_t request, gradsync_result& status,
+                                    std::string& message) {
+  const auto it = ordered_.find(request);
+  if (it == ordered_.end()) return;
+  const Ordered ordered = it->second;
+  ordered_.erase(it);
+  try {
+    if (status == GRADSYNC_OK) events_->wait_completion(ordered.slot, ordered.stream);
+  } catch (const Error& e) {
+    status = e.code();
+    message = e.what();
+  }
+  events_->release(ordered.slot);
 }
 
 void Communicator::check_not_registered(const void* ptr, size_t bytes) const {
@@ -270,6 +329,19 @@ gradsync_request Communicator::submit(const CollectiveArgs& args) {
     entry.send_offset = static_cast<const uint8_t*>(args.send) - send.base;
     entry.recv_buffer = recv.id;
     entry.recv_offset = static_cast<uint8_t*>(args.recv) - recv.base;
+    if (stream_ordered_ && send.device) {
+      // After everything the stream was given so far: the data's writes included.
+      const uint32_t slot = acquire_event_slot();
+      try {
+        events_->record_ready(slot, stream_);
+      } catch (const Error&) {
+        events_->release(slot);
+        throw;
+      }
+      entry.flags |= ipc::kFlagStreamOrdered;
+      entry.event_slot = slot;
+      ordered_.emplace(entry.request, Ordered{slot, stream_});
+    }
   }
   pending_.insert(entry.request);
   if (grouping_) {
@@ -314,10 +386,12 @@ void Communicator::drain_completions() {
   ipc::CompletionEntry entry{};
   while (completions_.try_pop(entry)) {
     if (in_flight_ > 0) --in_flight_;
-    if (pending_.erase(entry.request) == 0) continue;  // not ours (or already abandoned)
     const size_t length = std::min<size_t>(entry.message_length, ipc::kMaxErrorMessageBytes);
-    finished_[entry.request] =
-        Outcome{static_cast<gradsync_result>(entry.status), std::string(entry.message, length)};
+    auto status = static_cast<gradsync_result>(entry.status);
+    std::string message(entry.message, length);
+    if (!ordered_.empty()) order_completion(entry.request, status, message);  // frees its slot
+    if (pending_.erase(entry.request) == 0) continue;  // not ours (or already abandoned)
+    finished_[entry.request] = Outcome{status, std::move(message)};
   }
 }
 

@@ -2,6 +2,7 @@
 // the requests in flight. The C ABI (gradsync.cpp) is a thin shim over this class.
 #pragma once
 
+#include "client/cuda_driver.h"
 #include "client/shared_heap.h"
 #include "ipc/frame_socket.h"
 #include "ipc/messages.h"
@@ -56,6 +57,10 @@ class Communicator {
   // Device memory the daemon opens through CUDA IPC; `ptr` is this process's address of it.
   void register_device(void* ptr, size_t bytes, const gradsync_cuda_ipc_memory& memory);
   void unregister(void* ptr);
+  // Collectives on device memory are ordered on `stream` from now on (nullptr: the legacy
+  // default stream), or, after unset_stream, host-synchronous again.
+  void set_stream(void* stream);
+  void unset_stream();
 
   gradsync_request submit(const CollectiveArgs& args);
   void group_start();
@@ -72,6 +77,12 @@ class Communicator {
     uint8_t* base;
     size_t bytes;
     uint32_t id;
+    bool device = false;
+  };
+  // A stream-ordered request in flight: its event slot and the stream to order it on.
+  struct Ordered {
+    uint32_t slot;
+    void* stream;
   };
   struct Outcome {
     gradsync_result status;
@@ -86,6 +97,11 @@ class Communicator {
   void wait_until(Predicate done);
   void check_daemon_alive();
   void check_not_registered(const void* ptr, size_t bytes) const;
+  // Registers this process's events with the daemon on first use; a free slot, waiting for
+  // completions if none is free.
+  uint32_t acquire_event_slot();
+  // A completion of a stream-ordered request: its stream waits on the daemon's event.
+  void order_completion(uint64_t request, gradsync_result& status, std::string& message);
   const Registered& registered_range(const void* ptr, uint64_t bytes, const char* what) const;
   gradsync_result take(gradsync_request request, std::string* message);
 
@@ -105,6 +121,10 @@ class Communicator {
   std::map<uintptr_t, size_t> allocations_;     // from allocate(), by address
   std::unordered_map<uint64_t, Outcome> finished_;
   std::unordered_set<uint64_t> pending_;  // submitted, not finished
+  bool stream_ordered_ = false;
+  void* stream_ = nullptr;
+  std::unique_ptr<StreamEvents> events_;
+  std::unordered_map<uint64_t, Ordered> ordered_;  // by request
   bool grouping_ = false;
   uint64_t next_group_ = 1;
   std::vector<ipc::SubmissionEntry> group_;

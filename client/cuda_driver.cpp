@@ -18,11 +18,15 @@ namespace {
 
 // The driver's ABI, as much of it as is used here. Checked against cuda.h where the build
 // has it.
-using DriverResult = int;                   // CUresult; 0 is success
-using DevicePointer = unsigned long long;   // NOLINT(google-runtime-int): CUdeviceptr
-constexpr int kAttributeMemoryType = 2;     // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-constexpr int kAttributeDeviceOrdinal = 9;  // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-constexpr unsigned kMemoryTypeDevice = 2;   // CU_MEMORYTYPE_DEVICE
+using DriverResult = int;                      // CUresult; 0 is success
+using DevicePointer = unsigned long long;      // NOLINT(google-runtime-int): CUdeviceptr
+constexpr int kAttributeMemoryType = 2;        // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kAttributeDeviceOrdinal = 9;     // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr unsigned kMemoryTypeDevice = 2;      // CU_MEMORYTYPE_DEVICE
+using Event = void*;                           // CUevent
+using Stream = void*;                          // CUstream, cudaStream_t
+constexpr unsigned kEventDisableTiming = 0x2;  // CU_EVENT_DISABLE_TIMING
+constexpr unsigned kEventInterprocess = 0x4;   // CU_EVENT_INTERPROCESS
 struct IpcHandle {
   char reserved[64];
 };
@@ -35,6 +39,9 @@ static_assert(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL == kAttributeDeviceOrdinal);
 static_assert(CU_MEMORYTYPE_DEVICE == kMemoryTypeDevice);
 static_assert(sizeof(CUipcMemHandle) == sizeof(IpcHandle) && sizeof(CUuuid) == sizeof(Uuid));
 static_assert(sizeof(CUdeviceptr) == sizeof(DevicePointer));
+static_assert(CU_EVENT_DISABLE_TIMING == kEventDisableTiming);
+static_assert(CU_EVENT_INTERPROCESS == kEventInterprocess);
+static_assert(sizeof(CUipcEventHandle) == sizeof(IpcHandle) && sizeof(CUevent) == sizeof(Event));
 #endif
 
 struct Driver {
@@ -48,6 +55,13 @@ struct Driver {
   DriverResult (*ipc_handle)(IpcHandle* handle, DevicePointer pointer) = nullptr;
   DriverResult (*device_get)(int* device, int ordinal) = nullptr;
   DriverResult (*device_uuid)(Uuid* uuid, int device) = nullptr;
+  DriverResult (*context_device)(int* device) = nullptr;
+  DriverResult (*event_create)(Event* event, unsigned flags) = nullptr;
+  DriverResult (*event_destroy)(Event event) = nullptr;
+  DriverResult (*event_record)(Event event, Stream stream) = nullptr;
+  DriverResult (*event_ipc_handle)(IpcHandle* handle, Event event) = nullptr;
+  DriverResult (*event_open)(Event* event, IpcHandle handle) = nullptr;
+  DriverResult (*stream_wait)(Stream stream, Event event, unsigned flags) = nullptr;
 
   std::string describe(DriverResult result) const {
     const char* text = nullptr;
@@ -97,20 +111,24 @@ const Driver& driver() {
   return loaded;
 }
 
-void check(const Driver& d, DriverResult result, const char* call) {
+void check(const Driver& d, DriverResult result, const char* call,
+           const char* what = "register device memory") {
   if (result != 0) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
-                std::string("register device memory: ") + call + ": " + d.describe(result));
+                std::string(what) + ": " + call + ": " + d.describe(result));
   }
+}
+
+const Driver& loaded_driver(const char* what) {
+  const Driver& d = driver();
+  if (!d.error.empty()) throw Error(GRADSYNC_ERR_UNSUPPORTED, std::string(what) + ": " + d.error);
+  return d;
 }
 
 }  // namespace
 
 gradsync_cuda_ipc_memory describe_device_memory(const void* ptr, size_t bytes) {
-  const Driver& d = driver();
-  if (!d.error.empty()) {
-    throw Error(GRADSYNC_ERR_UNSUPPORTED, "register device memory: " + d.error);
-  }
+  const Driver& d = loaded_driver("register device memory");
   const auto pointer = static_cast<DevicePointer>(reinterpret_cast<uintptr_t>(ptr));
   unsigned memory_type = 0;
   if (d.pointer_attribute(&memory_type, kAttributeMemoryType, pointer) != 0 ||
@@ -149,6 +167,84 @@ gradsync_cuda_ipc_memory describe_device_memory(const void* ptr, size_t bytes) {
   memory.offset = offset;
   std::memcpy(memory.device_uuid, uuid.bytes, sizeof(memory.device_uuid));
   return memory;
+}
+
+constexpr const char* kEventsCall = "order on a CUDA stream";
+
+StreamEvents::StreamEvents() : busy_(kSlots, false) {
+  const Driver& d = loaded_driver(kEventsCall);
+  int device = 0;
+  check(d, d.context_device(&device), "cuCtxGetDevice (is a device current on this thread?)",
+        kEventsCall);
+  Uuid uuid{};
+  check(d, d.device_uuid(&uuid, device), "cuDeviceGetUuid", kEventsCall);
+  std::memcpy(device_uuid_.data(), uuid.bytes, device_uuid_.size());
+  for (uint32_t slot = 0; slot < kSlots; ++slot) {
+    Event event = nullptr;
+    if (const DriverResult result =
+            d.event_create(&event, kEventDisableTiming | kEventInterprocess);
+        result != 0) {
+      for (Event made : ready_) (void)d.event_destroy(made);  // no destructor runs for us
+      check(d, result, "cuEventCreate", kEventsCall);
+    }
+    ready_.push_back(event);
+  }
+}
+
+StreamEvents::~StreamEvents() {
+  const Driver& d = driver();
+  if (!d.error.empty()) return;
+  for (Event event : ready_) (void)d.event_destroy(event);
+  for (Event event : completions_) (void)d.event_destroy(event);
+}
+
+std::vector<IpcEventHandle> StreamEvents::ready_handles() const {
+  const Driver& d = loaded_driver(kEventsCall);
+  std::vector<IpcEventHandle> handles;
+  for (Event event : ready_) {
+    IpcHandle handle{};
+    check(d, d.event_ipc_handle(&handle, event), "cuIpcGetEventHandle", kEventsCall);
+    IpcEventHandle bytes{};
+    std::memcpy(bytes.data(), handle.reserved, bytes.size());
+    handles.push_back(bytes);
+  }
+  return handles;
+}
+
+void StreamEvents::open_completions(const std::vector<IpcEventHandle>& handles) {
+  const Driver& d = loaded_driver(kEventsCall);
+  if (handles.size() != ready_.size()) {
+    throw Error(GRADSYNC_ERR_PROTOCOL, "gradsyncd answered " + std::to_string(handles.size()) +
+                                           " completion events for " +
+                                           std::to_string(ready_.size()) + " slots");
+  }
+  for (const IpcEventHandle& bytes : handles) {
+    IpcHandle handle{};
+    std::memcpy(handle.reserved, bytes.data(), bytes.size());
+    Event event = nullptr;
+    check(d, d.event_open(&event, handle), "cuIpcOpenEventHandle", kEventsCall);
+    completions_.push_back(event);
+  }
+}
+
+std::optional<uint32_t> StreamEvents::acquire() {
+  for (uint32_t slot = 0; slot < busy_.size(); ++slot) {
+    if (!busy_[slot]) {
+      busy_[slot] = true;
+      return slot;
+    }
+  }
+  return std::nullopt;
+}
+
+void StreamEvents::record_ready(uint32_t slot, void* stream) {
+  const Driver& d = loaded_driver(kEventsCall);
+  check(d, d.event_record(ready_.at(slot), stream), "cuEventRecord", kEventsCall);
+}
+
+void StreamEvents::wait_completion(uint32_t slot, void* stream) {
+  const Driver& d = loaded_driver(kEventsCall);
+  check(d, d.stream_wait(stream, completions_.at(slot), 0), "cuStreamWaitEvent", kEventsCall);
 }
 
 }  // namespace gradsync::client

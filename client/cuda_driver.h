@@ -5,7 +5,11 @@
 
 #include <gradsync/gradsync.h>
 
+#include <array>
 #include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <vector>
 
 namespace gradsync::client {
 
@@ -14,5 +18,40 @@ namespace gradsync::client {
 // device memory, past the allocation's end, or memory CUDA IPC cannot share
 // (GRADSYNC_ERR_INVALID_ARGUMENT).
 gradsync_cuda_ipc_memory describe_device_memory(const void* ptr, size_t bytes);
+
+using IpcEventHandle = std::array<uint8_t, 64>;
+
+// The events of collectives ordered on a CUDA stream, one pair per slot: this process's ready
+// event, recorded on its stream after the data is written (the daemon's stream waits for it),
+// and the daemon's completion event, which the stream waits for in turn. A slot is busy from
+// the submission until its completion is read: neither side records an event the other has
+// not finished waiting on.
+class StreamEvents {
+ public:
+  static constexpr uint32_t kSlots = 64;
+
+  // Makes the ready events on the current context's device. Throws Error.
+  StreamEvents();
+  ~StreamEvents();
+  StreamEvents(const StreamEvents&) = delete;
+  StreamEvents& operator=(const StreamEvents&) = delete;
+
+  std::vector<IpcEventHandle> ready_handles() const;
+  const std::array<uint8_t, 16>& device_uuid() const { return device_uuid_; }
+  // The daemon's completion events, one per slot. Throws Error.
+  void open_completions(const std::vector<IpcEventHandle>& handles);
+
+  std::optional<uint32_t> acquire();
+  void release(uint32_t slot) { busy_[slot] = false; }
+  // Throw Error (with the driver's reason).
+  void record_ready(uint32_t slot, void* stream);
+  void wait_completion(uint32_t slot, void* stream);
+
+ private:
+  std::vector<void*> ready_;        // CUevent
+  std::vector<void*> completions_;  // CUevent, opened from the daemon's handles
+  std::vector<bool> busy_;
+  std::array<uint8_t, 16> device_uuid_{};
+};
 
 }  // namespace gradsync::client

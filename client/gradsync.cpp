@@ -190,6 +190,20 @@ gradsync_result gradsync_register_device(gradsync_comm* comm, void* ptr, size_t 
   });
 }
 
+gradsync_result gradsync_set_cuda_stream(gradsync_comm* comm, void* stream) {
+  return with_comm(comm, [&](Communicator& c) {
+    c.set_stream(stream);
+    return GRADSYNC_OK;
+  });
+}
+
+gradsync_result gradsync_unset_cuda_stream(gradsync_comm* comm) {
+  return with_comm(comm, [&](Communicator& c) {
+    c.unset_stream();
+    return GRADSYNC_OK;
+  });
+}
+
 gradsync_result gradsync_unregister(gradsync_comm* comm, void* ptr) {
   return with_comm(comm, [&](Communicator& c) {
     c.unregister(ptr);

@@ -222,6 +222,9 @@ void ControlServer::handle_frame(Client& client, ipc::Frame& frame) {
       case ipc::wire::Request::UNREGISTER_BUFFER:
         handle_unregister(client, request.getUnregisterBuffer().getBufferId());
         break;
+      case ipc::wire::Request::REGISTER_EVENTS:
+        handle_register_events(client, request.getRegisterEvents(), frame.fds);
+        break;
       case ipc::wire::Request::INSPECT:
         handle_inspect(client, request.getInspect());
         break;
@@ -411,6 +414,61 @@ AddBuffer ControlServer::device_registration(uint32_t id,
                   fmt::format("register buffer {}: {}", id, e.what())};
   }
   return command;
+}
+
+void ControlServer::handle_register_events(Client& client,
+                                           ipc::wire::RegisterEvents::Reader request,
+                                           const std::vector<ipc::UniqueFd>& fds) {
+  if (!fds.empty()) {
+    throw Refusal{GRADSYNC_ERR_PROTOCOL,
+                  fmt::format("register events: expected no file descriptors, got {}", fds.size())};
+  }
+  if (!devices_.available()) {
+    throw Refusal{GRADSYNC_ERR_UNSUPPORTED,
+                  "register events: device memory is not served here: " + devices_.summary()};
+  }
+  if (client.events_registered) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT, "register events: already registered"};
+  }
+  const auto list = request.getReadyEvents();
+  const capnp::Data::Reader uuid = request.getDeviceUuid();
+  DeviceUuid device{};
+  if (uuid.size() != device.size()) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("register events: a device UUID is 16 bytes, got {}", uuid.size())};
+  }
+  std::copy(uuid.begin(), uuid.end(), device.begin());
+  std::vector<IpcEventBytes> ready;
+  ready.reserve(list.size());
+  for (const capnp::Data::Reader handle : list) {
+    if (handle.size() != kIpcEventBytes) {
+      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                    fmt::format("register events: an IPC event handle is {} bytes, got {}",
+                                kIpcEventBytes, handle.size())};
+    }
+    IpcEventBytes bytes{};
+    std::copy(handle.begin(), handle.end(), bytes.begin());
+    ready.push_back(bytes);
+  }
+  std::vector<IpcEventBytes> completion;
+  AddEvents command{client.id, nullptr, {}};
+  try {
+    command.events = open_client_events(devices_, device, ready, completion);
+  } catch (const DeviceError& e) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT, std::string("register events: ") + e.what()};
+  }
+  auto done = command.done.get_future();
+  engine_.post(std::move(command));
+  done.wait();  // the client may submit on the slots as soon as we reply
+  client.events_registered = true;
+
+  capnp::MallocMessageBuilder reply;
+  auto handles = reply.initRoot<ipc::wire::Reply>().initEvents().initCompletionEvents(
+      static_cast<unsigned>(completion.size()));
+  for (unsigned i = 0; i < completion.size(); ++i) {
+    handles.set(i, kj::arrayPtr(completion[i].data(), completion[i].size()));
+  }
+  ipc::send_frame(client.socket.get(), ipc::encode(reply));
 }
 
 void ControlServer::handle_unregister(Client& client, uint32_t buffer_id) {

@@ -51,6 +51,7 @@ class ControlServer {
     std::string job;
     int32_t local_rank = -1;
     std::set<uint32_t> buffers;
+    bool events_registered = false;
   };
   // The control thread's view of a job: who owns it and which local ranks are taken.
   struct JobRecord {
@@ -74,6 +75,8 @@ class ControlServer {
                               int memfd) const;
   AddBuffer device_registration(uint32_t id, ipc::wire::RegisterBuffer::Reader request) const;
   void handle_unregister(Client& client, uint32_t buffer_id);
+  void handle_register_events(Client& client, ipc::wire::RegisterEvents::Reader request,
+                              const std::vector<ipc::UniqueFd>& fds);
   void handle_inspect(Client& client, ipc::wire::Inspect::Reader inspect);
   void start_trace(Client& client, ipc::wire::TraceRequest::Reader request);
   // Replies to the traces that have finished; the epoll timeout while any is pending.

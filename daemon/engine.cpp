@@ -285,6 +285,7 @@ bool Engine::poll_submissions(Session& session) {
           "device memory in a job across nodes is not served yet (device collectives run on one "
           "node); use host buffers";
     }
+    if (submission.valid() && submission.event_slot >= 0) attach_events(session, submission);
     if (!submission.valid()) {
       log_->warn("client {} (job '{}' local rank {}): invalid submission: {}", session.id(),
                  who.job, who.local_rank, submission.error);

@@ -46,6 +46,11 @@ struct AddBuffer {
   std::optional<DeviceRegistration> device;
   std::promise<void> done;  // the control thread replies to the client only after this
 };
+struct AddEvents {
+  uint64_t session;
+  std::shared_ptr<const ClientEvents> events;
+  std::promise<void> done;  // replied to only after this
+};
 struct RemoveBuffer {
   uint64_t session;
   uint32_t buffer_id;
@@ -61,8 +66,8 @@ struct Shutdown {
 struct Reconfigure {
   DaemonConfig config;
 };
-using EngineCommand = std::variant<AttachSession, AddBuffer, RemoveBuffer, DetachSession, Shutdown,
-                                   Reconfigure, InspectEngine, StartTrace>;
+using EngineCommand = std::variant<AttachSession, AddBuffer, AddEvents, RemoveBuffer, DetachSession,
+                                   Shutdown, Reconfigure, InspectEngine, StartTrace>;
 
 class Engine {
  public:
@@ -95,6 +100,7 @@ class Engine {
   void handle(AttachSession& command);
   void handle(AddBuffer& command);
   void handle(RemoveBuffer& command);
+  void handle(AddEvents& command);
   void handle(DetachSession& command);
   void handle(Shutdown& command);
   void handle(Reconfigure& command) { config_ = std::move(command.config); }
@@ -105,6 +111,8 @@ class Engine {
   // A submission's buffer: host memory from the session, device memory from the cache (mapped
   // again if it was evicted).
   RegisteredMemory registered_memory(Session& session, uint32_t id);
+  // A stream-ordered submission gets its session's events, or an error if it cannot have them.
+  static void attach_events(const Session& session, Submission& submission);
   bool poll_peers();
   // Logs and counts the handshakes that ended; forms the jobs that waited for them.
   bool take_handshakes();

@@ -4,6 +4,8 @@
 #include "daemon/collectives/device_work.h"
 #include "daemon/engine.h"
 
+#include <fmt/format.h>
+
 namespace gradsync::daemon {
 
 RegisteredMemory Engine::registered_memory(Session& session, uint32_t id) {
@@ -22,11 +24,41 @@ RegisteredMemory Engine::registered_memory(Session& session, uint32_t id) {
   return memory;
 }
 
+void Engine::handle(AddEvents& command) {
+  if (auto it = sessions_.find(command.session); it != sessions_.end()) {
+    it->second->set_events(std::move(command.events));
+  }
+  command.done.set_value();
+}
+
+void Engine::attach_events(const Session& session, Submission& submission) {
+  if (submission.device == kHostMemory) {
+    submission.error = "a stream-ordered collective needs device memory";
+  } else if (!session.events()) {
+    submission.error = "a stream-ordered collective before the client registered its events";
+  } else if (static_cast<uint64_t>(submission.event_slot) >= event_slots(*session.events())) {
+    submission.error =
+        fmt::format("event slot {} of {}", submission.event_slot, event_slots(*session.events()));
+  } else {
+    submission.events = session.events();
+  }
+}
+
 void Engine::launch_device_unit(Job& job, ReadyUnit unit) {
   const auto start = Clock::now();
   try {
     enqueue_device_work(unit, device_streams_);
     const DeviceStreams::Fence fence = device_streams_.fence();
+    // Stream-ordered ranks are done as far as the daemon's host side goes: their streams wait
+    // on the completion events just recorded. The unit stays in flight for its mappings.
+    for (auto& c : unit.collectives) {
+      for (auto& s : c.ranks) {
+        if (s.event_slot >= 0 && s.session != nullptr) {
+          complete(s, GRADSYNC_OK);
+          s.session = nullptr;
+        }
+      }
+    }
     device_in_flight_.push_back(DeviceUnit{job.name(), std::move(unit), fence, start});
   } catch (const DeviceError& e) {
     // Whatever was enqueued before the failure still runs: its fence keeps the buffers mapped

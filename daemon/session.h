@@ -2,6 +2,7 @@
 // then owned by the engine; the control thread keeps only the socket.
 #pragma once
 
+#include "daemon/device/device_streams.h"
 #include "daemon/host_mapper.h"
 #include "ipc/segment.h"
 #include "ipc/system.h"
@@ -77,6 +78,9 @@ class Session {
   }
   bool is_device_buffer(uint32_t id) const { return device_buffers_.contains(id); }
   bool has_device_buffers() const { return !device_buffers_.empty(); }
+  // The events of stream-ordered collectives (device_streams.h), once the client registers them.
+  const std::shared_ptr<const ClientEvents>& events() const { return events_; }
+  void set_events(std::shared_ptr<const ClientEvents> events) { events_ = std::move(events); }
   uint64_t mapped_bytes() const { return mapped_bytes_; }
 
   // For gradsyncctl: collectives taken from the ring, completions posted, and the difference.
@@ -110,6 +114,7 @@ class Session {
   uint64_t lookups_unregistered_ = 0;
   std::unordered_map<uint32_t, std::shared_ptr<const HostBuffer>> buffers_;
   std::unordered_set<uint32_t> device_buffers_;
+  std::shared_ptr<const ClientEvents> events_;
 };
 
 }  // namespace gradsync::daemon

@@ -63,6 +63,7 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLoo
   s.group_size = entry.group_size;
   if (s.grouped && s.group_size == 0) return invalid("grouped entry with a group size of 0");
   if (s.collective == ipc::Collective::kBarrier) return s;
+  if ((entry.flags & ipc::kFlagStreamOrdered) != 0) s.event_slot = entry.event_slot;
 
   const auto dtype = ipc::parse_dtype(entry.dtype);
   if (!dtype) return invalid(fmt::format("unknown dtype {}", entry.dtype));

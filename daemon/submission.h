@@ -2,6 +2,7 @@
 // into the daemon's mappings. This is the boundary for everything a client writes on its ring.
 #pragma once
 
+#include "daemon/device/device_streams.h"
 #include "daemon/session.h"
 #include "ipc/protocol.h"
 #include "ipc/segment.h"
@@ -49,6 +50,10 @@ struct Submission {
   uint8_t* recv = nullptr;
   // kHostMemory, or the device both ranges lie on (device pointers in the daemon's space).
   int device = kHostMemory;
+  // Ordered on the rank's stream (ipc::kFlagStreamOrdered): its event slot, and its events
+  // (set by the engine, which checks the slot); -1 otherwise.
+  int64_t event_slot = -1;
+  std::shared_ptr<const ClientEvents> events;
   // Keep the mappings alive while the collective is in flight, even if the client unregisters.
   std::shared_ptr<const void> send_buffer;
   std::shared_ptr<const void> recv_buffer;

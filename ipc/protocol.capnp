@@ -48,6 +48,18 @@ struct CudaIpcMemory {
   deviceUuid @1 :Data;  # the device's UUID (cudaDeviceProp::uuid), 16 bytes
 }
 
+# The events a rank records on its CUDA stream after writing a gradient, one per slot
+# (cudaIpcEventHandle_t, 64 bytes each), made on the device named. Answered with the daemon's
+# completion events, one per slot, which it records after the collective that used the slot.
+struct RegisterEvents {
+  readyEvents @0 :List(Data);
+  deviceUuid @1 :Data;
+}
+
+struct RegisteredEvents {
+  completionEvents @0 :List(Data);
+}
+
 struct UnregisterBuffer {
   bufferId @0 :UInt32;
 }
@@ -77,6 +89,7 @@ struct Request {
     unregisterBuffer @2 :UnregisterBuffer;
     goodbye @3 :Void;
     inspect @4 :Inspect;
+    registerEvents @5 :RegisterEvents;
   }
 }
 
@@ -91,6 +104,7 @@ struct Reply {
     welcome @1 :Welcome;
     error @2 :Error;
     report @3 :Report;
+    events @4 :RegisteredEvents;
   }
 }
 

@@ -31,10 +31,15 @@ struct SubmissionEntry {
   uint32_t group_size;   // members of the group
   uint32_t name_length;  // bytes of name used, <= kMaxTensorNameBytes
   char name[kMaxTensorNameBytes + 1];
-  uint8_t reserved[32];
+  uint32_t event_slot;  // kFlagStreamOrdered: the rank's ready event and the daemon's completion
+  uint8_t reserved[28];
 };
 static_assert(sizeof(SubmissionEntry) == 256);
 inline constexpr uint8_t kFlagGrouped = 1;
+// Device memory, ordered on the rank's CUDA stream: the daemon's stream waits for the rank's
+// ready event `event_slot` before touching the memory, records completion event `event_slot`
+// after, and completes the request as soon as that is enqueued (the rank's stream waits on it).
+inline constexpr uint8_t kFlagStreamOrdered = 2;
 
 struct CompletionEntry {
   uint64_t request;

@@ -85,6 +85,15 @@ void enqueue_device_work(const ReadyUnit& unit, DeviceStreams& streams) {
       if (work.run) work.run(0, work.elements);
       continue;
     }
+    // Stream-ordered ranks: nothing touches the memory before their writes are done, and their
+    // streams go on once every device's part is.
+    const std::vector<int> devices = devices_of(collective);
+    for (const Submission& s : collective.ranks) {
+      if (s.event_slot < 0) continue;
+      for (const int device : devices) {
+        streams.wait_ready(device, *s.events, static_cast<uint32_t>(s.event_slot));
+      }
+    }
     switch (collective.first().collective) {
       case ipc::Collective::kAllreduce:
         allreduce(collective, streams);
@@ -97,6 +106,11 @@ void enqueue_device_work(const ReadyUnit& unit, DeviceStreams& streams) {
         break;
       case ipc::Collective::kBarrier:
         break;
+    }
+    for (const Submission& s : collective.ranks) {
+      if (s.event_slot < 0) continue;
+      streams.join(events_device(*s.events), devices);
+      streams.record_completion(*s.events, static_cast<uint32_t>(s.event_slot));
     }
   }
 }

@@ -6,12 +6,78 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstring>
 #include <map>
 #include <set>
 #include <utility>
 #include <vector>
 
 namespace gradsync::daemon {
+
+struct ClientEvents {
+  int device = 0;
+  std::vector<cudaEvent_t> ready;       // opened from the client's handles
+  std::vector<cudaEvent_t> completion;  // made here, interprocess
+  ClientEvents() = default;
+  ClientEvents(const ClientEvents&) = delete;
+  ClientEvents& operator=(const ClientEvents&) = delete;
+  ~ClientEvents() {
+    try {
+      const DeviceScope scope(device);
+      for (cudaEvent_t event : ready) (void)cudaEventDestroy(event);
+      for (cudaEvent_t event : completion) (void)cudaEventDestroy(event);
+    } catch (const DeviceError&) {  // the device is gone, and the events with it
+    }
+  }
+};
+
+std::shared_ptr<const ClientEvents> open_client_events(const Devices& devices,
+                                                       const DeviceUuid& device,
+                                                       const std::vector<IpcEventBytes>& ready,
+                                                       std::vector<IpcEventBytes>& completion) {
+  const auto& known = devices.devices();
+  const auto it = std::find_if(known.begin(), known.end(),
+                               [&](const DeviceInfo& d) { return d.uuid == device; });
+  if (it == known.end()) {
+    throw DeviceError(fmt::format("events on device {}, which is not one of this node's: {}",
+                                  format_uuid(device), devices.summary()));
+  }
+  if (ready.empty() || ready.size() > kMaxEventSlots) {
+    throw DeviceError(
+        fmt::format("{} event slots; 1 to {} are allowed", ready.size(), kMaxEventSlots));
+  }
+  auto events = std::make_shared<ClientEvents>();
+  events->device = it->ordinal;
+  const DeviceScope scope(it->ordinal);
+  completion.clear();
+  for (const IpcEventBytes& bytes : ready) {
+    cudaIpcEventHandle_t handle{};
+    static_assert(sizeof(handle.reserved) == kIpcEventBytes);
+    std::memcpy(handle.reserved, bytes.data(), kIpcEventBytes);
+    cudaEvent_t event = nullptr;
+    GRADSYNC_CUDA_CHECK(cudaIpcOpenEventHandle(&event, handle));
+    events->ready.push_back(event);
+    cudaEvent_t mine = nullptr;
+    GRADSYNC_CUDA_CHECK(
+        cudaEventCreateWithFlags(&mine, cudaEventDisableTiming | cudaEventInterprocess));
+    events->completion.push_back(mine);
+    cudaIpcEventHandle_t exported{};
+    GRADSYNC_CUDA_CHECK(cudaIpcGetEventHandle(&exported, mine));
+    IpcEventBytes out{};
+    std::memcpy(out.data(), exported.reserved, kIpcEventBytes);
+    completion.push_back(out);
+  }
+  return events;
+}
+
+size_t event_slots(const ClientEvents& events) {
+  return events.ready.size();
+}
+
+int events_device(const ClientEvents& events) {
+  return events.device;
+}
 
 struct DeviceStreams::State {
   struct PerDevice {
@@ -78,6 +144,33 @@ void DeviceStreams::copy(int device, void* destination, const void* source, size
   const DeviceScope scope(device);
   // cudaMemcpyDefault: unified addressing finds each side's device, peers included.
   GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, d.stream));
+}
+
+void DeviceStreams::wait_ready(int device, const ClientEvents& events, uint32_t slot) {
+  State::PerDevice& d = state_->at(device);
+  const DeviceScope scope(device);
+  GRADSYNC_CUDA_CHECK(cudaStreamWaitEvent(d.stream, events.ready.at(slot), 0));
+}
+
+void DeviceStreams::join(int into, const std::vector<int>& devices) {
+  State::PerDevice& target = state_->at(into);
+  for (const int device : devices) {
+    if (device == into) continue;
+    State::PerDevice& source = state_->at(device);
+    const DeviceScope scope(device);
+    cudaEvent_t event = nullptr;
+    GRADSYNC_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    GRADSYNC_CUDA_CHECK(cudaEventRecord(event, source.stream));
+    const cudaError_t waited = cudaStreamWaitEvent(target.stream, event, 0);
+    (void)cudaEventDestroy(event);  // released once the work it marks is done
+    GRADSYNC_CUDA_CHECK(waited);
+  }
+}
+
+void DeviceStreams::record_completion(const ClientEvents& events, uint32_t slot) {
+  State::PerDevice& d = state_->at(events.device);
+  const DeviceScope scope(events.device);
+  GRADSYNC_CUDA_CHECK(cudaEventRecord(events.completion.at(slot), d.stream));
 }
 
 DeviceStreams::Fence DeviceStreams::fence() {

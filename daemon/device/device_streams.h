@@ -8,11 +8,34 @@
 
 #include <gradsync/gradsync.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace gradsync::daemon {
+
+inline constexpr size_t kIpcEventBytes = 64;  // cudaIpcEventHandle_t
+using IpcEventBytes = std::array<uint8_t, kIpcEventBytes>;
+// The most event slots a client may register: each is a pair of interprocess events, which
+// the driver limits.
+inline constexpr size_t kMaxEventSlots = 256;
+
+// One client's events: its ready events, opened here, and the daemon's completion events, one
+// per slot, made on the client's device. Freed with the last reference (work in flight that
+// uses them holds one).
+struct ClientEvents;
+
+// Opens `ready` and makes as many completion events on `device` (UUID); their handles go to
+// `completion`. Throws DeviceError.
+std::shared_ptr<const ClientEvents> open_client_events(const Devices& devices,
+                                                       const DeviceUuid& device,
+                                                       const std::vector<IpcEventBytes>& ready,
+                                                       std::vector<IpcEventBytes>& completion);
+size_t event_slots(const ClientEvents& events);
+// The ordinal of the device the client's events live on.
+int events_device(const ClientEvents& events);
 
 class DeviceStreams {
  public:
@@ -31,6 +54,12 @@ class DeviceStreams {
   void reduce(int device, gradsync_dtype dtype, gradsync_op op, const void* const* inputs,
               size_t num_inputs, void* const* outputs, size_t num_outputs, size_t count);
   void copy(int device, void* destination, const void* source, size_t bytes);
+  // `device`'s stream waits, from now on, for the client's ready event `slot` as last recorded.
+  void wait_ready(int device, const ClientEvents& events, uint32_t slot);
+  // The stream of `into` waits for everything enqueued so far on the others' streams.
+  void join(int into, const std::vector<int>& devices);
+  // Records the daemon's completion event `slot` on the stream of the events' device.
+  void record_completion(const ClientEvents& events, uint32_t slot);
 
   // A point after everything enqueued since the last fence, on every stream that got work.
   Fence fence();

@@ -46,6 +46,35 @@ void DeviceStreams::copy(int /*device*/, void* /*destination*/, const void* /*so
   no_devices();
 }
 
+struct ClientEvents {};
+
+std::shared_ptr<const ClientEvents> open_client_events(const Devices& /*devices*/,
+                                                       const DeviceUuid& /*device*/,
+                                                       const std::vector<IpcEventBytes>& /*ready*/,
+                                                       std::vector<IpcEventBytes>& /*completion*/) {
+  no_devices();
+}
+
+size_t event_slots(const ClientEvents& /*events*/) {
+  return 0;
+}
+
+int events_device(const ClientEvents& /*events*/) {
+  return 0;
+}
+
+void DeviceStreams::wait_ready(int /*device*/, const ClientEvents& /*events*/, uint32_t /*slot*/) {
+  no_devices();
+}
+
+void DeviceStreams::join(int /*into*/, const std::vector<int>& /*devices*/) {
+  no_devices();
+}
+
+void DeviceStreams::record_completion(const ClientEvents& /*events*/, uint32_t /*slot*/) {
+  no_devices();
+}
+
 DeviceStreams::Fence DeviceStreams::fence() {
   no_devices();
 }

@@ -4,6 +4,7 @@
 // back equal to the reference. The contract tested: a rank's writes are complete (its stream
 // synchronised) before it submits, and the result is there when the request completes.
 #include "tests/gpu/gpu_testing.h"
+#include "tests/gpu/spin_kernel.h"
 #include "tools/common/process.h"
 #include "tools/common/reference.h"
 
@@ -95,6 +96,38 @@ int run_rank() {
                                   GRADSYNC_SUM, ranks, 0) == 0,
            "allgather" + suffix);
   }
+  // Ordered on a stream, the host never synchronising: the stream is busy (a spinning kernel)
+  // when the input's copy is queued behind it, and the result is read back on the same stream
+  // after gradsync_wait. A daemon that did not wait for the rank's event would reduce the
+  // stale 0xff bytes; a stream that did not wait for the daemon's would read them back.
+  cudaStream_t stream = nullptr;
+  GRADSYNC_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  RANK_CHECK(gradsync_set_cuda_stream(comm, stream));
+  const size_t bytes = kCount * sizeof(float);
+  const PinnedMemory input(bytes);
+  for (int step = 0; step < 3 * 64; ++step) {  // past the 64 event slots, reusing each
+    GRADSYNC_CUDA_CHECK(cudaMemsetAsync(send, 0xff, bytes, stream));
+    GRADSYNC_CUDA_CHECK(cudaMemsetAsync(recv, 0xff, bytes, stream));
+    GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream));
+    reference::fill_input(input.data(), kCount, GRADSYNC_FLOAT32, rank, GRADSYNC_SUM, step);
+    GRADSYNC_CUDA_CHECK(launch_spin(stream, step % 16 == 0 ? 20'000'000 : 100'000));
+    GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(send, input.data(), bytes, cudaMemcpyHostToDevice, stream));
+    gradsync_request request = 0;
+    const std::string name = "ordered." + std::to_string(step);
+    RANK_CHECK(gradsync_allreduce(comm, name.c_str(), send, recv, kCount, GRADSYNC_FLOAT32,
+                                  GRADSYNC_SUM, &request));
+    RANK_CHECK(gradsync_wait(comm, request));
+    std::vector<uint8_t> result(bytes);
+    GRADSYNC_CUDA_CHECK(
+        cudaMemcpyAsync(result.data(), recv, bytes, cudaMemcpyDeviceToHost, stream));
+    GRADSYNC_CUDA_CHECK(cudaStreamSynchronize(stream));
+    expect(reference::count_wrong(reference::Kind::kAllreduce, result.data(), kCount,
+                                  GRADSYNC_FLOAT32, GRADSYNC_SUM, ranks, 0, step) == 0,
+           name);
+  }
+  RANK_CHECK(gradsync_unset_cuda_stream(comm));
+  GRADSYNC_CUDA_CHECK(cudaStreamDestroy(stream));
+
   RANK_CHECK(gradsync_unregister(comm, memory.data()));
   gradsync_disconnect(comm);
   return failures == 0 ? 0 : 1;

@@ -46,4 +46,18 @@ class DeviceMemory {
   size_t bytes_;
 };
 
+// Page-locked host memory (cudaMallocHost): asynchronous copies from it return at once, so the
+// host truly runs ahead of the stream.
+class PinnedMemory {
+ public:
+  explicit PinnedMemory(size_t bytes) { GRADSYNC_CUDA_CHECK(cudaMallocHost(&data_, bytes)); }
+  ~PinnedMemory() { (void)cudaFreeHost(data_); }
+  PinnedMemory(const PinnedMemory&) = delete;
+  PinnedMemory& operator=(const PinnedMemory&) = delete;
+  uint8_t* data() const { return static_cast<uint8_t*>(data_); }
+
+ private:
+  void* data_ = nullptr;
+};
+
 }  // namespace gradsync::gpu_testing

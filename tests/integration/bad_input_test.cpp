@@ -117,23 +117,24 @@ TEST_F(BadInputTest, DeviceRegistrationsAreCheckedAndCostTheClientNothingElse) {
   const std::vector<uint8_t> uuid(16, 0xa5);
   // Device memory comes with no file descriptor.
   ipc::UniqueFd memfd = ipc::create_sealed_memfd("test", 1 << 16);
-  auto [code, message] = client.register_device(1, 0, 4096, handle, uuid, memfd.get());
+  auto [code, message_text] = client.register_device(1, 0, 4096, handle, uuid, memfd.get());
   EXPECT_EQ(code, GRADSYNC_ERR_PROTOCOL);
-  EXPECT_NE(message.find("expected 0 file descriptors"), std::string::npos) << message;
+  EXPECT_NE(message_text.find("expected 0 file descriptors"), std::string::npos) << message_text;
   // A handle of the wrong size: refused for that where the daemon has a GPU; where it has
   // none (CI), refused for that first, with the reason.
-  std::tie(code, message) = client.register_device(2, 0, 4096, {1, 2, 3}, uuid);
+  std::tie(code, message_text) = client.register_device(2, 0, 4096, {1, 2, 3}, uuid);
   if (code == GRADSYNC_ERR_UNSUPPORTED) {
-    EXPECT_NE(message.find("device memory is not served here"), std::string::npos) << message;
-    EXPECT_NE(message.find("host memory only"), std::string::npos) << message;
+    EXPECT_NE(message_text.find("device memory is not served here"), std::string::npos)
+        << message_text;
+    EXPECT_NE(message_text.find("host memory only"), std::string::npos) << message_text;
   } else {
-    EXPECT_EQ(code, GRADSYNC_ERR_INVALID_ARGUMENT) << message;
-    EXPECT_NE(message.find("64 bytes"), std::string::npos) << message;
+    EXPECT_EQ(code, GRADSYNC_ERR_INVALID_ARGUMENT) << message_text;
+    EXPECT_NE(message_text.find("64 bytes"), std::string::npos) << message_text;
   }
   // A well-formed handle no driver issued: never served.
-  std::tie(code, message) = client.register_device(3, 0, 4096, handle, uuid);
+  std::tie(code, message_text) = client.register_device(3, 0, 4096, handle, uuid);
   EXPECT_TRUE(code == GRADSYNC_ERR_UNSUPPORTED || code == GRADSYNC_ERR_INVALID_ARGUMENT)
-      << code << ": " << message;
+      << code << ": " << message_text;
   // None of it registered anything, and host memory is served as before.
   ASSERT_EQ(client.register_buffer(1, memfd.get(), 0, 4096).first, 0u);
   auto* data = static_cast<float*>(
@@ -144,7 +145,36 @@ TEST_F(BadInputTest, DeviceRegistrationsAreCheckedAndCostTheClientNothingElse) {
   const ipc::CompletionEntry done = client.next_completion();
   EXPECT_EQ(done.status, GRADSYNC_OK) << std::string(done.message, done.message_length);
   EXPECT_EQ(data[1023], 1023.0f);  // one rank: the sum is its own input
+
+  // Stream ordering is for device memory: on host memory it is an error, and the next
+  // collective runs.
+  ipc::SubmissionEntry ordered = allreduce_entry("ordered-host", 1, 0, 1024);
+  ordered.flags |= ipc::kFlagStreamOrdered;
+  ordered.event_slot = 0;
+  client.submit(ordered);
+  const ipc::CompletionEntry refused = client.next_completion();
+  EXPECT_EQ(refused.status, GRADSYNC_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(refused.message, refused.message_length).find("needs device memory"),
+            std::string::npos);
+  client.submit(allreduce_entry("after-ordered", 1, 0, 1024));
+  EXPECT_EQ(client.next_completion().status, GRADSYNC_OK);
   ::munmap(data, 4096);
+
+  // Events: no file descriptors, and not served without a device (with one, these made-up
+  // handles fail to open).
+  capnp::MallocMessageBuilder message;
+  auto events = message.initRoot<ipc::wire::Request>().initRegisterEvents();
+  events.initReadyEvents(2).set(0, kj::arrayPtr(handle.data(), handle.size()));
+  events.setDeviceUuid(kj::arrayPtr(uuid.data(), uuid.size()));
+  const int fd = memfd.get();
+  client.send(message, std::span<const int>(&fd, 1));
+  std::tie(code, message_text) = client.receive_status();
+  EXPECT_EQ(code, GRADSYNC_ERR_PROTOCOL) << message_text;
+  client.send(message);
+  std::tie(code, message_text) = client.receive_status();
+  EXPECT_TRUE(code == GRADSYNC_ERR_UNSUPPORTED || code == GRADSYNC_ERR_INVALID_ARGUMENT)
+      << code << ": " << message_text;
+  EXPECT_NE(message_text.find("register events"), std::string::npos) << message_text;
 }
 
 TEST_F(BadInputTest, RegistrationWithoutAFileDescriptorIsRefused) {

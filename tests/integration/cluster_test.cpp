@@ -285,7 +285,7 @@ TEST(Cluster, ADaemonRestartedUnderItsRanksFailsTheJobAndANewOneForms) {
   auto warm = cluster.spawn("warm", {1, 1}, {"grouped"});
   expect_all_succeed(warm);  // the nodes' connections exist from here on
   const pid_t survivor = cluster.daemon(0).process().pid();
-  const DaemonResources baseline = resources_of(survivor);
+  const DaemonResources baseline = settled_resources_of(survivor, cluster.daemon(0).socket_path());
   auto ranks = cluster.spawn("restarted", {1, 1}, {"loop", std::to_string(1 << 20)});
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   const auto restarted_at = std::chrono::steady_clock::now();

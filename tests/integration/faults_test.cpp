@@ -76,7 +76,7 @@ TEST_F(FaultsTest, HundredClientsComingAndGoingBesideARunningJob) {
   // Warm the paths the loop takes once, so that the baseline holds what stays allocated.
   auto warm = spawn_ranks("warm", 2, {"grouped"});
   expect_all_succeed(warm);
-  const DaemonResources baseline = resources_of(pid);
+  const DaemonResources baseline = settled_resources_of(pid, socket());
   const long rss_before = rss_kib();
   auto steady = spawn_ranks("steady", 2, {"steps", "400"});
   for (int round = 0; round < 50; ++round) {

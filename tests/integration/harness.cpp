@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <array>
 #include <cstdio>
 
@@ -83,6 +85,26 @@ DaemonResources resources_of(pid_t pid) {
     if (line.find("memfd:gradsync") != std::string::npos) ++r.memfd_mappings;
   }
   return r;
+}
+
+DaemonResources settled_resources_of(pid_t pid, const std::string& socket_path) {
+  const std::string command = tools::executable_dir() + "/gradsyncctl --socket " + socket_path +
+                              " --json clients 2>/dev/null";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const CommandResult clients = run_command(command);
+    if (clients.status == 0 && nlohmann::json::parse(clients.out, nullptr, false).empty()) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // gradsyncctl's own connection closes asynchronously too: two equal readings apart.
+  DaemonResources settled = resources_of(pid);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const DaemonResources again = resources_of(pid);
+    if (again == settled) break;
+    settled = again;
+  }
+  return settled;
 }
 
 void DaemonTest::SetUp() {}

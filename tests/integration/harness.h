@@ -38,6 +38,11 @@ struct DaemonResources {
   bool operator==(const DaemonResources&) const = default;
 };
 DaemonResources resources_of(pid_t pid);
+// The daemon's resources once the clients that left have been let go: clients leave
+// asynchronously (the engine frees a session after the control thread saw its socket close),
+// so a baseline taken right after ranks exit may still hold one. Waits (up to 10 s) until
+// gradsyncctl, answered by the engine after every earlier departure, lists no client.
+DaemonResources settled_resources_of(pid_t pid, const std::string& socket_path);
 
 class DaemonTest : public ::testing::Test {
  protected:
