@@ -173,8 +173,8 @@ void Communicator::register_range(void* ptr, size_t bytes) {
                       Registered{static_cast<uint8_t*>(ptr), bytes, id});
 }
 
-void Communicator::register_device(void* ptr, size_t bytes,
-                                   const gradsync_cuda_ipc_memory& memory) {
+void Communicator::register_device(void* ptr, size_t bytes, const gradsync_cuda_ipc_memory& memory,
+                                   uint64_t allocation_id) {
   if (ptr == nullptr || bytes == 0) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
                 "register device memory: null pointer or zero bytes");
@@ -191,7 +191,7 @@ void Communicator::register_device(void* ptr, size_t bytes,
   cuda.setDeviceUuid(kj::arrayPtr(memory.device_uuid, sizeof(memory.device_uuid)));
   round_trip(message);
   registered_.emplace(reinterpret_cast<uintptr_t>(ptr),
-                      Registered{static_cast<uint8_t*>(ptr), bytes, id, true});
+                      Registered{static_cast<uint8_t*>(ptr), bytes, id, true, allocation_id});
 }
 
 void Communicator::set_stream(void* stream) {
@@ -329,6 +329,16 @@ gradsync_request Communicator::submit(const CollectiveArgs& args) {
     entry.send_offset = static_cast<const uint8_t*>(args.send) - send.base;
     entry.recv_buffer = recv.id;
     entry.recv_offset = static_cast<uint8_t*>(args.recv) - recv.base;
+    for (const Registered* range : {&send, &recv}) {
+      // The daemon maps the allocation that was registered: one freed since, its address
+      // reused, would take the result instead of the new memory.
+      if (range->allocation_id != 0 && device_allocation_id(range->base) != range->allocation_id) {
+        throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                    "device buffer " + std::to_string(range->id) +
+                        " was freed and its address allocated again since it was registered: "
+                        "unregister it and register the new memory");
+      }
+    }
     if (stream_ordered_ && send.device) {
       // After everything the stream was given so far: the data's writes included.
       const uint32_t slot = acquire_event_slot();

@@ -55,7 +55,10 @@ class Communicator {
   void free(void* ptr);
   void register_range(void* ptr, size_t bytes);
   // Device memory the daemon opens through CUDA IPC; `ptr` is this process's address of it.
-  void register_device(void* ptr, size_t bytes, const gradsync_cuda_ipc_memory& memory);
+  // `allocation_id`: the driver's id of its allocation, checked at each submission (0: the
+  // caller's handle, not checked).
+  void register_device(void* ptr, size_t bytes, const gradsync_cuda_ipc_memory& memory,
+                       uint64_t allocation_id = 0);
   void unregister(void* ptr);
   // Collectives on device memory are ordered on `stream` from now on (nullptr: the legacy
   // default stream), or, after unset_stream, host-synchronous again.
@@ -78,6 +81,7 @@ class Communicator {
     size_t bytes;
     uint32_t id;
     bool device = false;
+    uint64_t allocation_id = 0;  // device memory: the driver's buffer id when registered
   };
   // A stream-ordered request in flight: its event slot and the stream to order it on.
   struct Ordered {

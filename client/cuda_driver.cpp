@@ -22,6 +22,7 @@ using DriverResult = int;                      // CUresult; 0 is success
 using DevicePointer = unsigned long long;      // NOLINT(google-runtime-int): CUdeviceptr
 constexpr int kAttributeMemoryType = 2;        // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
 constexpr int kAttributeDeviceOrdinal = 9;     // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr int kAttributeBufferId = 7;          // CU_POINTER_ATTRIBUTE_BUFFER_ID
 constexpr unsigned kMemoryTypeDevice = 2;      // CU_MEMORYTYPE_DEVICE
 using Event = void*;                           // CUevent
 using Stream = void*;                          // CUstream, cudaStream_t
@@ -36,6 +37,7 @@ struct Uuid {
 #ifdef GRADSYNC_HAVE_CUDA_H
 static_assert(CU_POINTER_ATTRIBUTE_MEMORY_TYPE == kAttributeMemoryType);
 static_assert(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL == kAttributeDeviceOrdinal);
+static_assert(CU_POINTER_ATTRIBUTE_BUFFER_ID == kAttributeBufferId);
 static_assert(CU_MEMORYTYPE_DEVICE == kMemoryTypeDevice);
 static_assert(sizeof(CUipcMemHandle) == sizeof(IpcHandle) && sizeof(CUuuid) == sizeof(Uuid));
 static_assert(sizeof(CUdeviceptr) == sizeof(DevicePointer));
@@ -167,6 +169,16 @@ gradsync_cuda_ipc_memory describe_device_memory(const void* ptr, size_t bytes) {
   memory.offset = offset;
   std::memcpy(memory.device_uuid, uuid.bytes, sizeof(memory.device_uuid));
   return memory;
+}
+
+uint64_t device_allocation_id(const void* ptr) {
+  const Driver& d = loaded_driver("device memory");
+  unsigned long long id = 0;  // NOLINT(google-runtime-int): the attribute's type
+  check(d,
+        d.pointer_attribute(&id, kAttributeBufferId,
+                            static_cast<DevicePointer>(reinterpret_cast<uintptr_t>(ptr))),
+        "cuPointerGetAttribute(BUFFER_ID)", "device memory");
+  return id;
 }
 
 constexpr const char* kEventsCall = "order on a CUDA stream";

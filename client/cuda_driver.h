@@ -19,6 +19,10 @@ namespace gradsync::client {
 // (GRADSYNC_ERR_INVALID_ARGUMENT).
 gradsync_cuda_ipc_memory describe_device_memory(const void* ptr, size_t bytes);
 
+// The driver's process-wide unique id of the allocation holding `ptr` (an address freed and
+// allocated again gets a new one). Throws Error like describe_device_memory.
+uint64_t device_allocation_id(const void* ptr);
+
 using IpcEventHandle = std::array<uint8_t, 64>;
 
 // The events of collectives ordered on a CUDA stream, one pair per slot: this process's ready

@@ -185,7 +185,8 @@ gradsync_result gradsync_register_device(gradsync_comm* comm, void* ptr, size_t 
       throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
                   "register device memory: null pointer or zero bytes");
     }
-    c.register_device(ptr, bytes, gradsync::client::describe_device_memory(ptr, bytes));
+    const gradsync_cuda_ipc_memory memory = gradsync::client::describe_device_memory(ptr, bytes);
+    c.register_device(ptr, bytes, memory, gradsync::client::device_allocation_id(ptr));
     return GRADSYNC_OK;
   });
 }

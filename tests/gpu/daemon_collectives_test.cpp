@@ -128,6 +128,27 @@ int run_rank() {
   RANK_CHECK(gradsync_unset_cuda_stream(comm));
   GRADSYNC_CUDA_CHECK(cudaStreamDestroy(stream));
 
+  // Memory freed and allocated again (at the same address, as allocators like to) is not the
+  // memory registered: the submission is refused before the daemon could write the old one.
+  {
+    void* first = nullptr;
+    GRADSYNC_CUDA_CHECK(cudaMalloc(&first, 1 << 20));
+    RANK_CHECK(gradsync_register_device(comm, first, 1 << 20));
+    GRADSYNC_CUDA_CHECK(cudaFree(first));
+    void* second = nullptr;
+    GRADSYNC_CUDA_CHECK(cudaMalloc(&second, 1 << 20));
+    gradsync_request request = 0;
+    const gradsync_result reused = gradsync_allreduce(comm, "reused", second, second, 1024,
+                                                      GRADSYNC_FLOAT32, GRADSYNC_SUM, &request);
+    expect(reused == GRADSYNC_ERR_INVALID_ARGUMENT, "a freed and reallocated buffer was used");
+    if (second == first) {
+      expect(std::string(gradsync_last_error(comm)).find("freed") != std::string::npos,
+             std::string("the reason names the reuse: ") + gradsync_last_error(comm));
+    }
+    RANK_CHECK(gradsync_unregister(comm, first));
+    GRADSYNC_CUDA_CHECK(cudaFree(second));
+  }
+
   RANK_CHECK(gradsync_unregister(comm, memory.data()));
   gradsync_disconnect(comm);
   return failures == 0 ? 0 : 1;
