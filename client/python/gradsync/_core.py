@@ -4,6 +4,10 @@ Data the daemon reads and writes must live in gradsync's shared memory. Tensors 
 `Communicator.empty` live there already (zero copy). Any other tensor or array is copied into a
 registered staging buffer, reduced there, and copied back; staging buffers are pooled by size,
 so a training loop with stable shapes (DDP buckets) registers them once, not every step.
+
+CUDA tensors are not copied: their memory is registered with the daemon (which opens it through
+CUDA IPC, on a daemon with a GPU) and the collective is ordered on the current stream of their
+device; wait() returns once the daemon has enqueued it, the stream waiting for the result.
 """
 import contextlib
 import ctypes
@@ -91,12 +95,16 @@ def _is_torch(array):
     return type(array).__module__.startswith("torch")
 
 
+def _is_cuda(array):
+    return _is_torch(array) and array.device.type == "cuda"
+
+
 def _address_and_bytes(array):
     """Data address and size of a contiguous torch tensor or NumPy array."""
     if _is_torch(array):
-        if array.device.type != "cpu":
+        if array.device.type not in ("cpu", "cuda"):
             raise InvalidArgumentError(ERR_INVALID_ARGUMENT,
-                                       "device tensors need the CUDA build of gradsync")
+                                       f"tensors on {array.device.type} are not supported")
         if not array.is_contiguous():
             raise InvalidArgumentError(ERR_INVALID_ARGUMENT, "tensor must be contiguous")
         return array.data_ptr(), array.numel() * array.element_size()
@@ -214,6 +222,8 @@ class Communicator:
         self._buffers = []       # from empty(): zero-copy candidates
         self._staging_free = {}  # nbytes -> [SharedBuffer]
         self._staging_all = []
+        self._device_ranges = {}  # registered CUDA memory: address -> nbytes
+        self._stream = None       # the CUDA stream device collectives are ordered on
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self):
@@ -274,6 +284,8 @@ class Communicator:
     def _submit(self, function, name, send_array, out_array, out_bytes, *args):
         """Runs one collective from send_array into out_array, staging whichever is not in
         registered memory."""
+        if _is_cuda(send_array) or _is_cuda(out_array):
+            return self._submit_device(function, name, send_array, out_array, *args)
         dtype = _dtype_of(send_array)
         send_address, send_bytes = _address_and_bytes(send_array)
         out_address, _ = _address_and_bytes(out_array)
@@ -302,6 +314,61 @@ class Communicator:
                 self._release_staging(staging)
             raise _error(code, self._last_error())
         return Handle(self, request.value, out_array, staging, copy_back)
+
+    # -- CUDA tensors ---------------------------------------------------------------------------
+    def _submit_device(self, function, name, send, out, *args):
+        """A collective on CUDA tensors: their memory registered with the daemon (which opens it
+        through CUDA IPC), ordered on the current stream of their device. The handle's wait()
+        returns once the daemon has enqueued the work, the stream waiting for it."""
+        import torch
+        if not (_is_cuda(send) and _is_cuda(out)) or send.device != out.device:
+            raise InvalidArgumentError(ERR_INVALID_ARGUMENT,
+                                       "send and output must be on the same CUDA device "
+                                       "(or both in host memory)")
+        dtype = _dtype_of(send)
+        send_address, send_bytes = _address_and_bytes(send)
+        out_address, out_bytes = _address_and_bytes(out)
+        count = send_bytes // _ELEMENT_BYTES[dtype]
+        encoded = name.encode() if name is not None else None
+        with torch.cuda.device(send.device):
+            stream = torch.cuda.current_stream(send.device).cuda_stream
+            if stream != self._stream:
+                self._check(library().gradsync_set_cuda_stream(self._handle, stream))
+                self._stream = stream
+            for attempt in range(2):
+                if attempt > 0:
+                    self._forget_device_range(send_address, send_bytes)
+                    self._forget_device_range(out_address, out_bytes)
+                self._register_device_range(send_address, send_bytes)
+                self._register_device_range(out_address, out_bytes)
+                request = ctypes.c_uint64()
+                code = function(self._handle, encoded, send_address, out_address, count, dtype,
+                                *args, ctypes.byref(request))
+                if code == OK:
+                    return Handle(self, request.value, out)
+                message = self._last_error()
+                # The caching allocator freed a block and allocated it again at the same address:
+                # register the new memory once more, then try again.
+                if code != ERR_INVALID_ARGUMENT or "freed" not in message or attempt > 0:
+                    raise _error(code, message)
+        raise AssertionError("unreachable")
+
+    def _register_device_range(self, address, nbytes):
+        """Registers [address, address + nbytes) of device memory unless a registration holds it
+        already; registrations it overlaps are of memory since freed, and go first."""
+        for start, size in self._device_ranges.items():
+            if start <= address and address + nbytes <= start + size:
+                return
+        self._forget_device_range(address, nbytes)
+        self._check(library().gradsync_register_device(self._handle, address, nbytes))
+        self._device_ranges[address] = nbytes
+
+    def _forget_device_range(self, address, nbytes):
+        """Unregisters every device registration overlapping [address, address + nbytes)."""
+        for start in [a for a, n in self._device_ranges.items()
+                      if a < address + nbytes and address < a + n]:
+            del self._device_ranges[start]
+            library().gradsync_unregister(self._handle, start)
 
     def allreduce(self, tensor, name=None, op="sum", out=None, async_op=False):
         """Reduces `tensor` across the job's ranks into `out` (default: in place)."""
@@ -343,6 +410,6 @@ class Communicator:
     def _new_like(array, shape):
         if _is_torch(array):
             import torch
-            return torch.empty(shape, dtype=array.dtype)
+            return torch.empty(shape, dtype=array.dtype, device=array.device)
         import numpy
         return numpy.empty(shape, dtype=array.dtype)
