@@ -70,6 +70,8 @@ const std::map<std::string, Setter>& setters() {
       {"allreduce_algorithm", string_key(&DaemonConfig::allreduce_algorithm)},
       {"max_clients", integer_key(&DaemonConfig::max_clients, 1, 1 << 20)},
       {"max_buffers_per_client", integer_key(&DaemonConfig::max_buffers_per_client, 1, kMaxU32)},
+      {"host_mapping_cache_entries",
+       integer_key(&DaemonConfig::host_mapping_cache_entries, 1, 1 << 24)},
       {"device_mapping_cache_entries",
        integer_key(&DaemonConfig::device_mapping_cache_entries, 1, 1 << 20)},
   };
@@ -155,6 +157,7 @@ std::string to_toml(const DaemonConfig& c) {
       {"allreduce_algorithm", c.allreduce_algorithm},
       {"max_clients", static_cast<int64_t>(c.max_clients)},
       {"max_buffers_per_client", static_cast<int64_t>(c.max_buffers_per_client)},
+      {"host_mapping_cache_entries", static_cast<int64_t>(c.host_mapping_cache_entries)},
       {"device_mapping_cache_entries", static_cast<int64_t>(c.device_mapping_cache_entries)},
   };
   std::ostringstream out;

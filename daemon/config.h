@@ -34,6 +34,9 @@ struct DaemonConfig {
   std::string allreduce_algorithm = "auto";     // across nodes: auto, ring, rhd
   uint32_t max_clients = 1024;
   uint32_t max_buffers_per_client = 65536;
+  // Clients' shared-memory ranges kept mapped; past it the least recently used one no
+  // collective uses is unmapped (its registration stays, and it maps again on use).
+  uint32_t host_mapping_cache_entries = 65536;
   // Client device allocations kept open through CUDA IPC; past it the least recently used
   // one no collective uses is closed (its registration stays, and it opens again on use).
   uint32_t device_mapping_cache_entries = 1024;

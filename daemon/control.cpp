@@ -345,8 +345,8 @@ void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::R
     throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
                   fmt::format("at most {} buffers per client", config_.max_buffers_per_client)};
   }
-  AddBuffer command =
-      device ? device_registration(id, request) : host_registration(id, request, fds[0].get());
+  AddBuffer command = device ? device_registration(id, request)
+                             : host_registration(client, id, request, std::move(fds[0]));
   command.session = client.id;
   auto done = command.done.get_future();
   engine_.post(std::move(command));
@@ -356,13 +356,14 @@ void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::R
   reply_ok(client);
 }
 
-AddBuffer ControlServer::host_registration(uint32_t id, ipc::wire::RegisterBuffer::Reader request,
-                                           int memfd) const {
+AddBuffer ControlServer::host_registration(Client& client, uint32_t id,
+                                           ipc::wire::RegisterBuffer::Reader request,
+                                           ipc::UniqueFd memfd) {
   const uint64_t offset = request.getOffset();
   const uint64_t bytes = request.getBytes();
   uint64_t size = 0;
   try {
-    size = ipc::sealed_memfd_size(memfd);
+    size = ipc::sealed_memfd_size(memfd.get());
   } catch (const ipc::SystemError& e) {
     throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
                   fmt::format("register buffer {}: {}", id, e.what())};
@@ -371,7 +372,19 @@ AddBuffer ControlServer::host_registration(uint32_t id, ipc::wire::RegisterBuffe
   AddBuffer command{};
   command.buffer_id = id;
   try {
-    command.buffer = map_host_range(memfd, offset, bytes);
+    // The daemon keeps the memfd open (an evicted range maps again from it), once per memfd:
+    // every range of one of the client's arenas shares the fd the first one brought.
+    HostHandle handle =
+        host_handle(std::make_shared<const ipc::UniqueFd>(std::move(memfd)), offset, bytes);
+    auto& kept = client.memfds[{handle.device, handle.inode}];
+    if (auto held = kept.lock()) {
+      handle.memfd = std::move(held);
+    } else {
+      kept = handle.memfd;
+    }
+    std::erase_if(client.memfds, [](const auto& entry) { return entry.second.expired(); });
+    auto mapped = map_host_range(handle.memfd->get(), offset, bytes);
+    command.host = HostRegistration{std::move(handle), std::move(mapped)};
   } catch (const ipc::SystemError& e) {
     throw Refusal{GRADSYNC_ERR_OUT_OF_MEMORY, fmt::format("register buffer {}: {}", id, e.what())};
   }

@@ -52,6 +52,9 @@ class ControlServer {
     int32_t local_rank = -1;
     std::set<uint32_t> buffers;
     bool events_registered = false;
+    // The memfds its registrations brought, by identity: held by the engine's mapping cache,
+    // shared by every range of one memfd.
+    std::map<std::pair<dev_t, ino_t>, std::weak_ptr<const ipc::UniqueFd>> memfds;
   };
   // The control thread's view of a job: who owns it and which local ranks are taken.
   struct JobRecord {
@@ -71,8 +74,8 @@ class ControlServer {
   void handle_register(Client& client, ipc::wire::RegisterBuffer::Reader request,
                        std::vector<ipc::UniqueFd>& fds);
   // The engine command for a registration, or a Refusal for the client.
-  AddBuffer host_registration(uint32_t id, ipc::wire::RegisterBuffer::Reader request,
-                              int memfd) const;
+  AddBuffer host_registration(Client& client, uint32_t id,
+                              ipc::wire::RegisterBuffer::Reader request, ipc::UniqueFd memfd);
   AddBuffer device_registration(uint32_t id, ipc::wire::RegisterBuffer::Reader request) const;
   void handle_unregister(Client& client, uint32_t buffer_id);
   void handle_register_events(Client& client, ipc::wire::RegisterEvents::Reader request,

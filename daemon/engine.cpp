@@ -65,6 +65,7 @@ Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devi
       metrics_(metrics),
       log_(logger("engine")),
       pool_(config.reduce_threads),
+      host_buffers_(HostMapper{}, config.host_mapping_cache_entries),
       device_buffers_(DeviceMapper(devices), config.device_mapping_cache_entries),
       device_streams_(devices),
       epoll_(::epoll_create1(EPOLL_CLOEXEC)),
@@ -205,21 +206,27 @@ void Engine::handle(AttachSession& command) {
 
 void Engine::handle(AddBuffer& command) {
   if (auto it = sessions_.find(command.session); it != sessions_.end()) {
+    const MappingKey key{command.session, command.buffer_id};
+    // A registration replaces what was under its id, of either kind.
+    host_buffers_.remove(key);
+    device_buffers_.remove(key);
     if (command.device) {
-      device_buffers_.add({command.session, command.buffer_id}, command.device->handle,
-                          std::move(command.device->mapped));
-      it->second->add_device_buffer(command.buffer_id);
-    } else {
-      it->second->add_buffer(command.buffer_id, std::move(command.buffer));
+      it->second->add_device_buffer(command.buffer_id, command.device->handle.bytes);
+      device_buffers_.add(key, command.device->handle, std::move(command.device->mapped));
+    } else if (command.host) {
+      it->second->add_host_buffer(command.buffer_id, command.host->handle.bytes);
+      host_buffers_.add(key, command.host->handle, std::move(command.host->mapped));
     }
+    metrics_.mapping_lookups(metrics::Metrics::MappingLookup::kMiss, 1);  // mapped to check it
   }
   command.done.set_value();
 }
 
 void Engine::handle(RemoveBuffer& command) {
   if (auto it = sessions_.find(command.session); it != sessions_.end()) {
-    it->second->remove_buffer(command.buffer_id);
+    if (it->second->remove_buffer(command.buffer_id)) metrics_.mappings_released(1);
   }
+  host_buffers_.remove({command.session, command.buffer_id});
   device_buffers_.remove({command.session, command.buffer_id});
 }
 
@@ -227,6 +234,9 @@ void Engine::handle(DetachSession& command) {
   const auto it = sessions_.find(command.session);
   if (it == sessions_.end()) return;
   Session& session = *it->second;
+  report_mapping_lookups();
+  metrics_.mappings_released(session.buffer_count());
+  host_buffers_.remove_client(session.id());
   device_buffers_.remove_client(session.id());
   forget_device_work_of(session);
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, session.doorbell_fd(), nullptr);

@@ -6,6 +6,7 @@
 #include "daemon/config.h"
 #include "daemon/device/device_streams.h"
 #include "daemon/device/devices.h"
+#include "daemon/host_mapper.h"
 #include "daemon/inspect.h"
 #include "daemon/job.h"
 #include "daemon/mapping_cache.h"
@@ -33,8 +34,12 @@ namespace gradsync::daemon {
 struct AttachSession {
   std::unique_ptr<Session> session;
 };
-// Device memory a client registered: its handle, and the mapping the control thread made
-// when it checked the registration.
+// Memory a client registered: its handle, and the mapping the control thread made when it
+// checked the registration.
+struct HostRegistration {
+  HostHandle handle;
+  std::shared_ptr<const HostBuffer> mapped;
+};
 struct DeviceRegistration {
   DeviceHandle handle;
   std::shared_ptr<const DeviceBuffer> mapped;
@@ -42,7 +47,7 @@ struct DeviceRegistration {
 struct AddBuffer {
   uint64_t session;
   uint32_t buffer_id;
-  std::shared_ptr<const HostBuffer> buffer;  // host memory; null for device memory
+  std::optional<HostRegistration> host;  // one of the two
   std::optional<DeviceRegistration> device;
   std::promise<void> done;  // the control thread replies to the client only after this
 };
@@ -140,6 +145,9 @@ class Engine {
   // the sampled metrics.
   bool inspect_stalls(std::chrono::steady_clock::time_point now);  // engine_inspect.cpp
   void export_samples();  // jobs, their progress and stall ages, peer traffic
+  // The mapping caches' lookups since the last report (once a second, and as clients leave:
+  // an engine with no job left samples nothing).
+  void report_mapping_lookups();
   void export_job_states();
   int sleep_timeout_ms() const;  // until the next formation deadline; -1: none
   void sleep_until_work();
@@ -150,9 +158,13 @@ class Engine {
   metrics::Metrics& metrics_;
   std::shared_ptr<spdlog::logger> log_;
   ReducePool pool_;
-  // Clients' device memory, by (session, buffer id): every session's, so that one bound
-  // (device_mapping_cache_entries) holds for the daemon's open CUDA IPC mappings.
+  // Clients' memory, by (session, buffer id): every session's, so that one bound holds for
+  // the daemon's mappings of each kind (host_mapping_cache_entries: shared-memory mappings;
+  // device_mapping_cache_entries: open CUDA IPC mappings).
+  MappingCache<HostMapper> host_buffers_;
   MappingCache<DeviceMapper> device_buffers_;
+  // The caches' lookup counters as last handed to the metrics.
+  MappingCounters reported_lookups_;
   // Device units in flight, oldest first; they hold their buffers' mappings. Declared before
   // the streams: those are destroyed first, waiting for the work, and the mappings after.
   struct DeviceUnit {

@@ -9,7 +9,15 @@
 namespace gradsync::daemon {
 
 RegisteredMemory Engine::registered_memory(Session& session, uint32_t id) {
-  if (!session.has_device_buffers() || !session.is_device_buffer(id)) return session.buffer(id);
+  if (!session.has_device_buffers() || !session.is_device_buffer(id)) {
+    try {
+      return host_buffers_.acquire({session.id(), id});
+    } catch (const ipc::SystemError& e) {  // evicted, and it would not map again
+      RegisteredMemory memory;
+      memory.error = e.what();
+      return memory;
+    }
+  }
   RegisteredMemory memory;
   try {
     const std::shared_ptr<const DeviceBuffer> buffer = device_buffers_.acquire({session.id(), id});

@@ -147,16 +147,33 @@ void Engine::export_job_states() {
   metrics_.set_jobs(forming, running, failed);
 }
 
+void Engine::report_mapping_lookups() {
+  // Since the last report, from both caches (registrations count their own miss).
+  MappingCounters now = host_buffers_.counters();
+  const MappingCounters& device = device_buffers_.counters();
+  now.hits += device.hits;
+  now.misses += device.misses;
+  now.unregistered += device.unregistered;
+  using Lookup = metrics::Metrics::MappingLookup;
+  if (now.hits > reported_lookups_.hits) {
+    metrics_.mapping_lookups(Lookup::kHit, now.hits - reported_lookups_.hits);
+  }
+  if (now.misses > reported_lookups_.misses) {
+    metrics_.mapping_lookups(Lookup::kMiss, now.misses - reported_lookups_.misses);
+  }
+  if (now.unregistered > reported_lookups_.unregistered) {
+    metrics_.mapping_lookups(Lookup::kUnregistered,
+                             now.unregistered - reported_lookups_.unregistered);
+  }
+  reported_lookups_ = now;
+}
+
 void Engine::export_samples() {
   export_job_states();
-  uint64_t buffers = 0;
+  report_mapping_lookups();
   uint64_t bytes = 0;
-  for (Session* session : polled_) {
-    session->report_lookups();
-    buffers += session->buffer_count();
-    bytes += session->mapped_bytes();
-  }
-  metrics_.set_mappings(buffers, bytes);
+  for (Session* session : polled_) bytes += session->registered_bytes();
+  metrics_.set_mappings(host_buffers_.mapped() + device_buffers_.mapped(), bytes);
   metrics::Metrics::JobProgress progress;
   for (const auto& [name, job] : jobs_) {
     progress.stall_seconds = job->stall_seconds();

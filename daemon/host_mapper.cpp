@@ -18,11 +18,11 @@ std::shared_ptr<const HostBuffer> map_host_range(int fd, uint64_t offset, uint64
   return buffer;
 }
 
-HostHandle host_handle(ipc::UniqueFd memfd, uint64_t offset, uint64_t bytes) {
+HostHandle host_handle(std::shared_ptr<const ipc::UniqueFd> memfd, uint64_t offset,
+                       uint64_t bytes) {
   struct stat status {};
-  if (::fstat(memfd.get(), &status) != 0) throw ipc::SystemError("fstat(memfd)", errno);
-  return HostHandle{std::make_shared<const ipc::UniqueFd>(std::move(memfd)), offset, bytes,
-                    status.st_dev, status.st_ino};
+  if (::fstat(memfd->get(), &status) != 0) throw ipc::SystemError("fstat(memfd)", errno);
+  return HostHandle{std::move(memfd), offset, bytes, status.st_dev, status.st_ino};
 }
 
 }  // namespace gradsync::daemon

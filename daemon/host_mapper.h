@@ -30,8 +30,12 @@ struct HostHandle {
   ino_t inode = 0;
 };
 
-// The handle of a range of a memfd the daemon holds (it keeps the fd). Throws ipc::SystemError.
-HostHandle host_handle(ipc::UniqueFd memfd, uint64_t offset, uint64_t bytes);
+// The handle of a range of a memfd the daemon holds (it keeps the fd, shared by the handles of
+// every range of that memfd). Throws ipc::SystemError.
+HostHandle host_handle(std::shared_ptr<const ipc::UniqueFd> memfd, uint64_t offset, uint64_t bytes);
+inline HostHandle host_handle(ipc::UniqueFd memfd, uint64_t offset, uint64_t bytes) {
+  return host_handle(std::make_shared<const ipc::UniqueFd>(std::move(memfd)), offset, bytes);
+}
 
 class HostMapper {
  public:

@@ -58,45 +58,15 @@ void Session::complete(uint64_t request, ipc::Collective collective, gradsync_re
   }
 }
 
-std::shared_ptr<const HostBuffer> Session::buffer(uint32_t id) {
-  const auto it = buffers_.find(id);
-  if (it == buffers_.end()) {
-    ++lookups_unregistered_;
-    return nullptr;
+bool Session::remove_buffer(uint32_t id) {
+  for (auto* buffers : {&host_buffers_, &device_buffers_}) {
+    if (const auto it = buffers->find(id); it != buffers->end()) {
+      registered_bytes_ -= it->second;
+      buffers->erase(it);
+      return true;
+    }
   }
-  ++lookup_hits_;
-  return it->second;
-}
-
-void Session::report_lookups() {
-  if (lookup_hits_ > 0)
-    metrics_.mapping_lookups(metrics::Metrics::MappingLookup::kHit, lookup_hits_);
-  if (lookups_unregistered_ > 0) {
-    metrics_.mapping_lookups(metrics::Metrics::MappingLookup::kUnregistered, lookups_unregistered_);
-  }
-  lookup_hits_ = 0;
-  lookups_unregistered_ = 0;
-}
-
-Session::~Session() {
-  report_lookups();
-  metrics_.mappings_released(buffers_.size());
-}
-
-void Session::add_buffer(uint32_t id, std::shared_ptr<const HostBuffer> buffer) {
-  remove_buffer(id);
-  metrics_.mapping_lookups(metrics::Metrics::MappingLookup::kMiss, 1);  // mapped at registration
-  mapped_bytes_ += buffer->bytes;
-  buffers_.emplace(id, std::move(buffer));
-}
-
-void Session::remove_buffer(uint32_t id) {
-  device_buffers_.erase(id);
-  const auto it = buffers_.find(id);
-  if (it == buffers_.end()) return;
-  mapped_bytes_ -= it->second->bytes;
-  buffers_.erase(it);
-  metrics_.mappings_released(1);
+  return false;
 }
 
 }  // namespace gradsync::daemon

@@ -3,7 +3,6 @@
 #pragma once
 
 #include "daemon/device/device_streams.h"
-#include "daemon/host_mapper.h"
 #include "ipc/segment.h"
 #include "ipc/system.h"
 #include "metrics/metrics.h"
@@ -15,7 +14,6 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 namespace gradsync::daemon {
@@ -39,7 +37,7 @@ class Session {
  public:
   Session(uint64_t id, ClientIdentity identity, ipc::Mapping segment, uint32_t ring_entries,
           ipc::UniqueFd doorbell, metrics::Metrics& metrics);
-  ~Session();
+  ~Session() = default;
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
 
@@ -62,26 +60,28 @@ class Session {
   void complete(uint64_t request, ipc::Collective collective, gradsync_result status,
                 std::string_view message = {});
 
-  // The client's registered buffers: the daemon's mapping cache for its host memory, keyed
-  // by buffer id, refcounted (a collective in flight keeps its mappings), emptied when the
-  // client unregisters or leaves. Lookups are counted here, off the metrics' atomics, and
-  // handed to the metrics by report_lookups (once a second, and when the session goes).
-  std::shared_ptr<const HostBuffer> buffer(uint32_t id);
-  void report_lookups();
-  void add_buffer(uint32_t id, std::shared_ptr<const HostBuffer> buffer);
-  void remove_buffer(uint32_t id);
-  size_t buffer_count() const { return buffers_.size() + device_buffers_.size(); }
-  // Device memory is mapped in the engine's device cache; the session knows which ids are.
-  void add_device_buffer(uint32_t id) {
+  // The client's registered buffers, as ids: their mappings live in the engine's mapping
+  // caches, keyed by (session, id). Host buffers with their registered bytes.
+  void add_host_buffer(uint32_t id, uint64_t bytes) {
     remove_buffer(id);
-    device_buffers_.insert(id);
+    host_buffers_.emplace(id, bytes);
+    registered_bytes_ += bytes;
   }
+  void add_device_buffer(uint32_t id, uint64_t bytes) {
+    remove_buffer(id);
+    device_buffers_.emplace(id, bytes);
+    registered_bytes_ += bytes;
+  }
+  // Whether it was registered (as either).
+  bool remove_buffer(uint32_t id);
   bool is_device_buffer(uint32_t id) const { return device_buffers_.contains(id); }
   bool has_device_buffers() const { return !device_buffers_.empty(); }
+  size_t host_buffer_count() const { return host_buffers_.size(); }
+  size_t buffer_count() const { return host_buffers_.size() + device_buffers_.size(); }
+  uint64_t registered_bytes() const { return registered_bytes_; }
   // The events of stream-ordered collectives (device_streams.h), once the client registers them.
   const std::shared_ptr<const ClientEvents>& events() const { return events_; }
   void set_events(std::shared_ptr<const ClientEvents> events) { events_ = std::move(events); }
-  uint64_t mapped_bytes() const { return mapped_bytes_; }
 
   // For gradsyncctl: collectives taken from the ring, completions posted, and the difference.
   uint64_t submitted() const { return submitted_; }
@@ -109,11 +109,9 @@ class Session {
   }
   uint64_t submitted_ = 0;
   uint64_t completed_ = 0;
-  uint64_t mapped_bytes_ = 0;  // of buffers_
-  uint64_t lookup_hits_ = 0;   // since the last report_lookups
-  uint64_t lookups_unregistered_ = 0;
-  std::unordered_map<uint32_t, std::shared_ptr<const HostBuffer>> buffers_;
-  std::unordered_set<uint32_t> device_buffers_;
+  std::unordered_map<uint32_t, uint64_t> host_buffers_;  // id -> registered bytes
+  std::unordered_map<uint32_t, uint64_t> device_buffers_;
+  uint64_t registered_bytes_ = 0;
   std::shared_ptr<const ClientEvents> events_;
 };
 

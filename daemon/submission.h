@@ -3,6 +3,7 @@
 #pragma once
 
 #include "daemon/device/device_streams.h"
+#include "daemon/host_mapper.h"
 #include "daemon/session.h"
 #include "ipc/protocol.h"
 #include "ipc/segment.h"

@@ -44,8 +44,9 @@ class Metrics {
   void batch_executed(uint64_t bytes, uint64_t collectives, double seconds, double fusion_use);
   // Entries the engine took from one client's submission ring in one go: how deep it was.
   void ring_drained(uint64_t entries);
-  // The mapping cache of registered client memory. Host memory is mapped when registered (a
-  // miss); a submission's buffer is then a hit, or names nothing registered.
+  // The mapping caches of registered client memory. Memory is mapped when registered (a miss);
+  // a submission's buffer is then a hit, a miss if it was evicted and mapped again, or names
+  // nothing registered.
   enum class MappingLookup { kHit, kMiss, kUnregistered };
   void mapping_lookups(MappingLookup result, uint64_t count);
   // Mappings dropped because their client unregistered them or left (unmapped once no

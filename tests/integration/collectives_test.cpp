@@ -8,7 +8,6 @@
 
 #include <filesystem>
 #include <fstream>
-
 #include <thread>
 
 namespace gradsync::testing {
@@ -64,6 +63,30 @@ TEST_F(FusionTest, SmallThresholdSplitsBatchesAndStaysCorrect) {
       "fusion_threshold_bytes = 1024\nparallel_reduce_min_bytes = 4096\nreduce_threads = 2");
   auto ranks = spawn_ranks("fusion", 2, {"random_order"});
   expect_all_succeed(ranks);
+}
+
+class MappingCacheTest : public DaemonTest {};
+
+// The host mapping cache at its smallest: each rank's two buffers evict each other's mapping
+// on every use, each maps again from the memfd the daemon kept, every result is right, and
+// what the cache held (mappings and memfds) goes with the ranks.
+TEST_F(MappingCacheTest, EvictedBuffersMapAgainAndStayRight) {
+  const uint16_t port = free_tcp_port();
+  start_daemon("host_mapping_cache_entries = 1",
+               {"--metrics-listen", "127.0.0.1:" + std::to_string(port)});
+  const pid_t pid = daemon().process().pid();
+  const DaemonResources baseline = settled_resources_of(pid, socket());
+  auto ranks = spawn_ranks("evicting", 2, {"collectives"});
+  expect_all_succeed(ranks);
+  // Four registrations map once each; every other miss is a mapping made again.
+  const std::string misses = "gradsync_mapping_cache_lookups_total{result=\"miss\"}";
+  double missed = 0;
+  for (int i = 0; i < 50 && missed <= 4; ++i) {
+    missed = sample(scrape(port), misses);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_GT(missed, 4) << "nothing was evicted and mapped again";
+  expect_resources_return_to(baseline);
 }
 
 class IsolationTest : public DaemonTest {
