@@ -77,6 +77,26 @@ class SharedBuffer {
   size_t bytes_ = 0;
 };
 
+// Device memory (CUDA) registered with the daemon for as long as this object lives.
+class DeviceRegistration {
+ public:
+  DeviceRegistration(gradsync_comm* comm, void* ptr, size_t bytes) : comm_(comm), ptr_(ptr) {
+    check(gradsync_register_device(comm, ptr, bytes), comm);
+  }
+  DeviceRegistration(DeviceRegistration&& other) noexcept
+      : comm_(other.comm_), ptr_(std::exchange(other.ptr_, nullptr)) {}
+  DeviceRegistration(const DeviceRegistration&) = delete;
+  DeviceRegistration& operator=(const DeviceRegistration&) = delete;
+  DeviceRegistration& operator=(DeviceRegistration&&) = delete;
+  ~DeviceRegistration() {
+    if (ptr_ != nullptr) gradsync_unregister(comm_, ptr_);
+  }
+
+ private:
+  gradsync_comm* comm_ = nullptr;
+  void* ptr_ = nullptr;
+};
+
 class Communicator {
  public:
   // Connects with the identity from the environment (GRADSYNC_SOCKET, GRADSYNC_JOB, RANK, ...).
@@ -93,6 +113,12 @@ class Communicator {
   gradsync_comm* get() const { return comm_; }
 
   SharedBuffer allocate(size_t bytes) { return SharedBuffer(comm_, bytes); }
+  DeviceRegistration register_device(void* ptr, size_t bytes) {
+    return DeviceRegistration(comm_, ptr, bytes);
+  }
+  // Device collectives ordered on `stream` (a cudaStream_t), or host-synchronous again.
+  void set_cuda_stream(void* stream) { check(gradsync_set_cuda_stream(comm_, stream), comm_); }
+  void unset_cuda_stream() { check(gradsync_unset_cuda_stream(comm_), comm_); }
 
   gradsync_request allreduce(const char* name, const void* send, void* recv, size_t count,
                              gradsync_dtype dtype, gradsync_op op) {

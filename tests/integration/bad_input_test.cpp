@@ -177,6 +177,11 @@ TEST_F(BadInputTest, DeviceRegistrationsAreCheckedAndCostTheClientNothingElse) {
   EXPECT_NE(message_text.find("register events"), std::string::npos) << message_text;
 }
 
+TEST_F(BadInputTest, HostMemoryOfferedAsDeviceMemoryIsRefusedThroughTheCppWrapper) {
+  auto ranks = spawn_ranks("device-refused", 2, {"device_refused"});
+  expect_all_succeed(ranks);
+}
+
 TEST_F(BadInputTest, RegistrationWithoutAFileDescriptorIsRefused) {
   RawClient client(socket());
   ASSERT_EQ(client.hello("nofd", 0, 1).first, 0u);

@@ -42,6 +42,35 @@ const gradsync_dtype kDtypes[] = {GRADSYNC_FLOAT32,  GRADSYNC_FLOAT64, GRADSYNC_
 const gradsync_op kOps[] = {GRADSYNC_SUM, GRADSYNC_AVG, GRADSYNC_MIN, GRADSYNC_MAX, GRADSYNC_PROD};
 
 // Every collective, op and dtype, in place and out of place, checked against the reference.
+// Host memory offered as device memory through the C++ wrapper: refused (no driver, or not
+// device memory), and the communicator goes on serving host memory.
+int scenario_device_refused(Communicator& comm) {
+  SharedBuffer buffer = comm.allocate(4096);
+  try {
+    auto registration = comm.register_device(buffer.data(), 4096);
+    std::fprintf(stderr, "device_refused: host memory was accepted as device memory\n");
+    return 1;
+  } catch (const gradsync::Error& e) {
+    if (e.code() != GRADSYNC_ERR_UNSUPPORTED && e.code() != GRADSYNC_ERR_INVALID_ARGUMENT) {
+      std::fprintf(stderr, "device_refused: unexpected %s\n", e.what());
+      return 1;
+    }
+  }
+  comm.set_cuda_stream(nullptr);  // only a setting: host collectives are not affected
+  auto* data = static_cast<float*>(buffer.data());
+  for (int i = 0; i < 1024; ++i) data[i] = static_cast<float>(g_rank + 1);
+  comm.wait(comm.allreduce("after-refusal", data, data, 1024, GRADSYNC_FLOAT32, GRADSYNC_SUM));
+  const float expected = static_cast<float>(g_ranks * (g_ranks + 1) / 2);
+  for (int i = 0; i < 1024; ++i) {
+    if (data[i] != expected) {
+      std::fprintf(stderr, "device_refused: element %d is %g, expected %g\n", i, data[i], expected);
+      return 1;
+    }
+  }
+  comm.unset_cuda_stream();
+  return 0;
+}
+
 int scenario_collectives(Communicator& comm) {
   const size_t max_count = 100003;
   SharedBuffer a = comm.allocate(max_count * 8 * static_cast<size_t>(g_ranks));
@@ -392,6 +421,7 @@ int main(int argc, char** argv) {
   try {
     Communicator comm(options);
     if (scenario == "collectives") return scenario_collectives(comm);
+    if (scenario == "device_refused") return scenario_device_refused(comm);
     if (scenario == "random_order") return scenario_random_order(comm);
     if (scenario == "grouped") return scenario_grouped(comm);
     if (scenario == "mixed") return scenario_mixed(comm);
