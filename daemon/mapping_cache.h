@@ -124,9 +124,13 @@ class MappingCache {
   };
   using Entries = std::unordered_map<MappingKey, Entry, MappingKeyHash>;
 
-  // Most recently used first.
+  // Most recently used first. A hit moves its node to the front (no allocation: every
+  // submission's buffers come this way).
   void touch(const MappingKey& key, Entry& entry) {
-    if (entry.listed) lru_.erase(entry.recency);
+    if (entry.listed) {
+      lru_.splice(lru_.begin(), lru_, entry.recency);
+      return;
+    }
     lru_.push_front(key);
     entry.recency = lru_.begin();
     entry.listed = true;
