@@ -159,18 +159,10 @@ void Communicator::register_range(void* ptr, size_t bytes) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
                 "register: memory must come from gradsync_alloc (one allocation arena)");
   }
-  check_not_registered(ptr, bytes);
-  const uint32_t id = next_buffer_id_++;
-  capnp::MallocMessageBuilder message;
-  auto request = message.initRoot<ipc::wire::Request>().initRegisterBuffer();
-  request.setBufferId(id);
-  request.setOffset(location->offset);
-  request.setBytes(bytes);
-  request.getMemory().setHost();
   const int fd = location->fd;
-  round_trip(message, std::span<const int>(&fd, 1));
-  registered_.emplace(reinterpret_cast<uintptr_t>(ptr),
-                      Registered{static_cast<uint8_t*>(ptr), bytes, id});
+  send_registration(
+      ptr, bytes, location->offset, std::span<const int>(&fd, 1), false, 0,
+      [](ipc::wire::RegisterBuffer::Builder request) { request.getMemory().setHost(); });
 }
 
 void Communicator::register_device(void* ptr, size_t bytes, const gradsync_cuda_ipc_memory& memory,
@@ -179,19 +171,30 @@ void Communicator::register_device(void* ptr, size_t bytes, const gradsync_cuda_
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
                 "register device memory: null pointer or zero bytes");
   }
+  send_registration(
+      ptr, bytes, memory.offset, {}, true, allocation_id,
+      [&memory](ipc::wire::RegisterBuffer::Builder request) {
+        auto cuda = request.getMemory().initCudaIpc();
+        cuda.setHandle(kj::arrayPtr(memory.handle, sizeof(memory.handle)));
+        cuda.setDeviceUuid(kj::arrayPtr(memory.device_uuid, sizeof(memory.device_uuid)));
+      });
+}
+
+template <typename SetMemory>
+void Communicator::send_registration(void* ptr, size_t bytes, uint64_t offset,
+                                     std::span<const int> fds, bool device, uint64_t allocation_id,
+                                     SetMemory set_memory) {
   check_not_registered(ptr, bytes);
   const uint32_t id = next_buffer_id_++;
   capnp::MallocMessageBuilder message;
   auto request = message.initRoot<ipc::wire::Request>().initRegisterBuffer();
   request.setBufferId(id);
-  request.setOffset(memory.offset);
+  request.setOffset(offset);
   request.setBytes(bytes);
-  auto cuda = request.getMemory().initCudaIpc();
-  cuda.setHandle(kj::arrayPtr(memory.handle, sizeof(memory.handle)));
-  cuda.setDeviceUuid(kj::arrayPtr(memory.device_uuid, sizeof(memory.device_uuid)));
-  round_trip(message);
+  set_memory(request);
+  round_trip(message, fds);
   registered_.emplace(reinterpret_cast<uintptr_t>(ptr),
-                      Registered{static_cast<uint8_t*>(ptr), bytes, id, true, allocation_id});
+                      Registered{static_cast<uint8_t*>(ptr), bytes, id, device, allocation_id});
 }
 
 void Communicator::set_stream(void* stream) {

@@ -101,6 +101,11 @@ class Communicator {
   void wait_until(Predicate done);
   void check_daemon_alive();
   void check_not_registered(const void* ptr, size_t bytes) const;
+  // Registers [ptr, ptr + bytes) under a fresh id, `offset` into its memory, sending `fds` with
+  // it; `set_memory` fills in which kind of memory it is.
+  template <typename SetMemory>
+  void send_registration(void* ptr, size_t bytes, uint64_t offset, std::span<const int> fds,
+                         bool device, uint64_t allocation_id, SetMemory set_memory);
   // Registers this process's events with the daemon on first use; a free slot, waiting for
   // completions if none is free.
   uint32_t acquire_event_slot();

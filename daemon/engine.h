@@ -172,6 +172,7 @@ class Engine {
     ReadyUnit unit;
     DeviceStreams::Fence fence = 0;
     Clock::time_point start;
+    bool failed = false;  // failed to start: its ranks were told; kept for its mappings
   };
   std::deque<DeviceUnit> device_in_flight_;
   DeviceStreams device_streams_;

@@ -73,12 +73,12 @@ void Engine::launch_device_unit(Job& job, ReadyUnit unit) {
     // until it has.
     log_->error("job '{}': device work failed to start: {}", job.name(), e.what());
     complete(unit, GRADSYNC_ERR_INTERNAL, std::string("device work failed: ") + e.what());
+    for (auto& c : unit.collectives) {  // completed: only the mappings are kept
+      for (auto& s : c.ranks) s.session = nullptr;
+    }
     try {
-      device_in_flight_.push_back(DeviceUnit{job.name(), {}, device_streams_.fence(), start});
-      for (auto& c : unit.collectives) {  // keep the mappings, not the (completed) ranks
-        for (auto& s : c.ranks) s.session = nullptr;
-      }
-      device_in_flight_.back().unit = std::move(unit);
+      const DeviceStreams::Fence fence = device_streams_.fence();
+      device_in_flight_.push_back(DeviceUnit{job.name(), std::move(unit), fence, start, true});
     } catch (const DeviceError&) {  // no fence either: the device is lost
     }
   }
@@ -105,7 +105,7 @@ bool Engine::poll_device_work() {
         if (s.session != nullptr) complete(s, status, message);
       }
     }
-    if (status == GRADSYNC_OK) {
+    if (status == GRADSYNC_OK && !it->failed) {
       if (auto job = jobs_.find(it->job); job != jobs_.end()) {
         const uint64_t collectives = record_local_completion(*job->second, it->unit, end);
         metrics_.batch_executed(it->unit.bytes(), collectives,

@@ -16,6 +16,11 @@ constexpr unsigned kThreads = 256;
 constexpr size_t kPackBytes = 16;  // one 128-bit load or store per operand
 constexpr unsigned kBlocksPerMultiprocessor = 4;
 
+struct LaunchShape {
+  unsigned blocks = 0;
+  unsigned threads = 0;
+};
+
 // Passed by value: kernel parameters live in constant memory, no copy to the device first.
 struct Operands {
   const void* inputs[kMaxOperands];
@@ -164,29 +169,39 @@ __global__ void __launch_bounds__(kThreads) reduce_kernel(Operands operands, siz
   }
 }
 
-size_t dtype_bytes(gradsync_dtype dtype) {
-  switch (dtype) {
-    case GRADSYNC_FLOAT32:
-    case GRADSYNC_INT32:
-      return 4;
-    case GRADSYNC_FLOAT64:
-    case GRADSYNC_INT64:
-      return 8;
-    case GRADSYNC_FLOAT16:
-    case GRADSYNC_BFLOAT16:
-      return 2;
-  }
-  return 0;
-}
-
 bool all_aligned(const Operands& operands) {
   auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % kPackBytes == 0; };
   return std::all_of(operands.inputs, operands.inputs + operands.num_inputs, aligned) &&
          std::all_of(operands.outputs, operands.outputs + operands.num_outputs, aligned);
 }
 
+// Enough blocks of kThreads to fill the device, no more than the work needs. Work items are
+// packs where the pointers allow (the common case), elements otherwise: sizing for packs
+// leaves an unaligned launch with fewer threads, each doing more, which is fine.
+cudaError_t launch_shape(size_t element_bytes, size_t count, LaunchShape& shape) {
+  int device = 0;
+  int multiprocessors = 0;
+  if (const cudaError_t status = cudaGetDevice(&device); status != cudaSuccess) return status;
+  if (const cudaError_t status =
+          cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
+      status != cudaSuccess) {
+    return status;
+  }
+  const size_t items = std::max<size_t>(count * element_bytes / kPackBytes, 1);
+  const size_t wanted = (items + kThreads - 1) / kThreads;
+  const size_t most = static_cast<size_t>(std::max(multiprocessors, 1)) * kBlocksPerMultiprocessor;
+  shape = LaunchShape{static_cast<unsigned>(std::min(wanted, most)), kThreads};
+  return cudaSuccess;
+}
+
 template <typename Storage, gradsync_op Op>
-cudaError_t launch(const Operands& operands, size_t count, LaunchShape shape, cudaStream_t stream) {
+cudaError_t launch(const Operands& operands, size_t count, cudaStream_t stream) {
+  if (count == 0 || operands.num_outputs == 0) return cudaSuccess;  // nothing to launch
+  LaunchShape shape;
+  if (const cudaError_t status = launch_shape(sizeof(Storage), count, shape);
+      status != cudaSuccess) {
+    return status;
+  }
   if (all_aligned(operands)) {
     reduce_kernel<Storage, Op, true><<<shape.blocks, shape.threads, 0, stream>>>(operands, count);
   } else {
@@ -196,71 +211,48 @@ cudaError_t launch(const Operands& operands, size_t count, LaunchShape shape, cu
 }
 
 template <typename Storage>
-cudaError_t launch_op(gradsync_op op, const Operands& operands, size_t count, LaunchShape shape,
-                      cudaStream_t stream) {
+cudaError_t launch_op(gradsync_op op, const Operands& operands, size_t count, cudaStream_t stream) {
   switch (op) {
     case GRADSYNC_SUM:
-      return launch<Storage, GRADSYNC_SUM>(operands, count, shape, stream);
+      return launch<Storage, GRADSYNC_SUM>(operands, count, stream);
     case GRADSYNC_AVG:
-      return launch<Storage, GRADSYNC_AVG>(operands, count, shape, stream);
+      return launch<Storage, GRADSYNC_AVG>(operands, count, stream);
     case GRADSYNC_MIN:
-      return launch<Storage, GRADSYNC_MIN>(operands, count, shape, stream);
+      return launch<Storage, GRADSYNC_MIN>(operands, count, stream);
     case GRADSYNC_MAX:
-      return launch<Storage, GRADSYNC_MAX>(operands, count, shape, stream);
+      return launch<Storage, GRADSYNC_MAX>(operands, count, stream);
     case GRADSYNC_PROD:
-      return launch<Storage, GRADSYNC_PROD>(operands, count, shape, stream);
+      return launch<Storage, GRADSYNC_PROD>(operands, count, stream);
   }
   return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
-LaunchShape launch_shape(gradsync_dtype dtype, size_t count, int multiprocessors) {
-  const size_t element_bytes = std::max<size_t>(dtype_bytes(dtype), 1);
-  // Work items: packs where the pointers allow (the common case), elements otherwise; sizing
-  // for packs leaves an unaligned launch with fewer threads, each doing more, which is fine.
-  const size_t items = std::max<size_t>(count * element_bytes / kPackBytes, 1);
-  const size_t wanted = (items + kThreads - 1) / kThreads;
-  const size_t most = static_cast<size_t>(std::max(multiprocessors, 1)) * kBlocksPerMultiprocessor;
-  return LaunchShape{static_cast<unsigned>(std::min(wanted, most)), kThreads};
-}
-
 cudaError_t reduce_to_all(gradsync_dtype dtype, gradsync_op op, const void* const* inputs,
                           size_t num_inputs, void* const* outputs, size_t num_outputs, size_t count,
                           cudaStream_t stream) {
-  if (num_inputs == 0 || num_inputs > kMaxOperands || num_outputs > kMaxOperands ||
-      dtype_bytes(dtype) == 0) {
+  if (num_inputs == 0 || num_inputs > kMaxOperands || num_outputs > kMaxOperands) {
     return cudaErrorInvalidValue;
   }
-  if (count == 0 || num_outputs == 0) return cudaSuccess;
   Operands operands{};
   std::copy_n(inputs, num_inputs, operands.inputs);
   std::copy_n(outputs, num_outputs, operands.outputs);
   operands.num_inputs = static_cast<unsigned>(num_inputs);
   operands.num_outputs = static_cast<unsigned>(num_outputs);
-
-  int device = 0;
-  int multiprocessors = 0;
-  if (const cudaError_t status = cudaGetDevice(&device); status != cudaSuccess) return status;
-  if (const cudaError_t status =
-          cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device);
-      status != cudaSuccess) {
-    return status;
-  }
-  const LaunchShape shape = launch_shape(dtype, count, multiprocessors);
-  switch (dtype) {
+  switch (dtype) {  // an unknown dtype or op falls through to cudaErrorInvalidValue
     case GRADSYNC_FLOAT32:
-      return launch_op<float>(op, operands, count, shape, stream);
+      return launch_op<float>(op, operands, count, stream);
     case GRADSYNC_FLOAT64:
-      return launch_op<double>(op, operands, count, shape, stream);
+      return launch_op<double>(op, operands, count, stream);
     case GRADSYNC_FLOAT16:
-      return launch_op<Half>(op, operands, count, shape, stream);
+      return launch_op<Half>(op, operands, count, stream);
     case GRADSYNC_BFLOAT16:
-      return launch_op<BFloat16>(op, operands, count, shape, stream);
+      return launch_op<BFloat16>(op, operands, count, stream);
     case GRADSYNC_INT32:
-      return launch_op<int32_t>(op, operands, count, shape, stream);
+      return launch_op<int32_t>(op, operands, count, stream);
     case GRADSYNC_INT64:
-      return launch_op<int64_t>(op, operands, count, shape, stream);
+      return launch_op<int64_t>(op, operands, count, stream);
   }
   return cudaErrorInvalidValue;
 }

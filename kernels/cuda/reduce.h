@@ -27,12 +27,4 @@ cudaError_t reduce_to_all(gradsync_dtype dtype, gradsync_op op, const void* cons
                           size_t num_inputs, void* const* outputs, size_t num_outputs, size_t count,
                           cudaStream_t stream);
 
-// The launch geometry for `count` elements of `dtype` on a device with `multiprocessors`
-// SMs: enough blocks to fill it, no more than the work needs.
-struct LaunchShape {
-  unsigned blocks = 0;
-  unsigned threads = 0;
-};
-LaunchShape launch_shape(gradsync_dtype dtype, size_t count, int multiprocessors);
-
 }  // namespace gradsync::kernels::cuda

@@ -9,6 +9,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 namespace gradsync::testing {
 namespace {
@@ -38,9 +39,15 @@ TEST_P(IntruderTest, IsRefusedLoggedCountedAndItsJobFailsEverywhere) {
     ASSERT_TRUE(status) << "rank " << r << " hung on a job with a node that was refused";
     EXPECT_EQ(*status, 100 + GRADSYNC_ERR_PEER_FAILED) << "rank " << r;
   }
-  EXPECT_GE(
-      sample(scrape(cluster.metrics_port()), "gradsync_peer_handshakes_total{result=\"refused\"}"),
-      1.0);
+  // The ranks can hear of the failure (from node 2, or in node 1's abort) before node 0 has
+  // finished its own side of the refused handshake: give node 0 the same bound to count it.
+  const std::string refused = "gradsync_peer_handshakes_total{result=\"refused\"}";
+  const auto deadline = std::chrono::steady_clock::now() + kRefusalBound;
+  while (sample(scrape(cluster.metrics_port()), refused) < 1.0 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_GE(sample(scrape(cluster.metrics_port()), refused), 1.0);
   EXPECT_GE(
       sample(scrape(cluster.metrics_port()), "gradsync_peer_handshakes_total{result=\"accepted\"}"),
       2.0)
