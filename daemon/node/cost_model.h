@@ -4,14 +4,19 @@
 // then chooses the same algorithm for a given size, because all use the same figures.
 #pragma once
 
-#include "daemon/node/negotiator.h"
-
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
 namespace gradsync::daemon {
+
+// Link figures of the α-β-γ cost model, as one node measured them.
+struct LinkFigures {
+  double alpha_seconds = 0;           // per message
+  double beta_seconds_per_byte = 0;   // on the wire
+  double gamma_seconds_per_byte = 0;  // to reduce
+};
 
 enum class AllreduceAlgorithm { kRing, kHalvingDoubling };
 

@@ -18,6 +18,7 @@
 #pragma once
 
 #include "daemon/fifo.h"
+#include "daemon/node/cost_model.h"
 #include "daemon/node/internode.capnp.h"
 #include "daemon/node/response_cache.h"
 #include "daemon/node/signature.h"
@@ -54,13 +55,6 @@ struct Proposal {
   std::vector<uint8_t> eager;
   // The proposer's handle for what it proposed, handed back in the Decision.
   uint64_t cookie = 0;
-};
-
-// Link figures of the α-β-γ cost model, as one node measured them.
-struct LinkFigures {
-  double alpha_seconds = 0;           // per message
-  double beta_seconds_per_byte = 0;   // on the wire
-  double gamma_seconds_per_byte = 0;  // to reduce
 };
 
 struct Decision {

@@ -48,6 +48,10 @@ int run_rank(const BenchOptions& o) {
   gradsync::Communicator comm;
   gradsync_options who{};
   gradsync_options_from_env(&who);
+  if (!o.calibrate_path.empty()) {
+    gradsync::bench::run_calibration(o, comm, who);
+    return 0;
+  }
   const uint64_t wrong = o.model.empty()
                              ? gradsync::bench::run_sweep(o, comm, who.rank, who.world_size)
                              : gradsync::bench::run_model(o, comm, who.rank, who.world_size);

@@ -72,6 +72,7 @@ std::string usage() {
          "  -d float|double|half|bfloat16|int32|int64   -o sum|prod|min|max|avg   -r ROOT\n"
          "  -n ITERS -w WARMUP  --check  --json FILE  --daemon PATH\n"
          "  --model resnet50 [--fused | --names-only] [--steps N] [--no-progress]\n"
+         "  --calibrate FILE   measure gradsync-model's figures (large size: -e)\n"
          "--cluster N: N nodes in network namespaces (root), -np ranks each.\n"
          "Without -np, runs as one rank whose identity comes from RANK, WORLD_SIZE,\n"
          "LOCAL_RANK, LOCAL_WORLD_SIZE; it talks to the daemon at GRADSYNC_SOCKET.\n";
@@ -164,6 +165,10 @@ BenchOptions parse_options(int argc, char** argv) {
       if (v != "resnet50") throw std::invalid_argument(flag + ": unknown model '" + v + "'");
       o.model = v;
       keep(v);
+    } else if (flag == "--calibrate") {
+      const std::string v = value();
+      o.calibrate_path = v;
+      keep(v);
     } else if (flag == "--fused") {
       o.fused = true;
       o.rank_argv.push_back(flag);
@@ -182,6 +187,8 @@ BenchOptions parse_options(int argc, char** argv) {
     }
   }
   if (o.min_bytes > o.max_bytes) throw std::invalid_argument("-b is larger than -e");
+  if (!o.calibrate_path.empty() && !o.model.empty())
+    throw std::invalid_argument("--calibrate and --model exclude each other");
   if (o.fused && o.names_only)
     throw std::invalid_argument("--fused and --names-only exclude each other");
   if (o.cluster_nodes > 0 && o.spawn_daemon) {

@@ -33,6 +33,7 @@ struct BenchOptions {
   bool fused = false;       // model mode: one tensor of the model's total size
   bool names_only = false;  // model mode: the model's names, one element each
   int steps = 50;
+  std::string calibrate_path;  // --calibrate: measure gradsync-model's figures into this file
   bool progress = true;
   std::vector<std::string> rank_argv;  // argv for spawned ranks (without -np / --spawn-daemon)
 };

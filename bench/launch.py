@@ -1,0 +1,207 @@
+"""Where bench/compare runs things: one node (a private gradsyncd, ranks on this machine) or a
+cluster of network namespaces (scripts/netns-cluster, one gradsyncd per namespace with UCX on
+TCP over the namespace's veth). Every process is started here and stopped here, whatever
+happens, so a failed run leaves no daemon, namespace or socket behind."""
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NETNS = os.path.join(ROOT, "scripts", "netns-cluster")
+PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch and python3-mpi4py
+DAEMON_PORT = 9478
+UCX_ACROSS_NODES = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}
+
+
+class RunFailed(RuntimeError):
+    pass
+
+
+class Place:
+    """N nodes x K ranks: one node on this machine, or N namespaces."""
+
+    def __init__(self, nodes, per_node, rate=None, build="build"):
+        self.nodes, self.per_node, self.rate = nodes, per_node, rate
+        self.namespaces = nodes > 1
+        self.build = os.path.join(ROOT, build)
+        self.dir = tempfile.mkdtemp(prefix="gradsync-compare-")
+        self.env = dict(os.environ, GRADSYNC_NETNS_PREFIX=f"gscmp{os.getpid()}")
+        self.daemons = []
+
+    # -- setup and teardown -------------------------------------------------------------
+    def __enter__(self):
+        try:
+            if self.namespaces:
+                if os.geteuid() != 0:
+                    raise RunFailed("namespace nodes need root")
+                up = [NETNS, "up", str(self.nodes)] + (["--rate", self.rate] if self.rate else [])
+                subprocess.run(up, env=self.env, check=True, stdout=subprocess.DEVNULL)
+            for node in range(self.nodes):
+                self._start_daemon(node)
+            for node in range(self.nodes):
+                self._wait_for_socket(node)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        for daemon in self.daemons:
+            daemon.send_signal(signal.SIGTERM)
+        for daemon in self.daemons:
+            try:
+                daemon.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+        if self.namespaces:
+            subprocess.run([NETNS, "down", str(self.nodes)], env=self.env, check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def address(self, node):
+        return f"198.18.0.{node + 1}" if self.namespaces else "127.0.0.1"
+
+    def socket(self, node):
+        return os.path.join(self.dir, f"node{node}.sock")
+
+    def on_node(self, node, command, env=None):
+        """`command` as it runs on `node`, with `env` set there."""
+        prefix = [NETNS, "exec", str(node)] if self.namespaces else []
+        pairs = [f"{k}={v}" for k, v in (env or {}).items()]
+        return prefix + ["env"] + pairs + command
+
+    def _start_daemon(self, node):
+        command = [os.path.join(self.build, "gradsyncd"), "--socket", self.socket(node),
+                   "--metrics-listen", "", "--log-level", "warn"]
+        env = {}
+        if self.namespaces:
+            command += ["--listen", f"{self.address(node)}:{DAEMON_PORT}"]
+            env = UCX_ACROSS_NODES
+        log = open(os.path.join(self.dir, f"daemon{node}.log"), "w")
+        self.daemons.append(subprocess.Popen(self.on_node(node, command, env), env=self.env,
+                                             stdout=log, stderr=subprocess.STDOUT))
+
+    def _wait_for_socket(self, node):
+        for _ in range(200):
+            if os.path.exists(self.socket(node)):
+                return
+            time.sleep(0.05)
+        raise RunFailed(f"gradsyncd of node {node} did not start: " +
+                        open(os.path.join(self.dir, f"daemon{node}.log")).read())
+
+    # -- ranks --------------------------------------------------------------------------
+    def run_ranks(self, system, args, timeout):
+        """Runs one rank per (node, local rank) of `system` ("gradsync", "gloo", "mpi") with
+        the benchmark arguments `args`; returns rank 0's JSON (--json)."""
+        out = os.path.join(self.dir, f"{system}-{random.getrandbits(32)}.json")
+        args = list(args) + ["--json", out]
+        if system == "mpi":
+            if self.namespaces:
+                raise RunFailed("Open MPI runs on one node only here")
+            command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+                       "-np", str(self.nodes * self.per_node), PYTHON,
+                       os.path.join(ROOT, "bench", "mpi_allreduce.py")] + args
+            self._wait_all([self._popen(command)], timeout)
+        elif system == "gradsync":
+            self._run_gradsync_ranks(["--check"] + args, timeout)
+        elif system == "gloo":
+            port = str(29500 + random.randrange(1000))
+            command = [PYTHON, os.path.join(ROOT, "bench", "gloo_allreduce.py")] + args
+            self._wait_all([
+                self._popen(self.on_node(node, command, dict(
+                    self._identity(node, local), MASTER_ADDR=self.address(0), MASTER_PORT=port,
+                    GLOO_SOCKET_IFNAME="eth0" if self.namespaces else "lo")))
+                for node, local in self._ranks()], timeout)
+        else:
+            raise ValueError(system)
+        return json.load(open(out))
+
+    def calibrate(self, large, timeout):
+        """gradsync-bench --calibrate on every rank: what gradsync-model fits its figures to."""
+        out = os.path.join(self.dir, "calibration.json")
+        self._run_gradsync_ranks(["--calibrate", out, "-b", large, "-e", large], timeout)
+        return json.load(open(out))
+
+    def _run_gradsync_ranks(self, args, timeout):
+        job = f"compare{random.getrandbits(40)}"
+        nodes = ",".join(f"{self.address(n)}:{DAEMON_PORT}" for n in range(self.nodes))
+        command = [os.path.join(self.build, "gradsync-bench")] + args
+        processes = []
+        for node, local in self._ranks():
+            env = dict(self._identity(node, local), GRADSYNC_SOCKET=self.socket(node),
+                       GRADSYNC_JOB=job)
+            if self.namespaces:
+                env.update(GRADSYNC_NODES=nodes, GRADSYNC_NODE_RANK=node)
+            processes.append(self._popen(self.on_node(node, command, env)))
+        self._wait_all(processes, timeout)
+
+    def _ranks(self):
+        return [(node, local) for node in range(self.nodes) for local in range(self.per_node)]
+
+    def _identity(self, node, local):
+        return {"RANK": node * self.per_node + local, "WORLD_SIZE": self.nodes * self.per_node,
+                "LOCAL_RANK": local, "LOCAL_WORLD_SIZE": self.per_node}
+
+    def _popen(self, command):
+        return subprocess.Popen(command, env=self.env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
+
+    @staticmethod
+    def _wait_all(processes, timeout):
+        deadline = time.monotonic() + timeout
+        failed = []
+        for p in processes:
+            try:
+                _, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                _, err = p.communicate()
+                failed.append(f"timed out after {timeout} s\n{err}")
+                continue
+            if p.returncode != 0:
+                failed.append(f"exit {p.returncode}\n{err}")
+        if failed:
+            for p in processes:
+                if p.poll() is None:
+                    p.kill()
+            raise RunFailed("a rank failed: " + "\n".join(failed))
+
+    # -- the transport's ceiling --------------------------------------------------------
+    def ucx_perftest(self, test, size, iterations):
+        """ucx_perftest between node 0 and node 1 (or two processes here): the Final line's
+        (average latency in us, average bandwidth in bytes/s)."""
+        port = str(13337 + random.randrange(1000))
+        env = UCX_ACROSS_NODES if self.namespaces else {}
+        peer = 1 if self.namespaces else 0
+        server = subprocess.Popen(self.on_node(0, ["ucx_perftest", "-p", port], env),
+                                  env=self.env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(0.5)
+            client = subprocess.run(
+                self.on_node(peer, ["ucx_perftest", self.address(0), "-p", port, "-t", test,
+                                    "-s", str(size), "-n", str(iterations)], env),
+                env=self.env, capture_output=True, text=True, timeout=120)
+        finally:
+            try:
+                server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
+        final = [line for line in client.stdout.splitlines() if "Final:" in line]
+        if client.returncode != 0 or not final:
+            raise RunFailed(f"ucx_perftest {test} failed: {client.stderr.strip()}")
+        fields = final[0].split()
+        # Final: iterations, typical/avg/overall latency (us), avg/overall bandwidth (MB/s =
+        # 2^20 B/s), msg rates.
+        return float(fields[3]), float(fields[5]) * (1 << 20)
+
+
+def log(message):
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,147 @@
+// gradsync-bench --calibrate FILE: the measurements gradsync-model fits its figures to
+// (tools/model/calibration.h). Every rank of the job takes part; rank 0 writes the file.
+//  1. Rank 0 alone: memcpy and a two-input reduction over buffers larger than any cache.
+//  2. Node 0's ranks alone, as a job of their own on the same daemon: an allreduce of 8 bytes
+//     and one of the large size (-e, default 32 MiB).
+//  3. Every rank, as a job with the ring forced: the same two allreduces across the nodes.
+// The other ranks wait at a barrier while one part runs, so that nothing else competes for
+// the cores it measures.
+#include "kernels/reduce.h"
+#include "tools/bench/runner.h"
+#include "tools/model/calibration.h"
+
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <stdexcept>
+#include <vector>
+
+namespace gradsync::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kMemoryBytes = 256ull << 20;  // well past the last-level cache
+constexpr int kMemoryRounds = 5;
+constexpr int kSmallIterations = 1000;
+constexpr int kSmallWarmup = 100;
+constexpr int kLargeIterations = 10;
+constexpr int kLargeWarmup = 2;
+
+template <typename Body>
+double median_seconds(int rounds, Body body) {
+  std::vector<double> times;
+  for (int round = 0; round < rounds; ++round) {
+    const auto start = Clock::now();
+    body();
+    times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return median(times);
+}
+
+// Bytes per second of memcpy and of a two-input f32 sum (per output byte), on this core.
+void measure_memory(model::CalibrationRun& run) {
+  std::vector<float> a(kMemoryBytes / sizeof(float), 1.0F);
+  std::vector<float> b(a.size(), 2.0F);
+  std::vector<float> c(a.size(), 0.0F);
+  run.copy_bytes_per_second = kMemoryBytes / median_seconds(kMemoryRounds, [&] {
+                                std::memcpy(c.data(), a.data(), kMemoryBytes);
+                              });
+  const void* inputs[] = {a.data(), b.data()};
+  void* outputs[] = {c.data()};
+  run.reduce_bytes_per_second = kMemoryBytes / median_seconds(kMemoryRounds, [&] {
+                                  kernels::reduce_to_all(GRADSYNC_FLOAT32, GRADSYNC_SUM, inputs, 2,
+                                                         outputs, 1, a.size(), true);
+                                });
+}
+
+// The median over iterations of the slowest rank's time for an allreduce of `bytes`.
+double time_allreduce(Communicator& comm, uint64_t bytes, int iterations, int warmup) {
+  // Out of place, as the sweeps gradsync-model is compared with.
+  SharedBuffer send = comm.allocate(bytes);
+  SharedBuffer recv = comm.allocate(bytes);
+  SharedBuffer scratch = comm.allocate(sizeof(double) * static_cast<size_t>(iterations));
+  std::memset(send.data(), 0, bytes);
+  const std::string name = "calibrate." + std::to_string(bytes);
+  const size_t count = bytes / sizeof(float);
+  auto once = [&] {
+    comm.wait(comm.allreduce(name.c_str(), send.data(), recv.data(), count, GRADSYNC_FLOAT32,
+                             GRADSYNC_SUM));
+  };
+  for (int i = 0; i < warmup; ++i) once();
+  comm.barrier();
+  std::vector<double> times(static_cast<size_t>(iterations));
+  for (auto& t : times) {
+    const auto start = Clock::now();
+    once();
+    t = std::chrono::duration<double>(Clock::now() - start).count();
+  }
+  max_across_ranks(comm, scratch, times);
+  return median(times);
+}
+
+model::TimedPair time_pair(const gradsync_options& options, uint64_t large_bytes) {
+  Communicator comm(options);
+  return {time_allreduce(comm, model::kCalibrationSmallBytes, kSmallIterations, kSmallWarmup),
+          time_allreduce(comm, large_bytes, kLargeIterations, kLargeWarmup)};
+}
+
+// A job beside the caller's, named after it.
+gradsync_options sibling_job(const gradsync_options& who, const char* suffix) {
+  gradsync_options options = who;
+  const std::string job = std::string(who.job) + suffix;
+  if (job.size() >= sizeof(options.job)) throw std::invalid_argument("job name too long: " + job);
+  std::snprintf(options.job, sizeof(options.job), "%s", job.c_str());
+  return options;
+}
+
+}  // namespace
+
+void run_calibration(const BenchOptions& o, Communicator& comm, const gradsync_options& who) {
+  if (who.local_world_size <= 0 || who.world_size % who.local_world_size != 0) {
+    throw std::invalid_argument("--calibrate needs the same number of ranks on every node");
+  }
+  model::CalibrationRun run;
+  run.layout = {static_cast<uint32_t>(who.world_size / who.local_world_size),
+                static_cast<uint32_t>(who.local_world_size)};
+  run.large_bytes = o.max_bytes / sizeof(float) * sizeof(float);
+  // Ranks are numbered node by node: node 0 holds ranks 0 .. K-1.
+  const bool on_node_0 = who.rank < who.local_world_size;
+
+  if (who.rank == 0) measure_memory(run);
+  comm.barrier();
+  if (on_node_0) {
+    gradsync_options local = sibling_job(who, ".calibrate-local");
+    local.rank = who.local_rank;
+    local.world_size = who.local_world_size;
+    local.nodes[0] = '\0';
+    local.node_rank = -1;
+    run.local = time_pair(local, run.large_bytes);
+  }
+  comm.barrier();
+  if (run.layout.nodes > 1) {
+    gradsync_options ring = sibling_job(who, ".calibrate-ring");
+    std::snprintf(ring.algorithm, sizeof(ring.algorithm), "ring");
+    run.cluster = time_pair(ring, run.large_bytes);
+  }
+  if (who.rank != 0) return;
+
+  std::ofstream(o.calibrate_path) << model::to_json(run).dump(2) << "\n";
+  const model::Figures figures = model::fit_figures(run);
+  std::printf("# gradsync-bench --calibrate: %u nodes x %u ranks, written to %s\n",
+              run.layout.nodes, run.layout.ranks_per_node, o.calibrate_path.c_str());
+  std::printf("  memory: copy %.2f GB/s, reduce %.2f GB/s\n", run.copy_bytes_per_second / 1e9,
+              run.reduce_bytes_per_second / 1e9);
+  std::printf("  per collective %.1f us, local stages %.2f GB/s",
+              figures.node.overhead_seconds * 1e6, figures.node.local_bytes_per_second / 1e9);
+  if (run.cluster) {
+    std::printf(", links %.1f us per step, %.3f GB/s", figures.link.alpha_seconds * 1e6,
+                1 / figures.link.beta_seconds_per_byte / 1e9);
+  }
+  std::printf("\n");
+}
+
+}  // namespace gradsync::bench

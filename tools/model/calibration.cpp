@@ -1,0 +1,128 @@
+#include "tools/model/calibration.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <stdexcept>
+
+namespace gradsync::model {
+namespace {
+
+using nlohmann::json;
+
+// The smallest per-byte cost a fit may give a stage: a fit that comes out at or below zero
+// (noise in the two timings) means "not measurable next to the other stages".
+constexpr double kNegligibleSecondsPerByte = 1e-15;
+
+double number(const json& object, const char* key, const std::string& where) {
+  const auto it = object.find(key);
+  if (it == object.end() || !it->is_number() || it->get<double>() < 0) {
+    throw std::invalid_argument(where + ": '" + key + "' must be a non-negative number");
+  }
+  return it->get<double>();
+}
+
+const json& member(const json& object, const char* key, const std::string& where) {
+  const auto it = object.find(key);
+  if (it == object.end() || !it->is_object()) {
+    throw std::invalid_argument(where + ": '" + key + "' must be an object");
+  }
+  return *it;
+}
+
+json pair_json(const TimedPair& pair) {
+  return {{"small_us", pair.small_seconds * 1e6}, {"large_us", pair.large_seconds * 1e6}};
+}
+
+TimedPair pair_from(const json& object, const std::string& where) {
+  return {number(object, "small_us", where) / 1e6, number(object, "large_us", where) / 1e6};
+}
+
+}  // namespace
+
+Figures fit_figures(const CalibrationRun& run) {
+  const double k = run.layout.ranks_per_node;
+  const double large = static_cast<double>(run.large_bytes);
+  const double local_growth = run.local.large_seconds - run.local.small_seconds;
+  if (run.large_bytes <= kCalibrationSmallBytes || local_growth <= 0) {
+    throw std::invalid_argument(
+        "calibration: the large allreduce on one node was no slower than the small one");
+  }
+  if (run.reduce_bytes_per_second <= 0) {
+    throw std::invalid_argument("calibration: no reduction bandwidth was measured");
+  }
+  Figures figures;
+  figures.node.overhead_seconds = run.local.small_seconds;
+  figures.node.local_bytes_per_second = 2 * k * large / local_growth;
+  figures.link.gamma_seconds_per_byte = 1 / run.reduce_bytes_per_second;
+  if (!run.cluster || run.layout.nodes < 2) return figures;
+
+  const double n = run.layout.nodes;
+  const double steps = 2 * (n - 1);  // the ring's, forced for the calibration
+  figures.link.alpha_seconds =
+      std::max(0.0, (run.cluster->small_seconds - run.local.small_seconds) / steps);
+  // Per byte of the allreduce, the ring adds 2(n-1)/n bytes on the wire and (n-1)/n reduced
+  // to the local stages, which cost what they cost on one node.
+  const double per_byte = (run.cluster->large_seconds - run.cluster->small_seconds) / large;
+  const double wire_per_byte = per_byte - 2 * k / figures.node.local_bytes_per_second -
+                               (n - 1) / n * figures.link.gamma_seconds_per_byte;
+  figures.link.beta_seconds_per_byte =
+      std::max(kNegligibleSecondsPerByte, wire_per_byte / (2 * (n - 1) / n));
+  return figures;
+}
+
+nlohmann::json to_json(const CalibrationRun& run) {
+  json out = {
+      {"kind", "gradsync-calibration"},
+      {"layout", {{"nodes", run.layout.nodes}, {"ranks_per_node", run.layout.ranks_per_node}}},
+      {"memory",
+       {{"copy_gbytes_per_s", run.copy_bytes_per_second / 1e9},
+        {"reduce_gbytes_per_s", run.reduce_bytes_per_second / 1e9}}},
+      {"small_bytes", kCalibrationSmallBytes},
+      {"large_bytes", run.large_bytes},
+      {"local", pair_json(run.local)}};
+  if (run.cluster) out["cluster"] = pair_json(*run.cluster);
+  return out;
+}
+
+CalibrationRun calibration_from_json(const nlohmann::json& in) {
+  if (!in.is_object() || in.value("kind", "") != "gradsync-calibration") {
+    throw std::invalid_argument(
+        "not a gradsync calibration (no \"kind\": \"gradsync-calibration\")");
+  }
+  CalibrationRun run;
+  const json& layout = member(in, "layout", "calibration");
+  run.layout.nodes = static_cast<uint32_t>(number(layout, "nodes", "calibration.layout"));
+  run.layout.ranks_per_node =
+      static_cast<uint32_t>(number(layout, "ranks_per_node", "calibration.layout"));
+  if (run.layout.nodes == 0 || run.layout.ranks_per_node == 0) {
+    throw std::invalid_argument("calibration.layout: nodes and ranks_per_node must be positive");
+  }
+  const json& memory = member(in, "memory", "calibration");
+  run.copy_bytes_per_second = number(memory, "copy_gbytes_per_s", "calibration.memory") * 1e9;
+  run.reduce_bytes_per_second = number(memory, "reduce_gbytes_per_s", "calibration.memory") * 1e9;
+  run.large_bytes = static_cast<uint64_t>(number(in, "large_bytes", "calibration"));
+  run.local = pair_from(member(in, "local", "calibration"), "calibration.local");
+  if (in.contains("cluster")) {
+    run.cluster = pair_from(member(in, "cluster", "calibration"), "calibration.cluster");
+  } else if (run.layout.nodes > 1) {
+    throw std::invalid_argument("calibration: a run on several nodes needs 'cluster'");
+  }
+  return run;
+}
+
+CalibrationRun load_calibration(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw std::invalid_argument("cannot read " + path);
+  try {
+    const json in = json::parse(file);
+    return calibration_from_json(in.contains("calibration") ? in.at("calibration") : in);
+  } catch (const json::exception& e) {
+    throw std::invalid_argument(path + ": " + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(path + ": " + e.what());
+  }
+}
+
+}  // namespace gradsync::model

@@ -1,0 +1,52 @@
+// What `gradsync-bench --calibrate` measures on a cluster, and the model figures that follow
+// from it. The run times gradsync's own collectives, each at two sizes: once among one node's
+// ranks (the fixed cost of a collective and the bandwidth of the local stages), and once
+// across the nodes with the ring forced (what the links add per step and per byte). Fitting
+// the model's terms to gradsync's own timings, rather than to a raw transport test, keeps in
+// them what a transport test leaves out: the daemon's copies, and the cores the stages share.
+#pragma once
+
+#include "tools/model/data_path_model.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace gradsync::model {
+
+struct TimedPair {
+  double small_seconds = 0;  // an allreduce of kCalibrationSmallBytes
+  double large_seconds = 0;  // an allreduce of CalibrationRun::large_bytes
+};
+
+inline constexpr uint64_t kCalibrationSmallBytes = 8;
+
+struct CalibrationRun {
+  Layout layout;
+  double copy_bytes_per_second = 0;    // memcpy on one core, out of cache: the memory ceiling
+  double reduce_bytes_per_second = 0;  // a two-input f32 sum, out of cache, per output byte
+  uint64_t large_bytes = 0;
+  TimedPair local;                   // among one node's ranks
+  std::optional<TimedPair> cluster;  // across the nodes (ring); absent on one node
+};
+
+struct Figures {
+  NodeFigures node;
+  LinkFigures link;
+};
+
+// The model's figures for the host path of the machine the run measured. Throws
+// std::invalid_argument when the run's timings cannot be fitted (a large allreduce no slower
+// than a small one).
+Figures fit_figures(const CalibrationRun& run);
+
+nlohmann::json to_json(const CalibrationRun& run);
+// Throws std::invalid_argument naming the missing or bad field.
+CalibrationRun calibration_from_json(const nlohmann::json& json);
+// Reads a file that is either a calibration or a bench/compare result holding one under
+// "calibration".
+CalibrationRun load_calibration(const std::string& path);
+
+}  // namespace gradsync::model

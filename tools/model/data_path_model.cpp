@@ -1,0 +1,81 @@
+#include "tools/model/data_path_model.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace gradsync::model {
+namespace {
+
+double local_seconds(const Layout& layout, const NodeFigures& node, uint64_t bytes) {
+  if (node.local_bytes_per_second <= 0) {
+    throw std::invalid_argument("the local stage's bandwidth must be positive");
+  }
+  const double traffic =
+      2.0 * static_cast<double>(bytes) * (node.local_per_device ? 1.0 : layout.ranks_per_node);
+  return traffic / node.local_bytes_per_second;
+}
+
+// Two pipelined stages of `local` and `network` seconds over `bytes`.
+double pipelined(const NodeFigures& node, double local, double network, uint64_t bytes) {
+  if (!node.stages_overlap) return local + network;
+  // The slower stage sets the pace; the other shows only for the first piece (all of it when
+  // the collective is one piece).
+  const double first_piece =
+      std::min(1.0, static_cast<double>(kPipelinePieceBytes) / static_cast<double>(bytes));
+  return std::max(local, network) + std::min(local, network) * first_piece;
+}
+
+Prediction make_prediction(const Layout& layout, std::string algorithm, double seconds,
+                           uint64_t bytes) {
+  Prediction p{std::move(algorithm), seconds, 0, 0};
+  if (seconds > 0) p.algbw_gbytes_per_second = static_cast<double>(bytes) / seconds / 1e9;
+  const double n = layout.ranks();
+  p.busbw_gbytes_per_second = p.algbw_gbytes_per_second * 2 * (n - 1) / n;
+  return p;
+}
+
+}  // namespace
+
+AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& node,
+                                      const LinkFigures& link, uint64_t bytes) {
+  if (layout.nodes == 0 || layout.ranks_per_node == 0) {
+    throw std::invalid_argument("a layout needs at least one node and one rank per node");
+  }
+  if (bytes == 0) throw std::invalid_argument("an allreduce of 0 bytes costs nothing to model");
+  const double local = local_seconds(layout, node, bytes);
+  AllreducePrediction out;
+  if (layout.nodes == 1) {
+    out.algorithms.push_back(
+        make_prediction(layout, "local", node.overhead_seconds + local, bytes));
+    return out;
+  }
+  const double ring = daemon::predict_ring(link, layout.nodes, bytes);
+  const double rhd = daemon::predict_halving_doubling(link, layout.nodes, bytes);
+  out.algorithms.push_back(make_prediction(
+      layout, "ring", node.overhead_seconds + pipelined(node, local, ring, bytes), bytes));
+  out.algorithms.push_back(make_prediction(
+      layout, "rhd", node.overhead_seconds + pipelined(node, local, rhd, bytes), bytes));
+  out.picked =
+      daemon::choose_allreduce(link, layout.nodes, bytes) == daemon::AllreduceAlgorithm::kRing ? 0
+                                                                                               : 1;
+  return out;
+}
+
+ScalingPrediction predict_scaling(const Layout& layout, const NodeFigures& node,
+                                  const LinkFigures& link, const TrainingStep& step) {
+  if (step.compute_seconds <= 0) throw std::invalid_argument("the compute time must be positive");
+  if (step.overlap_fraction < 0 || step.overlap_fraction > 1) {
+    throw std::invalid_argument("the overlap fraction lies between 0 and 1");
+  }
+  ScalingPrediction out;
+  out.communication_seconds =
+      layout.ranks() > 1 ? predict_allreduce(layout, node, link, step.gradient_bytes).best().seconds
+                         : 0;
+  const double hidden = step.overlap_fraction * step.compute_seconds;
+  out.step_seconds = step.compute_seconds + std::max(0.0, out.communication_seconds - hidden);
+  out.efficiency = step.compute_seconds / out.step_seconds;
+  out.speedup = layout.ranks() * out.efficiency;
+  return out;
+}
+
+}  // namespace gradsync::model

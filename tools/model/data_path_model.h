@@ -1,0 +1,79 @@
+// The α-β-γ cost model of gradsync's whole allreduce data path, for gradsync-model: what a
+// collective of S bytes costs on N nodes with K ranks (GPUs) each, stage by stage.
+//
+//   overhead   one collective's fixed cost on a node: submission, negotiation, completion;
+//   local      the node's ranks' buffers read and written: reduced on the way out, the result
+//              copied back (2S bytes of traffic per rank);
+//   inter-node ring or recursive halving-doubling among the N node daemons, exactly as the
+//              daemons' own chooser predicts it (daemon/node/cost_model.h).
+//
+// The stages are pipelined in pieces. Where they run on separate engines (a GPU's copy and
+// compute units beside the NIC) they overlap, and the slower stage sets the pace; where they
+// share the host's cores (gradsync's host path) their costs add.
+#pragma once
+
+#include "daemon/node/cost_model.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gradsync::model {
+
+struct Layout {
+  uint32_t nodes = 1;
+  uint32_t ranks_per_node = 1;  // GPUs per node, or host ranks
+  uint32_t ranks() const { return nodes * ranks_per_node; }
+};
+
+// What one node does, apart from its links.
+struct NodeFigures {
+  double overhead_seconds = 0;  // per collective
+  double local_bytes_per_second = 0;
+  // GPUs: every device moves its own 2S (they work in parallel). Host: the node's memory
+  // moves every rank's 2S.
+  bool local_per_device = false;
+  bool stages_overlap = false;
+};
+
+// The network between nodes; gamma is the reduction of what arrives.
+using LinkFigures = daemon::LinkFigures;
+
+struct Prediction {
+  std::string algorithm;  // "local" (one node), "ring", "rhd"
+  double seconds = 0;
+  double algbw_gbytes_per_second = 0;  // S / time
+  double busbw_gbytes_per_second = 0;  // nccl-tests: algbw * 2(n-1)/n over all ranks
+};
+
+struct AllreducePrediction {
+  std::vector<Prediction> algorithms;  // one on one node; ring and rhd across nodes
+  size_t picked = 0;                   // the one the daemons would run (their chooser)
+  const Prediction& best() const { return algorithms[picked]; }
+};
+
+// The pipeline piece of the inter-node algorithms (node_ring_allreduce.cpp).
+inline constexpr uint64_t kPipelinePieceBytes = 512 << 10;
+
+AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& node,
+                                      const LinkFigures& link, uint64_t bytes);
+
+// A training step: compute, then the gradients' allreduce, of which `overlap_fraction` of the
+// compute time can hide behind the backward pass.
+struct TrainingStep {
+  double compute_seconds = 0;
+  uint64_t gradient_bytes = 0;
+  double overlap_fraction = 0;
+};
+
+struct ScalingPrediction {
+  double communication_seconds = 0;  // the allreduce of all gradients
+  double step_seconds = 0;
+  double efficiency = 0;  // one GPU's step time over this step time (1: perfect scaling)
+  double speedup = 0;     // over one GPU: ranks * efficiency
+};
+
+ScalingPrediction predict_scaling(const Layout& layout, const NodeFigures& node,
+                                  const LinkFigures& link, const TrainingStep& step);
+
+}  // namespace gradsync::model

@@ -1,0 +1,82 @@
+#include "tools/model/validation.h"
+
+#include <fmt/core.h>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <stdexcept>
+
+namespace gradsync::model {
+namespace {
+
+using nlohmann::json;
+
+json read_json(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw std::invalid_argument("cannot read " + path);
+  try {
+    return json::parse(file);
+  } catch (const json::exception& e) {
+    throw std::invalid_argument(path + ": " + e.what());
+  }
+}
+
+}  // namespace
+
+std::vector<ValidationRow> predict_measurements(const Figures& figures, const json& result) {
+  const Layout layout{result.at("layout").at("nodes").get<uint32_t>(),
+                      result.at("layout").at("ranks_per_node").get<uint32_t>()};
+  std::vector<ValidationRow> rows;
+  for (const json& row : result.at("systems").at("gradsync").at("rows")) {
+    ValidationRow out;
+    out.bytes = row.at("bytes").get<uint64_t>();
+    out.measured_seconds = row.at("time_us").get<double>() / 1e6;
+    out.predicted_seconds =
+        predict_allreduce(layout, figures.node, figures.link, out.bytes).best().seconds;
+    rows.push_back(out);
+  }
+  return rows;
+}
+
+int validate(const std::string& result_path, const std::string& calibration_path, double tolerance,
+             bool as_json) {
+  const json result = read_json(result_path);
+  const std::string source = calibration_path.empty() ? result_path : calibration_path;
+  const Figures figures = fit_figures(load_calibration(source));
+  std::vector<ValidationRow> rows;
+  try {
+    rows = predict_measurements(figures, result);
+  } catch (const json::exception& e) {
+    throw std::invalid_argument(result_path + ": not a bench/compare result: " + e.what());
+  }
+  bool within = !rows.empty();
+  json out = json::array();
+  if (!as_json) {
+    fmt::print("# {} against the model fitted to {} (tolerance {:.0f}%)\n", result_path, source,
+               100 * tolerance);
+    fmt::print("# {:>10} {:>12} {:>12} {:>8}\n", "size (B)", "measured", "predicted", "error");
+  }
+  for (const ValidationRow& row : rows) {
+    const bool ok = std::abs(row.relative_error()) <= tolerance;
+    within = within && ok;
+    if (as_json) {
+      out.push_back({{"bytes", row.bytes},
+                     {"measured_us", row.measured_seconds * 1e6},
+                     {"predicted_us", row.predicted_seconds * 1e6},
+                     {"relative_error", row.relative_error()}});
+    } else {
+      fmt::print("  {:>10} {:>10.1f}us {:>10.1f}us {:>+7.1f}%{}\n", row.bytes,
+                 row.measured_seconds * 1e6, row.predicted_seconds * 1e6,
+                 100 * row.relative_error(), ok ? "" : "   <- beyond tolerance");
+    }
+  }
+  if (as_json) std::puts(out.dump(2).c_str());
+  if (!within)
+    std::fprintf(stderr, "gradsync-model: predictions beyond %.0f%% of the measurements\n",
+                 100 * tolerance);
+  return within ? 0 : 1;
+}
+
+}  // namespace gradsync::model

@@ -1,0 +1,33 @@
+// The model against measurements: a bench/compare result holds gradsync's timings of one
+// layout and the calibration run made beside them; the model, fitted to a calibration, predicts
+// every measured size, and a prediction further than the tolerance from its measurement fails.
+#pragma once
+
+#include "tools/model/calibration.h"
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gradsync::model {
+
+struct ValidationRow {
+  uint64_t bytes = 0;
+  double measured_seconds = 0;
+  double predicted_seconds = 0;
+  double relative_error() const { return predicted_seconds / measured_seconds - 1; }
+};
+
+// Predicts each of `result`'s gradsync rows on its layout ("layout", "systems.gradsync.rows").
+std::vector<ValidationRow> predict_measurements(const Figures& figures,
+                                                const nlohmann::json& result);
+
+// gradsync-model --validate: the rows of the result at `result_path` against the model fitted
+// to `calibration_path` (empty: the result's own calibration). Prints them; returns the exit
+// status (0: every row within `tolerance`).
+int validate(const std::string& result_path, const std::string& calibration_path, double tolerance,
+             bool json);
+
+}  // namespace gradsync::model
