@@ -26,10 +26,10 @@ class RunFailed(RuntimeError):
 class Place:
     """N nodes x K ranks: one node on this machine, or N namespaces."""
 
-    def __init__(self, nodes, per_node, rate=None, build="build"):
+    def __init__(self, nodes, per_node, rate, build):
         self.nodes, self.per_node, self.rate = nodes, per_node, rate
         self.namespaces = nodes > 1
-        self.build = os.path.join(ROOT, build)
+        self.build = build
         self.dir = tempfile.mkdtemp(prefix="gradsync-compare-")
         self.env = dict(os.environ, GRADSYNC_NETNS_PREFIX=f"gscmp{os.getpid()}")
         self.daemons = []

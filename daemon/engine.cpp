@@ -175,7 +175,11 @@ void Engine::handle(AttachSession& command) {
           who.job, NodeLayout{who.nodes, who.node_rank, who.world_size}, *mesh_,
           NodeJobSettings{std::chrono::seconds(config_.peer_timeout_seconds),
                           config_.response_cache_capacity, who.algorithm,
-                          config_.fusion_threshold_bytes},
+                          config_.fusion_threshold_bytes,
+                          // The engine spins no longer than this after work: it must not
+                          // sleep through a hold.
+                          std::chrono::microseconds(
+                              std::min(config_.negotiation_hold_us, config_.engine_spin_us))},
           metrics_));
       ++network_jobs_;
       if (auto early = early_messages_.extract(who.job)) {

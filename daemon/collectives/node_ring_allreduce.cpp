@@ -8,6 +8,7 @@
 // wire. In the allgather, each finished piece is forwarded first and copied to the other local
 // ranks while it travels.
 #include "daemon/collectives/node_collectives.h"
+#include "daemon/node/cost_model.h"
 #include "kernels/reduce.h"
 
 #include <algorithm>
@@ -16,9 +17,6 @@
 namespace gradsync::daemon {
 namespace {
 
-// Pieces small enough to overlap reduction with transfer, large enough that per-message costs
-// stay small next to the bandwidth term.
-constexpr uint64_t kPieceBytes = 512 << 10;
 constexpr uint64_t kMaxPieces = 16;
 
 struct Range {
@@ -39,8 +37,8 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
   const gradsync_op op = node_detail::network_op(operand.op());
   uint8_t* work = operand.work();
   // Every node computes the same cut: it depends on the count and node count only.
-  const auto pieces =
-      static_cast<uint32_t>(std::clamp<uint64_t>(count / n * element / kPieceBytes, 1, kMaxPieces));
+  const auto pieces = static_cast<uint32_t>(
+      std::clamp<uint64_t>(count / n * element / kPipelinePieceBytes, 1, kMaxPieces));
   auto chunk_of = [n](int64_t c) { return static_cast<uint32_t>(((c % n) + n) % n); };
   auto piece = [&](uint32_t chunk, uint32_t j) {
     const uint64_t begin = count * chunk / n;

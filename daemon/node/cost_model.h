@@ -4,12 +4,19 @@
 // then chooses the same algorithm for a given size, because all use the same figures.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
 
 namespace gradsync::daemon {
+
+// The data path's protocol sizes, which set the model's regimes:
+//  - a small allreduce's contributions ride with the negotiation messages (negotiator.h);
+//  - the inter-node algorithms cut a slice into pieces of this size at most, and pipeline them.
+inline constexpr size_t kEagerMaxBytes = 4096;
+inline constexpr uint64_t kPipelinePieceBytes = 512 << 10;
 
 // Link figures of the α-β-γ cost model, as one node measured them.
 struct LinkFigures {

@@ -81,7 +81,8 @@ const Negotiator::EagerSet::Entry* Negotiator::EagerSet::seek(uint32_t bit, size
 }
 
 Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string ranks,
-                       uint32_t cache_capacity, LinkFigures own_link, SendFn send)
+                       uint32_t cache_capacity, LinkFigures own_link, SendFn send,
+                       bool hold_empty_joins)
     : job_(std::move(job)),
       last_cycles_(nodes, 0),
       nodes_(nodes),
@@ -90,7 +91,14 @@ Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string
       own_link_(own_link),
       agreed_link_(own_link),
       send_(std::move(send)),
-      cache_(cache_capacity) {}
+      cache_(cache_capacity),
+      hold_empty_joins_(hold_empty_joins) {}
+
+void Negotiator::release_hold() {
+  if (!holding_) return;
+  hold_released_ = true;
+  advance();
+}
 
 void Negotiator::propose(Proposal proposal, bool more_coming) {
   // Names of finished collectives linger as empty entries; sweep them when they pile up.
@@ -214,6 +222,16 @@ bool Negotiator::start_cycle_if_due() {
       state.ready_bits == last_ready_bits_) {
     return false;
   }
+  const bool nothing_at_all = state.uncached.empty() && state.invalid_bits.empty() &&
+                              reported_.empty() &&
+                              std::all_of(state.ready_bits.begin(), state.ready_bits.end(),
+                                          [](uint64_t word) { return word == 0; });
+  if (hold_empty_joins_ && nothing_at_all && !hold_released_) {
+    holding_ = true;
+    return false;
+  }
+  holding_ = false;
+  hold_released_ = false;
   ++cycle_;
   in_cycle_ = true;
   ++counters_.cycles;

@@ -15,6 +15,13 @@
 //
 // Only the oldest ready instance of a name takes part (ranks may be a step ahead), so the
 // instances of a name are decided in order. Pure logic over messages: the caller sends them.
+//
+// Holding a join. A node with nothing at all to propose that joins a peer's cycle at once
+// makes that cycle decide nothing; its own proposal, a moment later, then needs a cycle of its
+// own, and the nodes fall into a rhythm of two cycles per collective (the first node's ranks
+// are always the first to get a result, so they are always the first to submit again). With
+// `hold_empty_joins`, such a node holds back; it joins as soon as it has something to propose,
+// or when the caller, after a bounded wait, calls release_hold().
 #pragma once
 
 #include "daemon/fifo.h"
@@ -81,8 +88,8 @@ struct CycleDecisions {
   std::span<const std::span<const uint8_t>> contributions_of(const Decision& decision) const;
 };
 
-// Contributions this large at most ride along with a cycle, and this much in all per message.
-inline constexpr size_t kEagerMaxBytes = 4096;
+// Contributions of kEagerMaxBytes at most (cost_model.h) ride along with a cycle, and this much
+// in all per message.
 inline constexpr size_t kEagerMaxTotalBytes = 256 << 10;
 // At most this many uncached collectives per cycle message (the rest go in the next cycles),
 // so that a cycle message stays well inside kNodeMessageLimitWords.
@@ -97,7 +104,8 @@ class Negotiator {
 
   // `ranks`: this node's ranks in words ("ranks 2, 3"), for the coordinator's errors.
   Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string ranks,
-             uint32_t cache_capacity, LinkFigures own_link, SendFn send);
+             uint32_t cache_capacity, LinkFigures own_link, SendFn send,
+             bool hold_empty_joins = false);
 
   // A collective ready on this node. With `more_coming`, the caller has more ready right now:
   // the next cycle waits for them (one cycle for the lot instead of one for the first).
@@ -106,6 +114,11 @@ class Negotiator {
   // std::invalid_argument for messages no correct peer sends.
   void on_cycle(uint32_t node, wire::Cycle::Reader cycle);
   void on_response(uint32_t node, wire::CycleResponse::Reader response);
+
+  // A peer's cycle waits for this node, which holds back its (empty) part: see above.
+  bool holding() const { return holding_; }
+  // Joins the cycle this node holds back from, with what it has (nothing, or what came since).
+  void release_hold();
 
   // Decided collectives, cycle by cycle, in the order every node runs them; the caller pops
   // them.
@@ -202,6 +215,9 @@ class Negotiator {
   std::unordered_set<std::string> reported_;  // keys whose oldest instance went to the coordinator
   uint64_t cycle_ = 0;                        // the last cycle this node took part in
   bool in_cycle_ = false;
+  bool hold_empty_joins_ = false;
+  bool holding_ = false;
+  bool hold_released_ = false;
   std::vector<uint64_t> last_ready_bits_;
   std::vector<std::vector<uint64_t>> peer_ready_bits_;  // by node, as of the last cycle
   std::map<uint64_t, CycleState> cycles_;               // the current one and, at most, the next

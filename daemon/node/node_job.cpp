@@ -78,11 +78,10 @@ std::optional<std::string> NodeJob::form() {
     metrics_.peer_link_measured(layout().nodes[left], own_link_.alpha_seconds, bytes_per_second);
     links_.set_link(left, own_link_.alpha_seconds, bytes_per_second);
   }
-  negotiator_.emplace(links_.job_name(), links_.nodes(), links_.me(), ranks_,
-                      agreed_.cache_capacity, own_link_,
-                      [this](uint32_t node, capnp::MessageBuilder& message) {
-                        links_.send_control(node, message);
-                      });
+  negotiator_.emplace(
+      links_.job_name(), links_.nodes(), links_.me(), ranks_, agreed_.cache_capacity, own_link_,
+      [this](uint32_t node, capnp::MessageBuilder& message) { links_.send_control(node, message); },
+      settings_.join_hold.count() > 0);
   try {
     for (auto& early : early_) {
       if (auto error = on_message(early->getRoot<wire::NodeMessage>().asReader())) return error;

@@ -39,6 +39,9 @@ struct NodeJobSettings {
   uint32_t cache_capacity = 1024;
   std::string algorithm = "auto";  // "auto", "ring" or "rhd"
   uint64_t fusion_threshold_bytes = 64ull << 20;
+  // How long this node holds back an empty part of a peer's negotiation cycle (Negotiator,
+  // "holding a join"); 0: joins at once. This node's own: not agreed.
+  std::chrono::microseconds join_hold{0};
 };
 
 class NodeJob {
@@ -158,6 +161,7 @@ class NodeJob {
   NodeJobSettings settings_;
   metrics::Metrics& metrics_;
   Negotiator::Counters reported_counters_;  // what metrics_ has been told
+  std::optional<std::chrono::steady_clock::time_point> holding_since_;
   std::shared_ptr<spdlog::logger> log_;
   Scratch scratch_;  // for measuring the links
   bool local_formed_ = false;

@@ -67,6 +67,14 @@ void NodeJob::report_negotiation() {
 std::optional<std::string> NodeJob::run_decided(bool& ran) {
   ran = false;
   if (!negotiator_) return std::nullopt;
+  if (!negotiator_->holding()) {
+    holding_since_.reset();
+  } else if (const auto now = Clock::now(); !holding_since_) {
+    holding_since_ = now;
+  } else if (now - *holding_since_ >= settings_.join_hold) {
+    holding_since_.reset();
+    negotiator_->release_hold();
+  }
   report_negotiation();
   auto& decided = negotiator_->decided();
   while (!decided.empty()) {

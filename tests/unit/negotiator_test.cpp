@@ -16,18 +16,21 @@
 namespace gradsync::daemon {
 namespace {
 
+// With `hold`, nodes hold back empty parts of their peers' cycles (Negotiator, "holding a
+// join"); deliver_all then releases a hold once nothing else can move, as the daemon does
+// after a bounded wait.
 class Network {
  public:
-  Network(uint32_t nodes, uint32_t capacity, uint64_t seed) : random_(seed) {
+  Network(uint32_t nodes, uint32_t capacity, uint64_t seed, bool hold = false) : random_(seed) {
     for (uint32_t n = 0; n < nodes; ++n) {
-      negotiators_.push_back(
-          std::make_unique<Negotiator>("job", nodes, n, "ranks " + std::to_string(n), capacity,
-                                       LinkFigures{1e-5 * (n + 1), 1e-9, 1e-10},
-                                       [this, n](uint32_t to, capnp::MessageBuilder& message) {
-                                         queues_[{n, to}].push_back(ipc::encode(message));
-                                         if (message.getRoot<wire::NodeMessage>().isResponse())
-                                           ++responses_;
-                                       }));
+      negotiators_.push_back(std::make_unique<Negotiator>(
+          "job", nodes, n, "ranks " + std::to_string(n), capacity,
+          LinkFigures{1e-5 * (n + 1), 1e-9, 1e-10},
+          [this, n](uint32_t to, capnp::MessageBuilder& message) {
+            queues_[{n, to}].push_back(ipc::encode(message));
+            if (message.getRoot<wire::NodeMessage>().isResponse()) ++responses_;
+          },
+          hold));
     }
   }
 
@@ -35,23 +38,35 @@ class Network {
   uint32_t nodes() const { return static_cast<uint32_t>(negotiators_.size()); }
   uint64_t responses() const { return responses_; }
 
-  // Delivers every message, one at a time from a random non-empty sender queue.
+  // Delivers every message, one at a time from a random non-empty sender queue; when none is
+  // left, releases the holds.
   void deliver_all() {
     while (true) {
       std::vector<std::pair<uint32_t, uint32_t>> ready;
       for (auto& [link, queue] : queues_) {
         if (!queue.empty()) ready.push_back(link);
       }
-      if (ready.empty()) return;
+      if (ready.empty()) {
+        const auto held = std::find_if(negotiators_.begin(), negotiators_.end(),
+                                       [](const auto& n) { return n->holding(); });
+        if (held == negotiators_.end()) return;
+        (*held)->release_hold();
+        continue;
+      }
       const auto link = ready[random_() % ready.size()];
       const std::vector<uint8_t> bytes = std::move(queues_[link].front());
       queues_[link].pop_front();
-      ipc::DecodedMessage decoded(bytes);
-      const auto message = decoded.root<wire::NodeMessage>();
-      Negotiator& to = node(link.second);
-      if (message.isCycle()) to.on_cycle(link.first, message.getCycle());
-      if (message.isResponse()) to.on_response(link.first, message.getResponse());
+      dispatch(link.first, link.second, bytes);
     }
+  }
+
+  // Delivers the oldest message from `from` to `to`.
+  void deliver_one(uint32_t from, uint32_t to) {
+    auto& queue = queues_[{from, to}];
+    ASSERT_FALSE(queue.empty());
+    const std::vector<uint8_t> bytes = std::move(queue.front());
+    queue.pop_front();
+    dispatch(from, to, bytes);
   }
 
   // What each node decided since the last call, cycle by cycle.
@@ -78,6 +93,13 @@ class Network {
   }
 
  private:
+  void dispatch(uint32_t from, uint32_t to, const std::vector<uint8_t>& bytes) {
+    ipc::DecodedMessage decoded(bytes);
+    const auto message = decoded.root<wire::NodeMessage>();
+    if (message.isCycle()) node(to).on_cycle(from, message.getCycle());
+    if (message.isResponse()) node(to).on_response(from, message.getResponse());
+  }
+
   std::mt19937_64 random_;
   std::vector<std::unique_ptr<Negotiator>> negotiators_;
   std::map<std::pair<uint32_t, uint32_t>, std::deque<std::vector<uint8_t>>> queues_;
@@ -124,11 +146,16 @@ std::vector<std::string> tensor_names(int count) {
   return names;
 }
 
-class NegotiatorTest : public ::testing::TestWithParam<uint32_t> {};
+// Node counts, each with joins held and not.
+class NegotiatorTest : public ::testing::TestWithParam<std::tuple<uint32_t, bool>> {
+ protected:
+  static uint32_t nodes() { return std::get<0>(GetParam()); }
+  static bool hold() { return std::get<1>(GetParam()); }
+};
 
 TEST_P(NegotiatorTest, FirstStepThroughTheCoordinatorLaterStepsFromTheCache) {
-  std::mt19937_64 random(GetParam());
-  Network net(GetParam(), 1024, GetParam());
+  std::mt19937_64 random(nodes());
+  Network net(nodes(), 1024, nodes(), hold());
   const auto names = tensor_names(40);
   auto first = run_step(net, names, random);
   ASSERT_EQ(first.size(), names.size());
@@ -148,13 +175,13 @@ TEST_P(NegotiatorTest, FirstStepThroughTheCoordinatorLaterStepsFromTheCache) {
   EXPECT_EQ(net.node(0).counters().cache_misses, names.size());
   // Every node agrees on the largest link figures.
   for (uint32_t n = 0; n < net.nodes(); ++n) {
-    EXPECT_DOUBLE_EQ(net.node(n).agreed_link().alpha_seconds, 1e-5 * GetParam());
+    EXPECT_DOUBLE_EQ(net.node(n).agreed_link().alpha_seconds, 1e-5 * nodes());
   }
 }
 
 TEST_P(NegotiatorTest, AChangedSizeIsRenegotiatedEverywhere) {
-  std::mt19937_64 random(GetParam());
-  Network net(GetParam(), 1024, GetParam());
+  std::mt19937_64 random(nodes());
+  Network net(nodes(), 1024, nodes(), hold());
   const auto names = tensor_names(8);
   run_step(net, names, random, 100);
   run_step(net, names, random, 100);
@@ -167,8 +194,8 @@ TEST_P(NegotiatorTest, AChangedSizeIsRenegotiatedEverywhere) {
 }
 
 TEST_P(NegotiatorTest, AMismatchFailsOnEveryNodeNamingTheNodes) {
-  Network net(GetParam(), 1024, GetParam());
-  const uint32_t last = GetParam() - 1;
+  Network net(nodes(), 1024, nodes(), hold());
+  const uint32_t last = nodes() - 1;
   for (uint32_t n = 0; n < net.nodes(); ++n) net.node(n).propose(allreduce("w", n == last ? 7 : 5));
   net.deliver_all();
   auto decisions = net.take_decisions();
@@ -185,8 +212,8 @@ TEST_P(NegotiatorTest, AMismatchFailsOnEveryNodeNamingTheNodes) {
 }
 
 TEST_P(NegotiatorTest, ASmallCacheEvictsAndStaysConsistent) {
-  std::mt19937_64 random(uint64_t{GetParam()} * 7);
-  Network net(GetParam(), 3, GetParam());
+  std::mt19937_64 random(uint64_t{nodes()} * 7);
+  Network net(nodes(), 3, nodes(), hold());
   const auto names = tensor_names(10);
   for (int step = 0; step < 6; ++step) EXPECT_EQ(run_step(net, names, random).size(), names.size());
   EXPECT_LE(net.node(0).cache().size(), 3u);
@@ -203,8 +230,8 @@ TEST_P(NegotiatorTest, ASmallCacheEvictsAndStaysConsistent) {
 }
 
 TEST_P(NegotiatorTest, NoCacheSendsEverythingThroughTheCoordinator) {
-  std::mt19937_64 random(GetParam());
-  Network net(GetParam(), 0, GetParam());
+  std::mt19937_64 random(nodes());
+  Network net(nodes(), 0, nodes(), hold());
   const auto names = tensor_names(12);
   for (int step = 0; step < 3; ++step) EXPECT_EQ(run_step(net, names, random).size(), names.size());
   EXPECT_EQ(net.node(0).counters().cache_hits, 0u);
@@ -212,7 +239,7 @@ TEST_P(NegotiatorTest, NoCacheSendsEverythingThroughTheCoordinator) {
 }
 
 TEST_P(NegotiatorTest, ANodeAStepAheadHasItsInstancesDecidedInOrder) {
-  Network net(GetParam(), 1024, GetParam());
+  Network net(nodes(), 1024, nodes(), hold());
   // Node 0 proposes the same name for two steps before the others have the first.
   net.node(0).propose(allreduce("a", 1));
   net.node(0).propose(allreduce("a", 1));
@@ -228,8 +255,8 @@ TEST_P(NegotiatorTest, ANodeAStepAheadHasItsInstancesDecidedInOrder) {
 }
 
 TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrder) {
-  std::mt19937_64 random(GetParam());
-  Network net(GetParam(), 1024, GetParam());
+  std::mt19937_64 random(nodes());
+  Network net(nodes(), 1024, nodes(), hold());
   const auto names = tensor_names(6);
   run_step(net, names, random);  // through the coordinator: no data rides along yet
   for (const auto& name : names) {
@@ -259,7 +286,7 @@ TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrder) {
 }
 
 TEST_P(NegotiatorTest, DecisionsHandBackEachNodesOwnCookie) {
-  Network net(GetParam(), 1024, GetParam());
+  Network net(nodes(), 1024, nodes(), hold());
   const auto names = tensor_names(5);
   // Step 0 goes through the coordinator, step 1 through the cache.
   for (uint64_t step = 0; step < 2; ++step) {
@@ -282,8 +309,57 @@ TEST_P(NegotiatorTest, DecisionsHandBackEachNodesOwnCookie) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Nodes, NegotiatorTest, ::testing::Values(2u, 3u, 5u),
-                         [](const auto& info) { return std::to_string(info.param) + "nodes"; });
+INSTANTIATE_TEST_SUITE_P(Nodes, NegotiatorTest,
+                         ::testing::Combine(::testing::Values(2u, 3u, 5u), ::testing::Bool()),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "nodes" +
+                                  (std::get<1>(info.param) ? "HoldingJoins" : "");
+                         });
+
+// Node 0's rank is a step ahead: its cycle reaches node 1 before node 1's rank submits.
+// Joining at once, node 1 makes that cycle decide nothing and the collective needs a second;
+// holding, node 1 joins with the collective and one cycle decides it.
+TEST(Negotiator, ANodeWithNothingToProposeHoldsItsPartOfAPeersCycle) {
+  for (const bool hold : {false, true}) {
+    Network net(2, 16, 1, hold);
+    for (uint32_t n = 0; n < 2; ++n) net.node(n).propose(allreduce("x", 100));
+    net.deliver_all();  // through the coordinator: "x" is cached now
+    ASSERT_EQ(net.take_decisions()[1].size(), 1U);
+    const uint64_t cycles = net.node(1).counters().cycles;
+
+    net.node(0).propose(allreduce("x", 100));
+    net.deliver_one(0, 1);  // node 0's cycle, and nothing released
+    EXPECT_EQ(net.node(1).holding(), hold);
+    net.node(1).propose(allreduce("x", 100));
+    net.deliver_all();
+    const auto decided = net.take_decisions();
+    EXPECT_EQ(keys(decided[0]), std::vector<std::string>{"x"});
+    EXPECT_EQ(keys(decided[1]), std::vector<std::string>{"x"});
+    EXPECT_EQ(net.node(1).counters().cycles - cycles, hold ? 1U : 2U) << "hold " << hold;
+    EXPECT_FALSE(net.node(1).holding());
+  }
+}
+
+// A hold ends when the daemon's wait for it does: the node joins with nothing, the cycle
+// decides nothing, and the next collective negotiates as usual.
+TEST(Negotiator, AReleasedHoldJoinsWithNothingAndTheNextCycleDecides) {
+  Network net(2, 16, 1, true);
+  for (uint32_t n = 0; n < 2; ++n) net.node(n).propose(allreduce("y", 100));
+  net.deliver_all();
+  net.take_decisions();
+  net.node(0).propose(allreduce("y", 100));
+  net.deliver_one(0, 1);
+  ASSERT_TRUE(net.node(1).holding());
+  net.node(1).release_hold();
+  EXPECT_FALSE(net.node(1).holding());
+  net.deliver_all();
+  EXPECT_TRUE(net.take_decisions()[0].empty());
+  net.node(1).propose(allreduce("y", 100));
+  net.deliver_all();
+  const auto decided = net.take_decisions();
+  EXPECT_EQ(keys(decided[0]), std::vector<std::string>{"y"});
+  EXPECT_EQ(keys(decided[1]), std::vector<std::string>{"y"});
+}
 
 Signature sized(uint64_t count) {
   return allreduce("", count).signature;

@@ -1,6 +1,7 @@
 // gradsync-bench --calibrate FILE: the measurements gradsync-model fits its figures to
 // (tools/model/calibration.h). Every rank of the job takes part; rank 0 writes the file.
-//  1. Rank 0 alone: memcpy and a two-input reduction over buffers larger than any cache.
+//  1. Rank 0 alone: memcpy and a two-input reduction over buffers larger than any cache, on
+//     every core at once.
 //  2. Node 0's ranks alone, as a job of their own on the same daemon: an allreduce of 8 bytes
 //     and one of the large size (-e, default 32 MiB).
 //  3. Every rank, as a job with the ring forced: the same two allreduces across the nodes.
@@ -12,11 +13,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 namespace gradsync::bench {
@@ -42,19 +45,36 @@ double median_seconds(int rounds, Body body) {
   return median(times);
 }
 
-// Bytes per second of memcpy and of a two-input f32 sum (per output byte), on this core.
+// Runs body(begin, end) over [0, count) split among every core of the machine, at once.
+template <typename Body>
+void on_every_core(size_t count, Body body) {
+  const size_t cores = std::max(1U, std::thread::hardware_concurrency());
+  std::vector<std::thread> threads;
+  threads.reserve(cores);
+  for (size_t core = 0; core < cores; ++core) {
+    threads.emplace_back(body, count * core / cores, count * (core + 1) / cores);
+  }
+  for (auto& thread : threads) thread.join();
+}
+
+// Bytes per second of memcpy and of a two-input f32 sum (per output byte), on every core at
+// once: what the machine's memory can do, which bounds what the daemon's reduce pool can.
 void measure_memory(model::CalibrationRun& run) {
   std::vector<float> a(kMemoryBytes / sizeof(float), 1.0F);
   std::vector<float> b(a.size(), 2.0F);
   std::vector<float> c(a.size(), 0.0F);
   run.copy_bytes_per_second = kMemoryBytes / median_seconds(kMemoryRounds, [&] {
-                                std::memcpy(c.data(), a.data(), kMemoryBytes);
+                                on_every_core(a.size(), [&](size_t begin, size_t end) {
+                                  std::memcpy(&c[begin], &a[begin], (end - begin) * sizeof(float));
+                                });
                               });
-  const void* inputs[] = {a.data(), b.data()};
-  void* outputs[] = {c.data()};
   run.reduce_bytes_per_second = kMemoryBytes / median_seconds(kMemoryRounds, [&] {
-                                  kernels::reduce_to_all(GRADSYNC_FLOAT32, GRADSYNC_SUM, inputs, 2,
-                                                         outputs, 1, a.size(), true);
+                                  on_every_core(a.size(), [&](size_t begin, size_t end) {
+                                    const void* inputs[] = {&a[begin], &b[begin]};
+                                    void* outputs[] = {&c[begin]};
+                                    kernels::reduce_to_all(GRADSYNC_FLOAT32, GRADSYNC_SUM, inputs,
+                                                           2, outputs, 1, end - begin, true);
+                                  });
                                 });
 }
 

@@ -25,8 +25,10 @@ inline constexpr uint64_t kCalibrationSmallBytes = 8;
 
 struct CalibrationRun {
   Layout layout;
-  double copy_bytes_per_second = 0;    // memcpy on one core, out of cache: the memory ceiling
-  double reduce_bytes_per_second = 0;  // a two-input f32 sum, out of cache, per output byte
+  // On every core at once, out of cache: memcpy (the memory ceiling), and a two-input f32 sum
+  // per output byte.
+  double copy_bytes_per_second = 0;
+  double reduce_bytes_per_second = 0;
   uint64_t large_bytes = 0;
   TimedPair local;                   // among one node's ranks
   std::optional<TimedPair> cluster;  // across the nodes (ring); absent on one node

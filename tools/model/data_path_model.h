@@ -52,8 +52,7 @@ struct AllreducePrediction {
   const Prediction& best() const { return algorithms[picked]; }
 };
 
-// The pipeline piece of the inter-node algorithms (node_ring_allreduce.cpp).
-inline constexpr uint64_t kPipelinePieceBytes = 512 << 10;
+using daemon::kPipelinePieceBytes;
 
 AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& node,
                                       const LinkFigures& link, uint64_t bytes);

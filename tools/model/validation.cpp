@@ -3,6 +3,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -24,6 +25,24 @@ json read_json(const std::string& path) {
 }
 
 }  // namespace
+
+Regime regime_of(uint64_t bytes) {
+  if (bytes <= daemon::kEagerMaxBytes) return Regime::kLatency;
+  if (bytes >= 4 * daemon::kPipelinePieceBytes) return Regime::kBandwidth;
+  return Regime::kTransition;
+}
+
+const char* regime_name(Regime regime) {
+  switch (regime) {
+    case Regime::kLatency:
+      return "latency";
+    case Regime::kTransition:
+      return "transition";
+    case Regime::kBandwidth:
+      return "bandwidth";
+  }
+  return "?";
+}
 
 std::vector<ValidationRow> predict_measurements(const Figures& figures, const json& result) {
   const Layout layout{result.at("layout").at("nodes").get<uint32_t>(),
@@ -51,25 +70,32 @@ int validate(const std::string& result_path, const std::string& calibration_path
   } catch (const json::exception& e) {
     throw std::invalid_argument(result_path + ": not a bench/compare result: " + e.what());
   }
-  bool within = !rows.empty();
+  bool within = std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.validated(); });
   json out = json::array();
   if (!as_json) {
     fmt::print("# {} against the model fitted to {} (tolerance {:.0f}%)\n", result_path, source,
                100 * tolerance);
-    fmt::print("# {:>10} {:>12} {:>12} {:>8}\n", "size (B)", "measured", "predicted", "error");
+    fmt::print("# {:>10} {:>12} {:>12} {:>8}  {}\n", "size (B)", "measured", "predicted", "error",
+               "regime");
   }
   for (const ValidationRow& row : rows) {
-    const bool ok = std::abs(row.relative_error()) <= tolerance;
+    const bool ok = !row.validated() || std::abs(row.relative_error()) <= tolerance;
     within = within && ok;
+    const char* regime = regime_name(regime_of(row.bytes));
     if (as_json) {
       out.push_back({{"bytes", row.bytes},
                      {"measured_us", row.measured_seconds * 1e6},
                      {"predicted_us", row.predicted_seconds * 1e6},
-                     {"relative_error", row.relative_error()}});
+                     {"relative_error", row.relative_error()},
+                     {"regime", regime},
+                     {"validated", row.validated()}});
     } else {
-      fmt::print("  {:>10} {:>10.1f}us {:>10.1f}us {:>+7.1f}%{}\n", row.bytes,
+      fmt::print("  {:>10} {:>10.1f}us {:>10.1f}us {:>+7.1f}%  {}{}\n", row.bytes,
                  row.measured_seconds * 1e6, row.predicted_seconds * 1e6,
-                 100 * row.relative_error(), ok ? "" : "   <- beyond tolerance");
+                 100 * row.relative_error(), regime,
+                 !row.validated() ? " (not validated)"
+                 : ok             ? ""
+                                  : "   <- beyond tolerance");
     }
   }
   if (as_json) std::puts(out.dump(2).c_str());

@@ -1,6 +1,11 @@
 // The model against measurements: a bench/compare result holds gradsync's timings of one
 // layout and the calibration run made beside them; the model, fitted to a calibration, predicts
 // every measured size, and a prediction further than the tolerance from its measurement fails.
+//
+// The model is an α-β-γ model: it holds where one of its terms dominates. Between the two
+// regimes the transport changes protocols (contributions stop riding with the negotiation,
+// UCX switches from eager sends to rendezvous, the pipeline fills), each with round trips of
+// its own that no α-β-γ term describes; those sizes are predicted and shown, not validated.
 #pragma once
 
 #include "tools/model/calibration.h"
@@ -13,11 +18,20 @@
 
 namespace gradsync::model {
 
+enum class Regime {
+  kLatency,     // up to kEagerMaxBytes: one negotiation message carries the data
+  kTransition,  // not validated
+  kBandwidth,   // from four pipeline pieces up: the pipeline runs full
+};
+Regime regime_of(uint64_t bytes);
+const char* regime_name(Regime regime);
+
 struct ValidationRow {
   uint64_t bytes = 0;
   double measured_seconds = 0;
   double predicted_seconds = 0;
   double relative_error() const { return predicted_seconds / measured_seconds - 1; }
+  bool validated() const { return regime_of(bytes) != Regime::kTransition; }
 };
 
 // Predicts each of `result`'s gradsync rows on its layout ("layout", "systems.gradsync.rows").
@@ -26,7 +40,7 @@ std::vector<ValidationRow> predict_measurements(const Figures& figures,
 
 // gradsync-model --validate: the rows of the result at `result_path` against the model fitted
 // to `calibration_path` (empty: the result's own calibration). Prints them; returns the exit
-// status (0: every row within `tolerance`).
+// status (0: every validated row within `tolerance`).
 int validate(const std::string& result_path, const std::string& calibration_path, double tolerance,
              bool json);
 
