@@ -158,13 +158,17 @@ TEST(Validation, PredictsEveryMeasuredRowOfAResult) {
          {{"rows",
            {{{"bytes", 8}, {"time_us", 40.0}}, {{"bytes", 1 << 20}, {"time_us", 1000.0}}}}}}}}};
   const Figures figures{kHost, kLink};
-  const auto rows = predict_measurements(figures, result);
+  const auto rows = predict_measurements(figures, 512 << 10, result);
   ASSERT_EQ(rows.size(), 2U);
   EXPECT_EQ(rows[1].bytes, 1U << 20);
   EXPECT_DOUBLE_EQ(rows[1].measured_seconds, 1e-3);
   EXPECT_DOUBLE_EQ(rows[1].predicted_seconds,
                    predict_allreduce(layout, kHost, kLink, 1 << 20).best().seconds);
   EXPECT_DOUBLE_EQ(rows[1].relative_error(), rows[1].predicted_seconds / 1e-3 - 1);
+  EXPECT_EQ(rows[0].regime, Regime::kLatency);
+  EXPECT_EQ(rows[1].regime, Regime::kTransition);  // under four pipeline pieces
+  EXPECT_EQ(regime_of(64 << 20, 32 << 20), Regime::kBandwidth);
+  EXPECT_EQ(regime_of(16 << 20, 32 << 20), Regime::kTransition);  // fits the cache
 }
 
 }  // namespace

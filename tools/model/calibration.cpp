@@ -102,6 +102,10 @@ CalibrationRun calibration_from_json(const nlohmann::json& in) {
   const json& memory = member(in, "memory", "calibration");
   run.copy_bytes_per_second = number(memory, "copy_gbytes_per_s", "calibration.memory") * 1e9;
   run.reduce_bytes_per_second = number(memory, "reduce_gbytes_per_s", "calibration.memory") * 1e9;
+  if (memory.contains("last_level_cache_bytes")) {
+    run.last_level_cache_bytes =
+        static_cast<uint64_t>(number(memory, "last_level_cache_bytes", "calibration.memory"));
+  }
   run.large_bytes = static_cast<uint64_t>(number(in, "large_bytes", "calibration"));
   run.local = pair_from(member(in, "local", "calibration"), "calibration.local");
   if (in.contains("cluster")) {

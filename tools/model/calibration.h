@@ -29,6 +29,8 @@ struct CalibrationRun {
   // per output byte.
   double copy_bytes_per_second = 0;
   double reduce_bytes_per_second = 0;
+  // Where collectives stop fitting the caches (0: unknown): the model's bandwidth regime.
+  uint64_t last_level_cache_bytes = 0;
   uint64_t large_bytes = 0;
   TimedPair local;                   // among one node's ranks
   std::optional<TimedPair> cluster;  // across the nodes (ring); absent on one node

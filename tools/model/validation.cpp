@@ -26,9 +26,11 @@ json read_json(const std::string& path) {
 
 }  // namespace
 
-Regime regime_of(uint64_t bytes) {
+Regime regime_of(uint64_t bytes, uint64_t last_level_cache_bytes) {
   if (bytes <= daemon::kEagerMaxBytes) return Regime::kLatency;
-  if (bytes >= 4 * daemon::kPipelinePieceBytes) return Regime::kBandwidth;
+  if (bytes >= std::max<uint64_t>(4 * daemon::kPipelinePieceBytes, last_level_cache_bytes)) {
+    return Regime::kBandwidth;
+  }
   return Regime::kTransition;
 }
 
@@ -44,7 +46,9 @@ const char* regime_name(Regime regime) {
   return "?";
 }
 
-std::vector<ValidationRow> predict_measurements(const Figures& figures, const json& result) {
+std::vector<ValidationRow> predict_measurements(const Figures& figures,
+                                                uint64_t last_level_cache_bytes,
+                                                const json& result) {
   const Layout layout{result.at("layout").at("nodes").get<uint32_t>(),
                       result.at("layout").at("ranks_per_node").get<uint32_t>()};
   std::vector<ValidationRow> rows;
@@ -52,6 +56,7 @@ std::vector<ValidationRow> predict_measurements(const Figures& figures, const js
     ValidationRow out;
     out.bytes = row.at("bytes").get<uint64_t>();
     out.measured_seconds = row.at("time_us").get<double>() / 1e6;
+    out.regime = regime_of(out.bytes, last_level_cache_bytes);
     out.predicted_seconds =
         predict_allreduce(layout, figures.node, figures.link, out.bytes).best().seconds;
     rows.push_back(out);
@@ -63,10 +68,11 @@ int validate(const std::string& result_path, const std::string& calibration_path
              bool as_json) {
   const json result = read_json(result_path);
   const std::string source = calibration_path.empty() ? result_path : calibration_path;
-  const Figures figures = fit_figures(load_calibration(source));
+  const CalibrationRun calibration = load_calibration(source);
+  const Figures figures = fit_figures(calibration);
   std::vector<ValidationRow> rows;
   try {
-    rows = predict_measurements(figures, result);
+    rows = predict_measurements(figures, calibration.last_level_cache_bytes, result);
   } catch (const json::exception& e) {
     throw std::invalid_argument(result_path + ": not a bench/compare result: " + e.what());
   }
@@ -81,7 +87,7 @@ int validate(const std::string& result_path, const std::string& calibration_path
   for (const ValidationRow& row : rows) {
     const bool ok = !row.validated() || std::abs(row.relative_error()) <= tolerance;
     within = within && ok;
-    const char* regime = regime_name(regime_of(row.bytes));
+    const char* regime = regime_name(row.regime);
     if (as_json) {
       out.push_back({{"bytes", row.bytes},
                      {"measured_us", row.measured_seconds * 1e6},

@@ -21,21 +21,23 @@ namespace gradsync::model {
 enum class Regime {
   kLatency,     // up to kEagerMaxBytes: one negotiation message carries the data
   kTransition,  // not validated
-  kBandwidth,   // from four pipeline pieces up: the pipeline runs full
+  kBandwidth,   // the pipeline runs full (four pieces), and the data fits no cache
 };
-Regime regime_of(uint64_t bytes);
+Regime regime_of(uint64_t bytes, uint64_t last_level_cache_bytes);
 const char* regime_name(Regime regime);
 
 struct ValidationRow {
   uint64_t bytes = 0;
   double measured_seconds = 0;
   double predicted_seconds = 0;
+  Regime regime = Regime::kTransition;
   double relative_error() const { return predicted_seconds / measured_seconds - 1; }
-  bool validated() const { return regime_of(bytes) != Regime::kTransition; }
+  bool validated() const { return regime != Regime::kTransition; }
 };
 
 // Predicts each of `result`'s gradsync rows on its layout ("layout", "systems.gradsync.rows").
 std::vector<ValidationRow> predict_measurements(const Figures& figures,
+                                                uint64_t last_level_cache_bytes,
                                                 const nlohmann::json& result);
 
 // gradsync-model --validate: the rows of the result at `result_path` against the model fitted
