@@ -121,6 +121,19 @@ gradsync_options sibling_job(const gradsync_options& who, const char* suffix) {
   return options;
 }
 
+// The largest cache of CPU 0, from sysfs (sysconf's figure is wrong on some virtual machines);
+// 0 when unknown.
+uint64_t last_level_cache_bytes() {
+  uint64_t largest = 0;
+  for (int index = 0; index < 8; ++index) {
+    std::ifstream file("/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) +
+                       "/size");
+    uint64_t kib = 0;
+    if (file >> kib) largest = std::max(largest, kib << 10);
+  }
+  return largest;
+}
+
 }  // namespace
 
 void run_calibration(const BenchOptions& o, Communicator& comm, const gradsync_options& who) {
@@ -136,8 +149,7 @@ void run_calibration(const BenchOptions& o, Communicator& comm, const gradsync_o
 
   if (who.rank == 0) {
     measure_memory(run);
-    const long cache = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
-    run.last_level_cache_bytes = cache > 0 ? static_cast<uint64_t>(cache) : 0;
+    run.last_level_cache_bytes = last_level_cache_bytes();
   }
   comm.barrier();
   if (on_node_0) {

@@ -40,6 +40,7 @@ struct Options {
   double overlap_fraction = 0;
   std::string validate;
   double tolerance = 0.15;
+  std::string validate_from = "0";
   bool json = false;
 };
 
@@ -172,11 +173,14 @@ int main(int argc, char** argv) {
                  "a bench/compare result: predict its gradsync rows, fail beyond --tolerance");
   app.add_option("--tolerance", o.tolerance, "largest relative error --validate accepts")
       ->check(CLI::PositiveNumber);
+  app.add_option("--validate-from", o.validate_from,
+                 "with --validate: validate only sizes from this one (K/M/G suffixes)");
   app.add_flag("--json", o.json, "JSON instead of a table");
   CLI11_PARSE(app, argc, argv);
   try {
     if (!o.validate.empty()) {
-      return gradsync::model::validate(o.validate, o.calibration, o.tolerance, o.json);
+      return gradsync::model::validate(o.validate, o.calibration, o.tolerance,
+                                       gradsync::bench::parse_size(o.validate_from), o.json);
     }
     return predict(o);
   } catch (const std::exception& e) {

@@ -65,7 +65,7 @@ std::vector<ValidationRow> predict_measurements(const Figures& figures,
 }
 
 int validate(const std::string& result_path, const std::string& calibration_path, double tolerance,
-             bool as_json) {
+             uint64_t from_bytes, bool as_json) {
   const json result = read_json(result_path);
   const std::string source = calibration_path.empty() ? result_path : calibration_path;
   const CalibrationRun calibration = load_calibration(source);
@@ -73,6 +73,9 @@ int validate(const std::string& result_path, const std::string& calibration_path
   std::vector<ValidationRow> rows;
   try {
     rows = predict_measurements(figures, calibration.last_level_cache_bytes, result);
+    for (ValidationRow& row : rows) {
+      if (row.bytes < from_bytes) row.regime = Regime::kTransition;
+    }
   } catch (const json::exception& e) {
     throw std::invalid_argument(result_path + ": not a bench/compare result: " + e.what());
   }

@@ -43,7 +43,8 @@ std::vector<ValidationRow> predict_measurements(const Figures& figures,
 // gradsync-model --validate: the rows of the result at `result_path` against the model fitted
 // to `calibration_path` (empty: the result's own calibration). Prints them; returns the exit
 // status (0: every validated row within `tolerance`).
+// Rows under `from_bytes` are shown, not validated.
 int validate(const std::string& result_path, const std::string& calibration_path, double tolerance,
-             bool json);
+             uint64_t from_bytes, bool json);
 
 }  // namespace gradsync::model
