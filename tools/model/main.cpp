@@ -142,7 +142,9 @@ int predict(const Options& o) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+
+int run(int argc, char** argv) {
   Options o;
   CLI::App app{"gradsync-model: predicted allreduce time, algbw and busbw of each algorithm"};
   app.add_option("--nodes", o.layout.nodes, "nodes")->check(CLI::PositiveNumber);
@@ -177,14 +179,23 @@ int main(int argc, char** argv) {
                  "with --validate: validate only sizes from this one (K/M/G suffixes)");
   app.add_flag("--json", o.json, "JSON instead of a table");
   CLI11_PARSE(app, argc, argv);
+  if (!o.validate.empty()) {
+    return gradsync::model::validate(o.validate, o.calibration, o.tolerance,
+                                     gradsync::bench::parse_size(o.validate_from), o.json);
+  }
+  return predict(o);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
   try {
-    if (!o.validate.empty()) {
-      return gradsync::model::validate(o.validate, o.calibration, o.tolerance,
-                                       gradsync::bench::parse_size(o.validate_from), o.json);
-    }
-    return predict(o);
+    return run(argc, argv);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gradsync-model: %s\n", e.what());
+    return 1;
+  } catch (...) {
+    std::fprintf(stderr, "gradsync-model: unknown error\n");
     return 1;
   }
 }
