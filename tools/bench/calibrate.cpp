@@ -94,16 +94,7 @@ double time_allreduce(Communicator& comm, uint64_t bytes, int iterations, int wa
     comm.wait(comm.allreduce(name.c_str(), send.data(), recv.data(), count, GRADSYNC_FLOAT32,
                              GRADSYNC_SUM));
   };
-  for (int i = 0; i < warmup; ++i) once();
-  comm.barrier();
-  std::vector<double> times(static_cast<size_t>(iterations));
-  for (auto& t : times) {
-    const auto start = Clock::now();
-    once();
-    t = std::chrono::duration<double>(Clock::now() - start).count();
-  }
-  max_across_ranks(comm, scratch, times);
-  return median(times);
+  return median(slowest_rank_times_us(comm, scratch, iterations, warmup, once)) / 1e6;
 }
 
 model::TimedPair time_pair(const gradsync_options& options, uint64_t large_bytes) {

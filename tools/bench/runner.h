@@ -5,6 +5,9 @@
 
 #include <gradsync/gradsync.hpp>
 
+#include <chrono>
+#include <vector>
+
 namespace gradsync::bench {
 
 // Each returns the number of wrong elements this rank saw (0 without --check).
@@ -18,6 +21,23 @@ void max_across_ranks(Communicator& comm, SharedBuffer& scratch, std::vector<dou
 uint64_t sum_across_ranks(Communicator& comm, SharedBuffer& scratch, uint64_t value);
 
 double median(std::vector<double> values);
+
+// The measurement every bench mode shares: `warmup` runs of `once`, a barrier, then
+// `iterations` timed runs; returns each iteration's time (µs) on the slowest rank.
+template <typename Once>
+std::vector<double> slowest_rank_times_us(Communicator& comm, SharedBuffer& scratch, int iterations,
+                                          int warmup, Once once) {
+  for (int i = 0; i < warmup; ++i) once();
+  comm.barrier();
+  std::vector<double> times(static_cast<size_t>(iterations));
+  for (auto& t : times) {
+    const auto start = std::chrono::steady_clock::now();
+    once();
+    t = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  }
+  max_across_ranks(comm, scratch, times);
+  return times;
+}
 double percentile(std::vector<double> values, double p);
 
 }  // namespace gradsync::bench

@@ -3,15 +3,12 @@
 #include "tools/bench/runner.h"
 #include "tools/common/reference.h"
 
-#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 
 namespace gradsync::bench {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 struct Row {
   uint64_t bytes;
@@ -110,14 +107,8 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int rank
           break;
       }
     };
-    for (int i = 0; i < o.warmup; ++i) once();
-    comm.barrier();
-    std::vector<double> times(static_cast<size_t>(o.iterations));
-    for (auto& t : times) {
-      const auto start = Clock::now();
-      once();
-      t = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-    }
+    const std::vector<double> times =
+        slowest_rank_times_us(comm, scratch, o.iterations, o.warmup, once);
     uint64_t wrong = 0;
     if (o.check) {
       const auto kind =
@@ -126,7 +117,6 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int rank
                                                                 : reference::Kind::kAllreduce);
       wrong = reference::count_wrong(kind, recv.data(), count, o.dtype, o.op, ranks, o.root, bytes);
     }
-    max_across_ranks(comm, scratch, times);
     wrong = sum_across_ranks(comm, scratch, wrong);
     wrong_total += wrong;
     Row row{bytes, count, median(times), 0, 0, 0, wrong};
