@@ -2,6 +2,7 @@
 #pragma once
 
 #include "ipc/protocol.h"
+#include "tools/common/sizes.h"
 
 #include <gradsync/gradsync.h>
 
@@ -42,7 +43,7 @@ struct BenchOptions {
 BenchOptions parse_options(int argc, char** argv);
 std::string usage();
 
-uint64_t parse_size(const std::string& text);       // 8, 64K, 1M, 2G
+using tools::parse_size;                            // tools/common/sizes.h
 const char* dtype_flag_name(gradsync_dtype dtype);  // nccl-tests names
 const char* op_flag_name(gradsync_op op);
 

@@ -1,7 +1,7 @@
 // gradsync-model: what an allreduce, or a training step, would cost on N nodes x K GPUs, from
 // the α-β-γ model of the data path (data_path_model.h) with figures either measured here
 // (--calibration, from `gradsync-bench --calibrate`) or given for a machine nobody can run here.
-#include "tools/bench/options.h"
+#include "tools/common/sizes.h"
 #include "tools/model/calibration.h"
 #include "tools/model/data_path_model.h"
 #include "tools/model/validation.h"
@@ -88,13 +88,13 @@ json figures_json(const Figures& f) {
 int predict(const Options& o) {
   std::string basis;
   const Figures figures = resolve_figures(o, basis);
-  const uint64_t bytes = gradsync::bench::parse_size(o.bytes);
+  const uint64_t bytes = gradsync::tools::parse_size(o.bytes);
   const auto allreduce =
       gradsync::model::predict_allreduce(o.layout, figures.node, figures.link, bytes);
   std::optional<gradsync::model::ScalingPrediction> scaling;
   if (o.compute_ms) {
     const uint64_t gradients =
-        o.gradient_bytes.empty() ? bytes : gradsync::bench::parse_size(o.gradient_bytes);
+        o.gradient_bytes.empty() ? bytes : gradsync::tools::parse_size(o.gradient_bytes);
     scaling = gradsync::model::predict_scaling(
         o.layout, figures.node, figures.link, {*o.compute_ms / 1e3, gradients, o.overlap_fraction});
   }
@@ -181,7 +181,7 @@ int run(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (!o.validate.empty()) {
     return gradsync::model::validate(o.validate, o.calibration, o.tolerance,
-                                     gradsync::bench::parse_size(o.validate_from), o.json);
+                                     gradsync::tools::parse_size(o.validate_from), o.json);
   }
   return predict(o);
 }
