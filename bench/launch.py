@@ -5,6 +5,7 @@ happens, so a failed run leaves no daemon, namespace or socket behind."""
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import subprocess
@@ -19,8 +20,34 @@ DAEMON_PORT = 9478
 UCX_ACROSS_NODES = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}
 
 
+def node_cpu(node):
+    """The core every process of namespace node `node` runs on. A real node has its own
+    cores; left to the scheduler, the nodes here mix on this machine's cores, and whether two
+    nodes' daemons happen to share one decides small-message latency (8 B across 2 nodes: 21 us
+    with each node on a core of its own, 37 us with both daemons on one, either one unpinned,
+    for tens of seconds at a time). Every system's processes of a node get the same core.
+    bench/netns-rsh pins Open MPI's remote daemons, and so their ranks, the same way."""
+    return node % os.cpu_count()
+
+
 class RunFailed(RuntimeError):
     pass
+
+
+class Interrupted(Exception):
+    """SIGTERM or SIGHUP: raised where the run is, so that every `with Place` unwinds and
+    stops its daemons, ranks and namespaces (Python's default for both is to exit at once)."""
+
+    def __init__(self, signo):
+        super().__init__(f"stopped by signal {signo}")
+        self.signo = signo
+
+
+def raise_on_stop_signals():
+    def stop(signo, _frame):
+        raise Interrupted(signo)
+    for signo in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signo, stop)
 
 
 class Place:
@@ -71,8 +98,11 @@ class Place:
         return os.path.join(self.dir, f"node{node}.sock")
 
     def on_node(self, node, command, env=None):
-        """`command` as it runs on `node`, with `env` set there."""
-        prefix = [NETNS, "exec", str(node)] if self.namespaces else []
+        """`command` as it runs on `node`, with `env` set there: in the node's namespace, on
+        the node's core (see node_cpu)."""
+        prefix = []
+        if self.namespaces:
+            prefix = [NETNS, "exec", str(node), "taskset", "-c", str(node_cpu(node))]
         pairs = [f"{k}={v}" for k, v in (env or {}).items()]
         return prefix + ["env"] + pairs + command
 
@@ -81,11 +111,20 @@ class Place:
                    "--metrics-listen", "", "--log-level", "warn"]
         env = {}
         if self.namespaces:
-            command += ["--listen", f"{self.address(node)}:{DAEMON_PORT}"]
+            command += ["--listen", f"{self.address(node)}:{DAEMON_PORT}",
+                        "--config", self._daemon_config()]
             env = UCX_ACROSS_NODES
         log = open(os.path.join(self.dir, f"daemon{node}.log"), "w")
         self.daemons.append(subprocess.Popen(self.on_node(node, command, env), env=self.env,
                                              stdout=log, stderr=subprocess.STDOUT))
+
+    def _daemon_config(self):
+        """The daemons' configuration across nodes: the defaults, but bulk data eager over
+        TCP (README, "TCP networks"; not the default yet)."""
+        path = os.path.join(self.dir, "gradsyncd.toml")
+        with open(path, "w") as out:
+            out.write('tcp_bulk_protocol = "eager"\n')
+        return path
 
     def _wait_for_socket(self, node):
         for _ in range(200):
@@ -102,12 +141,7 @@ class Place:
         out = os.path.join(self.dir, f"{system}-{random.getrandbits(32)}.json")
         args = list(args) + ["--json", out]
         if system == "mpi":
-            if self.namespaces:
-                raise RunFailed("Open MPI runs on one node only here")
-            command = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                       "-np", str(self.nodes * self.per_node), PYTHON,
-                       os.path.join(ROOT, "bench", "mpi_allreduce.py")] + args
-            self._wait_all([self._popen(command)], timeout)
+            self._wait_all([self._popen(self._mpirun(args))], timeout)
         elif system == "gradsync":
             self._run_gradsync_ranks(["--check"] + args, timeout)
         elif system == "gloo":
@@ -120,6 +154,15 @@ class Place:
                 for node, local in self._ranks()], timeout)
         else:
             raise ValueError(system)
+        return json.load(open(out))
+
+    def run_model_step(self, steps, fused, timeout):
+        """gradsync-bench --model resnet50 on every rank: 161 tensors per step, or (fused) one
+        tensor of the same bytes; returns rank 0's JSON (the step time's median and spread)."""
+        out = os.path.join(self.dir, f"model-{random.getrandbits(32)}.json")
+        args = ["--model", "resnet50", "--steps", str(steps), "-w", "2", "--no-progress",
+                "--check", "--json", out] + (["--fused"] if fused else [])
+        self._run_gradsync_ranks(args, timeout)
         return json.load(open(out))
 
     def calibrate(self, large, timeout):
@@ -141,6 +184,31 @@ class Place:
             processes.append(self._popen(self.on_node(node, command, env)))
         self._wait_all(processes, timeout)
 
+    def _mpirun(self, args):
+        """Open MPI's launch of bench/mpi_allreduce.py on every rank. Across namespace nodes,
+        mpirun runs on node 0 and starts its daemons on the others through bench/netns-rsh,
+        each node under a hostname of its own; ranks on one node talk through shared memory,
+        across nodes over TCP on eth0, as they would on real nodes."""
+        command = ["mpirun", "--allow-run-as-root", "--bind-to", "none",
+                   "-np", str(self.nodes * self.per_node)]
+        if self.namespaces:
+            hosts = ",".join(f"{self.address(n)}:{self.per_node}" for n in range(self.nodes))
+            # Open MPI sees K slots per node, not 2 cores for every node together: told
+            # nothing, its ranks would spin and starve each other (8 B in ms, not us) where
+            # on one node it yields, being oversubscribed.
+            command += ["--host", hosts, "--mca", "mpi_yield_when_idle", "1",
+                        "--mca", "plm_rsh_agent", os.path.join(ROOT, "bench", "netns-rsh"),
+                        "--mca", "btl_tcp_if_include", "eth0",
+                        "--mca", "oob_tcp_if_include", "eth0"]
+        else:
+            command += ["--oversubscribe"]
+        command += [PYTHON, os.path.join(ROOT, "bench", "mpi_allreduce.py")] + list(args)
+        if not self.namespaces:
+            return command
+        line = " ".join(shlex.quote(part) for part in command)
+        rename = "echo node0 >/proc/sys/kernel/hostname"  # in this UTS namespace only
+        return self.on_node(0, ["unshare", "--uts", "sh", "-c", f"{rename} && exec {line}"])
+
     def _ranks(self):
         return [(node, local) for node in range(self.nodes) for local in range(self.per_node)]
 
@@ -156,20 +224,30 @@ class Place:
     def _wait_all(processes, timeout):
         deadline = time.monotonic() + timeout
         failed = []
-        for p in processes:
-            try:
-                _, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                p.kill()
-                _, err = p.communicate()
-                failed.append(f"timed out after {timeout} s\n{err}")
-                continue
-            if p.returncode != 0:
-                failed.append(f"exit {p.returncode}\n{err}")
-        if failed:
+        try:
+            for p in processes:
+                try:
+                    _, err = p.communicate(timeout=max(1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    _, err = p.communicate()
+                    failed.append(f"timed out after {timeout} s\n{err}")
+                    continue
+                if p.returncode != 0:
+                    failed.append(f"exit {p.returncode}\n{err}")
+        finally:
+            # A failed rank, or an interrupted run: none of its processes outlives it. SIGTERM
+            # first, so that mpirun takes its ranks on the other nodes down with it.
             for p in processes:
                 if p.poll() is None:
+                    p.terminate()
+            for p in processes:
+                try:
+                    p.wait(timeout=5)
+                except subprocess.TimeoutExpired:
                     p.kill()
+                    p.wait()
+        if failed:
             raise RunFailed("a rank failed: " + "\n".join(failed))
 
     # -- the transport's ceiling --------------------------------------------------------

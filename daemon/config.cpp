@@ -67,6 +67,7 @@ const std::map<std::string, Setter>& setters() {
        integer_key(&DaemonConfig::tcp_keepalive_idle_seconds, 1, 86400)},
       {"tcp_keepalive_interval_seconds",
        integer_key(&DaemonConfig::tcp_keepalive_interval_seconds, 1, 3600)},
+      {"tcp_bulk_protocol", string_key(&DaemonConfig::tcp_bulk_protocol)},
       {"response_cache_capacity", integer_key(&DaemonConfig::response_cache_capacity, 0, 1 << 16)},
       {"allreduce_algorithm", string_key(&DaemonConfig::allreduce_algorithm)},
       {"max_clients", integer_key(&DaemonConfig::max_clients, 1, 1 << 20)},
@@ -123,6 +124,10 @@ void validate(const DaemonConfig& config) {
   bool level_known = false;
   for (const char* level : kLevels) level_known = level_known || config.log_level == level;
   if (!level_known) throw key_error("log_level", "unknown level '" + config.log_level + "'");
+  if (config.tcp_bulk_protocol != "eager" && config.tcp_bulk_protocol != "rendezvous") {
+    throw key_error("tcp_bulk_protocol",
+                    "must be eager or rendezvous, not '" + config.tcp_bulk_protocol + "'");
+  }
   if (config.allreduce_algorithm != "auto" && config.allreduce_algorithm != "ring" &&
       config.allreduce_algorithm != "rhd") {
     throw key_error("allreduce_algorithm",
@@ -155,6 +160,7 @@ std::string to_toml(const DaemonConfig& c) {
       {"stall_shutdown_seconds", static_cast<int64_t>(c.stall_shutdown_seconds)},
       {"tcp_keepalive_idle_seconds", static_cast<int64_t>(c.tcp_keepalive_idle_seconds)},
       {"tcp_keepalive_interval_seconds", static_cast<int64_t>(c.tcp_keepalive_interval_seconds)},
+      {"tcp_bulk_protocol", c.tcp_bulk_protocol},
       {"response_cache_capacity", static_cast<int64_t>(c.response_cache_capacity)},
       {"allreduce_algorithm", c.allreduce_algorithm},
       {"max_clients", static_cast<int64_t>(c.max_clients)},

@@ -31,7 +31,7 @@ struct FixedKey {
   std::string DaemonConfig::*text = nullptr;
   uint32_t DaemonConfig::*number = nullptr;
 };
-constexpr std::array<FixedKey, 11> kRestartOnlyKeys = {{
+constexpr std::array<FixedKey, 12> kRestartOnlyKeys = {{
     {"socket_path", &DaemonConfig::socket_path},
     {"socket_mode", nullptr, &DaemonConfig::socket_mode},
     {"socket_group", &DaemonConfig::socket_group},
@@ -41,6 +41,7 @@ constexpr std::array<FixedKey, 11> kRestartOnlyKeys = {{
     {"reduce_threads", nullptr, &DaemonConfig::reduce_threads},
     {"tcp_keepalive_idle_seconds", nullptr, &DaemonConfig::tcp_keepalive_idle_seconds},
     {"tcp_keepalive_interval_seconds", nullptr, &DaemonConfig::tcp_keepalive_interval_seconds},
+    {"tcp_bulk_protocol", &DaemonConfig::tcp_bulk_protocol},
     {"host_mapping_cache_entries", nullptr, &DaemonConfig::host_mapping_cache_entries},
     {"device_mapping_cache_entries", nullptr, &DaemonConfig::device_mapping_cache_entries},
 }};

@@ -26,6 +26,10 @@ constexpr uint64_t kWakeTag = 0;
 constexpr uint64_t kMeshTag = UINT64_MAX;
 // How long the engine sleeps at most while collectives across nodes are in flight.
 constexpr auto kNetworkPollInterval = std::chrono::milliseconds(1);
+// While UCX holds unfinished sends, the engine polls for this long after its last work before
+// it sleeps (Mesh::unfinished_sends); a send that stays held longer (its peer is gone or stuck)
+// is then progressed every kNetworkPollInterval, not polled for at full speed.
+constexpr auto kHeldSendSpin = std::chrono::milliseconds(2);
 constexpr auto kCompletionRoomPollInterval = std::chrono::milliseconds(10);
 constexpr auto kDevicePollInterval = std::chrono::milliseconds(1);
 constexpr auto kEndedJobDrainInterval = std::chrono::milliseconds(100);
@@ -80,6 +84,7 @@ Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devi
   if (!config.listen.empty()) {
     transport::MeshOptions options{config.listen, config.tcp_keepalive_idle_seconds,
                                    config.tcp_keepalive_interval_seconds};
+    options.eager_bulk_on_tcp = config.tcp_bulk_protocol == "eager";
     if (!config.cluster_key_file.empty()) {
       options.cluster_key = transport::ClusterKey::load(config.cluster_key_file);
     } else {
@@ -94,7 +99,9 @@ Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devi
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, mesh_->event_fd(), &event) != 0) {
       throw ipc::SystemError("epoll_ctl(ucx)", errno);
     }
-    log_->info("inter-node listener on {}", listen_address_);
+    log_->info("inter-node listener on {}; UCX network transports: {}; bulk data {}",
+               listen_address_, fmt::join(mesh_->network_transports(), ", "),
+               mesh_->eager_bulk() ? "eager (TCP only)" : "as UCX chooses (rendezvous)");
   }
   log_->info("reduce pool of {} threads", pool_.size());
 }
@@ -118,7 +125,8 @@ void Engine::run() {
     for (Session* session : polled_) progressed |= poll_submissions(*session);
     // UCX progress costs about a microsecond: only while a job spans nodes. (Otherwise its
     // fd still wakes a sleeping engine, and a job's first rank picks up what arrived early.)
-    if (network_jobs_ > 0 || !ended_jobs_.empty() || (mesh_ && mesh_->needs_service())) {
+    if (network_jobs_ > 0 || !ended_jobs_.empty() ||
+        (mesh_ && (mesh_->needs_service() || mesh_->unfinished_sends() > 0))) {
       progressed |= poll_peers();
     }
     progressed |= run_ready_batches();
@@ -130,7 +138,14 @@ void Engine::run() {
       last_work = now;
       continue;
     }
-    if (now - last_work < std::chrono::microseconds(config_.engine_spin_us)) {
+    // A send UCX holds back (its TCP socket was full) moves only when we progress: nothing
+    // wakes a sleeping engine when the socket drains (Mesh::unfinished_sends).
+    const bool sends_held = mesh_ && mesh_->unfinished_sends() > 0;
+    const auto spin = sends_held
+                          ? std::max<Clock::duration>(
+                                kHeldSendSpin, std::chrono::microseconds(config_.engine_spin_us))
+                          : std::chrono::microseconds(config_.engine_spin_us);
+    if (now - last_work < spin) {
       // Yield rather than spin hard: on a machine with few cores the ranks we wait for need
       // the CPU we would burn.
       sched_yield();
@@ -420,8 +435,9 @@ int Engine::sleep_timeout_ms() const {
   }
   // What peers still send to ended jobs is drained now and then.
   if (!ended_jobs_.empty()) deadline = std::min(deadline, Clock::now() + kEndedJobDrainInterval);
-  // A handshake's deadline, and a refused connection's close, are the mesh's to watch.
-  if (mesh_ && mesh_->needs_service())
+  // A handshake's deadline, and a refused connection's close, are the mesh's to watch; a send
+  // UCX holds moves only when progressed.
+  if (mesh_ && (mesh_->needs_service() || mesh_->unfinished_sends() > 0))
     deadline = std::min(deadline, Clock::now() + kNetworkPollInterval);
   if (deadline == Clock::time_point::max()) return -1;
   const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now());

@@ -1,4 +1,5 @@
 #include "transport/mesh.h"
+#include "transport/network_transports.h"
 
 #include <arpa/inet.h>
 #include <poll.h>
@@ -31,7 +32,8 @@ struct sockaddr_in parse_host_port(const std::string& host_port) {
 
 namespace {
 
-std::vector<std::pair<std::string, std::string>> ucx_settings(const MeshOptions& options) {
+std::vector<std::pair<std::string, std::string>> ucx_settings(const MeshOptions& options,
+                                                              bool eager_bulk) {
   const std::string idle = std::to_string(options.keepalive_idle_seconds) + "s";
   const std::string interval = std::to_string(options.keepalive_interval_seconds) + "s";
   // Transport keys go without their transport's prefix (TCP_): UCX 1.13 matches the names
@@ -40,17 +42,22 @@ std::vector<std::pair<std::string, std::string>> ucx_settings(const MeshOptions&
   // CM_REUSEADDR (UCX_TCP_CM_REUSEADDR, given with the CM prefix only): a daemon restarted on
   // its port binds it again at once, though connections of the one before linger in TIME_WAIT
   // on that port.
-  return {{"KEEPALIVE_INTERVAL", idle},
-          {"KEEPIDLE", idle},
-          {"KEEPINTVL", interval},
-          {"KEEPCNT", "3"},
-          {"CM_REUSEADDR", "y"}};
+  std::vector<std::pair<std::string, std::string>> settings = {{"KEEPALIVE_INTERVAL", idle},
+                                                               {"KEEPIDLE", idle},
+                                                               {"KEEPINTVL", interval},
+                                                               {"KEEPCNT", "3"},
+                                                               {"CM_REUSEADDR", "y"}};
+  // Every message eager, however large: see eager_bulk() in network_transports.h.
+  if (eager_bulk) settings.emplace_back("RNDV_THRESH", "inf");
+  return settings;
 }
 
 }  // namespace
 
 Mesh::Mesh(const MeshOptions& options)
-    : context_(create_context(ucx_settings(options))),
+    : network_transports_(transport::network_transports()),
+      eager_bulk_(transport::eager_bulk(options.eager_bulk_on_tcp, network_transports_)),
+      context_(create_context(ucx_settings(options, eager_bulk_))),
       worker_(create_worker(context_.get())),
       key_(options.cluster_key),
       handshake_timeout_(options.handshake_timeout),
@@ -230,9 +237,12 @@ Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t byte
   }
   peer.stats.bytes_sent += bytes;
   ucp_request_param_t params = send_params(state.get());
-  return Operation::started(worker_.get(),
-                            ucp_tag_send_nbx(peer.endpoint, data, bytes, tag, &params),
-                            std::move(state), false);
+  const ucs_status_ptr_t request = ucp_tag_send_nbx(peer.endpoint, data, bytes, tag, &params);
+  if (UCS_PTR_IS_PTR(request)) {
+    state->unfinished_sends = &unfinished_sends_;
+    ++unfinished_sends_;
+  }
+  return Operation::started(worker_.get(), request, std::move(state), false);
 }
 
 void Mesh::post(PeerId peer_id, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes) {

@@ -44,6 +44,9 @@ struct MeshOptions {
   std::optional<ClusterKey> cluster_key;  // none: only daemons without a key are accepted
   std::chrono::milliseconds handshake_timeout{10000};  // for a connection to us
   std::chrono::milliseconds liveness_timeout{3000};    // for an answer to check_alive
+  // Where UCX reaches other hosts over TCP only, bulk data goes eagerly instead of after a
+  // rendezvous handshake per message (network_transports.h); false leaves it to UCX.
+  bool eager_bulk_on_tcp = false;
 };
 
 // A handshake that ended, for the logs and the metrics.
@@ -73,6 +76,13 @@ class Mesh {
   Mesh& operator=(const Mesh&) = delete;
 
   uint16_t port() const { return port_; }
+  // Sends UCX holds and has not finished. Over TCP nothing wakes a sleeping worker when a
+  // socket it could not write to drains: such a send moves only when progress() is called, so
+  // the caller should poll rather than sleep while this is not zero.
+  size_t unfinished_sends() const { return unfinished_sends_; }
+  // UCX's network transports on this host, and whether bulk data goes eagerly over them.
+  const std::vector<std::string>& network_transports() const { return network_transports_; }
+  bool eager_bulk() const { return eager_bulk_; }
 
   // The peer at `address` (HOST:PORT), connecting on first use, and again after a failure
   // that take_failed_peers() has reported (the peer daemon may have restarted).
@@ -213,6 +223,9 @@ class Mesh {
   void refuse_peer(PeerId peer, const std::string& reason);
   void on_liveness(const Delivery& delivery, const HandshakeMessage& message);
 
+  size_t unfinished_sends_ = 0;                  // see unfinished_sends()
+  std::vector<std::string> network_transports_;  // before context_: its settings depend on them
+  bool eager_bulk_ = false;
   Context context_;
   Worker worker_;
   Listener listener_;

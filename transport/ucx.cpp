@@ -7,6 +7,7 @@ namespace {
 // and may outlive its worker.
 void on_send(void* request, ucs_status_t status, void* user_data) {
   auto* state = static_cast<Operation::State*>(user_data);
+  if (state->unfinished_sends != nullptr) --*state->unfinished_sends;
   state->status = status;
   state->done = true;
   ucp_request_free(request);
@@ -98,7 +99,10 @@ void Operation::release() {
     if (receive_) ucp_request_cancel(worker_, request_);
     // The cancel may have completed it on the spot, callback (and its free) included.
     // Otherwise free it now: once freed, UCX never calls back, so state_ may go.
-    if (!state_->done) ucp_request_free(request_);
+    if (!state_->done) {
+      if (state_->unfinished_sends != nullptr) --*state_->unfinished_sends;
+      ucp_request_free(request_);
+    }
   }
   request_ = nullptr;
   state_.reset();

@@ -84,6 +84,8 @@ class Operation {
     ucs_status_t status = UCS_OK;
     size_t received = 0;
     uint64_t sender_tag = 0;
+    // A send UCX has not finished counts here until it finishes or is released (Mesh).
+    size_t* unfinished_sends = nullptr;
   };
   static Operation started(ucp_worker_h worker, ucs_status_ptr_t request,
                            std::unique_ptr<State> state, bool receive);

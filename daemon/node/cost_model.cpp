@@ -54,4 +54,16 @@ uint64_t fusion_cutoff_bytes(const LinkFigures& link, uint32_t nodes) {
   return static_cast<uint64_t>(std::min(saved / copy_cost, 0x1p62));
 }
 
+uint64_t eager_max_bytes(const LinkFigures& link, uint32_t nodes) {
+  if (nodes <= 1 || link.alpha_seconds <= 0) return kEagerMinBytes;
+  const double per_byte =
+      (nodes - 1.0) * (link.beta_seconds_per_byte + link.gamma_seconds_per_byte);
+  for (uint64_t bytes = kEagerCapBytes; bytes > kEagerMinBytes; bytes /= 2) {
+    const double separate =
+        std::min(predict_ring(link, nodes, bytes), predict_halving_doubling(link, nodes, bytes));
+    if (per_byte * static_cast<double>(bytes) < separate) return bytes;
+  }
+  return kEagerMinBytes;
+}
+
 }  // namespace gradsync::daemon

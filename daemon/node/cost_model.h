@@ -13,9 +13,13 @@
 namespace gradsync::daemon {
 
 // The data path's protocol sizes, which set the model's regimes:
-//  - a small allreduce's contributions ride with the negotiation messages (negotiator.h);
+//  - a small allreduce's contributions ride with the negotiation messages (negotiator.h): up
+//    to eager_max_bytes(), which is at least kEagerMinBytes and at most kEagerCapBytes (between
+//    namespace nodes over TCP, 32 KiB riding along made the cycle slower than the allreduce it
+//    saved, 16 KiB halved the time);
 //  - the inter-node algorithms cut a slice into pieces of this size at most, and pipeline them.
-inline constexpr size_t kEagerMaxBytes = 4096;
+inline constexpr uint64_t kEagerMinBytes = 4096;
+inline constexpr uint64_t kEagerCapBytes = 16 << 10;
 inline constexpr uint64_t kPipelinePieceBytes = 512 << 10;
 
 // Link figures of the α-β-γ cost model, as one node measured them.
@@ -47,5 +51,13 @@ AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uin
 // copy in and a copy out (about 2γ per byte): below the size where the two are equal, fusion
 // wins. Without a measured γ, everything is.
 uint64_t fusion_cutoff_bytes(const LinkFigures& link, uint32_t nodes);
+
+// The largest allreduce whose contributions ride with the negotiation: a power of two from
+// kEagerMinBytes to kEagerCapBytes. Riding sends a node's data to every other node and reduces
+// all of them, (n-1)(β+γ) per byte, and saves the allreduce of its own that would follow the
+// negotiation (the cheaper algorithm's time): it pays up to the size where the two meet, which
+// shrinks as nodes are added. Without measured figures: kEagerMinBytes. Every node computes
+// the same from the agreed figures; where two did not, the collective takes the network.
+uint64_t eager_max_bytes(const LinkFigures& link, uint32_t nodes);
 
 }  // namespace gradsync::daemon

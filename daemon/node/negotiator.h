@@ -88,7 +88,7 @@ struct CycleDecisions {
   std::span<const std::span<const uint8_t>> contributions_of(const Decision& decision) const;
 };
 
-// Contributions of kEagerMaxBytes at most (cost_model.h) ride along with a cycle, and this much
+// Contributions of eager_max_bytes() at most (cost_model.h) ride along with a cycle, and this much
 // in all per message.
 inline constexpr size_t kEagerMaxTotalBytes = 256 << 10;
 // At most this many uncached collectives per cycle message (the rest go in the next cycles),

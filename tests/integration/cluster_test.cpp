@@ -56,6 +56,11 @@ struct ForcedAlgorithm {
   Shape shape;
 };
 
+std::string forced_algorithm_name(const ::testing::TestParamInfo<ForcedAlgorithm>& info) {
+  return info.param.algorithm + "_" + std::to_string(info.param.shape.nodes) + "nodes_" +
+         std::to_string(info.param.shape.ranks_per_node) + "ranks";
+}
+
 class AlgorithmTest : public ::testing::TestWithParam<ForcedAlgorithm> {};
 
 TEST_P(AlgorithmTest, EveryDtypeOpAndCountIsRight) {
@@ -73,11 +78,28 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest,
                                            ForcedAlgorithm{"rhd", {4, 1}},
                                            ForcedAlgorithm{"rhd", {5, 1}},
                                            ForcedAlgorithm{"ring", {5, 1}}),
-                         [](const auto& info) {
-                           return info.param.algorithm + "_" +
-                                  std::to_string(info.param.shape.nodes) + "nodes_" +
-                                  std::to_string(info.param.shape.ranks_per_node) + "ranks";
-                         });
+                         forced_algorithm_name);
+
+// Tensors large enough to be pipelined in pieces, with each algorithm forced: the pieces' cut,
+// the overlap of one step's pieces with the next, and each node's share of a count no node
+// count divides.
+class PipelinedTest : public ::testing::TestWithParam<ForcedAlgorithm> {};
+
+TEST_P(PipelinedTest, LargeAllreducesAreRight) {
+  const Shape shape = GetParam().shape;
+  LoopbackCluster cluster(shape.nodes);
+  // 6 Mi + 7 floats: 24 MiB, 16 or 24 pieces of each node's share.
+  auto ranks = cluster.spawn(
+      "large", std::vector<int>(static_cast<size_t>(shape.nodes), shape.ranks_per_node),
+      {"large", std::to_string((6u << 20) + 7)}, {{"GRADSYNC_ALGO", GetParam().algorithm}});
+  expect_all_succeed(ranks);
+}
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, PipelinedTest,
+                         ::testing::Values(ForcedAlgorithm{"ring", {2, 1}},
+                                           ForcedAlgorithm{"ring", {3, 2}},
+                                           ForcedAlgorithm{"rhd", {3, 1}}),
+                         forced_algorithm_name);
 
 // The same training-shaped steps through a warm response cache, through one too small for the
 // step (entries evicted and renegotiated all the time), and with no cache at all: every result

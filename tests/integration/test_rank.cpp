@@ -364,6 +364,28 @@ int scenario_steps(Communicator& comm, int steps, size_t tensors, size_t max_cou
   return 0;
 }
 
+// Allreduces big enough that the inter-node algorithms cut them into pipelined pieces
+// (cost_model.h: kPipelinePieceBytes per node's share), with a count no node count divides:
+// out of place and in place, sum and average, each checked against the reference.
+int scenario_large(Communicator& comm, size_t count) {
+  SharedBuffer a = comm.allocate(count * 4);
+  SharedBuffer b = comm.allocate(count * 4);
+  uint64_t seed = 1000;
+  for (const gradsync_op op : {GRADSYNC_SUM, GRADSYNC_AVG}) {
+    for (const bool in_place : {false, true}) {
+      ++seed;
+      reference::fill_input(a.data(), count, GRADSYNC_FLOAT32, g_rank, op, seed);
+      void* out = in_place ? a.data() : b.data();
+      comm.wait(comm.allreduce("large", a.data(), out, count, GRADSYNC_FLOAT32, op));
+      const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, out, count,
+                                                  GRADSYNC_FLOAT32, op, g_ranks, 0, seed);
+      EXPECT_OR_FAIL(wrong == 0, "allreduce of %zu floats, op %d, %s: %zu wrong", count, op,
+                     in_place ? "in place" : "out of place", wrong);
+    }
+  }
+  return 0;
+}
+
 // Allreduce in a loop until something fails; the exit status is the failure's result code.
 // `polling` waits with gradsync_test instead of gradsync_wait.
 int scenario_loop(Communicator& comm, size_t bytes, bool polling) {
@@ -436,6 +458,7 @@ int main(int argc, char** argv) {
                             args.size() > 2 ? std::stoul(args[2]) : 24,
                             args.size() > 3 ? std::stoul(args[3]) : 40000);
     }
+    if (scenario == "large") return scenario_large(comm, std::stoul(args.at(1)));
     if (scenario == "loop" || scenario == "loop_polling") {
       return scenario_loop(comm, args.size() > 1 ? std::stoul(args[1]) : 4096,
                            scenario == "loop_polling");

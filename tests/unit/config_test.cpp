@@ -30,6 +30,7 @@ parallel_reduce_min_bytes = 65536
 job_formation_timeout_seconds = 9
 max_clients = 10
 max_buffers_per_client = 7
+tcp_bulk_protocol = "eager"
 )",
                                       "test");
   EXPECT_EQ(c.socket_path, "/tmp/x.sock");
@@ -46,6 +47,7 @@ max_buffers_per_client = 7
   EXPECT_EQ(c.job_formation_timeout_seconds, 9u);
   EXPECT_EQ(c.max_clients, 10u);
   EXPECT_EQ(c.max_buffers_per_client, 7u);
+  EXPECT_EQ(c.tcp_bulk_protocol, "eager");
 }
 
 TEST(Config, ShippedConfigFileIsTheDefaults) {
@@ -87,6 +89,9 @@ TEST(Config, RejectsNegativeSizes) {
 }
 TEST(Config, RejectsNonPowerOfTwoRings) {
   expect_error("ring_entries = 100", "power of two");
+}
+TEST(Config, RejectsUnknownTcpBulkProtocol) {
+  expect_error("tcp_bulk_protocol = \"fast\"", "eager or rendezvous");
 }
 TEST(Config, RejectsUnknownLogLevel) {
   expect_error("log_level = \"loud\"", "log_level");

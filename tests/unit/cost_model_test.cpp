@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <bit>
+
 namespace gradsync::daemon {
 namespace {
 
@@ -44,6 +47,37 @@ TEST(CostModel, FusesTensorsWhoseMessagesCostMoreThanTheirCopies) {
   EXPECT_NEAR(static_cast<double>(fusion_cutoff_bytes(kLink, 8)), 3 * expected, 3.0);
   // Nothing measured: fuse everything (the fusion threshold still bounds a batch).
   EXPECT_EQ(fusion_cutoff_bytes(LinkFigures{}, 4), UINT64_MAX);
+}
+
+TEST(CostModel, SmallAllreducesRideWithTheNegotiationWhileThatIsCheaper) {
+  // 25 Gbit/s, 10 us: two nodes save an allreduce of their own up to the cap; with more nodes
+  // every node sends its data to more peers, and the limit shrinks.
+  EXPECT_EQ(eager_max_bytes(kLink, 2), kEagerCapBytes);
+  uint64_t previous = kEagerCapBytes;
+  for (uint32_t nodes : {4u, 8u, 16u, 64u, 256u}) {
+    const uint64_t limit = eager_max_bytes(kLink, nodes);
+    EXPECT_LE(limit, previous) << nodes << " nodes";
+    EXPECT_GE(limit, kEagerMinBytes);
+    EXPECT_TRUE(std::has_single_bit(limit));
+    // At the limit riding is cheaper than the allreduce it saves; at twice the limit it is not.
+    const auto rides = [&](uint64_t bytes) {
+      return (nodes - 1.0) * (kLink.beta_seconds_per_byte + kLink.gamma_seconds_per_byte) *
+                 static_cast<double>(bytes) <
+             std::min(predict_ring(kLink, nodes, bytes),
+                      predict_halving_doubling(kLink, nodes, bytes));
+    };
+    if (limit > kEagerMinBytes) {
+      EXPECT_TRUE(rides(limit)) << nodes << " nodes";
+    }
+    if (limit < kEagerCapBytes) {
+      EXPECT_FALSE(rides(2 * limit)) << nodes << " nodes";
+    }
+    previous = limit;
+  }
+  EXPECT_LT(eager_max_bytes(kLink, 256), kEagerCapBytes);
+  // Nothing measured, or one node: the floor.
+  EXPECT_EQ(eager_max_bytes(LinkFigures{}, 2), kEagerMinBytes);
+  EXPECT_EQ(eager_max_bytes(kLink, 1), kEagerMinBytes);
 }
 
 TEST(CostModel, ParsesAlgorithmNames) {

@@ -2,12 +2,14 @@
 // (eager) and large (rendezvous), a peer that goes away and comes back, and the cluster
 // handshake (same key, another key, no key, a connection that never speaks).
 #include "transport/mesh.h"
+#include "transport/network_transports.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <vector>
@@ -19,9 +21,10 @@ using Clock = std::chrono::steady_clock;
 
 class MeshTest : public ::testing::Test {
  protected:
+  virtual MeshOptions options() const { return MeshOptions{"127.0.0.1:0"}; }
   void SetUp() override {
-    a_ = std::make_unique<Mesh>(MeshOptions{"127.0.0.1:0"});
-    b_ = std::make_unique<Mesh>(MeshOptions{"127.0.0.1:0"});
+    a_ = std::make_unique<Mesh>(options());
+    b_ = std::make_unique<Mesh>(options());
     a_to_b_ = a_->connect("127.0.0.1:" + std::to_string(b_->port()));
     b_to_a_ = b_->connect("127.0.0.1:" + std::to_string(a_->port()));
     drive_until([&] { return a_->authenticated(a_to_b_) && b_->authenticated(b_to_a_); });
@@ -72,16 +75,78 @@ TEST_F(MeshTest, SmallTaggedMessagesBothWays) {
   EXPECT_EQ(receive_ping.received_bytes(), sizeof(ping));
 }
 
-TEST_F(MeshTest, LargeMessageLandsInTheReceiveBuffer) {
-  std::vector<float> source(2 << 20);  // 8 MiB: rendezvous
+// The same meshes with bulk data sent eagerly (tcp_bulk_protocol = "eager").
+class EagerMeshTest : public MeshTest {
+ protected:
+  MeshOptions options() const override {
+    MeshOptions options{"127.0.0.1:0"};
+    options.eager_bulk_on_tcp = true;
+    return options;
+  }
+};
+
+// 8 MiB, eager (TCP here) or after a rendezvous handshake. The receive is posted after the
+// send started: the message may arrive unexpected first (eager: UCX holds it until then).
+void expect_large_message_lands(
+    Mesh& a, PeerId a_to_b, Mesh& b,
+    const std::function<void(std::initializer_list<Operation*>)>& drive) {
+  std::vector<float> source(2 << 20);
   std::iota(source.begin(), source.end(), 1.0f);
   std::vector<float> target(source.size(), 0.0f);
-  Operation send = a_->send(a_to_b_, 42, source.data(), source.size() * sizeof(float));
-  // Posted after the send started: the message may arrive unexpected first.
-  Operation receive = b_->receive(42, ~uint64_t{0}, target.data(), target.size() * sizeof(float));
+  Operation send = a.send(a_to_b, 42, source.data(), source.size() * sizeof(float));
+  Operation receive = b.receive(42, ~uint64_t{0}, target.data(), target.size() * sizeof(float));
   drive({&send, &receive});
   EXPECT_EQ(receive.status(), UCS_OK);
   EXPECT_EQ(target, source);
+}
+
+TEST_F(EagerMeshTest, LargeMessageLandsInTheReceiveBuffer) {
+  EXPECT_TRUE(a_->eager_bulk()) << "UCX here has TCP only";
+  expect_large_message_lands(*a_, a_to_b_, *b_, [this](auto ops) { drive(ops); });
+}
+
+TEST_F(MeshTest, LargeMessageLandsInTheReceiveBuffer) {
+  EXPECT_FALSE(a_->eager_bulk());
+  expect_large_message_lands(*a_, a_to_b_, *b_, [this](auto ops) { drive(ops); });
+}
+
+// A send UCX holds back is counted until it finishes, or until its Operation lets it go: the
+// engine polls instead of sleeping while any is (nothing wakes it when a TCP socket drains).
+TEST_F(MeshTest, CountsSendsUcxHasNotFinished) {
+  EXPECT_EQ(a_->unfinished_sends(), 0u);
+  std::vector<uint8_t> source(32 << 20, 7);  // more than a socket buffer holds
+  std::vector<uint8_t> target(source.size());
+  Operation send = a_->send(a_to_b_, 43, source.data(), source.size());
+  ASSERT_FALSE(send.done());
+  EXPECT_EQ(a_->unfinished_sends(), 1u);
+  Operation receive = b_->receive(43, ~uint64_t{0}, target.data(), target.size());
+  drive({&send, &receive});
+  EXPECT_EQ(a_->unfinished_sends(), 0u);
+  EXPECT_EQ(target, source);
+  {
+    Operation dropped = a_->send(a_to_b_, 44, source.data(), source.size());
+    ASSERT_FALSE(dropped.done());
+    EXPECT_EQ(a_->unfinished_sends(), 1u);
+  }
+  EXPECT_EQ(a_->unfinished_sends(), 0u) << "a released send no longer counts";
+  // What the released send still delivers lands in a receive of its own, not in a later test.
+  Operation drain = b_->receive(44, ~uint64_t{0}, target.data(), target.size());
+  drive({&drain});
+}
+
+TEST(NetworkTransports, ListsTcpAndNoSharedMemory) {
+  const std::vector<std::string> names = network_transports();
+  EXPECT_THAT(names, ::testing::Contains("tcp"));
+  for (const char* local : {"posix", "sysv", "cma", "self", "xpmem", "knem"}) {
+    EXPECT_THAT(names, ::testing::Not(::testing::Contains(local)));
+  }
+}
+
+TEST(NetworkTransports, BulkGoesEagerOnlyWhereEveryNetworkTransportIsTcp) {
+  EXPECT_TRUE(eager_bulk(true, {"tcp"}));
+  EXPECT_FALSE(eager_bulk(false, {"tcp"}));
+  EXPECT_FALSE(eager_bulk(true, {"rc_mlx5", "tcp", "ud_mlx5"}));
+  EXPECT_FALSE(eager_bulk(true, {}));
 }
 
 TEST_F(MeshTest, TagMaskSelectsBySender) {

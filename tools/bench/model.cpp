@@ -7,8 +7,11 @@
 #include "tools/bench/runner.h"
 #include "tools/common/reference.h"
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 
 namespace gradsync::bench {
 namespace {
@@ -23,6 +26,32 @@ void draw_progress(int done, int total, double last_ms) {
                last_ms);
   if (done == total) std::fprintf(stderr, "\n");
   std::fflush(stderr);
+}
+
+// The step's figures for bench/compare: bytes per rank, the median and spread of the slowest
+// rank's step time.
+void write_json(const BenchOptions& o, size_t tensors, size_t bytes, int ranks,
+                const std::vector<double>& times, uint64_t wrong) {
+  const double med = median(times);
+  const double algbw = static_cast<double>(bytes) / (med * 1e-3) / 1e9;
+  const nlohmann::json out = {
+      {"mode", "model"},
+      {"model", o.model},
+      {"tensors", tensors},
+      {"bytes", bytes},
+      {"fused", o.fused},
+      {"names_only", o.names_only},
+      {"ranks", ranks},
+      {"steps", o.steps},
+      {"warmup", o.warmup},
+      {"step_ms", med},
+      {"step_ms_p10", percentile(times, 0.1)},
+      {"step_ms_p90", percentile(times, 0.9)},
+      {"algbw_gbps", algbw},
+      {"busbw_gbps", algbw * 2.0 * (ranks - 1) / ranks},
+      {"wrong", wrong},
+  };
+  std::ofstream(o.json_path) << out.dump(2) << "\n";
 }
 
 }  // namespace
@@ -95,6 +124,7 @@ uint64_t run_model(const BenchOptions& o, Communicator& comm, int rank, int rank
     std::printf("  %-22s %10.2f\n", "busbw (GB/s)", busbw);
     std::printf("  %-22s %10llu\n", "#wrong", static_cast<unsigned long long>(wrong));
     std::fflush(stdout);
+    if (!o.json_path.empty()) write_json(o, tensors.size(), total * element, ranks, times, wrong);
   }
   return wrong;
 }

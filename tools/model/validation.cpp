@@ -27,7 +27,7 @@ json read_json(const std::string& path) {
 }  // namespace
 
 Regime regime_of(uint64_t bytes, uint64_t last_level_cache_bytes) {
-  if (bytes <= daemon::kEagerMaxBytes) return Regime::kLatency;
+  if (bytes <= daemon::kEagerMinBytes) return Regime::kLatency;
   if (bytes >= std::max<uint64_t>(4 * daemon::kPipelinePieceBytes, last_level_cache_bytes)) {
     return Regime::kBandwidth;
   }

@@ -19,7 +19,7 @@
 namespace gradsync::model {
 
 enum class Regime {
-  kLatency,     // up to kEagerMaxBytes: one negotiation message carries the data
+  kLatency,     // up to kEagerMinBytes: one negotiation message always carries the data
   kTransition,  // not validated
   kBandwidth,   // the pipeline runs full (four pieces), and the data fits no cache
 };
