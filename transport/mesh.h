@@ -110,7 +110,9 @@ class Mesh {
     uint64_t tag;
     std::vector<uint8_t> payload;
   };
+  // A message whose sender failed before it could be received is dropped and counted.
   std::optional<Message> poll_message(uint64_t tag, uint64_t tag_mask);
+  uint64_t lost_messages() const { return lost_messages_; }
   Operation receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes);
 
   // Operations nobody waits for (sends left to finish on their own, or operations of a
@@ -255,6 +257,7 @@ class Mesh {
     std::vector<std::shared_ptr<const void>> memory;
   };
   std::vector<Retired> retired_;  // after worker_: released while the worker still exists
+  uint64_t lost_messages_ = 0;
 };
 
 }  // namespace gradsync::transport

@@ -71,7 +71,11 @@ std::span<const std::span<const uint8_t>> CycleDecisions::contributions_of(
 }
 
 void Negotiator::EagerSet::add(uint32_t bit, std::span<const uint8_t> data) {
-  entries.push_back({bit, bytes.size(), data.size()});
+  // The reduce kernels read each entry as an array of its dtype: every entry starts where the
+  // allocator's alignment would (an f16 entry of odd count must not misalign the f32 after it).
+  const size_t offset = aligned_offset(bytes.size());
+  entries.push_back({bit, offset, data.size()});
+  bytes.resize(offset);
   bytes.insert(bytes.end(), data.begin(), data.end());
 }
 
@@ -209,7 +213,7 @@ Negotiator::NodeCycle Negotiator::own_state() const {
     }
   }
   std::sort(eager.begin(), eager.end());
-  state.eager.bytes.reserve(eager_bytes);
+  state.eager.bytes.reserve(eager_bytes + eager.size() * (EagerSet::kAlignment - 1));
   for (const auto& [bit, data] : eager) state.eager.add(bit, *data);
   return state;
 }

@@ -152,7 +152,11 @@ class Negotiator {
       size_t size;
     };
     std::vector<Entry> entries;  // by ascending bit
-    std::vector<uint8_t> bytes;
+    std::vector<uint8_t> bytes;  // entries at multiples of kAlignment
+    static constexpr size_t kAlignment = __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+    static constexpr size_t aligned_offset(size_t size) {
+      return (size + kAlignment - 1) & ~(kAlignment - 1);
+    }
 
     void add(uint32_t bit, std::span<const uint8_t> data);
     // The entry of `bit`, if any, looking from `cursor` on (which it moves): ascending bits

@@ -254,7 +254,7 @@ TEST_P(NegotiatorTest, ANodeAStepAheadHasItsInstancesDecidedInOrder) {
   for (const auto& d : second) EXPECT_EQ(keys(d), std::vector<std::string>{"a"});
 }
 
-TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrder) {
+TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrderAligned) {
   std::mt19937_64 random(nodes());
   Network net(nodes(), 1024, nodes(), hold());
   const auto names = tensor_names(6);
@@ -278,6 +278,8 @@ TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrder) {
         for (uint32_t from = 0; from < net.nodes(); ++from) {
           EXPECT_EQ(std::vector<uint8_t>(contributions[from].begin(), contributions[from].end()),
                     std::vector<uint8_t>(3, static_cast<uint8_t>(from + 1)));
+          // Kernels read each as an array of its dtype: 3-byte parts must not misalign the next.
+          EXPECT_EQ(reinterpret_cast<uintptr_t>(contributions[from].data()) % alignof(double), 0u);
         }
       }
     }
