@@ -49,13 +49,17 @@ bool Engine::take_failed_peers() {
   bool any = false;
   for (const transport::PeerId peer : mesh_->take_failed_peers()) {
     const std::string& reason = mesh_->failure(peer);
-    log_->warn("node daemon {} failed{}{}", mesh_->address_of(peer), reason.empty() ? "" : ": ",
-               reason);
+    const std::string what = reason.empty() ? "failed" : "failed: " + reason;
+    // A peer that said goodbye was stopped on purpose: worth a line, not a warning.
+    if (mesh_->left(peer)) {
+      log_->info("node daemon {} {}", mesh_->address_of(peer), what);
+    } else {
+      log_->warn("node daemon {} {}", mesh_->address_of(peer), what);
+    }
     for (auto& [name, job] : jobs_) {
       if (job->network() && job->network()->has_peer(peer)) {
         fail_job(*job, GRADSYNC_ERR_PEER_FAILED,
-                 fmt::format("node daemon {} of job '{}' failed{}{}", mesh_->address_of(peer), name,
-                             reason.empty() ? "" : ": ", reason),
+                 fmt::format("node daemon {} of job '{}' {}", mesh_->address_of(peer), name, what),
                  true);
       }
     }

@@ -129,7 +129,7 @@ std::optional<HandshakeMessage> decode_handshake(std::span<const uint8_t> bytes)
   HandshakeMessage message;
   const uint8_t type = bytes[1];
   if (type < static_cast<uint8_t>(HandshakeType::kHello) ||
-      type > static_cast<uint8_t>(HandshakeType::kPong)) {
+      type > static_cast<uint8_t>(HandshakeType::kGoodbye)) {
     return std::nullopt;
   }
   message.type = static_cast<HandshakeType>(type);

@@ -57,7 +57,9 @@ class ClusterKey {
 Nonce random_nonce();  // from the operating system's CSPRNG (OpenSSL RAND_bytes)
 
 // Ping and Pong (a nonce in client_nonce) check that an accepted connection still carries
-// messages both ways: see Mesh::check_alive.
+// messages both ways: see Mesh::check_alive. Goodbye goes from a daemon that shuts down to
+// each daemon connected to it, on that daemon's own connection: the peer fails our part of its
+// jobs at once, and says so, instead of waiting for the connection to break.
 enum class HandshakeType : uint8_t {
   kHello = 1,
   kChallenge = 2,
@@ -65,6 +67,7 @@ enum class HandshakeType : uint8_t {
   kResult = 4,
   kPing = 5,
   kPong = 6,
+  kGoodbye = 7,
 };
 
 // One message of the handshake. Fields a type does not use stay empty.

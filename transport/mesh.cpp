@@ -88,6 +88,7 @@ Mesh::Mesh(const MeshOptions& options)
 }
 
 Mesh::~Mesh() {
+  say_goodbye();
   // Endpoints before the listener and the worker (members are destroyed after this body).
   for (auto& peer : peers_) {
     if (peer.endpoint != nullptr) close_endpoint(peer.endpoint, true);
@@ -214,6 +215,7 @@ void Mesh::open(PeerId id) {
   error_contexts_.push_back(std::move(context));
   peer.endpoint = endpoint;
   peer.failed = false;
+  peer.left = false;
   peer.reported = false;
   peer.accepted = false;
   peer.failure.clear();

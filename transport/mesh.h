@@ -137,6 +137,8 @@ class Mesh {
   // Peers whose endpoint failed since the last call (each reported once).
   std::vector<PeerId> take_failed_peers();
   bool failed(PeerId peer) const { return peers_.at(peer).failed; }
+  // The peer failed because it said goodbye (it shut down), not because its connection broke.
+  bool left(PeerId peer) const { return peers_.at(peer).left; }
 
   // Asks the peer to answer over our connection to it; no answer within the liveness timeout
   // fails the peer and closes the connection, so that the next job reconnects. For after a
@@ -161,6 +163,7 @@ class Mesh {
     std::string address;
     ucp_ep_h endpoint = nullptr;
     bool failed = false;
+    bool left = false;  // it said goodbye
     bool reported = false;
     bool accepted = false;       // the handshake succeeded
     bool server_proved = false;  // it proved the key (when we hold one)
@@ -224,6 +227,11 @@ class Mesh {
   void refuse_inbound(const Inbound& inbound, const std::string& reason);
   void refuse_peer(PeerId peer, const std::string& reason);
   void on_liveness(const Delivery& delivery, const HandshakeMessage& message);
+  // Tells every peer connected to us that we are going (bounded: a peer that does not take it
+  // in time finds out when the connection breaks).
+  void say_goodbye();
+  void on_goodbye(const Delivery& delivery);
+  Operation start_handshake_send(ucp_ep_h endpoint, const std::vector<uint8_t>& bytes, bool reply);
 
   size_t unfinished_sends_ = 0;                  // see unfinished_sends()
   std::vector<std::string> network_transports_;  // before context_: its settings depend on them
@@ -239,7 +247,7 @@ class Mesh {
   std::vector<Peer> peers_;
   std::map<std::string, PeerId> peer_by_address_;
   std::vector<Inbound> inbound_;            // handshaking
-  std::vector<ucp_ep_h> inbound_accepted_;  // done
+  std::vector<ucp_ep_h> inbound_accepted_;  // done: these hear our goodbye
   std::vector<Closing> closing_;
   std::vector<Delivery> handshake_inbox_;
   struct Check {

@@ -15,6 +15,8 @@ constexpr size_t kMaxHandshakeBytes = 1024;
 constexpr size_t kMaxInbox = 1024;
 // Time a refused connection's Result has to go out before the connection is closed.
 constexpr std::chrono::milliseconds kRefusalLinger{200};
+// Time a daemon that shuts down gives its goodbyes to go out.
+constexpr std::chrono::milliseconds kGoodbyeLinger{500};
 
 }  // namespace
 
@@ -60,6 +62,10 @@ bool Mesh::serve_handshakes() {
     if (message &&
         (message->type == HandshakeType::kPing || message->type == HandshakeType::kPong)) {
       on_liveness(delivery, *message);
+      continue;
+    }
+    if (message && message->type == HandshakeType::kGoodbye) {
+      on_goodbye(delivery);
       continue;
     }
     // On our own connections: answers name the handshake by our nonce. Anything else (a
@@ -152,6 +158,60 @@ void Mesh::on_liveness(const Delivery& delivery, const HandshakeMessage& message
   std::erase_if(checks_, [&](const Check& check) { return check.nonce == message.client_nonce; });
 }
 
+// Goodbye: on each connection a peer made to us, with REPLY, so that it arrives naming the
+// peer's own endpoint, the one its jobs send on. Only that connection can say it.
+
+void Mesh::say_goodbye() {
+  HandshakeMessage goodbye;
+  goodbye.type = HandshakeType::kGoodbye;
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(encode(goodbye));
+  std::vector<Operation> sends;
+  sends.reserve(inbound_accepted_.size());
+  for (ucp_ep_h endpoint : inbound_accepted_) {
+    sends.push_back(start_handshake_send(endpoint, *bytes, true));
+  }
+  const auto deadline = std::chrono::steady_clock::now() + kGoodbyeLinger;
+  auto all_done = [&] {
+    return std::all_of(sends.begin(), sends.end(), [](const Operation& op) { return op.done(); });
+  };
+  while (!all_done() && std::chrono::steady_clock::now() < deadline) {
+    ucp_worker_progress(worker_.get());
+  }
+  std::erase_if(sends, [](const Operation& op) { return op.done(); });
+  if (!sends.empty()) retire(std::move(sends), {std::move(bytes)});
+}
+
+void Mesh::on_goodbye(const Delivery& delivery) {
+  // The connection's close may have come in the same progress call, and failed the peer
+  // already: its endpoint is then on its way to being closed, and still has its context.
+  const auto context =
+      std::find_if(error_contexts_.begin(), error_contexts_.end(), [&](const auto& c) {
+        return delivery.endpoint != nullptr && c->endpoint == delivery.endpoint &&
+               c->peer != kIncoming;
+      });
+  if (context == error_contexts_.end()) return;
+  Peer& peer = peers_[(*context)->peer];
+  if (peer.reported) return;  // every job has heard of its failure already
+  if (peer.endpoint == delivery.endpoint)
+    to_close_.push_back(std::exchange(peer.endpoint, nullptr));
+  if (!peer.failed) peer.waiting.clear();
+  peer.failed = true;
+  peer.left = true;
+  peer.failure = "it shut down";
+}
+
+Operation Mesh::start_handshake_send(ucp_ep_h endpoint, const std::vector<uint8_t>& bytes,
+                                     bool reply) {
+  auto state = std::make_unique<Operation::State>();
+  ucp_request_param_t params = send_params(state.get());
+  params.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+  params.flags = UCP_AM_SEND_FLAG_EAGER | (reply ? UCP_AM_SEND_FLAG_REPLY : 0);
+  return Operation::started(
+      worker_.get(),
+      ucp_am_send_nbx(endpoint, kHandshakeAm, nullptr, 0, bytes.data(), bytes.size(), &params),
+      std::move(state), false);
+}
+
 void Mesh::send_handshake(ucp_ep_h endpoint, const HandshakeMessage& message) {
   // The client's messages say which connection they came on (REPLY): the server knows a
   // connection only by its endpoint. The server's answers name the handshake by the client's
@@ -159,17 +219,9 @@ void Mesh::send_handshake(ucp_ep_h endpoint, const HandshakeMessage& message) {
   const bool from_client = message.type == HandshakeType::kHello ||
                            message.type == HandshakeType::kProof ||
                            message.type == HandshakeType::kPing;
-
   auto bytes = std::make_shared<const std::vector<uint8_t>>(encode(message));
-  auto state = std::make_unique<Operation::State>();
-  ucp_request_param_t params = send_params(state.get());
-  params.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-  params.flags = UCP_AM_SEND_FLAG_EAGER | (from_client ? UCP_AM_SEND_FLAG_REPLY : 0);
   std::vector<Operation> operations;
-  operations.push_back(Operation::started(
-      worker_.get(),
-      ucp_am_send_nbx(endpoint, kHandshakeAm, nullptr, 0, bytes->data(), bytes->size(), &params),
-      std::move(state), false));
+  operations.push_back(start_handshake_send(endpoint, *bytes, from_client));
   retire(std::move(operations), {bytes});
 }
 

@@ -4,6 +4,8 @@
 #include "tests/integration/loopback_cluster.h"
 #include "transport/mesh.h"
 
+#include <gmock/gmock.h>
+
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -328,6 +330,10 @@ TEST(Cluster, ADaemonRestartedUnderItsRanksFailsTheJobAndANewOneForms) {
         << "rank " << r;
   }
   EXPECT_LT(std::chrono::steady_clock::now() - restarted_at, std::chrono::seconds(15));
+  // It said goodbye as it stopped: the survivor knows it shut down (an info line), and warns of
+  // no broken connection.
+  EXPECT_THAT(cluster.log(0), ::testing::Not(::testing::HasSubstr("node daemon " +
+                                                                  cluster.address(1) + " failed")));
   auto after = cluster.spawn("after-restart", {1, 1}, {"cluster"});
   expect_all_succeed(after, cluster);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);

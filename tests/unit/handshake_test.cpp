@@ -40,7 +40,9 @@ TEST(HandshakeMessage, EveryTypeRoundTrips) {
   challenge.server_nonce = nonce_of(3);
   challenge.proof =
       key_of("sixteen bytes ok").prove(ClusterKey::Role::kServer, nonce_of(1), nonce_of(3), "x");
-  for (const HandshakeMessage& message : {hello, result, challenge}) {
+  HandshakeMessage goodbye;
+  goodbye.type = HandshakeType::kGoodbye;
+  for (const HandshakeMessage& message : {hello, result, challenge, goodbye}) {
     const auto decoded = decode_handshake(encode(message));
     ASSERT_TRUE(decoded.has_value());
     EXPECT_EQ(decoded->type, message.type);
@@ -67,7 +69,7 @@ TEST(HandshakeMessage, MalformedInputIsRefused) {
   EXPECT_FALSE(decode_handshake({}));
   EXPECT_FALSE(altered([](auto& b) { b[0] = kHandshakeVersion + 1; })) << "version";
   EXPECT_FALSE(altered([](auto& b) { b[1] = 0; })) << "type";
-  EXPECT_FALSE(altered([](auto& b) { b[1] = 7; })) << "type";
+  EXPECT_FALSE(altered([](auto& b) { b[1] = 8; })) << "type";
   EXPECT_FALSE(altered([](auto& b) { b[2] = 4; })) << "unknown flag";
   EXPECT_FALSE(altered([](auto& b) { b.pop_back(); })) << "truncated text";
   EXPECT_FALSE(altered([](auto& b) { b.push_back('x'); })) << "trailing bytes";

@@ -201,6 +201,20 @@ TEST_F(MeshTest, AMessageWhoseSenderDiedIsDroppedAndCounted) {
   EXPECT_EQ(b_->lost_messages(), 1u);
 }
 
+// A peer that shuts down says so on our connection to it: we fail it at once, as having left
+// rather than broken, without sending it anything.
+TEST_F(MeshTest, APeerThatShutsDownSaysGoodbye) {
+  b_.reset();
+  std::vector<PeerId> failed;
+  drive_until([&] {
+    failed = a_->take_failed_peers();
+    return !failed.empty();
+  });
+  ASSERT_EQ(failed, std::vector<PeerId>{a_to_b_});
+  EXPECT_TRUE(a_->left(a_to_b_));
+  EXPECT_EQ(a_->failure(a_to_b_), "it shut down");
+}
+
 TEST_F(MeshTest, ReconnectsToARestartedPeer) {
   const std::string address = "127.0.0.1:" + std::to_string(b_->port());
   b_.reset();
