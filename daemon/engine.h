@@ -126,7 +126,7 @@ class Engine {
   void drain_ended_jobs();
   // `tag`: the message's UCX tag (names the sending node and, hashed, the job), to fail the
   // job a message that cannot be read was for; 0 when replaying a message read before.
-  void handle_node_message(const std::vector<uint8_t>& payload, uint64_t tag = 0);
+  void handle_node_message(std::span<const uint8_t> payload, uint64_t tag = 0);
   void fail_job(Job& job, gradsync_result status, const std::string& reason, bool tell_peers);
   bool run_ready_batches();
   // Metrics and step accounting of a unit done on this node; returns its collectives.

@@ -91,7 +91,7 @@ bool Engine::take_handshakes() {
   return !outcomes.empty();
 }
 
-void Engine::handle_node_message(const std::vector<uint8_t>& payload, uint64_t tag) {
+void Engine::handle_node_message(std::span<const uint8_t> payload, uint64_t tag) {
   // A message that cannot be read fails the jobs it may have been for: left alone, they would
   // wait for it forever.
   auto fail_jobs_of_tag = [&](const std::string& what) {
@@ -121,7 +121,8 @@ void Engine::handle_node_message(const std::vector<uint8_t>& payload, uint64_t t
       // Peers may be a step ahead of this node's ranks connecting.
       size_t kept = 0;
       for (const auto& [job_name, messages] : early_messages_) kept += messages.size();
-      if (kept < kMaxEarlyMessages) early_messages_[name].push_back(payload);
+      if (kept < kMaxEarlyMessages)
+        early_messages_[name].emplace_back(payload.begin(), payload.end());
       return;
     }
     if (message.isAbort()) {

@@ -162,7 +162,7 @@ void Job::submit(Submission submission) {
   queue.push_back(std::move(submission));
   if (tensor.ranks_waiting > 0) return;
 
-  std::vector<Submission> ranks;
+  RankSubmissions ranks;
   ranks.reserve(tensor.per_rank.size());
   size_t still_queued = 0;
   for (auto& q : tensor.per_rank) {
@@ -198,10 +198,14 @@ void Job::check_trace(Clock::time_point now) {
   trace_.reset();
 }
 
-void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point since) {
-  // Local rank 0's, as it submitted them: an invalid submission is taken out below (with a
-  // single local rank, none may be left), and groups are known by rank 0's id.
-  const std::string name = ranks.front().name;
+void Job::on_all_submitted(RankSubmissions ranks, Clock::time_point since) {
+  // For the duration metric, the step meter and the trace: one clock read per collective.
+  // Counted before an invalid submission is taken out below (with a single local rank, none
+  // may be left), so that the name need not be copied.
+  const TraceTimes times{since, Clock::now(), {}};
+  steps_.on_ready(ranks.front().name, times.ready);
+  if (trace_) trace_->on_ready(ranks.front().name);
+  // Local rank 0's, as it submitted them: groups are known by rank 0's id.
   const bool grouped = ranks.front().grouped;
   const uint64_t group_id = ranks.front().group;
   const uint32_t group_size = ranks.front().group_size;
@@ -223,10 +227,6 @@ void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point sinc
       message = std::move(*mismatch);
     }
   }
-  // For the duration metric, the step meter and the trace: one clock read per collective.
-  const TraceTimes times{since, Clock::now(), {}};
-  steps_.on_ready(name, times.ready);
-  if (trace_) trace_->on_ready(name);
   if (!grouped) {
     if (status != GRADSYNC_OK) return fail_collective(ranks, status, message);
     // emplace, not an initializer list: that would copy every submission.
@@ -254,7 +254,7 @@ void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point sinc
   }
 }
 
-void Job::fail_collective(std::vector<Submission>& ranks, gradsync_result status,
+void Job::fail_collective(RankSubmissions& ranks, gradsync_result status,
                           const std::string& message) {
   for (auto& s : ranks) complete(s, status, message);
   ranks.clear();
@@ -281,7 +281,7 @@ void Job::fail(gradsync_result status, const std::string& message) {
   if (network_) network_->fail_waiting(status, message);
 }
 
-std::optional<std::string> find_mismatch(const std::vector<Submission>& ranks) {
+std::optional<std::string> find_mismatch(const RankSubmissions& ranks) {
   const Submission& lead = ranks.front();
   for (size_t r = 1; r < ranks.size(); ++r) {
     const Submission& s = ranks[r];

@@ -281,10 +281,15 @@ Operation Mesh::receive_probed(ucp_tag_message_h handle, void* data, size_t byte
 std::optional<Mesh::Message> Mesh::poll_message(uint64_t tag, uint64_t tag_mask) {
   ucp_tag_recv_info_t info{};
   while (ucp_tag_message_h handle = ucp_tag_probe_nb(worker_.get(), tag, tag_mask, 1, &info)) {
-    Message message{info.sender_tag, std::vector<uint8_t>(info.length)};
-    Operation operation = receive_probed(handle, message.payload.data(), info.length);
+    if (message_buffer_bytes_ < info.length) {
+      message_buffer_bytes_ = std::max(info.length, 2 * message_buffer_bytes_);
+      message_buffer_ = std::make_unique_for_overwrite<uint8_t[]>(message_buffer_bytes_);
+    }
+    Operation operation = receive_probed(handle, message_buffer_.get(), info.length);
     while (!operation.done()) ucp_worker_progress(worker_.get());
-    if (operation.status() == UCS_OK) return message;
+    if (operation.status() == UCS_OK) {
+      return Message{info.sender_tag, std::span(message_buffer_.get(), info.length)};
+    }
     // The sender failed while its message was on the way (a rendezvous the dead peer can no
     // longer serve): the message is lost with it, and the endpoint's failure fails that peer's
     // jobs. Not this daemon's fault, nor any other peer's: go on with the next message.

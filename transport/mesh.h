@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -105,10 +106,12 @@ class Mesh {
   // A failure shows as a failed peer.
   void post(PeerId peer, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes);
   // A whole message of unknown size matching tag/mask, if one has arrived (for control
-  // messages: small, so it completes without waiting on the sender).
+  // messages: small, so it completes without waiting on the sender). Its payload lies in the
+  // mesh's receive buffer, valid until the next call: one buffer serves every control message,
+  // with no allocation per message once it has grown to the largest.
   struct Message {
     uint64_t tag;
-    std::vector<uint8_t> payload;
+    std::span<const uint8_t> payload;
   };
   // A message whose sender failed before it could be received is dropped and counted.
   std::optional<Message> poll_message(uint64_t tag, uint64_t tag_mask);
@@ -266,6 +269,8 @@ class Mesh {
   };
   std::vector<Retired> retired_;  // after worker_: released while the worker still exists
   uint64_t lost_messages_ = 0;
+  std::unique_ptr<uint8_t[]> message_buffer_;  // poll_message's; word-aligned, as capnp reads it
+  size_t message_buffer_bytes_ = 0;
 };
 
 }  // namespace gradsync::transport
