@@ -158,6 +158,8 @@ TEST_F(MeshTest, TagMaskSelectsBySender) {
   EXPECT_EQ(got, 99u);
 }
 
+// (A peer in this process says goodbye as it goes; one killed outright is the cluster tests'
+// KilledPeerDaemonFailsSurvivingRanksWithinTenSeconds.)
 TEST_F(MeshTest, DeadPeerIsReportedWithinABound) {
   uint64_t warm = 1, got = 0;
   Operation receive = b_->receive(1, ~uint64_t{0}, &got, sizeof(got));
