@@ -90,7 +90,9 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLoo
   }
   const size_t element = ipc::dtype_bytes(s.dtype);
   const RegisteredMemory send = lookup(entry.send_buffer);
-  const RegisteredMemory recv = lookup(entry.recv_buffer);
+  // In place (the common case): one lookup, which touches the mapping cache, serves both.
+  const RegisteredMemory recv =
+      entry.recv_buffer == entry.send_buffer ? send : lookup(entry.recv_buffer);
   if (auto error =
           check_range("send", send, entry.send_buffer, entry.send_offset, *send_bytes, element);
       !error.empty()) {

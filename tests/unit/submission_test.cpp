@@ -100,6 +100,25 @@ TEST_F(SubmissionTest, AcceptsInPlace) {
   EXPECT_TRUE(resolve().valid());
 }
 
+// One buffer for both ranges: looked up once (a lookup touches the mapping cache), and both
+// ranges hold it.
+TEST_F(SubmissionTest, OneBufferForBothRangesIsLookedUpOnce) {
+  int lookups = 0;
+  const Submission s = resolve_submission(
+      entry_,
+      [&](uint32_t id) -> RegisteredMemory {
+        ++lookups;
+        return id == 1 ? buffer_ : nullptr;
+      },
+      0, 2);
+  ASSERT_TRUE(s.valid()) << s.error;
+  EXPECT_EQ(lookups, 1);
+  EXPECT_EQ(s.send, buffer_->data);
+  EXPECT_EQ(s.recv, buffer_->data + 2048);
+  EXPECT_EQ(s.send_buffer, s.recv_buffer);
+  EXPECT_EQ(buffer_.use_count(), 3) << "the test's, and one per range";
+}
+
 TEST_F(SubmissionTest, AcceptsARangeEndingExactlyAtTheBufferEnd) {
   entry_.recv_offset = 4096 - 2048;
   EXPECT_TRUE(resolve().valid());
