@@ -5,6 +5,7 @@
 
 #include "tools/common/process.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -67,6 +68,21 @@ std::string node_address(int node) {
   return "198.18.0." + std::to_string(node + 1) + ":9478";
 }
 
+// The core every process of namespace node `node` runs on: the (node mod n)-th of the n cores
+// this process may use. A real node has cores of its own; left to the scheduler, the nodes here
+// mix on this machine's cores, and two nodes' daemons sharing one for seconds at a time makes
+// a small collective's step time jump (bench/launch.py pins bench/compare's nodes alike).
+int node_cpu(int node) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof(allowed), &allowed) != 0 || CPU_COUNT(&allowed) == 0) return 0;
+  int wanted = node % CPU_COUNT(&allowed);
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &allowed) && wanted-- == 0) return cpu;
+  }
+  return 0;
+}
+
 // The namespaces, for as long as this lives.
 class Namespaces {
  public:
@@ -83,7 +99,12 @@ class Namespaces {
   Namespaces& operator=(const Namespaces&) = delete;
 
   std::map<std::string, std::string> env() const { return {{"GRADSYNC_NETNS_PREFIX", prefix_}}; }
-  std::vector<std::string> exec(int node) const { return {script_, "exec", std::to_string(node)}; }
+  // Runs in node `node`'s namespace, on its core (node_cpu).
+  std::vector<std::string> exec(int node) const {
+    // util-linux's, always there on Debian (processes are spawned without a PATH search).
+    return {"/usr/bin/taskset",  "-c", std::to_string(node_cpu(node)), script_, "exec",
+            std::to_string(node)};
+  }
 
  private:
   std::string script_;
