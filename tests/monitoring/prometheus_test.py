@@ -83,7 +83,13 @@ def main():
                 try:
                     answer = json.loads(get(url))
                 except urllib.error.HTTPError as e:  # a query that does not parse: 400
-                    answer = json.loads(e.read().decode())
+                    body = e.read().decode()
+                    try:
+                        answer = json.loads(body)
+                    except ValueError:
+                        # Not an answer of the API: Prometheus still starting ("Service
+                        # Unavailable", 503). An OSError, which wait_until waits through.
+                        raise ConnectionError(f"Prometheus not ready: {e.code} {body!r}") from e
                 if answer.get("status") != "success":
                     raise SystemExit(f"FAIL: {expr}: {answer.get('error')}")
                 return answer["data"]["result"]
