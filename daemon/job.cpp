@@ -162,7 +162,7 @@ void Job::submit(Submission submission) {
   queue.push_back(std::move(submission));
   if (tensor.ranks_waiting > 0) return;
 
-  RankSubmissions ranks;
+  std::vector<Submission> ranks;
   ranks.reserve(tensor.per_rank.size());
   size_t still_queued = 0;
   for (auto& q : tensor.per_rank) {
@@ -198,7 +198,7 @@ void Job::check_trace(Clock::time_point now) {
   trace_.reset();
 }
 
-void Job::on_all_submitted(RankSubmissions ranks, Clock::time_point since) {
+void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point since) {
   // For the duration metric, the step meter and the trace: one clock read per collective.
   // Counted before an invalid submission is taken out below (with a single local rank, none
   // may be left), so that the name need not be copied.
@@ -254,7 +254,7 @@ void Job::on_all_submitted(RankSubmissions ranks, Clock::time_point since) {
   }
 }
 
-void Job::fail_collective(RankSubmissions& ranks, gradsync_result status,
+void Job::fail_collective(std::vector<Submission>& ranks, gradsync_result status,
                           const std::string& message) {
   for (auto& s : ranks) complete(s, status, message);
   ranks.clear();
@@ -281,7 +281,7 @@ void Job::fail(gradsync_result status, const std::string& message) {
   if (network_) network_->fail_waiting(status, message);
 }
 
-std::optional<std::string> find_mismatch(const RankSubmissions& ranks) {
+std::optional<std::string> find_mismatch(const std::vector<Submission>& ranks) {
   const Submission& lead = ranks.front();
   for (size_t r = 1; r < ranks.size(); ++r) {
     const Submission& s = ranks[r];

@@ -26,14 +26,10 @@ struct TraceTimes {
   std::chrono::steady_clock::time_point agreed;
 };
 
-// Local rank r's submission at r. (An inline small vector saves the allocation and costs
-// more than it saves: a Submission is large, and moved several times on the way.)
-using RankSubmissions = std::vector<Submission>;
-
 // One collective that every local rank of the job submitted, consistently. ranks[r] is local
 // rank r's submission.
 struct ReadyCollective {
-  RankSubmissions ranks;
+  std::vector<Submission> ranks;
   TraceTimes times;
 
   const Submission& first() const { return ranks.front(); }
@@ -144,8 +140,9 @@ class Job {
                             Clock::duration waited) const;
 
   // `since`: when the first of them submitted it.
-  void on_all_submitted(RankSubmissions ranks, Clock::time_point since);
-  void fail_collective(RankSubmissions& ranks, gradsync_result status, const std::string& message);
+  void on_all_submitted(std::vector<Submission> ranks, Clock::time_point since);
+  void fail_collective(std::vector<Submission>& ranks, gradsync_result status,
+                       const std::string& message);
 
   std::string name_;
   int32_t local_world_size_;
@@ -172,6 +169,6 @@ class Job {
 };
 
 // Checks that all ranks agree on a collective; returns the error naming tensor and ranks.
-std::optional<std::string> find_mismatch(const RankSubmissions& ranks);
+std::optional<std::string> find_mismatch(const std::vector<Submission>& ranks);
 
 }  // namespace gradsync::daemon

@@ -94,6 +94,7 @@ Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string
       ranks_(std::move(ranks)),
       own_link_(own_link),
       agreed_link_(own_link),
+      agreed_eager_max_bytes_(eager_max_bytes(own_link, nodes)),
       send_(std::move(send)),
       cache_(cache_capacity),
       hold_empty_joins_(hold_empty_joins) {}
@@ -355,6 +356,7 @@ void Negotiator::apply(CycleState& state) {
     agreed_link_.gamma_seconds_per_byte =
         std::max(agreed_link_.gamma_seconds_per_byte, from->link.gamma_seconds_per_byte);
   }
+  agreed_eager_max_bytes_ = eager_max_bytes(agreed_link_, nodes_);
   peer_ready_bits_.resize(nodes_);
   for (uint32_t node = 0; node < nodes_; ++node) {
     peer_ready_bits_[node] = state.from[node]->ready_bits;

@@ -127,6 +127,8 @@ class Negotiator {
 
   // Every node's largest figures, as of the last cycle: the same on every node.
   const LinkFigures& agreed_link() const { return agreed_link_; }
+  // eager_max_bytes() (cost_model.h) of the agreed figures, worked out once a cycle.
+  uint64_t agreed_eager_max_bytes() const { return agreed_eager_max_bytes_; }
   const ResponseCache& cache() const { return cache_; }
 
   struct Counters {
@@ -202,6 +204,7 @@ class Negotiator {
   std::string ranks_;
   LinkFigures own_link_;
   LinkFigures agreed_link_;
+  uint64_t agreed_eager_max_bytes_;
   SendFn send_;
   ResponseCache cache_;
   // By key, oldest first. Entries stay when empty (the same names come back every step) until

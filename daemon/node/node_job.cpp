@@ -112,8 +112,7 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
                         static_cast<uint32_t>(unit.collectives.size()),
                         lead.collective == ipc::Collective::kBroadcast ? lead.root : -1};
   const ReadyCollective& only = unit.collectives.front();
-  const uint64_t eager_max =
-      negotiator_ ? eager_max_bytes(negotiator_->agreed_link(), links_.nodes()) : kEagerMinBytes;
+  const uint64_t eager_max = negotiator_ ? negotiator_->agreed_eager_max_bytes() : kEagerMinBytes;
   if (unit.collectives.size() == 1 && lead.collective == ipc::Collective::kAllreduce &&
       only.bytes() <= eager_max) {
     // Small enough to travel with the negotiation: this node's part, reduced over its ranks.

@@ -72,15 +72,20 @@ std::string forced_algorithm_name(const ::testing::TestParamInfo<ForcedAlgorithm
          std::to_string(info.param.shape.ranks_per_node) + "ranks";
 }
 
+// A job of test_rank's `args` on every rank of the shape, with the algorithm forced.
+void expect_forced_job_succeeds(const ForcedAlgorithm& forced, const std::string& job,
+                                const std::vector<std::string>& args) {
+  LoopbackCluster cluster(forced.shape.nodes);
+  auto ranks = cluster.spawn(
+      job, std::vector<int>(static_cast<size_t>(forced.shape.nodes), forced.shape.ranks_per_node),
+      args, {{"GRADSYNC_ALGO", forced.algorithm}});
+  expect_all_succeed(ranks, cluster);
+}
+
 class AlgorithmTest : public ::testing::TestWithParam<ForcedAlgorithm> {};
 
 TEST_P(AlgorithmTest, EveryDtypeOpAndCountIsRight) {
-  const Shape shape = GetParam().shape;
-  LoopbackCluster cluster(shape.nodes);
-  auto ranks = cluster.spawn(
-      "forced", std::vector<int>(static_cast<size_t>(shape.nodes), shape.ranks_per_node),
-      {"cluster"}, {{"GRADSYNC_ALGO", GetParam().algorithm}});
-  expect_all_succeed(ranks, cluster);
+  expect_forced_job_succeeds(GetParam(), "forced", {"cluster"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest,
@@ -97,13 +102,8 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest,
 class PipelinedTest : public ::testing::TestWithParam<ForcedAlgorithm> {};
 
 TEST_P(PipelinedTest, LargeAllreducesAreRight) {
-  const Shape shape = GetParam().shape;
-  LoopbackCluster cluster(shape.nodes);
   // 6 Mi + 7 floats: 24 MiB, 16 or 24 pieces of each node's share.
-  auto ranks = cluster.spawn(
-      "large", std::vector<int>(static_cast<size_t>(shape.nodes), shape.ranks_per_node),
-      {"large", std::to_string((6u << 20) + 7)}, {{"GRADSYNC_ALGO", GetParam().algorithm}});
-  expect_all_succeed(ranks, cluster);
+  expect_forced_job_succeeds(GetParam(), "large", {"large", std::to_string((6u << 20) + 7)});
 }
 
 INSTANTIATE_TEST_SUITE_P(Algorithms, PipelinedTest,

@@ -18,15 +18,15 @@ Submission make(ipc::Collective c, uint64_t count, gradsync_dtype dtype = GRADSY
 }
 
 TEST(FindMismatch, AgreeingRanksPass) {
-  RankSubmissions ranks = {make(ipc::Collective::kAllreduce, 10),
-                           make(ipc::Collective::kAllreduce, 10)};
+  std::vector<Submission> ranks = {make(ipc::Collective::kAllreduce, 10),
+                                   make(ipc::Collective::kAllreduce, 10)};
   EXPECT_FALSE(find_mismatch(ranks));
 }
 
 TEST(FindMismatch, NamesTensorFieldAndRanks) {
-  RankSubmissions ranks = {make(ipc::Collective::kAllreduce, 10),
-                           make(ipc::Collective::kAllreduce, 10),
-                           make(ipc::Collective::kAllreduce, 12)};
+  std::vector<Submission> ranks = {make(ipc::Collective::kAllreduce, 10),
+                                   make(ipc::Collective::kAllreduce, 10),
+                                   make(ipc::Collective::kAllreduce, 12)};
   const auto message = find_mismatch(ranks);
   ASSERT_TRUE(message);
   EXPECT_NE(message->find("layer.weight"), std::string::npos) << *message;
@@ -36,7 +36,7 @@ TEST(FindMismatch, NamesTensorFieldAndRanks) {
 
 TEST(FindMismatch, EachFieldIsChecked) {
   auto differs = [](Submission other, const char* what) {
-    RankSubmissions ranks = {make(other.collective, 10), std::move(other)};
+    std::vector<Submission> ranks = {make(other.collective, 10), std::move(other)};
     if (ranks[0].collective == ipc::Collective::kBroadcast) ranks[0].root = 0;
     const auto message = find_mismatch(ranks);
     ASSERT_TRUE(message) << what;
@@ -45,14 +45,14 @@ TEST(FindMismatch, EachFieldIsChecked) {
   differs(make(ipc::Collective::kAllreduce, 10, GRADSYNC_FLOAT64), "dtype");
   differs(make(ipc::Collective::kAllreduce, 10, GRADSYNC_FLOAT32, GRADSYNC_MAX), "op");
   differs(make(ipc::Collective::kBroadcast, 10, GRADSYNC_FLOAT32, GRADSYNC_SUM, 1), "root");
-  RankSubmissions ranks = {make(ipc::Collective::kAllreduce, 10),
-                           make(ipc::Collective::kAllgather, 10)};
+  std::vector<Submission> ranks = {make(ipc::Collective::kAllreduce, 10),
+                                   make(ipc::Collective::kAllgather, 10)};
   EXPECT_TRUE(find_mismatch(ranks));
 }
 
 TEST(FindMismatch, HostAndDeviceMemoryDoNotMix) {
-  RankSubmissions ranks = {make(ipc::Collective::kAllreduce, 10),
-                           make(ipc::Collective::kAllreduce, 10)};
+  std::vector<Submission> ranks = {make(ipc::Collective::kAllreduce, 10),
+                                   make(ipc::Collective::kAllreduce, 10)};
   ranks[1].device = 0;
   const auto message = find_mismatch(ranks);
   ASSERT_TRUE(message);

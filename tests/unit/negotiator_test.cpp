@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <array>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <random>
 
@@ -21,11 +22,14 @@ namespace {
 // after a bounded wait.
 class Network {
  public:
-  Network(uint32_t nodes, uint32_t capacity, uint64_t seed, bool hold = false) : random_(seed) {
+  // Node n measured link_of(n); by default, figures that differ only in latency.
+  Network(uint32_t nodes, uint32_t capacity, uint64_t seed, bool hold = false,
+          const std::function<LinkFigures(uint32_t)>& link_of = {})
+      : random_(seed) {
     for (uint32_t n = 0; n < nodes; ++n) {
       negotiators_.push_back(std::make_unique<Negotiator>(
           "job", nodes, n, "ranks " + std::to_string(n), capacity,
-          LinkFigures{1e-5 * (n + 1), 1e-9, 1e-10},
+          link_of ? link_of(n) : LinkFigures{1e-5 * (n + 1), 1e-9, 1e-10},
           [this, n](uint32_t to, capnp::MessageBuilder& message) {
             queues_[{n, to}].push_back(ipc::encode(message));
             if (message.getRoot<wire::NodeMessage>().isResponse()) ++responses_;
@@ -321,6 +325,22 @@ INSTANTIATE_TEST_SUITE_P(Nodes, NegotiatorTest,
 // Node 0's rank is a step ahead: its cycle reaches node 1 before node 1's rank submits.
 // Joining at once, node 1 makes that cycle decide nothing and the collective needs a second;
 // holding, node 1 joins with the collective and one cycle decides it.
+// What rides along follows the agreed figures, not a node's own: node 0 reduces slowly (large
+// γ), so riding pays only for small tensors, and node 1, which alone would let 16 KiB ride,
+// takes node 0's limit once a cycle has told it the figures.
+TEST(Negotiator, TheEagerLimitFollowsTheAgreedFigures) {
+  Network net(2, 1024, 1, false, [](uint32_t n) {
+    return LinkFigures{1e-5, 1e-9, n == 0 ? 1e-8 : 1e-10};
+  });
+  ASSERT_EQ(net.node(1).agreed_eager_max_bytes(), kEagerCapBytes) << "its own figures";
+  ASSERT_EQ(net.node(0).agreed_eager_max_bytes(), kEagerMinBytes) << "its own figures";
+  std::mt19937_64 random(1);
+  run_step(net, tensor_names(3), random);
+  for (uint32_t n = 0; n < 2; ++n) {
+    EXPECT_EQ(net.node(n).agreed_eager_max_bytes(), kEagerMinBytes) << "node " << n;
+  }
+}
+
 TEST(Negotiator, ANodeWithNothingToProposeHoldsItsPartOfAPeersCycle) {
   for (const bool hold : {false, true}) {
     Network net(2, 16, 1, hold);
