@@ -111,20 +111,11 @@ class Place:
                    "--metrics-listen", "", "--log-level", "warn"]
         env = {}
         if self.namespaces:
-            command += ["--listen", f"{self.address(node)}:{DAEMON_PORT}",
-                        "--config", self._daemon_config()]
+            command += ["--listen", f"{self.address(node)}:{DAEMON_PORT}"]
             env = UCX_ACROSS_NODES
         log = open(os.path.join(self.dir, f"daemon{node}.log"), "w")
         self.daemons.append(subprocess.Popen(self.on_node(node, command, env), env=self.env,
                                              stdout=log, stderr=subprocess.STDOUT))
-
-    def _daemon_config(self):
-        """The daemons' configuration across nodes: the defaults, but bulk data eager over
-        TCP (README, "TCP networks"; not the default yet)."""
-        path = os.path.join(self.dir, "gradsyncd.toml")
-        with open(path, "w") as out:
-            out.write('tcp_bulk_protocol = "eager"\n')
-        return path
 
     def _wait_for_socket(self, node):
         for _ in range(200):

@@ -32,9 +32,9 @@ struct DaemonConfig {
   uint32_t tcp_keepalive_idle_seconds = 10;     // a silent peer host is probed after this
   uint32_t tcp_keepalive_interval_seconds = 2;  // then every this; 3 unanswered: it failed
   // Bulk data to other nodes over a TCP-only network: eager (no handshake per message) or
-  // rendezvous (UCX's choice, as on RDMA networks, where it is always kept). Eager is faster
-  // but not yet the default: see README, "TCP networks".
-  std::string tcp_bulk_protocol = "rendezvous";
+  // rendezvous (UCX's choice, as on RDMA networks, where it is always kept). See README, "TCP
+  // networks".
+  std::string tcp_bulk_protocol = "eager";
   uint32_t response_cache_capacity = 1024;   // collectives per multi-node job; 0: no cache
   std::string allreduce_algorithm = "auto";  // across nodes: auto, ring, rhd
   uint32_t max_clients = 1024;

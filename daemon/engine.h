@@ -127,6 +127,8 @@ class Engine {
   // `tag`: the message's UCX tag (names the sending node and, hashed, the job), to fail the
   // job a message that cannot be read was for; 0 when replaying a message read before.
   void handle_node_message(std::span<const uint8_t> payload, uint64_t tag = 0);
+  // Fails the jobs whose hashed name `tag` carries, naming its sending node: "node N <what>".
+  void fail_jobs_of_tag(uint64_t tag, gradsync_result status, const std::string& what);
   void fail_job(Job& job, gradsync_result status, const std::string& reason, bool tell_peers);
   bool run_ready_batches();
   // Metrics and step accounting of a unit done on this node; returns its collectives.

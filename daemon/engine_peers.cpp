@@ -27,6 +27,12 @@ bool Engine::poll_peers() {
     handle_node_message(message->payload, message->tag);
     any = true;
   }
+  // Their jobs would wait for them forever.
+  for (const uint64_t tag : mesh_->take_lost_messages()) {
+    fail_jobs_of_tag(tag, GRADSYNC_ERR_PEER_FAILED,
+                     "sent a control message that did not arrive whole (its connection broke)");
+    any = true;
+  }
   if (mesh_->needs_service()) any |= take_handshakes();
   if (!ended_jobs_.empty()) drain_ended_jobs();
   return take_failed_peers() || any;
@@ -91,21 +97,24 @@ bool Engine::take_handshakes() {
   return !outcomes.empty();
 }
 
+void Engine::fail_jobs_of_tag(uint64_t tag, gradsync_result status, const std::string& what) {
+  const auto job_tag = static_cast<uint16_t>(tag >> 32);
+  const auto node = static_cast<uint32_t>((tag & tags::kNodeMask) >> 48);
+  for (auto& [name, job] : jobs_) {
+    if (job->network() != nullptr && job->network()->job_tag() == job_tag) {
+      fail_job(*job, status, fmt::format("job '{}': node {} {}", name, node, what), true);
+    }
+  }
+}
+
 void Engine::handle_node_message(std::span<const uint8_t> payload, uint64_t tag) {
   // A message that cannot be read fails the jobs it may have been for: left alone, they would
   // wait for it forever.
-  auto fail_jobs_of_tag = [&](const std::string& what) {
+  auto drop_malformed = [&](const std::string& what) {
     log_->warn("dropped a malformed message from a peer daemon: {}", what);
-    if (tag == 0) return;
-    const auto job_tag = static_cast<uint16_t>(tag >> 32);
-    const auto node = static_cast<uint32_t>((tag & tags::kNodeMask) >> 48);
-    for (auto& [name, job] : jobs_) {
-      if (job->network() != nullptr && job->network()->job_tag() == job_tag) {
-        fail_job(*job, GRADSYNC_ERR_PROTOCOL,
-                 fmt::format("job '{}': node {} sent a control message that cannot be read: {}",
-                             name, node, what),
-                 true);
-      }
+    if (tag != 0) {
+      fail_jobs_of_tag(tag, GRADSYNC_ERR_PROTOCOL,
+                       "sent a control message that cannot be read: " + what);
     }
   };
   try {
@@ -145,9 +154,9 @@ void Engine::handle_node_message(std::span<const uint8_t> payload, uint64_t tag)
       fail_job(*job->second, GRADSYNC_ERR_PEER_FAILED, *error, true);
     }
   } catch (const std::exception& e) {
-    fail_jobs_of_tag(e.what());
+    drop_malformed(e.what());
   } catch (const kj::Exception& e) {
-    fail_jobs_of_tag(e.getDescription().cStr());
+    drop_malformed(e.getDescription().cStr());
   }
 }
 

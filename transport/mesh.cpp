@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <stdexcept>
 
 namespace gradsync::transport {
@@ -52,6 +53,20 @@ std::vector<std::pair<std::string, std::string>> ucx_settings(const MeshOptions&
   return settings;
 }
 
+// The IPv4 address a connection to us comes from; 0 when UCX cannot say (it then counts as
+// coming from any peer).
+in_addr_t client_host(ucp_conn_request_h request) {
+  ucp_conn_request_attr_t attributes{};
+  attributes.field_mask = UCP_CONN_REQUEST_ATTR_FIELD_CLIENT_ADDR;
+  if (ucp_conn_request_query(request, &attributes) != UCS_OK ||
+      attributes.client_address.ss_family != AF_INET) {
+    return 0;
+  }
+  sockaddr_in address{};
+  std::memcpy(&address, &attributes.client_address, sizeof(address));
+  return address.sin_addr.s_addr;
+}
+
 }  // namespace
 
 Mesh::Mesh(const MeshOptions& options)
@@ -94,7 +109,7 @@ Mesh::~Mesh() {
     if (peer.endpoint != nullptr) close_endpoint(peer.endpoint, true);
   }
   for (const Inbound& inbound : inbound_) close_endpoint(inbound.endpoint, true);
-  for (ucp_ep_h endpoint : inbound_accepted_) close_endpoint(endpoint, true);
+  for (const Accepted& accepted : inbound_accepted_) close_endpoint(accepted.endpoint, true);
   for (const Closing& closing : closing_) close_endpoint(closing.endpoint, true);
   close_failed();
 }
@@ -113,8 +128,9 @@ void Mesh::on_connection(ucp_conn_request_h request, void* arg) {
   if (ucp_ep_create(mesh->worker_.get(), &params, &endpoint) == UCS_OK) {
     context->endpoint = endpoint;
     // It says nothing but the handshake until it has proved itself, within the timeout.
-    mesh->inbound_.push_back(
-        Inbound{endpoint, std::chrono::steady_clock::now() + mesh->handshake_timeout_});
+    Inbound inbound{endpoint, std::chrono::steady_clock::now() + mesh->handshake_timeout_};
+    inbound.host = client_host(request);
+    mesh->inbound_.push_back(std::move(inbound));
     mesh->error_contexts_.push_back(std::move(context));
   } else {
     ucp_listener_reject(mesh->listener_.get(), request);
@@ -135,7 +151,8 @@ void Mesh::on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t status) 
       mesh.outcomes_.push_back(HandshakeOutcome{handshaking->address, true, false,
                                                 "the connection closed during the handshake"});
       mesh.inbound_.erase(handshaking);
-    } else if (std::erase(mesh.inbound_accepted_, endpoint) == 0 &&
+    } else if (std::erase_if(mesh.inbound_accepted_,
+                             [&](const Accepted& a) { return a.endpoint == endpoint; }) == 0 &&
                std::erase_if(mesh.closing_,
                              [&](const Closing& c) { return c.endpoint == endpoint; }) == 0) {
       return;
@@ -188,9 +205,10 @@ PeerId Mesh::connect(const std::string& address) {
     if (peer.failed && peer.reported) open(it->second);
     return it->second;
   }
-  (void)parse_host_port(address);  // throws on a malformed address, before the peer exists
+  // Throws on a malformed address, before the peer exists.
+  const in_addr_t host = parse_host_port(address).sin_addr.s_addr;
   const auto id = static_cast<PeerId>(peers_.size());
-  peers_.push_back(Peer{address});
+  peers_.push_back(Peer{address, host});
   peer_by_address_[address] = id;
   open(id);
   return id;
@@ -262,8 +280,10 @@ void Mesh::post(PeerId peer_id, uint64_t tag, std::shared_ptr<const std::vector<
   retire(std::move(operations), {std::move(bytes)});
 }
 
-Operation Mesh::receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes) {
+Operation Mesh::receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes,
+                        std::optional<PeerId> from) {
   auto state = std::make_unique<Operation::State>();
+  state->source = from.value_or(Operation::kAnySource);
   ucp_request_param_t params = receive_params(state.get());
   return Operation::started(worker_.get(),
                             ucp_tag_recv_nbx(worker_.get(), data, bytes, tag, tag_mask, &params),
@@ -286,14 +306,26 @@ std::optional<Mesh::Message> Mesh::poll_message(uint64_t tag, uint64_t tag_mask)
       message_buffer_ = std::make_unique_for_overwrite<uint8_t[]>(message_buffer_bytes_);
     }
     Operation operation = receive_probed(handle, message_buffer_.get(), info.length);
-    while (!operation.done()) ucp_worker_progress(worker_.get());
-    if (operation.status() == UCS_OK) {
+    // Bounded: an eager message whose connection broke half-way never finishes.
+    const auto deadline = std::chrono::steady_clock::now() + liveness_timeout_;
+    while (!operation.done() && std::chrono::steady_clock::now() < deadline) {
+      ucp_worker_progress(worker_.get());
+    }
+    if (operation.done() && operation.status() == UCS_OK) {
       return Message{info.sender_tag, std::span(message_buffer_.get(), info.length)};
     }
     // The sender failed while its message was on the way (a rendezvous the dead peer can no
-    // longer serve): the message is lost with it, and the endpoint's failure fails that peer's
-    // jobs. Not this daemon's fault, nor any other peer's: go on with the next message.
+    // longer serve, or the rest of an eager one that will not come): the message is lost.
+    // Not this daemon's fault, nor any other peer's: go on with the next message. A receive
+    // still pending keeps the buffer, which UCX may yet write; the next message gets another.
+    if (!operation.done()) {
+      std::vector<Operation> pending;
+      pending.push_back(std::move(operation));
+      retire(std::move(pending), {std::shared_ptr<const uint8_t[]>(std::move(message_buffer_))});
+      message_buffer_bytes_ = 0;
+    }
     ++lost_messages_;
+    lost_tags_.push_back(info.sender_tag);
   }
   return std::nullopt;
 }
@@ -307,7 +339,11 @@ size_t Mesh::discard(uint64_t tag, uint64_t tag_mask) {
     operations.push_back(receive_probed(handle, sink->data(), info.length));
     // Not retire(): a matched receive must not be cancelled, only waited for.
     std::erase_if(operations, [](const Operation& op) { return op.done(); });
-    if (!operations.empty()) retired_.push_back(Retired{std::move(operations), {sink}});
+    if (!operations.empty()) {
+      Retired retired{std::move(operations), {sink}, {}};
+      add_feeders(Operation::kAnySource, retired.feeders);
+      retired_.push_back(std::move(retired));
+    }
     ++discarded;
   }
   return discarded;
@@ -318,10 +354,7 @@ bool Mesh::progress() {
   if (handshake_work()) any |= serve_handshakes();
   if (!to_close_.empty()) close_failed();
   if (!retired_.empty()) {
-    std::erase_if(retired_, [](const Retired& r) {
-      return std::all_of(r.operations.begin(), r.operations.end(),
-                         [](const Operation& op) { return op.done(); });
-    });
+    std::erase_if(retired_, [this](const Retired& r) { return finished(r); });
   }
   return any;
 }
@@ -332,7 +365,44 @@ void Mesh::retire(std::vector<Operation> operations,
     if (operation.valid()) operation.cancel();
   }
   std::erase_if(operations, [](const Operation& op) { return !op.valid() || op.done(); });
-  if (!operations.empty()) retired_.push_back(Retired{std::move(operations), std::move(memory)});
+  if (operations.empty()) return;
+  Retired retired{std::move(operations), std::move(memory), {}};
+  for (const Operation& operation : retired.operations) {
+    if (operation.is_receive()) add_feeders(operation.source(), retired.feeders);
+  }
+  retired_.push_back(std::move(retired));
+}
+
+void Mesh::add_feeders(uint32_t source, std::vector<uint64_t>& feeders) const {
+  const bool any = source == Operation::kAnySource || source >= peers_.size();
+  const bool from_host =
+      !any && std::any_of(inbound_accepted_.begin(), inbound_accepted_.end(),
+                          [&](const Accepted& a) { return a.host == peers_[source].host; });
+  for (const Accepted& accepted : inbound_accepted_) {
+    // A connection from where UCX could not say may be the source's too.
+    if (!from_host || accepted.host == peers_[source].host || accepted.host == 0) {
+      feeders.push_back(accepted.serial);
+    }
+  }
+}
+
+bool Mesh::accepted_alive(uint64_t serial) const {
+  return std::any_of(inbound_accepted_.begin(), inbound_accepted_.end(),
+                     [serial](const Accepted& a) { return a.serial == serial; });
+}
+
+bool Mesh::finished(const Retired& retired) const {
+  bool pending_receive = false;
+  for (const Operation& operation : retired.operations) {
+    if (operation.done()) continue;
+    if (!operation.is_receive()) return false;  // UCX finishes or fails every send
+    pending_receive = true;
+  }
+  // Rarely here: a receive that outlived its collective. Once no connection that could carry
+  // the rest of its message is open, none of it can come (a new connection carries new
+  // messages only), so UCX will never write its memory again; its request stays with UCX.
+  return !pending_receive || std::none_of(retired.feeders.begin(), retired.feeders.end(),
+                                          [this](uint64_t s) { return accepted_alive(s); });
 }
 
 bool Mesh::arm() {

@@ -113,14 +113,25 @@ class Mesh {
     uint64_t tag;
     std::span<const uint8_t> payload;
   };
-  // A message whose sender failed before it could be received is dropped and counted.
+  // A message that cannot arrive whole is dropped, counted, and its tag kept for
+  // take_lost_messages(): its sender failed before it could be received, or the rest of it
+  // did not come within the liveness timeout (an eager message of several fragments whose
+  // connection broke half-way, which UCX never finishes).
   std::optional<Message> poll_message(uint64_t tag, uint64_t tag_mask);
   uint64_t lost_messages() const { return lost_messages_; }
-  Operation receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes);
+  // The tags of messages dropped since the last call: the jobs they were for cannot go on.
+  std::vector<uint64_t> take_lost_messages() { return std::move(lost_tags_); }
+  // `from`: the peer whose data it waits for (nullopt: any). retire() needs it to know when a
+  // receive cut off half-way can no longer be written.
+  Operation receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes,
+                    std::optional<PeerId> from = std::nullopt);
 
   // Operations nobody waits for (sends left to finish on their own, or operations of a
   // collective that failed), with whatever memory they read or write: kept until UCX is done
-  // with them, however long a live peer takes. Receives not matched yet are cancelled.
+  // with them, however long a live peer takes. Receives not matched yet are cancelled. A
+  // receive matched to a message whose connection broke half-way is never finished by UCX
+  // (an eager message of several fragments): its memory goes once every connection to us
+  // that could have carried that message has closed, since no more of it can arrive then.
   void retire(std::vector<Operation> operations, std::vector<std::shared_ptr<const void>> memory);
   // Receives and drops every message that has arrived matching tag/mask: for what peers still
   // send to a job that has ended here. Left in UCX, such messages would pile up, and a large
@@ -164,6 +175,7 @@ class Mesh {
   };
   struct Peer {
     std::string address;
+    in_addr_t host = 0;  // its IPv4 address, as connections from it come
     ucp_ep_h endpoint = nullptr;
     bool failed = false;
     bool left = false;  // it said goodbye
@@ -183,6 +195,13 @@ class Mesh {
     Nonce client_nonce{};
     Nonce server_nonce{};
     std::string address;  // as claimed
+    in_addr_t host = 0;   // where the connection came from (0: unknown)
+  };
+  // A connection a peer made to us that passed the handshake: it carries that peer's data.
+  struct Accepted {
+    ucp_ep_h endpoint = nullptr;
+    in_addr_t host = 0;
+    uint64_t serial = 0;  // names it in Retired::feeders
   };
   struct ErrorContext {
     Mesh* mesh;
@@ -250,7 +269,8 @@ class Mesh {
   std::vector<Peer> peers_;
   std::map<std::string, PeerId> peer_by_address_;
   std::vector<Inbound> inbound_;            // handshaking
-  std::vector<ucp_ep_h> inbound_accepted_;  // done: these hear our goodbye
+  std::vector<Accepted> inbound_accepted_;  // done: they carry data, and hear our goodbye
+  uint64_t next_accepted_serial_ = 0;
   std::vector<Closing> closing_;
   std::vector<Delivery> handshake_inbox_;
   struct Check {
@@ -266,9 +286,20 @@ class Mesh {
   struct Retired {
     std::vector<Operation> operations;
     std::vector<std::shared_ptr<const void>> memory;
+    // The connections to us (Accepted::serial) that could still bring data for its pending
+    // receives, as of when it was retired.
+    std::vector<uint64_t> feeders;
   };
+  // Adds to `feeders` the accepted connections that may carry data from `source`: those from
+  // its host (on one host, that is all of them), or every one when the source is any peer or
+  // none comes from its host.
+  void add_feeders(uint32_t source, std::vector<uint64_t>& feeders) const;
+  bool accepted_alive(uint64_t serial) const;
+  // UCX is done with it, or will never be: what is pending is receives whose feeders closed.
+  bool finished(const Retired& retired) const;
   std::vector<Retired> retired_;  // after worker_: released while the worker still exists
   uint64_t lost_messages_ = 0;
+  std::vector<uint64_t> lost_tags_;
   std::unique_ptr<uint8_t[]> message_buffer_;  // poll_message's; word-aligned, as capnp reads it
   size_t message_buffer_bytes_ = 0;
 };

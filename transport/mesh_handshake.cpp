@@ -145,9 +145,10 @@ void Mesh::check_alive(PeerId id) {
 
 void Mesh::on_liveness(const Delivery& delivery, const HandshakeMessage& message) {
   if (message.type == HandshakeType::kPing) {
-    const bool accepted = delivery.endpoint != nullptr &&
-                          std::find(inbound_accepted_.begin(), inbound_accepted_.end(),
-                                    delivery.endpoint) != inbound_accepted_.end();
+    const bool accepted =
+        delivery.endpoint != nullptr &&
+        std::any_of(inbound_accepted_.begin(), inbound_accepted_.end(),
+                    [&](const Accepted& a) { return a.endpoint == delivery.endpoint; });
     if (!accepted) return;
     HandshakeMessage pong;
     pong.type = HandshakeType::kPong;
@@ -167,8 +168,8 @@ void Mesh::say_goodbye() {
   auto bytes = std::make_shared<const std::vector<uint8_t>>(encode(goodbye));
   std::vector<Operation> sends;
   sends.reserve(inbound_accepted_.size());
-  for (ucp_ep_h endpoint : inbound_accepted_) {
-    sends.push_back(start_handshake_send(endpoint, *bytes, true));
+  for (const Accepted& accepted : inbound_accepted_) {
+    sends.push_back(start_handshake_send(accepted.endpoint, *bytes, true));
   }
   const auto deadline = std::chrono::steady_clock::now() + kGoodbyeLinger;
   auto all_done = [&] {
@@ -275,7 +276,7 @@ void Mesh::answer_inbound(const Inbound& inbound, const std::string& refusal) {
 
 void Mesh::accept_inbound(const Inbound& inbound) {
   answer_inbound(inbound, {});
-  inbound_accepted_.push_back(inbound.endpoint);
+  inbound_accepted_.push_back(Accepted{inbound.endpoint, inbound.host, next_accepted_serial_++});
   outcomes_.push_back(HandshakeOutcome{inbound.address, true, true, {}});
 }
 

@@ -78,6 +78,7 @@ class Operation {
   // already matched finishes on its own. Does nothing to a send.
   void cancel();
 
+  static constexpr uint32_t kAnySource = UINT32_MAX;
   // The state UCX's callback writes; public for the callbacks in ucx.cpp.
   struct State {
     bool done = false;
@@ -86,7 +87,10 @@ class Operation {
     uint64_t sender_tag = 0;
     // A send UCX has not finished counts here until it finishes or is released (Mesh).
     size_t* unfinished_sends = nullptr;
+    // For a receive: the peer (the mesh's id) whose data it waits for, or any peer.
+    uint32_t source = kAnySource;
   };
+  uint32_t source() const { return state_->source; }
   static Operation started(ucp_worker_h worker, ucs_status_ptr_t request,
                            std::unique_ptr<State> state, bool receive);
 

@@ -80,7 +80,8 @@ transport::Operation NodeLinks::send(uint32_t node, uint64_t tag, const void* da
 transport::Operation NodeLinks::receive(uint64_t tag, std::optional<uint32_t> sender, void* data,
                                         size_t bytes) {
   const uint64_t mask = sender ? tags::kAll : tags::kAll & ~tags::kNodeMask;
-  return mesh_.receive(tag, mask, data, bytes);
+  return mesh_.receive(tag, mask, data, bytes,
+                       sender ? std::optional(peers_[*sender]) : std::nullopt);
 }
 
 void NodeLinks::count_received(uint64_t sender_tag, uint64_t bytes) {

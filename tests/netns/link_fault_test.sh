@@ -5,20 +5,26 @@
 # come), nodes 0 and 1 must keep serving a job of their own meanwhile, and once the link is
 # back a new job across all three nodes must run, every result checked.
 #
-#   tests/netns/link_fault_test.sh BUILD_DIR SOURCE_DIR
+#   tests/netns/link_fault_test.sh BUILD_DIR SOURCE_DIR [eager|rendezvous]
+#
+# The last argument is tcp_bulk_protocol (default eager). With eager, a node cut off
+# mid-transfer holds receives UCX never finishes (an eager message cut off between fragments):
+# their buffers must still go once the connections that could finish them have closed.
 #
 # Needs root; exits 77 (skipped) without it. CI runs as root.
 set -euo pipefail
 build=$1
 source=$2
+bulk_protocol=${3:-eager}
 nodes=3
 ranks_per_node=1
 export GRADSYNC_NETNS_PREFIX="gslf$$"
 source "$source/tests/netns/lib.sh"
-cat >"$work/gradsyncd.toml" <<'TOML'
+cat >"$work/gradsyncd.toml" <<TOML
 peer_timeout_seconds = 5
 tcp_keepalive_idle_seconds = 2
 tcp_keepalive_interval_seconds = 1
+tcp_bulk_protocol = "$bulk_protocol"
 TOML
 daemon_flags=(--config "$work/gradsyncd.toml")
 start_cluster

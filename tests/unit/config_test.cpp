@@ -30,7 +30,7 @@ parallel_reduce_min_bytes = 65536
 job_formation_timeout_seconds = 9
 max_clients = 10
 max_buffers_per_client = 7
-tcp_bulk_protocol = "eager"
+tcp_bulk_protocol = "rendezvous"
 )",
                                       "test");
   EXPECT_EQ(c.socket_path, "/tmp/x.sock");
@@ -47,7 +47,7 @@ tcp_bulk_protocol = "eager"
   EXPECT_EQ(c.job_formation_timeout_seconds, 9u);
   EXPECT_EQ(c.max_clients, 10u);
   EXPECT_EQ(c.max_buffers_per_client, 7u);
-  EXPECT_EQ(c.tcp_bulk_protocol, "eager");
+  EXPECT_EQ(c.tcp_bulk_protocol, "rendezvous");
 }
 
 TEST(Config, ShippedConfigFileIsTheDefaults) {

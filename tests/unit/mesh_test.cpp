@@ -219,6 +219,65 @@ TEST_F(MeshTest, AMessageWhoseSenderDiedIsDroppedAndCounted) {
   EXPECT_EQ(b_->lost_messages(), 1u);
 }
 
+// Drives both meshes until `receive` has started to fill `target` (its first fragments are in)
+// without finishing: a large eager message cut off half-way when the sender goes next.
+void drive_until_half_received(Mesh& a, Mesh& b, const Operation& receive,
+                               const std::vector<float>& target) {
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (target.front() == 0.0f) {
+    a.progress();
+    b.progress();
+    ASSERT_LT(Clock::now(), deadline) << "the first fragment did not arrive";
+  }
+  ASSERT_FALSE(receive.done()) << "the whole message arrived before its sender went";
+}
+
+// UCX never finishes a receive whose eager message was cut off half-way (the sender's
+// connection broke between fragments), nor can it be cancelled. Retired, its memory must still
+// go, once the connection that could bring the rest has closed: without that, a failed job's
+// buffers stayed mapped in the daemon for good (tests/netns/link_fault_test.sh).
+TEST_F(EagerMeshTest, AReceiveCutOffHalfWayGivesItsMemoryBackOnceTheSenderIsGone) {
+  std::vector<float> source(16 << 20, 1.0f);  // 64 MiB: many fragments
+  auto target = std::make_shared<std::vector<float>>(source.size(), 0.0f);
+  Operation receive =
+      b_->receive(11, ~uint64_t{0}, target->data(), target->size() * sizeof(float), b_to_a_);
+  Operation send = a_->send(a_to_b_, 11, source.data(), source.size() * sizeof(float));
+  drive_until_half_received(*a_, *b_, receive, *target);
+  std::weak_ptr<std::vector<float>> memory = target;
+  std::vector<Operation> operations;
+  operations.push_back(std::move(receive));
+  b_->retire(std::move(operations), {std::move(target)});
+  for (int i = 0; i < 100; ++i) b_->progress();
+  EXPECT_FALSE(memory.expired()) << "released while the sender could still send the rest";
+  send = Operation();
+  a_.reset();  // the sender goes, its connection with it
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (!memory.expired() && Clock::now() < deadline) b_->progress();
+  EXPECT_TRUE(memory.expired()) << "the receive's memory is still held";
+  EXPECT_EQ(b_->retired_count(), 0u);
+}
+
+// The same cut in a control message: poll_message gives up on it within the liveness timeout
+// instead of waiting for ever, drops it, and names its tag, so that its job can be failed.
+TEST_F(EagerMeshTest, AControlMessageCutOffHalfWayIsDroppedWithinABound) {
+  a_->post(a_to_b_, 5,
+           std::make_shared<const std::vector<uint8_t>>(std::vector<uint8_t>(64 << 20, 1)));
+  // The sender fills the socket (a few MiB of fragments) while the receiver reads none, then
+  // goes: the receiver finds the first fragments, and the rest never comes.
+  const auto sent = Clock::now() + std::chrono::milliseconds(200);
+  while (Clock::now() < sent) a_->progress();
+  a_.reset();
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (b_->lost_messages() == 0 && Clock::now() < deadline) {
+    b_->progress();
+    std::optional<Mesh::Message> message;
+    ASSERT_NO_THROW(message = b_->poll_message(5, ~uint64_t{0}));
+    ASSERT_FALSE(message) << "a message cut off half-way arrived whole";
+  }
+  EXPECT_EQ(b_->lost_messages(), 1u);
+  EXPECT_EQ(b_->take_lost_messages(), std::vector<uint64_t>{5});
+}
+
 // A peer that shuts down says so on our connection to it: we fail it at once, as having left
 // rather than broken, without sending it anything.
 TEST_F(MeshTest, APeerThatShutsDownSaysGoodbye) {
