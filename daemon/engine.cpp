@@ -307,7 +307,7 @@ bool Engine::poll_submissions(Session& session) {
     Submission submission = resolve_submission(
         entry, [this, &session](uint32_t id) { return registered_memory(session, id); },
         across_nodes ? who.rank : who.local_rank,
-        across_nodes ? who.world_size : who.local_world_size);
+        across_nodes ? who.world_size : who.local_world_size, session.job->unit_pool().name());
     submission.session = &session;
     if (submission.valid() && submission.device != kHostMemory && across_nodes) {
       submission.error =
@@ -381,6 +381,7 @@ bool Engine::run_ready_batches() {
           stats.bytes, collectives, std::chrono::duration<double>(end - start).count(),
           static_cast<double>(bytes) / static_cast<double>(config_.fusion_threshold_bytes));
       if (TraceRecorder* trace = job->trace()) trace_local_batch(*trace, batch, start, end);
+      for (ReadyUnit& unit : batch) job->unit_pool().recycle(std::move(unit));
       any = true;
     }
   }

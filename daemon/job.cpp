@@ -25,6 +25,7 @@ Job::~Job() = default;
 void Job::set_network(std::unique_ptr<NodeJob> network) {
   network_ = std::move(network);
   network_->set_step_meter(&steps_);
+  network_->set_unit_pool(&unit_pool_);
 }
 
 void Job::attach(Session& session) {
@@ -162,7 +163,7 @@ void Job::submit(Submission submission) {
   queue.push_back(std::move(submission));
   if (tensor.ranks_waiting > 0) return;
 
-  std::vector<Submission> ranks;
+  std::vector<Submission> ranks = unit_pool_.ranks();
   ranks.reserve(tensor.per_rank.size());
   size_t still_queued = 0;
   for (auto& q : tensor.per_rank) {
@@ -230,7 +231,8 @@ void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point sinc
   if (!grouped) {
     if (status != GRADSYNC_OK) return fail_collective(ranks, status, message);
     // emplace, not an initializer list: that would copy every submission.
-    ready_.emplace_back().collectives.push_back(ReadyCollective{std::move(ranks), times});
+    ReadyUnit& unit = ready_.emplace_back(ReadyUnit{unit_pool_.collectives()});
+    unit.collectives.push_back(ReadyCollective{std::move(ranks), times});
     return;
   }
   // A group runs whole or fails whole: one bad member fails the members seen so far and every

@@ -3,9 +3,11 @@
 #pragma once
 
 #include "daemon/fifo.h"
+#include "daemon/ready_unit.h"
 #include "daemon/step_meter.h"
 #include "daemon/submission.h"
 #include "daemon/trace.h"
+#include "daemon/unit_pool.h"
 
 #include <chrono>
 #include <cstdint>
@@ -18,50 +20,11 @@
 
 namespace gradsync::daemon {
 
-// When a collective was first submitted here and became ready here (every local rank
-// submitted it), and, across nodes and only while its job is traced, when every node agreed.
-struct TraceTimes {
-  std::chrono::steady_clock::time_point submitted;
-  std::chrono::steady_clock::time_point ready;
-  std::chrono::steady_clock::time_point agreed;
-};
-
-// One collective that every local rank of the job submitted, consistently. ranks[r] is local
-// rank r's submission.
-struct ReadyCollective {
-  std::vector<Submission> ranks;
-  TraceTimes times;
-
-  const Submission& first() const { return ranks.front(); }
-  uint64_t bytes() const { return first().send_bytes(); }
-  // The ranks' buffers, kept alive by whoever holds these (UCX may touch them after a failed
-  // collective gave up on its operations).
-  void append_memory(std::vector<std::shared_ptr<const void>>& memory) const {
-    for (const auto& s : ranks) {
-      memory.push_back(s.send_buffer);
-      memory.push_back(s.recv_buffer);
-    }
-  }
-};
-
 // A collective some of its job's ranks (or nodes) have submitted and others have not.
 struct Stall {
   double seconds = 0;   // since the first of them submitted it
   std::string message;  // names the tensor, the job and who has not submitted it
 };
-
-// Collectives that run together: one, or a whole group.
-struct ReadyUnit {
-  std::vector<ReadyCollective> collectives;
-  uint64_t bytes() const;
-};
-
-// Completes every rank's part of every collective of `unit`.
-inline void complete(const ReadyUnit& unit, gradsync_result status, std::string_view message = {}) {
-  for (const auto& c : unit.collectives) {
-    for (const auto& s : c.ranks) complete(s, status, message);
-  }
-}
 
 class NodeJob;
 
@@ -91,6 +54,7 @@ class Job {
   // Collectives each local rank has submitted and had completed (0 for a rank not connected).
   void rank_progress(std::vector<uint64_t>& submitted, std::vector<uint64_t>& completed) const;
   StepMeter& steps() { return steps_; }
+  UnitPool& unit_pool() { return unit_pool_; }
   // Every local rank has connected at some point.
   bool locally_formed() const { return formed_; }
   // And, across nodes, every node has joined.
@@ -164,6 +128,7 @@ class Job {
   std::deque<ReadyUnit> ready_;
   double stall_seconds_ = 0;
   StepMeter steps_;
+  UnitPool unit_pool_;                    // before network_, which returns units to it
   std::unique_ptr<TraceRecorder> trace_;  // before network_, which refers to it: goes after
   std::unique_ptr<NodeJob> network_;
 };

@@ -40,8 +40,9 @@ uint64_t Submission::recv_bytes(int32_t ranks) const {
 }
 
 Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLookup& lookup,
-                              int32_t rank, int32_t ranks) {
+                              int32_t rank, int32_t ranks, std::string name_storage) {
   Submission s;
+  s.name = std::move(name_storage);
   s.request = entry.request;
   const size_t name_length = std::min<size_t>(entry.name_length, ipc::kMaxTensorNameBytes);
   s.name.assign(entry.name, strnlen(entry.name, name_length));

@@ -77,8 +77,8 @@ using BufferLookup = std::function<RegisteredMemory(uint32_t id)>;
 // Validates every field of `entry` and resolves its buffers. Never throws on bad input.
 // `rank` and `ranks` number the job's ranks as roots and allgather slots do (local ranks in a
 // single-node job, global ranks across nodes). In place means send == recv, or for allgather
-// send == recv + rank * count.
+// send == recv + rank * count. `name_storage`: a string whose capacity the name may reuse.
 Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLookup& lookup,
-                              int32_t rank, int32_t ranks);
+                              int32_t rank, int32_t ranks, std::string name_storage = {});
 
 }  // namespace gradsync::daemon

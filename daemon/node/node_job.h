@@ -110,6 +110,8 @@ class NodeJob {
   // collectives count towards the step's bus bandwidth. The Job owns both.
   void set_trace(TraceRecorder* trace) { trace_ = trace; }
   void set_step_meter(StepMeter* steps) { steps_ = steps; }
+  // Where completed units go for their storage to serve the next ones; the Job owns it.
+  void set_unit_pool(UnitPool* pool) { unit_pool_ = pool; }
 
   uint16_t job_tag() const { return links_.job_tag(); }
   const Negotiator* negotiator() const { return negotiator_ ? &*negotiator_ : nullptr; }
@@ -192,6 +194,10 @@ class NodeJob {
   std::vector<const void*> contribution_inputs_;  // reduce_contributions' scratch
   TraceRecorder* trace_ = nullptr;
   StepMeter* steps_ = nullptr;
+  UnitPool* unit_pool_ = nullptr;
+  void recycle(ReadyUnit&& unit) {
+    if (unit_pool_ != nullptr) unit_pool_->recycle(std::move(unit));
+  }
 };
 
 }  // namespace gradsync::daemon

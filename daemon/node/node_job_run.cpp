@@ -115,6 +115,7 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
       }
       if (!bad) count_completed(unit, "negotiation");
       complete(unit, bad ? GRADSYNC_ERR_PROTOCOL : GRADSYNC_OK, bad.value_or(""));
+      recycle(std::move(unit));
       if (!error) error = bad;
     } else {
       networked.push_back(std::move(unit));
@@ -173,9 +174,10 @@ std::optional<std::string> NodeJob::progress(bool& ran) {
     ran = true;
     NodeResult error = work.task->result();
     if (trace_ != nullptr && !error) trace_completed(work);
-    for (const auto& unit : work.units) {
+    for (auto& unit : work.units) {
       if (!error) count_completed(unit, work.allreduce_algorithm);
       complete(unit, error ? GRADSYNC_ERR_PEER_FAILED : GRADSYNC_OK, error.value_or(""));
+      recycle(std::move(unit));
     }
     work.units.clear();
     if (error) return error;  // the job fails; fail_waiting completes the rest
