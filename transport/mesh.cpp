@@ -124,12 +124,14 @@ void Mesh::on_connection(ucp_conn_request_h request, void* arg) {
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = &Mesh::on_endpoint_error;
   params.err_handler.arg = context.get();
+  // Before the endpoint is made: making it consumes the request.
+  const in_addr_t host = client_host(request);
   ucp_ep_h endpoint = nullptr;
   if (ucp_ep_create(mesh->worker_.get(), &params, &endpoint) == UCS_OK) {
     context->endpoint = endpoint;
     // It says nothing but the handshake until it has proved itself, within the timeout.
     Inbound inbound{endpoint, std::chrono::steady_clock::now() + mesh->handshake_timeout_};
-    inbound.host = client_host(request);
+    inbound.host = host;
     mesh->inbound_.push_back(std::move(inbound));
     mesh->error_contexts_.push_back(std::move(context));
   } else {
