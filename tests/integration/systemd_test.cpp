@@ -107,14 +107,20 @@ std::unique_ptr<tools::PrivateDaemon> start_notifying(NotifySocket& notify) {
 }
 
 // The id of the daemon's engine thread (named gsd-engine).
+// Waits a bounded time for it: the daemon may say READY before the engine thread has named
+// itself (a failure seen once under load).
 pid_t engine_thread(pid_t daemon) {
   const std::string tasks = "/proc/" + std::to_string(daemon) + "/task";
-  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
-    std::ifstream comm(task.path() / "comm");
-    std::string name;
-    std::getline(comm, name);
-    if (name == "gsd-engine") return static_cast<pid_t>(std::stol(task.path().filename()));
-  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  do {
+    for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+      std::ifstream comm(task.path() / "comm");
+      std::string name;
+      std::getline(comm, name);
+      if (name == "gsd-engine") return static_cast<pid_t>(std::stol(task.path().filename()));
+    }
+    std::this_thread::sleep_for(milliseconds(10));
+  } while (std::chrono::steady_clock::now() < deadline);
   return -1;
 }
 
