@@ -23,10 +23,10 @@ class UnitPool {
   // as they would be if it were destroyed.
   void recycle(ReadyUnit&& unit) {
     for (ReadyCollective& collective : unit.collectives) {
-      for (Submission& submission : collective.ranks) keep(names_, std::move(submission.name));
-      keep(ranks_, std::move(collective.ranks));
+      for (Submission& submission : collective.ranks) keep(names_, submission.name);
+      keep(ranks_, collective.ranks);
     }
-    keep(collectives_, std::move(unit.collectives));
+    keep(collectives_, unit.collectives);
   }
 
   // Of each kind: enough for the largest models' tensors per step; beyond it, storage is
@@ -42,7 +42,7 @@ class UnitPool {
     return taken;
   }
   template <typename T>
-  static void keep(std::vector<T>& spare, T&& storage) {
+  static void keep(std::vector<T>& spare, T& storage) {  // leaves `storage` empty
     storage.clear();  // destroys what it held; keeps the capacity
     if (spare.size() < kMaxSpare && storage.capacity() > 0) spare.push_back(std::move(storage));
   }

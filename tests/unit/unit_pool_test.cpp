@@ -10,7 +10,8 @@
 namespace gradsync::daemon {
 namespace {
 
-ReadyUnit unit_of(UnitPool& pool, const std::string& name, std::shared_ptr<const void> buffer) {
+ReadyUnit unit_of(UnitPool& pool, const std::string& name,
+                  const std::shared_ptr<const void>& buffer) {
   std::vector<Submission> ranks = pool.ranks();
   for (int r = 0; r < 2; ++r) {
     Submission s;
@@ -52,6 +53,7 @@ TEST(UnitPool, ReleasesTheMappingsAUnitHeldWhenItTakesItBack) {
 TEST(UnitPool, KeepsABoundedAmount) {
   UnitPool pool;
   std::vector<ReadyUnit> units;
+  units.reserve(5000);
   for (int i = 0; i < 5000; ++i) units.push_back(unit_of(pool, "tensor." + std::to_string(i), {}));
   for (auto& unit : units) pool.recycle(std::move(unit));
   size_t kept = 0;
