@@ -24,11 +24,6 @@ constexpr std::array<const char*, kSizeBounds.size() + 1> kSizeNames = {
     "<=4KiB", "<=64KiB", "<=1MiB", "<=16MiB", ">16MiB"};
 
 size_t algorithm_index(const char* algorithm) {
-  // Callers pass these same literals (the linker merges equal ones): the pointers match
-  // first, and the comparison of characters is the fallback. Once per collective.
-  for (size_t i = 0; i < kAlgorithms.size(); ++i) {
-    if (kAlgorithms[i] == algorithm) return i;
-  }
   for (size_t i = 0; i < kAlgorithms.size(); ++i) {
     if (std::strcmp(kAlgorithms[i], algorithm) == 0) return i;
   }

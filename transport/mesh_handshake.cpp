@@ -167,17 +167,18 @@ void Mesh::say_goodbye() {
   goodbye.type = HandshakeType::kGoodbye;
   auto bytes = std::make_shared<const std::vector<uint8_t>>(encode(goodbye));
   std::vector<Operation> sends;
+  std::vector<uint64_t> told;
   sends.reserve(inbound_accepted_.size());
+  told.reserve(inbound_accepted_.size());
   for (const Accepted& accepted : inbound_accepted_) {
     sends.push_back(start_handshake_send(accepted.endpoint, *bytes, true));
+    told.push_back(accepted.serial);
   }
   // Then until each of those peers has hung up, which it does once it has read the goodbye.
   // Closing first would lose the goodbye wherever the peer was still sending to us (eager bulk
   // data): a socket closed with unread data resets the connection, and the reset discards
   // what the peer had not read yet. Bounded: a peer that does not hang up in time learns from
   // the broken connection instead.
-  std::vector<uint64_t> told;
-  for (const Accepted& accepted : inbound_accepted_) told.push_back(accepted.serial);
   const auto deadline = std::chrono::steady_clock::now() + kGoodbyeLinger;
   auto all_done = [&] {
     return std::all_of(sends.begin(), sends.end(), [](const Operation& op) { return op.done(); }) &&

@@ -198,6 +198,18 @@ TEST_F(MeshTest, PolledMessagesOfEverySizeArriveWhole) {
   }
 }
 
+// Polls `mesh` for messages tagged `tag` until one is lost (or 20 s pass): none may arrive
+// whole, nor may polling throw.
+void poll_until_lost(Mesh& mesh, uint64_t tag) {
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (mesh.lost_messages() == 0 && Clock::now() < deadline) {
+    mesh.progress();
+    std::optional<Mesh::Message> message;
+    ASSERT_NO_THROW(message = mesh.poll_message(tag, ~uint64_t{0}));
+    ASSERT_FALSE(message) << "a message whose sender went arrived whole";
+  }
+}
+
 // A peer that dies with a large message announced but not yet read: the receive fails, and
 // poll_message drops it (counted) instead of throwing at its caller, whose other peers and
 // jobs are fine.
@@ -209,13 +221,7 @@ TEST_F(MeshTest, AMessageWhoseSenderDiedIsDroppedAndCounted) {
     b_->progress();
   }
   a_.reset();
-  const auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (b_->lost_messages() == 0 && Clock::now() < deadline) {
-    b_->progress();
-    std::optional<Mesh::Message> message;
-    ASSERT_NO_THROW(message = b_->poll_message(5, ~uint64_t{0}));
-    ASSERT_FALSE(message) << "a message whose sender died arrived whole";
-  }
+  poll_until_lost(*b_, 5);
   EXPECT_EQ(b_->lost_messages(), 1u);
 }
 
@@ -267,13 +273,7 @@ TEST_F(EagerMeshTest, AControlMessageCutOffHalfWayIsDroppedWithinABound) {
   const auto sent = Clock::now() + std::chrono::milliseconds(200);
   while (Clock::now() < sent) a_->progress();
   a_.reset();
-  const auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (b_->lost_messages() == 0 && Clock::now() < deadline) {
-    b_->progress();
-    std::optional<Mesh::Message> message;
-    ASSERT_NO_THROW(message = b_->poll_message(5, ~uint64_t{0}));
-    ASSERT_FALSE(message) << "a message cut off half-way arrived whole";
-  }
+  poll_until_lost(*b_, 5);
   EXPECT_EQ(b_->lost_messages(), 1u);
   EXPECT_EQ(b_->take_lost_messages(), std::vector<uint64_t>{5});
 }
