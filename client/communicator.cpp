@@ -27,7 +27,8 @@ int timeout_ms(const gradsync_options& options) {
 
 }  // namespace
 
-Communicator::Communicator(const gradsync_options& options) : options_(options) {
+Communicator::Communicator(const gradsync_options& options, const gradsync_job_settings& settings)
+    : options_(options) {
   socket_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!socket_.valid())
     throw Error(GRADSYNC_ERR_CONNECT, std::string("socket: ") + strerror(errno));
@@ -63,6 +64,8 @@ Communicator::Communicator(const gradsync_options& options) : options_(options) 
   hello.setNodeRank(nodes.empty() ? 0 : options.node_rank);
   hello.setAlgorithm(
       std::string(options.algorithm, strnlen(options.algorithm, sizeof(options.algorithm))));
+  hello.setWireCodec(
+      std::string(settings.wire_codec, strnlen(settings.wire_codec, sizeof(settings.wire_codec))));
   ipc::send_frame(socket_.get(), ipc::encode(message));
   ipc::Frame frame = ipc::receive_frame(socket_.get(), reader_, timeout_ms(options_));
   ipc::DecodedMessage reply(frame.payload);

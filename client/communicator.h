@@ -46,7 +46,7 @@ struct CollectiveArgs {
 
 class Communicator {
  public:
-  explicit Communicator(const gradsync_options& options);
+  Communicator(const gradsync_options& options, const gradsync_job_settings& settings);
   ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;

@@ -6,6 +6,7 @@
 
 #include <kj/exception.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -126,7 +127,21 @@ gradsync_result gradsync_options_from_env(gradsync_options* options) {
   return r;
 }
 
+gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings) {
+  if (settings == nullptr) return GRADSYNC_ERR_INVALID_ARGUMENT;
+  *settings = gradsync_job_settings{};
+  settings->struct_bytes = sizeof(gradsync_job_settings);
+  const char* codec = std::getenv("GRADSYNC_WIRE_CODEC");
+  return copy_string("GRADSYNC_WIRE_CODEC", codec != nullptr ? codec : "", settings->wire_codec,
+                     sizeof(settings->wire_codec), connect_error);
+}
+
 gradsync_result gradsync_connect(const gradsync_options* options, gradsync_comm** comm) {
+  return gradsync_connect_with(options, nullptr, comm);
+}
+
+gradsync_result gradsync_connect_with(const gradsync_options* options,
+                                      const gradsync_job_settings* settings, gradsync_comm** comm) {
   if (comm == nullptr) return GRADSYNC_ERR_INVALID_ARGUMENT;
   *comm = nullptr;
   gradsync_options from_env{};
@@ -134,9 +149,20 @@ gradsync_result gradsync_connect(const gradsync_options* options, gradsync_comm*
     if (const gradsync_result r = gradsync_options_from_env(&from_env); r != GRADSYNC_OK) return r;
     options = &from_env;
   }
+  // The caller's struct may be older (smaller) than this library's: take what it has.
+  gradsync_job_settings job{};
+  if (settings == nullptr) {
+    if (const gradsync_result r = gradsync_job_settings_from_env(&job); r != GRADSYNC_OK) return r;
+  } else {
+    if (settings->struct_bytes < sizeof(uint32_t)) {
+      connect_error = "gradsync_job_settings.struct_bytes is not set";
+      return GRADSYNC_ERR_INVALID_ARGUMENT;
+    }
+    std::memcpy(&job, settings, std::min<size_t>(settings->struct_bytes, sizeof(job)));
+  }
   return guarded(connect_error, [&] {
     auto created = std::make_unique<gradsync_comm>();
-    created->communicator = std::make_unique<Communicator>(*options);
+    created->communicator = std::make_unique<Communicator>(*options, job);
     *comm = created.release();
     return GRADSYNC_OK;
   });

@@ -70,6 +70,7 @@ std::string status_json(const DaemonInfo& daemon, const DaemonConfig& config,
                     {"nodes", j.nodes},
                     {"node_rank", j.node_rank},
                     {"algorithm", j.algorithm},
+                    {"wire_codec", j.wire_codec},
                     {"stall_seconds", j.stall_seconds},
                     {"traced", j.traced}});
   }

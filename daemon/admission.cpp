@@ -66,6 +66,13 @@ void resolve_nodes(ClientIdentity& who, ipc::wire::Hello::Reader hello, const He
     throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
                   fmt::format("GRADSYNC_ALGO must be ring, rhd or auto, not '{}'", who.algorithm)};
   }
+  who.wire_codec = hello.getWireCodec().cStr();
+  if (who.wire_codec.empty()) who.wire_codec = rules.default_wire_codec;
+  if (who.wire_codec != "none" && who.wire_codec != "bf16") {
+    throw Refusal{
+        GRADSYNC_ERR_INVALID_ARGUMENT,
+        fmt::format("GRADSYNC_WIRE_CODEC must be none or bf16, not '{}'", who.wire_codec)};
+  }
   if (who.world_size < who.local_world_size) {
     throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
                   fmt::format("WORLD_SIZE {} is smaller than LOCAL_WORLD_SIZE {}", who.world_size,

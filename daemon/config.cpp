@@ -70,6 +70,7 @@ const std::map<std::string, Setter>& setters() {
       {"tcp_bulk_protocol", string_key(&DaemonConfig::tcp_bulk_protocol)},
       {"response_cache_capacity", integer_key(&DaemonConfig::response_cache_capacity, 0, 1 << 16)},
       {"allreduce_algorithm", string_key(&DaemonConfig::allreduce_algorithm)},
+      {"allreduce_wire_codec", string_key(&DaemonConfig::allreduce_wire_codec)},
       {"max_clients", integer_key(&DaemonConfig::max_clients, 1, 1 << 20)},
       {"max_buffers_per_client", integer_key(&DaemonConfig::max_buffers_per_client, 1, kMaxU32)},
       {"host_mapping_cache_entries",
@@ -133,6 +134,10 @@ void validate(const DaemonConfig& config) {
     throw key_error("allreduce_algorithm",
                     "must be auto, ring or rhd, not '" + config.allreduce_algorithm + "'");
   }
+  if (config.allreduce_wire_codec != "none" && config.allreduce_wire_codec != "bf16") {
+    throw key_error("allreduce_wire_codec",
+                    "must be none or bf16, not '" + config.allreduce_wire_codec + "'");
+  }
   if ((config.ring_entries & (config.ring_entries - 1)) != 0) {
     throw key_error("ring_entries", "must be a power of two");
   }
@@ -163,6 +168,7 @@ std::string to_toml(const DaemonConfig& c) {
       {"tcp_bulk_protocol", c.tcp_bulk_protocol},
       {"response_cache_capacity", static_cast<int64_t>(c.response_cache_capacity)},
       {"allreduce_algorithm", c.allreduce_algorithm},
+      {"allreduce_wire_codec", c.allreduce_wire_codec},
       {"max_clients", static_cast<int64_t>(c.max_clients)},
       {"max_buffers_per_client", static_cast<int64_t>(c.max_buffers_per_client)},
       {"host_mapping_cache_entries", static_cast<int64_t>(c.host_mapping_cache_entries)},

@@ -37,6 +37,9 @@ struct DaemonConfig {
   std::string tcp_bulk_protocol = "eager";
   uint32_t response_cache_capacity = 1024;   // collectives per multi-node job; 0: no cache
   std::string allreduce_algorithm = "auto";  // across nodes: auto, ring, rhd
+  // What f32 allreduces send between nodes: none (the values) or bf16 (rounded, half the
+  // bytes); a job's GRADSYNC_WIRE_CODEC overrides it.
+  std::string allreduce_wire_codec = "none";
   uint32_t max_clients = 1024;
   uint32_t max_buffers_per_client = 65536;
   // Clients' shared-memory ranges kept mapped; past it the least recently used one no

@@ -40,6 +40,7 @@ void Engine::handle(InspectEngine& command) {
       view.nodes = network->layout().nodes;
       view.node_rank = network->layout().node_rank;
       view.algorithm = network->settings().algorithm;
+      view.wire_codec = wire_codec_name(network->settings().wire_codec);
     }
     snapshot.jobs.push_back(std::move(view));
   }

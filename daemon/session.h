@@ -28,7 +28,8 @@ struct ClientIdentity {
   uid_t uid = 0;
   std::vector<std::string> nodes;  // multi-node jobs: inter-node addresses in node order
   uint32_t node_rank = 0;
-  std::string algorithm;  // inter-node allreduce: auto, ring or rhd
+  std::string algorithm;   // inter-node allreduce: auto, ring or rhd
+  std::string wire_codec;  // what f32 allreduces send between nodes: none or bf16
 };
 
 class Job;

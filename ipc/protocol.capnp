@@ -21,6 +21,9 @@ struct Hello {
   nodeRank @7 :Int32;
   # Inter-node allreduce algorithm: "ring", "rhd", "auto", or "" for the daemon's default.
   algorithm @8 :Text;
+  # What the job's f32 allreduces send between nodes: "none", "bf16", or "" for the daemon's
+  # default.
+  wireCodec @9 :Text;
 }
 
 # Sent with two fds: the control segment (memfd) and the doorbell (eventfd).

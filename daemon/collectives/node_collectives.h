@@ -9,6 +9,7 @@
 
 #include "daemon/collectives/allreduce_operand.h"
 #include "daemon/job.h"
+#include "daemon/node/cost_model.h"
 #include "daemon/node/links.h"
 #include "daemon/node/node_task.h"
 
@@ -25,9 +26,11 @@ struct NodeStep {
   Scratch& scratch;
   uint32_t sequence;  // the collective's place in the job's agreed order
   int32_t world_size;
+  WireCodec codec = WireCodec::kNone;  // the job's: the ring applies it to f32 allreduces
 };
 
-// The algorithms use scratch slots 0 and 1; a fused allreduce's buffer is this one.
+// The algorithms use scratch slots 0 and 1 (and the ring's codec 3 to 5); a fused allreduce's
+// buffer is this one.
 inline constexpr size_t kFusionScratchSlot = 2;
 
 NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand);

@@ -7,8 +7,14 @@
 // reduce costs no pass of its own), and sent straight on, while later pieces are still on the
 // wire. In the allgather, each finished piece is forwarded first and copied to the other local
 // ranks while it travels.
+//
+// With the bf16 wire codec (f32 only), every piece travels as bf16 and is reduced in f32 where
+// it lands. The node that finishes a chunk rounds it once and keeps the rounded values itself,
+// and the allgather forwards the bytes it received without decoding and encoding them again:
+// every node ends with the same bits.
 #include "daemon/collectives/node_collectives.h"
 #include "daemon/node/cost_model.h"
+#include "kernels/codec.h"
 #include "kernels/reduce.h"
 
 #include <algorithm>
@@ -31,6 +37,70 @@ struct Range {
   uint64_t end;
 };
 
+// Where the ring's pieces leave from and land, with or without the codec. Without it, a piece
+// is sent from the work buffer and an allgather piece lands in place. With it, `wire` holds
+// the bf16 image of the work buffer (element i at wire[i]): pieces are encoded into it before
+// they leave, and allgather pieces land in it and are decoded into place.
+class RingWire {
+ public:
+  RingWire(const AllreduceOperand& operand, Scratch& scratch, WireCodec codec)
+      : work_(operand.work()),
+        element_(operand.element_bytes()),
+        bf16_(codec == WireCodec::kBf16 && operand.dtype() == GRADSYNC_FLOAT32),
+        wire_(bf16_ ? reinterpret_cast<uint16_t*>(
+                          scratch.get(kWireSlot, operand.count() * sizeof(uint16_t)))
+                    : nullptr) {}
+
+  bool encoded() const { return bf16_; }
+  uint64_t bytes(Range r) const {
+    return (r.end - r.begin) * (bf16_ ? sizeof(uint16_t) : element_);
+  }
+
+  // The bytes of work[r] to send, encoded now if the codec is on.
+  const uint8_t* outgoing(Range r) const {
+    if (!bf16_) return work_ + r.begin * element_;
+    kernels::encode_bf16(wire_ + r.begin, work(r), r.end - r.begin);
+    return reinterpret_cast<const uint8_t*>(wire_ + r.begin);
+  }
+  // A finished piece of this node's chunk, before it is delivered and sent: with the codec,
+  // rounded in place to what the other nodes will decode, and its wire image made.
+  void finish(Range r) const {
+    if (!bf16_) return;
+    kernels::encode_bf16(wire_ + r.begin, work(r), r.end - r.begin);
+    kernels::decode_bf16(work(r), wire_ + r.begin, r.end - r.begin);
+  }
+  // The bytes of a finished piece as they travel (after finish, or as an allgather received them).
+  const uint8_t* finished(Range r) const {
+    return bf16_ ? reinterpret_cast<const uint8_t*>(wire_ + r.begin) : work_ + r.begin * element_;
+  }
+  // Where an allgather piece lands, and after it landed, its decoding into place.
+  uint8_t* gathered(Range r) const {
+    return bf16_ ? reinterpret_cast<uint8_t*>(wire_ + r.begin) : work_ + r.begin * element_;
+  }
+  void landed(Range r) const {
+    if (bf16_) kernels::decode_bf16(work(r), wire_ + r.begin, r.end - r.begin);
+  }
+  // A reduce-scatter piece received into `received` (as it travelled), as f32 in `decoded`
+  // (with the codec) or where it is.
+  const uint8_t* readable(const uint8_t* received, uint8_t* decoded, uint64_t elements) const {
+    if (!bf16_) return received;
+    kernels::decode_bf16(reinterpret_cast<float*>(decoded),
+                         reinterpret_cast<const uint16_t*>(received), elements);
+    return decoded;
+  }
+
+ private:
+  // Scratch slots 0 and 1 are the reduce-scatter's, 2 the fusion buffer's (node_collectives.h).
+  static constexpr size_t kWireSlot = 3;
+
+  float* work(Range r) const { return reinterpret_cast<float*>(work_) + r.begin; }
+
+  uint8_t* work_;
+  size_t element_;
+  bool bf16_;
+  uint16_t* wire_;
+};
+
 }  // namespace
 
 NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
@@ -43,6 +113,7 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
   const size_t element = operand.element_bytes();
   const gradsync_op op = node_detail::network_op(operand.op());
   uint8_t* work = operand.work();
+  const RingWire wire(operand, step.scratch, step.codec);
   // Every node computes the same cut: it depends on the count and node count only.
   const auto pieces = static_cast<uint32_t>(
       std::clamp<uint64_t>(count / n * element / kPipelinePieceBytes, 1, kMaxPieces));
@@ -52,7 +123,6 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
     const uint64_t end = count * (chunk + 1) / n;
     return Range{begin + (end - begin) * j / pieces, begin + (end - begin) * (j + 1) / pieces};
   };
-  auto bytes = [element](Range r) { return (r.end - r.begin) * element; };
   // Parts: reduce-scatter steps 0..n-2, then allgather steps n-1..2n-3; pieces within.
   auto tag = [&](uint32_t sender, uint32_t part_step, uint32_t j) {
     return links.tag(tags::kData, sender, step.sequence, part_step * pieces + j);
@@ -62,10 +132,19 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
 
   Flight flight(links, &step.scratch, operand.memory(), "running a ring allreduce");
   // Reduce-scatter step s receives chunk me-s-1 from the left; two slots alternate so that the
-  // next step's receives are posted while this step's pieces are reduced.
-  const uint64_t slot_bytes = (count / n + 1) * element;
-  std::array<uint8_t*, 2> incoming = {step.scratch.get(0, slot_bytes),
-                                      step.scratch.get(1, slot_bytes)};
+  // next step's receives are posted while this step's pieces are reduced. With the codec,
+  // pieces arrive encoded in slots of their own and are decoded into these.
+  const uint64_t slot_elements = count / n + 1;
+  std::array<uint8_t*, 2> incoming = {step.scratch.get(0, slot_elements * element),
+                                      step.scratch.get(1, slot_elements * element)};
+  std::array<uint8_t*, 2> received = incoming;
+  if (wire.encoded()) {
+    received = {step.scratch.get(4, slot_elements * sizeof(uint16_t)),
+                step.scratch.get(5, slot_elements * sizeof(uint16_t))};
+  }
+  auto received_at = [&](uint32_t s, uint64_t offset) {
+    return received[s % 2] + offset * (wire.encoded() ? sizeof(uint16_t) : element);
+  };
   std::array<std::vector<size_t>, 2> posted;
   auto post_reduce_scatter_receives = [&](uint32_t s) {
     auto& ops = posted[s % 2];
@@ -75,7 +154,7 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
     for (uint32_t j = 0; j < pieces; ++j) {
       const Range r = piece(chunk, j);
       ops.push_back(flight.add(links.receive(
-          tag(left, s, j), left, incoming[s % 2] + (r.begin - chunk_begin) * element, bytes(r))));
+          tag(left, s, j), left, received_at(s, r.begin - chunk_begin), wire.bytes(r))));
     }
   };
   // Step 0 sends this node's own chunk, reduced over the local ranks.
@@ -85,7 +164,7 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
     const Range r = piece(me, j);
     operand.reduce_into(op, r.begin, r.end, nullptr);
     reduce_scatter_sends.push_back(
-        flight.add(links.send(right, tag(me, 0, j), work + r.begin * element, bytes(r))));
+        flight.add(links.send(right, tag(me, 0, j), wire.outgoing(r), wire.bytes(r))));
   }
   for (uint32_t s = 0; s < steps; ++s) {
     if (s + 1 < steps) post_reduce_scatter_receives(s + 1);
@@ -94,22 +173,30 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
     for (uint32_t j = 0; j < pieces; ++j) {
       if (auto error = co_await flight.wait(posted[s % 2][j])) co_return error;
       const Range r = piece(chunk, j);
-      operand.reduce_into(op, r.begin, r.end, incoming[s % 2] + (r.begin - chunk_begin) * element);
-      if (s + 1 == steps && operand.op() == GRADSYNC_AVG) {
-        // This node's finished chunk: the average's one division happens here.
+      const uint64_t offset = r.begin - chunk_begin;
+      operand.reduce_into(op, r.begin, r.end,
+                          wire.readable(received_at(s, offset), incoming[s % 2] + offset * element,
+                                        r.end - r.begin));
+      if (s + 1 < steps) {  // sent on as the next reduce-scatter step
+        reduce_scatter_sends.push_back(
+            flight.add(links.send(right, tag(me, s + 1, j), wire.outgoing(r), wire.bytes(r))));
+        continue;
+      }
+      // This node's finished chunk: the average's one division happens here, then it goes out
+      // as the first allgather step.
+      if (operand.op() == GRADSYNC_AVG) {
         kernels::divide(operand.dtype(), work + r.begin * element, r.end - r.begin,
                         static_cast<uint64_t>(step.world_size));
       }
-      // Sent on as the next reduce-scatter step, or, finished, as the first allgather step.
-      const size_t send =
-          flight.add(links.send(right, tag(me, s + 1, j), work + r.begin * element, bytes(r)));
-      if (s + 1 < steps) reduce_scatter_sends.push_back(send);
+      wire.finish(r);
+      flight.add(links.send(right, tag(me, s + 1, j), wire.finished(r), wire.bytes(r)));
     }
   }
-  // Allgather step s receives chunk me-s straight into place, so the reduce-scatter send that
-  // read it must be done first; these sends matched receives the right neighbour posted during
-  // its own reduce-scatter. (Not the first allgather sends: the right neighbour posts their
-  // receives only after this point, and waiting for them here would deadlock the ring.)
+  // Allgather step s receives chunk me-s into place (or into its wire image), where the
+  // reduce-scatter send that read it must be done first; these sends matched receives the
+  // right neighbour posted during its own reduce-scatter. (Not the first allgather sends: the
+  // right neighbour posts their receives only after this point, and waiting for them here
+  // would deadlock the ring.)
   for (const size_t send : reduce_scatter_sends) {
     if (auto error = co_await flight.wait(send)) co_return error;
   }
@@ -119,7 +206,7 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
     for (uint32_t j = 0; j < pieces; ++j) {
       const Range r = piece(chunk, j);
       gathers[s].push_back(flight.add(
-          links.receive(tag(left, steps + s, j), left, work + r.begin * element, bytes(r))));
+          links.receive(tag(left, steps + s, j), left, wire.gathered(r), wire.bytes(r))));
     }
   }
   // The chunk finished here goes to the local ranks while the first receives arrive.
@@ -131,9 +218,9 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
       if (auto error = co_await flight.wait(gathers[s][j])) co_return error;
       const Range r = piece(chunk, j);
       if (s + 1 < steps) {
-        flight.add(
-            links.send(right, tag(me, steps + s + 1, j), work + r.begin * element, bytes(r)));
+        flight.add(links.send(right, tag(me, steps + s + 1, j), wire.finished(r), wire.bytes(r)));
       }
+      wire.landed(r);
       operand.deliver(r.begin, r.end);
     }
   }

@@ -16,12 +16,25 @@ const char* algorithm_name(AllreduceAlgorithm algorithm) {
   return algorithm == AllreduceAlgorithm::kRing ? "ring" : "rhd";
 }
 
-double predict_ring(const LinkFigures& link, uint32_t nodes, uint64_t bytes) {
+std::optional<WireCodec> parse_wire_codec(std::string_view name) {
+  if (name == "none") return WireCodec::kNone;
+  if (name == "bf16") return WireCodec::kBf16;
+  return std::nullopt;
+}
+
+const char* wire_codec_name(WireCodec codec) {
+  return codec == WireCodec::kBf16 ? "bf16" : "none";
+}
+
+double predict_ring(const LinkFigures& link, uint32_t nodes, uint64_t bytes, WireCodec codec) {
   if (nodes <= 1) return 0;
   const double n = nodes;
   const double slice = static_cast<double>(bytes) / n;
-  return 2 * (n - 1) * (link.alpha_seconds + slice * link.beta_seconds_per_byte) +
-         (n - 1) * slice * link.gamma_seconds_per_byte;
+  const bool bf16 = codec == WireCodec::kBf16;
+  const double wire_slice = bf16 ? slice / 2 : slice;
+  const double codec_passes = bf16 ? 3 * n - 1 : 0;
+  return 2 * (n - 1) * (link.alpha_seconds + wire_slice * link.beta_seconds_per_byte) +
+         (n - 1 + codec_passes / 2) * slice * link.gamma_seconds_per_byte;
 }
 
 double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_t bytes) {
@@ -40,8 +53,9 @@ double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_
   return time;
 }
 
-AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uint64_t bytes) {
-  return predict_halving_doubling(link, nodes, bytes) < predict_ring(link, nodes, bytes)
+AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uint64_t bytes,
+                                    WireCodec codec) {
+  return predict_halving_doubling(link, nodes, bytes) < predict_ring(link, nodes, bytes, codec)
              ? AllreduceAlgorithm::kHalvingDoubling
              : AllreduceAlgorithm::kRing;
 }

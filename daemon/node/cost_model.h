@@ -31,20 +31,34 @@ struct LinkFigures {
 
 enum class AllreduceAlgorithm { kRing, kHalvingDoubling };
 
+// What a job's f32 allreduces send between nodes (kernels/codec.h): the values themselves, or
+// rounded to bf16 (half the bytes; the ring only, see node_ring_allreduce.cpp).
+enum class WireCodec { kNone, kBf16 };
+
 // "ring", "rhd"; nullopt for "auto" or "".
 std::optional<AllreduceAlgorithm> parse_algorithm(std::string_view name);
 const char* algorithm_name(AllreduceAlgorithm algorithm);
+// "none", "bf16"; nullopt for any other name.
+std::optional<WireCodec> parse_wire_codec(std::string_view name);
+const char* wire_codec_name(WireCodec codec);
 
 // Predicted seconds for an allreduce of `bytes` among `nodes` nodes.
 //  ring: 2(n-1) steps of a 1/n slice; bandwidth-optimal, latency linear in n.
 //  rhd (recursive halving-doubling, Rabenseifner): 2 log2(p) steps of halving slices among the
 //    largest power of two p <= n; the n-p extra nodes first fold their data into a partner and
 //    get the result back, two more full-size steps.
-double predict_ring(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
+//  ring with the bf16 codec: half the bytes on the wire, and the codec's passes over the data
+//    (each step encodes what it sends and decodes what it receives; the allgather forwards
+//    without encoding again), about 3n-1 passes over a 1/n slice. A pass reads and writes
+//    half the traffic of a two-input reduce per byte: γ/2.
+double predict_ring(const LinkFigures& link, uint32_t nodes, uint64_t bytes,
+                    WireCodec codec = WireCodec::kNone);
 double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
 
-// The cheaper of the two; ring when they tie (or nothing was measured).
-AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
+// The cheaper of the two; ring when they tie (or nothing was measured). `codec`: what the
+// ring would send (halving-doubling always sends the values).
+AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uint64_t bytes,
+                                    WireCodec codec = WireCodec::kNone);
 
 // Allreduces smaller than this are worth fusing. Fusing one into a shared buffer saves the
 // messages of an allreduce of its own (the latency term of the cheaper algorithm) and costs a

@@ -12,6 +12,7 @@ struct Joined {
   # Allreduces decided in one cycle are fused up to this many bytes (every node must cut the
   # same batches).
   fusionThresholdBytes @2 :UInt64;
+  wireCodec @3 :Text;   # "none" or "bf16": what f32 allreduces send between nodes
 }
 
 # A collective (or a group, named by its first member) ready on the sending node and not in

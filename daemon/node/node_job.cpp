@@ -28,6 +28,7 @@ void NodeJob::on_local_formed(std::string ranks) {
   joined.setCacheCapacity(settings_.cache_capacity);
   joined.setAlgorithm(settings_.algorithm);
   joined.setFusionThresholdBytes(settings_.fusion_threshold_bytes);
+  joined.setWireCodec(wire_codec_name(settings_.wire_codec));
   for (uint32_t node = 0; node < links_.nodes(); ++node) {
     if (node != links_.me()) links_.send_control(node, message);
   }
@@ -41,6 +42,12 @@ void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined) {
     agreed_.cache_capacity = joined.getCacheCapacity();
     agreed_.algorithm = joined.getAlgorithm();
     agreed_.fusion_threshold_bytes = joined.getFusionThresholdBytes();
+    const auto codec = parse_wire_codec(joined.getWireCodec().cStr());
+    if (!codec) {
+      throw std::invalid_argument(fmt::format("job '{}': node 0 asked for wire codec '{}'",
+                                              links_.job_name(), joined.getWireCodec().cStr()));
+    }
+    agreed_.wire_codec = *codec;
   }
 }
 
@@ -65,12 +72,13 @@ std::optional<std::string> NodeJob::form() {
   if (auto error = run_blocking(probe_links(links_, scratch_, own_link_), links_)) return error;
   log_->info(
       "job '{}' formed on {} nodes; link to node {}: alpha {:.1f} us, beta {:.3f} GB/s; reduce "
-      "{:.2f} GB/s; response cache {} entries, algorithm {}, fusion up to {} bytes",
+      "{:.2f} GB/s; response cache {} entries, algorithm {}, wire codec {}, fusion up to {} bytes",
       links_.job_name(), links_.nodes(), (links_.me() + links_.nodes() - 1) % links_.nodes(),
       own_link_.alpha_seconds * 1e6,
       own_link_.beta_seconds_per_byte > 0 ? 1e-9 / own_link_.beta_seconds_per_byte : 0.0,
       own_link_.gamma_seconds_per_byte > 0 ? 1e-9 / own_link_.gamma_seconds_per_byte : 0.0,
-      agreed_.cache_capacity, agreed_.algorithm, agreed_.fusion_threshold_bytes);
+      agreed_.cache_capacity, agreed_.algorithm, wire_codec_name(agreed_.wire_codec),
+      agreed_.fusion_threshold_bytes);
   if (links_.nodes() > 1) {
     const uint32_t left = (links_.me() + links_.nodes() - 1) % links_.nodes();
     const double bytes_per_second =

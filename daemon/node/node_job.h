@@ -33,11 +33,12 @@
 
 namespace gradsync::daemon {
 
-// Node 0's cache capacity, algorithm and fusion threshold hold for the whole job.
+// Node 0's cache capacity, algorithm, wire codec and fusion threshold hold for the whole job.
 struct NodeJobSettings {
   std::chrono::seconds peer_timeout{60};
   uint32_t cache_capacity = 1024;
   std::string algorithm = "auto";  // "auto", "ring" or "rhd"
+  WireCodec wire_codec = WireCodec::kNone;
   uint64_t fusion_threshold_bytes = 64ull << 20;
   // How long this node holds back an empty part of a peer's negotiation cycle (Negotiator,
   // "holding a join"); 0: joins at once. This node's own: not agreed.
@@ -152,7 +153,9 @@ class NodeJob {
   // Resumes the tasks in flight, completes the finished, starts queued batches.
   std::optional<std::string> progress(bool& ran);
   void start(Batch batch);
-  AllreduceAlgorithm choose(uint64_t bytes, const LinkFigures& link) const;
+  // With the codec the ring would apply to allreduces of `dtype`.
+  AllreduceAlgorithm choose(uint64_t bytes, gradsync_dtype dtype, const LinkFigures& link) const;
+  WireCodec codec_for(gradsync_dtype dtype) const;
   NodeTask run_unit(InFlight& work);
   NodeTask run_fused(InFlight& work);
   // The allreduce from the contributions that came with the negotiation.

@@ -215,10 +215,16 @@ void NodeJob::start(Batch batch) {
   placed.task.emplace(batch.fused ? run_fused(placed) : run_unit(placed));
 }
 
-AllreduceAlgorithm NodeJob::choose(uint64_t bytes, const LinkFigures& link) const {
+WireCodec NodeJob::codec_for(gradsync_dtype dtype) const {
+  // Only f32 has bytes to spare that bf16 keeps the range of.
+  return dtype == GRADSYNC_FLOAT32 ? agreed_.wire_codec : WireCodec::kNone;
+}
+
+AllreduceAlgorithm NodeJob::choose(uint64_t bytes, gradsync_dtype dtype,
+                                   const LinkFigures& link) const {
   if (links_.nodes() == 1) return AllreduceAlgorithm::kHalvingDoubling;  // the local reduce
   if (const auto forced = parse_algorithm(agreed_.algorithm)) return *forced;
-  return choose_allreduce(link, links_.nodes(), bytes);
+  return choose_allreduce(link, links_.nodes(), bytes, codec_for(dtype));
 }
 
 NodeTask NodeJob::run_unit(InFlight& work) {
@@ -226,14 +232,15 @@ NodeTask NodeJob::run_unit(InFlight& work) {
   for (size_t c = 0; c < unit.collectives.size(); ++c) {
     const ReadyCollective& collective = unit.collectives[c];
     NodeStep step{links_, *work.scratch, static_cast<uint32_t>(work.first_sequence + c),
-                  layout().world_size};
+                  layout().world_size, codec_for(collective.first().dtype)};
     std::optional<AllreduceOperand> operand;
     std::optional<NodeTask> task;
     switch (collective.first().collective) {
       case ipc::Collective::kAllreduce: {
         operand.emplace(collective);
         if (trace_ != nullptr) operand->time_into(&work.times);
-        const AllreduceAlgorithm algorithm = choose(collective.bytes(), work.link);
+        const AllreduceAlgorithm algorithm =
+            choose(collective.bytes(), collective.first().dtype, work.link);
         metrics_.internode_allreduce(algorithm_name(algorithm));
         work.allreduce_algorithm = algorithm_name(algorithm);
         log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}", links_.job_name(),
@@ -273,8 +280,8 @@ NodeTask NodeJob::run_fused(InFlight& work) {
   AllreduceOperand operand(fused, work.scratch->get(kFusionScratchSlot, bytes));
   if (trace_ != nullptr) operand.time_into(&work.times);
   NodeStep step{links_, *work.scratch, static_cast<uint32_t>(work.first_sequence),
-                layout().world_size};
-  const AllreduceAlgorithm algorithm = choose(bytes, work.link);
+                layout().world_size, codec_for(operand.dtype())};
+  const AllreduceAlgorithm algorithm = choose(bytes, operand.dtype(), work.link);
   metrics_.internode_allreduce(algorithm_name(algorithm));
   work.allreduce_algorithm = algorithm_name(algorithm);
   log_->debug("job '{}': {} tensors fused ({} bytes) as collective {} by {}", links_.job_name(),

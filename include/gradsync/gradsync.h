@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define GRADSYNC_API_VERSION 2
+#define GRADSYNC_API_VERSION 3
 
 #if defined(__GNUC__)
 #define GRADSYNC_EXPORT __attribute__((visibility("default")))
@@ -88,8 +88,28 @@ typedef struct gradsync_options {
 
 GRADSYNC_EXPORT gradsync_result gradsync_options_from_env(gradsync_options* options);
 
+/* Settings of the job beyond gradsync_options, API version 3. Set struct_bytes to
+ * sizeof(gradsync_job_settings): later versions add fields at the end, and the library reads
+ * only the fields the caller's struct has. */
+typedef struct gradsync_job_settings {
+  uint32_t struct_bytes;
+  /* What the job's f32 allreduces send between nodes: "bf16" (rounded to bfloat16 on the
+   * inter-node ring: half the bytes; the local reduce and every addition stay f32, and every
+   * rank gets the same result), "none" (the values), or "" (the daemon's configuration
+   * decides). Node 0's ranks' choice holds for the whole job. */
+  char wire_codec[16];
+} gradsync_job_settings;
+
+/* Fills settings from GRADSYNC_WIRE_CODEC (API version 3). */
+GRADSYNC_EXPORT gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings);
+
+/* Connects with the job settings of the environment (gradsync_job_settings_from_env). */
 GRADSYNC_EXPORT gradsync_result gradsync_connect(const gradsync_options* options,
                                                  gradsync_comm** comm);
+/* Connects with these job settings (null: from the environment), API version 3. */
+GRADSYNC_EXPORT gradsync_result gradsync_connect_with(const gradsync_options* options,
+                                                      const gradsync_job_settings* settings,
+                                                      gradsync_comm** comm);
 /* Fails every request still in flight, releases all buffers and closes the connection. */
 GRADSYNC_EXPORT void gradsync_disconnect(gradsync_comm* comm);
 

@@ -1,6 +1,8 @@
 // Picks the widest build of the reduction loops this CPU runs, once.
 #include "kernels/reduce.h"
 
+#include "kernels/codec.h"
+
 #include "kernels/convert.h"
 #include "kernels/cpu/reduce_variants.h"
 
@@ -18,14 +20,18 @@ namespace {
 struct Kernels {
   ReduceFn reduce;
   CopyFn copy;
+  EncodeBf16Fn encode_bf16;
+  DecodeBf16Fn decode_bf16;
   const char* isa;
 };
 
 // Immutable after the first call (a function-local static, initialised thread-safely).
 const Kernels& selected() {
-  static const Kernels kernels = cpu_has_avx2()
-                                     ? Kernels{&avx2::reduce_to_all, &avx2::copy, "avx2"}
-                                     : Kernels{&generic::reduce_to_all, &generic::copy, "generic"};
+  static const Kernels kernels =
+      cpu_has_avx2() ? Kernels{&avx2::reduce_to_all, &avx2::copy, &avx2::encode_bf16,
+                               &avx2::decode_bf16, "avx2"}
+                     : Kernels{&generic::reduce_to_all, &generic::copy, &generic::encode_bf16,
+                               &generic::decode_bf16, "generic"};
   return kernels;
 }
 }  // namespace
@@ -38,6 +44,14 @@ void reduce_to_all(gradsync_dtype dtype, gradsync_op op, const void* const* inpu
 
 void copy(void* dst, const void* src, size_t bytes, bool streaming) {
   selected().copy(dst, src, bytes, streaming);
+}
+
+void encode_bf16(uint16_t* dst, const float* src, size_t count) {
+  selected().encode_bf16(dst, src, count);
+}
+
+void decode_bf16(float* dst, const uint16_t* src, size_t count) {
+  selected().decode_bf16(dst, src, count);
 }
 
 namespace {

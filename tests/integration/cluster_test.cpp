@@ -112,6 +112,26 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, PipelinedTest,
                                            ForcedAlgorithm{"rhd", {3, 1}}),
                          forced_algorithm_name);
 
+// The bf16 wire codec on the ring, asked for by the job: pipelined in pieces, over a count no
+// node count divides, on 2 and 3 nodes (3: a partial sum is encoded, decoded and reduced at
+// every hop). The other dtypes of the same job travel as they are, and stay exact.
+class WireCodecTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(WireCodecTest, EncodedAllreducesAreCloseAndTheSameOnEveryRank) {
+  LoopbackCluster cluster(GetParam().nodes);
+  auto ranks = cluster.spawn(
+      "encoded", std::vector<int>(static_cast<size_t>(GetParam().nodes), GetParam().ranks_per_node),
+      {"encoded", std::to_string((1u << 20) + 5)},
+      {{"GRADSYNC_ALGO", "ring"}, {"GRADSYNC_WIRE_CODEC", "bf16"}});
+  expect_all_succeed(ranks, cluster);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, WireCodecTest, ::testing::Values(Shape{2, 1}, Shape{3, 2}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.nodes) + "nodes_" +
+                                  std::to_string(info.param.ranks_per_node) + "ranks";
+                         });
+
 // The same training-shaped steps through a warm response cache, through one too small for the
 // step (entries evicted and renegotiated all the time), and with no cache at all: every result
 // is checked against the reference.

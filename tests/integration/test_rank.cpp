@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -386,6 +388,69 @@ int scenario_large(Communicator& comm, size_t count) {
   return 0;
 }
 
+// f32 allreduces through the bf16 wire codec (GRADSYNC_WIRE_CODEC=bf16) on inputs bf16 cannot
+// hold: every element within the codec's error of the exact result, every element a bf16
+// value (the result travelled encoded, and the node that finished it kept what it sent), and
+// every rank's result the same to the bit (their hashes gathered through gradsync).
+int scenario_encoded(Communicator& comm, size_t count) {
+  SharedBuffer in = comm.allocate(count * 4);
+  SharedBuffer out = comm.allocate(count * 4);
+  SharedBuffer own_hash = comm.allocate(8);
+  SharedBuffer hashes = comm.allocate(static_cast<size_t>(g_ranks) * 8);
+  auto input = [](int rank, size_t i) {
+    return static_cast<float>(1.0 + 0.001 * static_cast<double>((rank + 1) * (i % 997)) +
+                              static_cast<double>(rank) / 3.0);
+  };
+  auto* sent = static_cast<float*>(in.data());
+  for (size_t i = 0; i < count; ++i) sent[i] = input(g_rank, i);
+  for (const gradsync_op op : {GRADSYNC_SUM, GRADSYNC_AVG, GRADSYNC_MAX}) {
+    comm.wait(comm.allreduce("encoded", in.data(), out.data(), count, GRADSYNC_FLOAT32, op));
+    const auto* got = static_cast<const float*>(out.data());
+    for (size_t i = 0; i < count; ++i) {
+      double exact = op == GRADSYNC_MAX ? -1e300 : 0;
+      double magnitude = 0;
+      for (int r = 0; r < g_ranks; ++r) {
+        const double x = input(r, i);
+        exact = op == GRADSYNC_MAX ? std::max(exact, x) : exact + x;
+        magnitude += std::abs(x);
+      }
+      if (op == GRADSYNC_AVG) {
+        exact /= g_ranks;
+        magnitude /= g_ranks;
+      }
+      // One rounding to 8 significant bits (relative error <= 2^-9) per hop and at the end.
+      const double bound = (g_ranks + 1) * std::ldexp(magnitude, -9);
+      EXPECT_OR_FAIL(std::abs(got[i] - exact) <= bound,
+                     "op %d element %zu: %.9g, exact %.9g (bound %.3g)", op, i, got[i], exact,
+                     bound);
+      EXPECT_OR_FAIL((std::bit_cast<uint32_t>(got[i]) & 0xffffu) == 0,
+                     "op %d element %zu: %.9g is no bf16 value", op, i, got[i]);
+    }
+    uint64_t hash = 1469598103934665603ull;  // FNV-1a over the result's bytes
+    for (size_t b = 0; b < count * 4; ++b) {
+      hash = (hash ^ static_cast<const uint8_t*>(out.data())[b]) * 1099511628211ull;
+    }
+    std::memcpy(own_hash.data(), &hash, sizeof(hash));
+    comm.wait(comm.allgather("encoded.hash", own_hash.data(), hashes.data(), 1, GRADSYNC_INT64));
+    const auto* all = static_cast<const uint64_t*>(hashes.data());
+    for (int r = 0; r < g_ranks; ++r) {
+      EXPECT_OR_FAIL(all[r] == all[0], "op %d: rank %d's result differs from rank 0's", op, r);
+    }
+  }
+  // The codec is for f32: the other dtypes' results stay exact.
+  uint64_t seed = 77;
+  for (const gradsync_dtype dtype : {GRADSYNC_FLOAT64, GRADSYNC_BFLOAT16, GRADSYNC_INT32}) {
+    const size_t elements = count * 4 / gradsync_dtype_size(dtype);
+    reference::fill_input(in.data(), elements, dtype, g_rank, GRADSYNC_SUM, ++seed);
+    comm.wait(
+        comm.allreduce("encoded.other", in.data(), out.data(), elements, dtype, GRADSYNC_SUM));
+    const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, out.data(), elements,
+                                                dtype, GRADSYNC_SUM, g_ranks, 0, seed);
+    EXPECT_OR_FAIL(wrong == 0, "dtype %d with the codec asked for: %zu wrong", dtype, wrong);
+  }
+  return 0;
+}
+
 // Allreduce in a loop until something fails; the exit status is the failure's result code.
 // `polling` waits with gradsync_test instead of gradsync_wait.
 int scenario_loop(Communicator& comm, size_t bytes, bool polling) {
@@ -459,6 +524,7 @@ int main(int argc, char** argv) {
                             args.size() > 3 ? std::stoul(args[3]) : 40000);
     }
     if (scenario == "large") return scenario_large(comm, std::stoul(args.at(1)));
+    if (scenario == "encoded") return scenario_encoded(comm, std::stoul(args.at(1)));
     if (scenario == "loop" || scenario == "loop_polling") {
       return scenario_loop(comm, args.size() > 1 ? std::stoul(args[1]) : 4096,
                            scenario == "loop_polling");

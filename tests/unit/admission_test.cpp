@@ -25,7 +25,7 @@ struct Hello {
     unsigned i = 0;
     for (const char* a : addresses) list.set(i++, a);
   }
-  ClientIdentity admit(const HelloRules& rules = {"10.0.0.1:9478", "auto"}) {
+  ClientIdentity admit(const HelloRules& rules = {"10.0.0.1:9478", "auto", "none"}) {
     return validate_hello(hello.asReader(), 42, 1000, rules);
   }
 };
@@ -100,7 +100,7 @@ TEST(Admission, NodesAreCheckedAgainstThisDaemon) {
   Hello no_listener(1, 2, 0, 1);
   no_listener.nodes({"10.0.0.2:9478", "10.0.0.1:9478"});
   EXPECT_NE(refusal([&] {
-              no_listener.admit({"", "auto"});
+              no_listener.admit({"", "auto", "none"});
             }).find("no inter-node listener"),
             std::string::npos);
 
@@ -108,6 +108,18 @@ TEST(Admission, NodesAreCheckedAgainstThisDaemon) {
   algorithm.nodes({"10.0.0.2:9478", "10.0.0.1:9478"});
   algorithm.hello.setAlgorithm("tree");
   EXPECT_NE(refusal([&] { algorithm.admit(); }).find("GRADSYNC_ALGO"), std::string::npos);
+
+  Hello codec(1, 2, 0, 1);
+  codec.nodes({"10.0.0.2:9478", "10.0.0.1:9478"});
+  codec.hello.setWireCodec("fp8");
+  EXPECT_NE(refusal([&] { codec.admit(); }).find("GRADSYNC_WIRE_CODEC must be none or bf16"),
+            std::string::npos);
+  // Unset: the daemon's default; set: the job's own.
+  Hello fallback(1, 2, 0, 1);
+  fallback.nodes({"10.0.0.2:9478", "10.0.0.1:9478"});
+  EXPECT_EQ(fallback.admit({"10.0.0.1:9478", "auto", "bf16"}).wire_codec, "bf16");
+  fallback.hello.setWireCodec("none");
+  EXPECT_EQ(fallback.admit({"10.0.0.1:9478", "auto", "bf16"}).wire_codec, "none");
 }
 
 TEST(Admission, RangesMustLieInsideTheirMemory) {

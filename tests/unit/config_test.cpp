@@ -31,6 +31,7 @@ job_formation_timeout_seconds = 9
 max_clients = 10
 max_buffers_per_client = 7
 tcp_bulk_protocol = "rendezvous"
+allreduce_wire_codec = "bf16"
 )",
                                       "test");
   EXPECT_EQ(c.socket_path, "/tmp/x.sock");
@@ -48,6 +49,7 @@ tcp_bulk_protocol = "rendezvous"
   EXPECT_EQ(c.max_clients, 10u);
   EXPECT_EQ(c.max_buffers_per_client, 7u);
   EXPECT_EQ(c.tcp_bulk_protocol, "rendezvous");
+  EXPECT_EQ(c.allreduce_wire_codec, "bf16");
 }
 
 TEST(Config, ShippedConfigFileIsTheDefaults) {
@@ -92,6 +94,9 @@ TEST(Config, RejectsNonPowerOfTwoRings) {
 }
 TEST(Config, RejectsUnknownTcpBulkProtocol) {
   expect_error("tcp_bulk_protocol = \"fast\"", "eager or rendezvous");
+}
+TEST(Config, RejectsUnknownWireCodec) {
+  expect_error("allreduce_wire_codec = \"fp8\"", "none or bf16");
 }
 TEST(Config, RejectsUnknownLogLevel) {
   expect_error("log_level = \"loud\"", "log_level");

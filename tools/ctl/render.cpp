@@ -95,6 +95,14 @@ void print_status(const nlohmann::json& status, std::ostream& out) {
   }
 }
 
+namespace {
+// "auto", or "auto+bf16" when the job's allreduces travel encoded.
+std::string algorithm_and_codec(const nlohmann::json& job) {
+  const std::string codec = job.value("wire_codec", "none");
+  return text(job["algorithm"]) + (codec == "none" ? "" : "+" + codec);
+}
+}  // namespace
+
 void print_jobs(const nlohmann::json& status, std::ostream& out) {
   Table table({"JOB", "STATE", "LOCAL RANKS", "WORLD", "NODE", "ALGORITHM", "STALL", "NOTE"});
   for (const auto& job : status["jobs"]) {
@@ -105,7 +113,7 @@ void print_jobs(const nlohmann::json& status, std::ostream& out) {
                fmt::format("{}/{}", text(job["local_ranks"]), text(job["local_world_size"])),
                text(job["world_size"]),
                nodes.empty() ? "-" : fmt::format("{} of {}", text(job["node_rank"]), nodes.size()),
-               nodes.empty() ? "-" : text(job["algorithm"]),
+               nodes.empty() ? "-" : algorithm_and_codec(job),
                job["stall_seconds"].get<double>() > 0
                    ? human_duration(job["stall_seconds"].get<double>())
                    : "-",

@@ -193,10 +193,12 @@ class Handle:
 class Communicator:
     """A connection to the node's gradsyncd as one rank of a job. Arguments default to the
     environment (GRADSYNC_SOCKET, GRADSYNC_JOB, RANK, WORLD_SIZE, LOCAL_RANK,
-    LOCAL_WORLD_SIZE: torchrun's variables). Used by one thread at a time."""
+    LOCAL_WORLD_SIZE: torchrun's variables; GRADSYNC_WIRE_CODEC). `wire_codec`: what the job's
+    f32 allreduces send between nodes, "bf16" or "none" (node 0's ranks decide for the job).
+    Used by one thread at a time."""
 
     def __init__(self, socket=None, job=None, rank=None, world_size=None, local_rank=None,
-                 local_world_size=None, timeout_ms=0):
+                 local_world_size=None, timeout_ms=0, wire_codec=None):
         lib = library()
         options = _library.Options()
         code = lib.gradsync_options_from_env(ctypes.byref(options))
@@ -214,8 +216,15 @@ class Communicator:
         self.rank, self.size = options.rank, options.world_size
         self.local_rank, self.local_size = options.local_rank, options.local_world_size
         self.job = options.job.decode()
+        settings = _library.JobSettings()
+        code = lib.gradsync_job_settings_from_env(ctypes.byref(settings))
+        if code != OK:
+            raise _error(code, lib.gradsync_last_error(None).decode())
+        if wire_codec is not None:
+            settings.wire_codec = wire_codec.encode()
         handle = ctypes.c_void_p()
-        code = lib.gradsync_connect(ctypes.byref(options), ctypes.byref(handle))
+        code = lib.gradsync_connect_with(ctypes.byref(options), ctypes.byref(settings),
+                                         ctypes.byref(handle))
         if code != OK:
             raise _error(code, lib.gradsync_last_error(None).decode())
         self._handle = handle

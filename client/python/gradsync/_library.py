@@ -22,6 +22,14 @@ class Options(ctypes.Structure):
     ]
 
 
+class JobSettings(ctypes.Structure):
+    """gradsync_job_settings (include/gradsync/gradsync.h, API version 3)."""
+    _fields_ = [
+        ("struct_bytes", ctypes.c_uint32),
+        ("wire_codec", ctypes.c_char * 16),
+    ]
+
+
 class CudaIpcMemory(ctypes.Structure):
     """gradsync_cuda_ipc_memory (include/gradsync/gradsync.h)."""
     _fields_ = [
@@ -65,6 +73,9 @@ def _declare(lib):
     signatures = {
         "gradsync_options_from_env": ([ctypes.POINTER(Options)], c_int),
         "gradsync_connect": ([ctypes.POINTER(Options), ctypes.POINTER(comm)], c_int),
+        "gradsync_job_settings_from_env": ([ctypes.POINTER(JobSettings)], c_int),
+        "gradsync_connect_with": ([ctypes.POINTER(Options), ctypes.POINTER(JobSettings),
+                                   ctypes.POINTER(comm)], c_int),
         "gradsync_disconnect": ([comm], None),
         "gradsync_alloc": ([comm, c_size, ctypes.POINTER(c_void)], c_int),
         "gradsync_free": ([comm, c_void], c_int),
