@@ -60,6 +60,17 @@ void resolve_nodes(ClientIdentity& who, ipc::wire::Hello::Reader hello, const He
     }
     who.node_rank = static_cast<uint32_t>(self - who.nodes.begin());
   }
+  if (who.world_size < who.local_world_size) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("WORLD_SIZE {} is smaller than LOCAL_WORLD_SIZE {}", who.world_size,
+                              who.local_world_size)};
+  }
+}
+
+// The job's settings across nodes. Checked on a single-node job too: a setting that means
+// nothing is a mistake the rank should hear of, not one that waits for a second node.
+void resolve_settings(ClientIdentity& who, ipc::wire::Hello::Reader hello,
+                      const HelloRules& rules) {
   who.algorithm = hello.getAlgorithm().cStr();
   if (who.algorithm.empty()) who.algorithm = rules.default_algorithm;
   if (who.algorithm != "auto" && who.algorithm != "ring" && who.algorithm != "rhd") {
@@ -72,11 +83,6 @@ void resolve_nodes(ClientIdentity& who, ipc::wire::Hello::Reader hello, const He
     throw Refusal{
         GRADSYNC_ERR_INVALID_ARGUMENT,
         fmt::format("GRADSYNC_WIRE_CODEC must be none or bf16, not '{}'", who.wire_codec)};
-  }
-  if (who.world_size < who.local_world_size) {
-    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                  fmt::format("WORLD_SIZE {} is smaller than LOCAL_WORLD_SIZE {}", who.world_size,
-                              who.local_world_size)};
   }
 }
 
@@ -112,6 +118,7 @@ ClientIdentity validate_hello(ipc::wire::Hello::Reader hello, pid_t pid, uid_t u
                               ipc::kMaxLocalRanks)};
   }
   resolve_nodes(who, hello, rules);
+  resolve_settings(who, hello, rules);
   return who;
 }
 

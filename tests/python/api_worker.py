@@ -82,6 +82,13 @@ def main():
     except gradsync.InvalidArgumentError:
         pass
 
+    # A job setting the daemon does not know is refused, naming it.
+    try:
+        gradsync.Communicator(job=f"{comm.job}.codec", wire_codec="fp8")
+        expect(False, "an unknown wire codec was accepted")
+    except gradsync.InvalidArgumentError as error:
+        expect("GRADSYNC_WIRE_CODEC" in str(error), f"message: {error}")
+
     gradsync.barrier()
     gradsync.shutdown()
     print(f"rank {rank}: API checks passed", flush=True)

@@ -69,7 +69,11 @@ TEST(Bf16Codec, EncodeRoundsToNearestEven) {
 TEST(Bf16Codec, SpecialValuesSurvive) {
   const float inf = std::numeric_limits<float>::infinity();
   // The last NaN has its payload in the dropped bits only: rounding must not make it infinite.
-  const std::vector<float> specials{inf, -inf, 0.0f, -0.0f, std::nanf(""),
+  const std::vector<float> specials{inf,
+                                    -inf,
+                                    0.0f,
+                                    -0.0f,
+                                    std::nanf(""),
                                     std::bit_cast<float>(0x7f800001u),
                                     std::bit_cast<float>(0xff800001u)};
   std::vector<uint16_t> encoded(specials.size());

@@ -21,6 +21,31 @@ TEST(CostModel, RingMatchesItsClosedForm) {
   EXPECT_EQ(predict_ring(kLink, 1, bytes), 0);
 }
 
+TEST(CostModel, TheBf16CodecHalvesTheWireAndAddsItsPasses) {
+  const uint64_t bytes = 64 << 20;
+  const double n = 4;
+  const double slice = bytes / n;
+  // Half of each slice on the wire; the reduce, plus 3n-1 codec passes at half its cost.
+  const double expected =
+      2 * (n - 1) * (kLink.alpha_seconds + slice / 2 * kLink.beta_seconds_per_byte) +
+      (n - 1 + (3 * n - 1) / 2) * slice * kLink.gamma_seconds_per_byte;
+  EXPECT_DOUBLE_EQ(predict_ring(kLink, 4, bytes, WireCodec::kBf16), expected);
+  // On a slow link the wire dominates: nearly twice as fast. On a link faster than the codec's
+  // passes, slower: the chooser then takes halving-doubling where it is cheaper.
+  const LinkFigures slow{10e-6, 8 / 1e9, 1 / 10e9};
+  EXPECT_LT(predict_ring(slow, 4, bytes, WireCodec::kBf16), 0.6 * predict_ring(slow, 4, bytes));
+  const LinkFigures fast{1e-6, 8 / 400e9, 1 / 10e9};
+  EXPECT_GT(predict_ring(fast, 4, bytes, WireCodec::kBf16), predict_ring(fast, 4, bytes));
+}
+
+TEST(CostModel, WireCodecsHaveNames) {
+  EXPECT_EQ(parse_wire_codec("bf16"), WireCodec::kBf16);
+  EXPECT_EQ(parse_wire_codec("none"), WireCodec::kNone);
+  EXPECT_EQ(parse_wire_codec("fp8"), std::nullopt);
+  EXPECT_STREQ(wire_codec_name(WireCodec::kBf16), "bf16");
+  EXPECT_STREQ(wire_codec_name(WireCodec::kNone), "none");
+}
+
 TEST(CostModel, HalvingDoublingNeedsLogarithmicallyManySteps) {
   // Small messages: latency dominates, 2 log2(8) = 6 steps against the ring's 14.
   EXPECT_NEAR(predict_halving_doubling(kLink, 8, 8), 6 * kLink.alpha_seconds, 1e-7);

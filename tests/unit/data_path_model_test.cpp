@@ -38,6 +38,19 @@ TEST(DataPathModel, HostStagesAddUpAcrossNodes) {
   EXPECT_EQ(p.algorithms[1].algorithm, "rhd");
 }
 
+TEST(DataPathModel, TheCodecIsTheRingsStage) {
+  const uint64_t bytes = 64 << 20;
+  const auto p = predict_allreduce({4, 1}, kHost, kLink, bytes, WireCodec::kBf16);
+  ASSERT_EQ(p.algorithms.size(), 2U);
+  EXPECT_EQ(p.algorithms[0].algorithm, "ring+bf16");
+  const double local = 2.0 * bytes / 10e9;
+  EXPECT_DOUBLE_EQ(p.algorithms[0].seconds,
+                   5e-6 + local + daemon::predict_ring(kLink, 4, bytes, WireCodec::kBf16));
+  // Halving-doubling sends the values either way.
+  EXPECT_DOUBLE_EQ(p.algorithms[1].seconds,
+                   predict_allreduce({4, 1}, kHost, kLink, bytes).algorithms[1].seconds);
+}
+
 TEST(DataPathModel, OverlappingStagesArePacedByTheSlowerOne) {
   const NodeFigures gpu{5e-6, 100e9, true, true};
   const uint64_t large = 256 << 20;

@@ -37,7 +37,7 @@ Prediction make_prediction(const Layout& layout, std::string algorithm, double s
 }  // namespace
 
 AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& node,
-                                      const LinkFigures& link, uint64_t bytes) {
+                                      const LinkFigures& link, uint64_t bytes, WireCodec codec) {
   if (layout.nodes == 0 || layout.ranks_per_node == 0) {
     throw std::invalid_argument("a layout needs at least one node and one rank per node");
   }
@@ -49,28 +49,32 @@ AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& n
         make_prediction(layout, "local", node.overhead_seconds + local, bytes));
     return out;
   }
-  const double ring = daemon::predict_ring(link, layout.nodes, bytes);
+  const double ring = daemon::predict_ring(link, layout.nodes, bytes, codec);
   const double rhd = daemon::predict_halving_doubling(link, layout.nodes, bytes);
-  out.algorithms.push_back(make_prediction(
-      layout, "ring", node.overhead_seconds + pipelined(node, local, ring, bytes), bytes));
+  out.algorithms.push_back(
+      make_prediction(layout, codec == WireCodec::kBf16 ? "ring+bf16" : "ring",
+                      node.overhead_seconds + pipelined(node, local, ring, bytes), bytes));
   out.algorithms.push_back(make_prediction(
       layout, "rhd", node.overhead_seconds + pipelined(node, local, rhd, bytes), bytes));
-  out.picked =
-      daemon::choose_allreduce(link, layout.nodes, bytes) == daemon::AllreduceAlgorithm::kRing ? 0
-                                                                                               : 1;
+  out.picked = daemon::choose_allreduce(link, layout.nodes, bytes, codec) ==
+                       daemon::AllreduceAlgorithm::kRing
+                   ? 0
+                   : 1;
   return out;
 }
 
 ScalingPrediction predict_scaling(const Layout& layout, const NodeFigures& node,
-                                  const LinkFigures& link, const TrainingStep& step) {
+                                  const LinkFigures& link, const TrainingStep& step,
+                                  WireCodec codec) {
   if (step.compute_seconds <= 0) throw std::invalid_argument("the compute time must be positive");
   if (step.overlap_fraction < 0 || step.overlap_fraction > 1) {
     throw std::invalid_argument("the overlap fraction lies between 0 and 1");
   }
   ScalingPrediction out;
   out.communication_seconds =
-      layout.ranks() > 1 ? predict_allreduce(layout, node, link, step.gradient_bytes).best().seconds
-                         : 0;
+      layout.ranks() > 1
+          ? predict_allreduce(layout, node, link, step.gradient_bytes, codec).best().seconds
+          : 0;
   const double hidden = step.overlap_fraction * step.compute_seconds;
   out.step_seconds = step.compute_seconds + std::max(0.0, out.communication_seconds - hidden);
   out.efficiency = step.compute_seconds / out.step_seconds;

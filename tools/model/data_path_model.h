@@ -5,7 +5,9 @@
 //   local      the node's ranks' buffers read and written: reduced on the way out, the result
 //              copied back (2S bytes of traffic per rank);
 //   inter-node ring or recursive halving-doubling among the N node daemons, exactly as the
-//              daemons' own chooser predicts it (daemon/node/cost_model.h).
+//              daemons' own chooser predicts it (daemon/node/cost_model.h);
+//   codec      with the bf16 wire codec, the ring's bytes on the wire halve and its encode
+//              and decode passes are added, as the daemons' chooser prices them.
 //
 // The stages are pipelined in pieces. Where they run on separate engines (a GPU's copy and
 // compute units beside the NIC) they overlap, and the slower stage sets the pace; where they
@@ -40,7 +42,7 @@ struct NodeFigures {
 using LinkFigures = daemon::LinkFigures;
 
 struct Prediction {
-  std::string algorithm;  // "local" (one node), "ring", "rhd"
+  std::string algorithm;  // "local" (one node), "ring" ("ring+bf16" with the codec), "rhd"
   double seconds = 0;
   double algbw_gbytes_per_second = 0;  // S / time
   double busbw_gbytes_per_second = 0;  // nccl-tests: algbw * 2(n-1)/n over all ranks
@@ -54,8 +56,11 @@ struct AllreducePrediction {
 
 using daemon::kPipelinePieceBytes;
 
+using daemon::WireCodec;
+
 AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& node,
-                                      const LinkFigures& link, uint64_t bytes);
+                                      const LinkFigures& link, uint64_t bytes,
+                                      WireCodec codec = WireCodec::kNone);
 
 // A training step: compute, then the gradients' allreduce, of which `overlap_fraction` of the
 // compute time can hide behind the backward pass.
@@ -73,6 +78,7 @@ struct ScalingPrediction {
 };
 
 ScalingPrediction predict_scaling(const Layout& layout, const NodeFigures& node,
-                                  const LinkFigures& link, const TrainingStep& step);
+                                  const LinkFigures& link, const TrainingStep& step,
+                                  WireCodec codec = WireCodec::kNone);
 
 }  // namespace gradsync::model

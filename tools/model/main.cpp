@@ -41,6 +41,7 @@ struct Options {
   std::string validate;
   double tolerance = 0.15;
   std::string validate_from = "0";
+  std::string wire_codec = "none";
   bool json = false;
 };
 
@@ -89,19 +90,22 @@ int predict(const Options& o) {
   std::string basis;
   const Figures figures = resolve_figures(o, basis);
   const uint64_t bytes = gradsync::tools::parse_size(o.bytes);
+  const auto codec = gradsync::daemon::parse_wire_codec(o.wire_codec).value();
   const auto allreduce =
-      gradsync::model::predict_allreduce(o.layout, figures.node, figures.link, bytes);
+      gradsync::model::predict_allreduce(o.layout, figures.node, figures.link, bytes, codec);
   std::optional<gradsync::model::ScalingPrediction> scaling;
   if (o.compute_ms) {
     const uint64_t gradients =
         o.gradient_bytes.empty() ? bytes : gradsync::tools::parse_size(o.gradient_bytes);
-    scaling = gradsync::model::predict_scaling(
-        o.layout, figures.node, figures.link, {*o.compute_ms / 1e3, gradients, o.overlap_fraction});
+    scaling = gradsync::model::predict_scaling(o.layout, figures.node, figures.link,
+                                               {*o.compute_ms / 1e3, gradients, o.overlap_fraction},
+                                               codec);
   }
   if (o.json) {
     json out = {{"nodes", o.layout.nodes},
                 {"gpus_per_node", o.layout.ranks_per_node},
                 {"bytes", bytes},
+                {"wire_codec", o.wire_codec},
                 {"basis", basis},
                 {"figures", figures_json(figures)},
                 {"picked", allreduce.best().algorithm}};
@@ -177,6 +181,9 @@ int run(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--validate-from", o.validate_from,
                  "with --validate: validate only sizes from this one (K/M/G suffixes)");
+  app.add_option("--wire-codec", o.wire_codec,
+                 "what f32 allreduces send between nodes: none, or bf16 (half the bytes)")
+      ->check(CLI::IsMember({"none", "bf16"}));
   app.add_flag("--json", o.json, "JSON instead of a table");
   CLI11_PARSE(app, argc, argv);
   if (!o.validate.empty()) {
