@@ -127,14 +127,17 @@ class Place:
 
     # -- ranks --------------------------------------------------------------------------
     def run_ranks(self, system, args, timeout):
-        """Runs one rank per (node, local rank) of `system` ("gradsync", "gloo", "mpi") with
-        the benchmark arguments `args`; returns rank 0's JSON (--json)."""
+        """Runs one rank per (node, local rank) of `system` ("gradsync", "gradsync_bf16": the
+        job with the bf16 wire codec, "gloo", "mpi") with the benchmark arguments `args`;
+        returns rank 0's JSON (--json)."""
         out = os.path.join(self.dir, f"{system}-{random.getrandbits(32)}.json")
         args = list(args) + ["--json", out]
         if system == "mpi":
             self._wait_all([self._popen(self._mpirun(args))], timeout)
         elif system == "gradsync":
             self._run_gradsync_ranks(["--check"] + args, timeout)
+        elif system == "gradsync_bf16":
+            self._run_gradsync_ranks(["--check"] + args, timeout, {"GRADSYNC_WIRE_CODEC": "bf16"})
         elif system == "gloo":
             port = str(29500 + random.randrange(1000))
             command = [PYTHON, os.path.join(ROOT, "bench", "gloo_allreduce.py")] + args
@@ -162,14 +165,14 @@ class Place:
         self._run_gradsync_ranks(["--calibrate", out, "-b", large, "-e", large], timeout)
         return json.load(open(out))
 
-    def _run_gradsync_ranks(self, args, timeout):
+    def _run_gradsync_ranks(self, args, timeout, job_env=None):
         job = f"compare{random.getrandbits(40)}"
         nodes = ",".join(f"{self.address(n)}:{DAEMON_PORT}" for n in range(self.nodes))
         command = [os.path.join(self.build, "gradsync-bench")] + args
         processes = []
         for node, local in self._ranks():
             env = dict(self._identity(node, local), GRADSYNC_SOCKET=self.socket(node),
-                       GRADSYNC_JOB=job)
+                       GRADSYNC_JOB=job, **(job_env or {}))
             if self.namespaces:
                 env.update(GRADSYNC_NODES=nodes, GRADSYNC_NODE_RANK=node)
             processes.append(self._popen(self.on_node(node, command, env)))
