@@ -34,7 +34,7 @@ struct DaemonConfig {
   // Bulk data to other nodes over a TCP-only network: eager (no handshake per message) or
   // rendezvous (UCX's choice, as on RDMA networks, where it is always kept). See README, "TCP
   // networks".
-  std::string tcp_bulk_protocol = "eager";
+  std::string tcp_bulk_protocol = "rendezvous";
   uint32_t response_cache_capacity = 1024;   // collectives per multi-node job; 0: no cache
   std::string allreduce_algorithm = "auto";  // across nodes: auto, ring, rhd
   // What f32 allreduces send between nodes: none (the values) or bf16 (rounded, half the

@@ -38,11 +38,15 @@ void NodeJob::on_local_formed(std::string ranks) {
 void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined) {
   if (joined_[node]) return;
   joined_[node] = true;
+  // A daemon from before the wire codec leaves the field out: it would send the values
+  // themselves where the others expect them encoded.
+  if (!joined.hasWireCodec()) without_codecs_.push_back(node);
   if (node == 0) {
     agreed_.cache_capacity = joined.getCacheCapacity();
     agreed_.algorithm = joined.getAlgorithm();
     agreed_.fusion_threshold_bytes = joined.getFusionThresholdBytes();
-    const auto codec = parse_wire_codec(joined.getWireCodec().cStr());
+    const std::string name = joined.getWireCodec().cStr();
+    const auto codec = parse_wire_codec(name.empty() ? "none" : name);
     if (!codec) {
       throw std::invalid_argument(fmt::format("job '{}': node 0 asked for wire codec '{}'",
                                               links_.job_name(), joined.getWireCodec().cStr()));
@@ -69,6 +73,12 @@ std::optional<std::string> NodeJob::form() {
     if (node != links_.me() && !joined_[node]) return std::nullopt;
   }
   if (links_.me() == 0) agreed_ = settings_;
+  if (agreed_.wire_codec != WireCodec::kNone && !without_codecs_.empty()) {
+    return fmt::format(
+        "job '{}' asks for the {} wire codec, which node {}'s gradsyncd does not "
+        "know: upgrade it, or run the job without GRADSYNC_WIRE_CODEC",
+        links_.job_name(), wire_codec_name(agreed_.wire_codec), without_codecs_.front());
+  }
   if (auto error = run_blocking(probe_links(links_, scratch_, own_link_), links_)) return error;
   log_->info(
       "job '{}' formed on {} nodes; link to node {}: alpha {:.1f} us, beta {:.3f} GB/s; reduce "

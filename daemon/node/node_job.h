@@ -170,9 +170,10 @@ class NodeJob {
   std::shared_ptr<spdlog::logger> log_;
   Scratch scratch_;  // for measuring the links
   bool local_formed_ = false;
-  std::string ranks_;         // this node's, in words
-  std::vector<bool> joined_;  // by node
-  NodeJobSettings agreed_;    // node 0's
+  std::string ranks_;                     // this node's, in words
+  std::vector<bool> joined_;              // by node
+  std::vector<uint32_t> without_codecs_;  // nodes whose daemon predates the wire codec
+  NodeJobSettings agreed_;                // node 0's
   LinkFigures own_link_;
   std::optional<Negotiator> negotiator_;
   std::vector<Proposal> unproposed_;  // ready before the job formed across nodes

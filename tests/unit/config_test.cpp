@@ -30,7 +30,7 @@ parallel_reduce_min_bytes = 65536
 job_formation_timeout_seconds = 9
 max_clients = 10
 max_buffers_per_client = 7
-tcp_bulk_protocol = "rendezvous"
+tcp_bulk_protocol = "eager"
 allreduce_wire_codec = "bf16"
 )",
                                       "test");
@@ -48,7 +48,7 @@ allreduce_wire_codec = "bf16"
   EXPECT_EQ(c.job_formation_timeout_seconds, 9u);
   EXPECT_EQ(c.max_clients, 10u);
   EXPECT_EQ(c.max_buffers_per_client, 7u);
-  EXPECT_EQ(c.tcp_bulk_protocol, "rendezvous");
+  EXPECT_EQ(c.tcp_bulk_protocol, "eager");
   EXPECT_EQ(c.allreduce_wire_codec, "bf16");
 }
 
