@@ -84,7 +84,9 @@ Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devi
   if (!config.listen.empty()) {
     transport::MeshOptions options{config.listen, config.tcp_keepalive_idle_seconds,
                                    config.tcp_keepalive_interval_seconds};
-    options.eager_bulk_on_tcp = config.tcp_bulk_protocol == "eager";
+    options.tcp_rendezvous_min_bytes = config.tcp_bulk_protocol == "eager"
+                                           ? transport::MeshOptions::kEveryMessageEager
+                                           : config.tcp_rendezvous_min_bytes;
     if (!config.cluster_key_file.empty()) {
       options.cluster_key = transport::ClusterKey::load(config.cluster_key_file);
     } else {
@@ -99,9 +101,13 @@ Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devi
     if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, mesh_->event_fd(), &event) != 0) {
       throw ipc::SystemError("epoll_ctl(ucx)", errno);
     }
+    const uint64_t rendezvous = mesh_->rendezvous_min_bytes();
     log_->info("inter-node listener on {}; UCX network transports: {}; bulk data {}",
                listen_address_, fmt::join(mesh_->network_transports(), ", "),
-               mesh_->eager_bulk() ? "eager (TCP only)" : "as UCX chooses (rendezvous)");
+               rendezvous == transport::MeshOptions::kEveryMessageEager ? "eager (TCP only)"
+               : rendezvous == 0
+                   ? "as UCX chooses"
+                   : fmt::format("by rendezvous from {} bytes (TCP only)", rendezvous));
   }
   log_->info("reduce pool of {} threads", pool_.size());
 }

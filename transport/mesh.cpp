@@ -34,7 +34,7 @@ struct sockaddr_in parse_host_port(const std::string& host_port) {
 namespace {
 
 std::vector<std::pair<std::string, std::string>> ucx_settings(const MeshOptions& options,
-                                                              bool eager_bulk) {
+                                                              uint64_t rendezvous_min_bytes) {
   const std::string idle = std::to_string(options.keepalive_idle_seconds) + "s";
   const std::string interval = std::to_string(options.keepalive_interval_seconds) + "s";
   // Transport keys go without their transport's prefix (TCP_): UCX 1.13 matches the names
@@ -48,8 +48,12 @@ std::vector<std::pair<std::string, std::string>> ucx_settings(const MeshOptions&
                                                                {"KEEPINTVL", interval},
                                                                {"KEEPCNT", "3"},
                                                                {"CM_REUSEADDR", "y"}};
-  // Every message eager, however large: see eager_bulk() in network_transports.h.
-  if (eager_bulk) settings.emplace_back("RNDV_THRESH", "inf");
+  // Over TCP only: see tcp_only() in network_transports.h.
+  if (rendezvous_min_bytes == MeshOptions::kEveryMessageEager) {
+    settings.emplace_back("RNDV_THRESH", "inf");
+  } else if (rendezvous_min_bytes != 0) {
+    settings.emplace_back("RNDV_THRESH", std::to_string(rendezvous_min_bytes));
+  }
   return settings;
 }
 
@@ -71,8 +75,8 @@ in_addr_t client_host(ucp_conn_request_h request) {
 
 Mesh::Mesh(const MeshOptions& options)
     : network_transports_(transport::network_transports()),
-      eager_bulk_(transport::eager_bulk(options.eager_bulk_on_tcp, network_transports_)),
-      context_(create_context(ucx_settings(options, eager_bulk_))),
+      rendezvous_min_bytes_(tcp_only(network_transports_) ? options.tcp_rendezvous_min_bytes : 0),
+      context_(create_context(ucx_settings(options, rendezvous_min_bytes_))),
       worker_(create_worker(context_.get())),
       key_(options.cluster_key),
       handshake_timeout_(options.handshake_timeout),

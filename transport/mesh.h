@@ -45,9 +45,11 @@ struct MeshOptions {
   std::optional<ClusterKey> cluster_key;  // none: only daemons without a key are accepted
   std::chrono::milliseconds handshake_timeout{10000};  // for a connection to us
   std::chrono::milliseconds liveness_timeout{3000};    // for an answer to check_alive
-  // Where UCX reaches other hosts over TCP only, bulk data goes eagerly instead of after a
-  // rendezvous handshake per message (network_transports.h); false leaves it to UCX.
-  bool eager_bulk_on_tcp = false;
+  // Where UCX reaches other hosts over TCP only (network_transports.h): messages of this many
+  // bytes and more go after a rendezvous handshake, smaller ones eagerly. kEveryMessageEager
+  // sends all of them eagerly; 0 leaves it to UCX.
+  uint64_t tcp_rendezvous_min_bytes = 0;
+  static constexpr uint64_t kEveryMessageEager = UINT64_MAX;
 };
 
 // A handshake that ended, for the logs and the metrics.
@@ -81,9 +83,10 @@ class Mesh {
   // socket it could not write to drains: such a send moves only when progress() is called, so
   // the caller should poll rather than sleep while this is not zero.
   size_t unfinished_sends() const { return unfinished_sends_; }
-  // UCX's network transports on this host, and whether bulk data goes eagerly over them.
+  // UCX's network transports on this host, and the rendezvous threshold set for them (0:
+  // UCX's own, as on any network with more than TCP).
   const std::vector<std::string>& network_transports() const { return network_transports_; }
-  bool eager_bulk() const { return eager_bulk_; }
+  uint64_t rendezvous_min_bytes() const { return rendezvous_min_bytes_; }
 
   // The peer at `address` (HOST:PORT), connecting on first use, and again after a failure
   // that take_failed_peers() has reported (the peer daemon may have restarted).
@@ -257,7 +260,7 @@ class Mesh {
 
   size_t unfinished_sends_ = 0;                  // see unfinished_sends()
   std::vector<std::string> network_transports_;  // before context_: its settings depend on them
-  bool eager_bulk_ = false;
+  uint64_t rendezvous_min_bytes_ = 0;
   Context context_;
   Worker worker_;
   Listener listener_;

@@ -67,8 +67,8 @@ std::vector<std::string> network_transports() {
   return names;
 }
 
-bool eager_bulk(bool eager_bulk_on_tcp, const std::vector<std::string>& network_transports) {
-  return eager_bulk_on_tcp && !network_transports.empty() &&
+bool tcp_only(const std::vector<std::string>& network_transports) {
+  return !network_transports.empty() &&
          std::all_of(network_transports.begin(), network_transports.end(),
                      [](const std::string& name) { return name == "tcp"; });
 }

@@ -12,10 +12,9 @@ namespace gradsync::transport {
 // out. UCX_TLS does not narrow this list (it is read by UCP, later). Throws UcxError.
 std::vector<std::string> network_transports();
 
-// Whether bulk data should go eagerly, without a rendezvous handshake per message: asked for,
-// and every network transport is TCP. TCP has no remote memory access, so UCX's rendezvous
-// adds a round trip per message and copies anyway; RDMA transports keep their zero-copy
-// rendezvous.
-bool eager_bulk(bool eager_bulk_on_tcp, const std::vector<std::string>& network_transports);
+// Whether every network transport is TCP: then the daemon sets where UCX's rendezvous starts
+// (a handshake per message buys no remote memory access on TCP, only UCX's copies saved, which
+// pays for large messages only); RDMA transports keep UCX's own choice.
+bool tcp_only(const std::vector<std::string>& network_transports);
 
 }  // namespace gradsync::transport

@@ -31,6 +31,7 @@ job_formation_timeout_seconds = 9
 max_clients = 10
 max_buffers_per_client = 7
 tcp_bulk_protocol = "eager"
+tcp_rendezvous_min_bytes = 1048576
 allreduce_wire_codec = "bf16"
 )",
                                       "test");
@@ -49,6 +50,7 @@ allreduce_wire_codec = "bf16"
   EXPECT_EQ(c.max_clients, 10u);
   EXPECT_EQ(c.max_buffers_per_client, 7u);
   EXPECT_EQ(c.tcp_bulk_protocol, "eager");
+  EXPECT_EQ(c.tcp_rendezvous_min_bytes, 1048576u);
   EXPECT_EQ(c.allreduce_wire_codec, "bf16");
 }
 

@@ -80,7 +80,7 @@ class EagerMeshTest : public MeshTest {
  protected:
   MeshOptions options() const override {
     MeshOptions options{"127.0.0.1:0"};
-    options.eager_bulk_on_tcp = true;
+    options.tcp_rendezvous_min_bytes = MeshOptions::kEveryMessageEager;
     return options;
   }
 };
@@ -101,12 +101,12 @@ void expect_large_message_lands(
 }
 
 TEST_F(EagerMeshTest, LargeMessageLandsInTheReceiveBuffer) {
-  EXPECT_TRUE(a_->eager_bulk()) << "UCX here has TCP only";
+  EXPECT_EQ(a_->rendezvous_min_bytes(), MeshOptions::kEveryMessageEager) << "UCX here has TCP only";
   expect_large_message_lands(*a_, a_to_b_, *b_, [this](auto ops) { drive(ops); });
 }
 
 TEST_F(MeshTest, LargeMessageLandsInTheReceiveBuffer) {
-  EXPECT_FALSE(a_->eager_bulk());
+  EXPECT_EQ(a_->rendezvous_min_bytes(), 0U);
   expect_large_message_lands(*a_, a_to_b_, *b_, [this](auto ops) { drive(ops); });
 }
 
@@ -142,11 +142,10 @@ TEST(NetworkTransports, ListsTcpAndNoSharedMemory) {
   }
 }
 
-TEST(NetworkTransports, BulkGoesEagerOnlyWhereEveryNetworkTransportIsTcp) {
-  EXPECT_TRUE(eager_bulk(true, {"tcp"}));
-  EXPECT_FALSE(eager_bulk(false, {"tcp"}));
-  EXPECT_FALSE(eager_bulk(true, {"rc_mlx5", "tcp", "ud_mlx5"}));
-  EXPECT_FALSE(eager_bulk(true, {}));
+TEST(NetworkTransports, TheRendezvousIsSetOnlyWhereEveryNetworkTransportIsTcp) {
+  EXPECT_TRUE(tcp_only({"tcp"}));
+  EXPECT_FALSE(tcp_only({"rc_mlx5", "tcp", "ud_mlx5"}));
+  EXPECT_FALSE(tcp_only({}));
 }
 
 TEST_F(MeshTest, TagMaskSelectsBySender) {
