@@ -300,6 +300,13 @@ TEST(Cluster, ARankKilledMidStepFailsEveryOtherRankOnEveryNode) {
   for (int round = 0; round < 5; ++round) {
     const std::string job = "killed-" + std::to_string(round);
     auto ranks = cluster.spawn(job, {2, 2, 2}, {"steps", "200"});
+    // Mid-step: once every rank has joined. (A rank that joins after its job failed and was
+    // torn down starts it anew, and only the formation timeout ends its wait.)
+    for (int node = 0; node < 3; ++node) {
+      ASSERT_TRUE(wait_for_local_ranks(cluster.daemon(node).socket_path(), job, 2,
+                                       std::chrono::seconds(20)))
+          << job << ": node " << node << "'s ranks did not all join";
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100 + 70 * round));
     ranks[3].signal(SIGKILL);  // node 1's second rank
     const auto killed_at = std::chrono::steady_clock::now();

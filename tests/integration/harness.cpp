@@ -107,6 +107,23 @@ DaemonResources settled_resources_of(pid_t pid, const std::string& socket_path) 
   return settled;
 }
 
+bool wait_for_local_ranks(const std::string& socket_path, const std::string& job, int ranks,
+                          std::chrono::seconds timeout) {
+  const std::string command =
+      tools::executable_dir() + "/gradsyncctl --socket " + socket_path + " --json jobs 2>/dev/null";
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    const CommandResult listed = run_command(command);
+    const auto json = nlohmann::json::parse(listed.out, nullptr, false);
+    const auto& jobs = json.is_object() ? json.value("jobs", nlohmann::json::array()) : json;
+    for (const auto& j : jobs.is_array() ? jobs : nlohmann::json::array()) {
+      if (j.value("name", "") == job && j.value("local_ranks", 0) == ranks) return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
 void DaemonTest::SetUp() {}
 
 void DaemonTest::kill_daemon() {

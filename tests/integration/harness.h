@@ -43,6 +43,10 @@ DaemonResources resources_of(pid_t pid);
 // so a baseline taken right after ranks exit may still hold one. Waits (up to 10 s) until
 // gradsyncctl, answered by the engine after every earlier departure, lists no client.
 DaemonResources settled_resources_of(pid_t pid, const std::string& socket_path);
+// Waits (up to `timeout`) until the daemon at `socket_path` lists job `job` with `ranks` local
+// ranks connected, as gradsyncctl reports it; false when it never did.
+bool wait_for_local_ranks(const std::string& socket_path, const std::string& job, int ranks,
+                          std::chrono::seconds timeout);
 
 class DaemonTest : public ::testing::Test {
  protected:
