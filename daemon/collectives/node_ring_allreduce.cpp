@@ -51,7 +51,18 @@ class RingWire {
                           scratch.get(kWireSlot, operand.count() * sizeof(uint16_t)))
                     : nullptr) {}
 
-  bool encoded() const { return bf16_; }
+  // Where the reduce-scatter's pieces arrive, two slots of `elements`: with the codec, encoded
+  // in slots of their own; without it, in `decoded` (the slots they are reduced from).
+  std::array<uint8_t*, 2> arrival_slots(Scratch& scratch, std::array<uint8_t*, 2> decoded,
+                                        uint64_t elements) const {
+    if (!bf16_) return decoded;
+    return {scratch.get(kArrivalSlots, elements * sizeof(uint16_t)),
+            scratch.get(kArrivalSlots + 1, elements * sizeof(uint16_t))};
+  }
+  // Where in an arrival slot the element `offset` of its chunk lands.
+  uint8_t* arrival(uint8_t* slot, uint64_t offset) const {
+    return slot + offset * (bf16_ ? sizeof(uint16_t) : element_);
+  }
   uint64_t bytes(Range r) const {
     return (r.end - r.begin) * (bf16_ ? sizeof(uint16_t) : element_);
   }
@@ -92,6 +103,7 @@ class RingWire {
  private:
   // Scratch slots 0 and 1 are the reduce-scatter's, 2 the fusion buffer's (node_collectives.h).
   static constexpr size_t kWireSlot = 3;
+  static constexpr size_t kArrivalSlots = 4;  // and 5
 
   float* work(Range r) const { return reinterpret_cast<float*>(work_) + r.begin; }
 
@@ -137,13 +149,10 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
   const uint64_t slot_elements = count / n + 1;
   std::array<uint8_t*, 2> incoming = {step.scratch.get(0, slot_elements * element),
                                       step.scratch.get(1, slot_elements * element)};
-  std::array<uint8_t*, 2> received = incoming;
-  if (wire.encoded()) {
-    received = {step.scratch.get(4, slot_elements * sizeof(uint16_t)),
-                step.scratch.get(5, slot_elements * sizeof(uint16_t))};
-  }
+  const std::array<uint8_t*, 2> received =
+      wire.arrival_slots(step.scratch, incoming, slot_elements);
   auto received_at = [&](uint32_t s, uint64_t offset) {
-    return received[s % 2] + offset * (wire.encoded() ? sizeof(uint16_t) : element);
+    return wire.arrival(received[s % 2], offset);
   };
   std::array<std::vector<size_t>, 2> posted;
   auto post_reduce_scatter_receives = [&](uint32_t s) {
