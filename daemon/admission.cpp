@@ -1,5 +1,6 @@
 #include "daemon/admission.h"
 
+#include "daemon/node/cost_model.h"
 #include "daemon/node/links.h"
 #include "ipc/protocol.h"
 
@@ -79,7 +80,7 @@ void resolve_settings(ClientIdentity& who, ipc::wire::Hello::Reader hello,
   }
   who.wire_codec = hello.getWireCodec().cStr();
   if (who.wire_codec.empty()) who.wire_codec = rules.default_wire_codec;
-  if (who.wire_codec != "none" && who.wire_codec != "bf16") {
+  if (!parse_wire_codec(who.wire_codec)) {
     throw Refusal{
         GRADSYNC_ERR_INVALID_ARGUMENT,
         fmt::format("GRADSYNC_WIRE_CODEC must be none or bf16, not '{}'", who.wire_codec)};

@@ -1,5 +1,7 @@
 #include "daemon/config.h"
 
+#include "daemon/node/cost_model.h"
+
 #include <toml++/toml.h>
 
 #include <fstream>
@@ -136,7 +138,7 @@ void validate(const DaemonConfig& config) {
     throw key_error("allreduce_algorithm",
                     "must be auto, ring or rhd, not '" + config.allreduce_algorithm + "'");
   }
-  if (config.allreduce_wire_codec != "none" && config.allreduce_wire_codec != "bf16") {
+  if (!parse_wire_codec(config.allreduce_wire_codec)) {
     throw key_error("allreduce_wire_codec",
                     "must be none or bf16, not '" + config.allreduce_wire_codec + "'");
   }

@@ -84,6 +84,13 @@ def _error(code, message):
     return _ERRORS.get(code, GradsyncError)(code, message)
 
 
+def _check_connect(lib, code):
+    """Raises the error of a call made before a communicator exists (its message is the
+    library's last connect error)."""
+    if code != OK:
+        raise _error(code, lib.gradsync_last_error(None).decode())
+
+
 def _dtype_of(array):
     name = str(array.dtype).replace("torch.", "")
     if name not in _DTYPE_BY_NAME:
@@ -201,9 +208,7 @@ class Communicator:
                  local_world_size=None, timeout_ms=0, wire_codec=None):
         lib = library()
         options = _library.Options()
-        code = lib.gradsync_options_from_env(ctypes.byref(options))
-        if code != OK:
-            raise _error(code, lib.gradsync_last_error(None).decode())
+        _check_connect(lib, lib.gradsync_options_from_env(ctypes.byref(options)))
         if socket is not None:
             options.socket_path = socket.encode()
         if job is not None:
@@ -217,16 +222,12 @@ class Communicator:
         self.local_rank, self.local_size = options.local_rank, options.local_world_size
         self.job = options.job.decode()
         settings = _library.JobSettings()
-        code = lib.gradsync_job_settings_from_env(ctypes.byref(settings))
-        if code != OK:
-            raise _error(code, lib.gradsync_last_error(None).decode())
+        _check_connect(lib, lib.gradsync_job_settings_from_env(ctypes.byref(settings)))
         if wire_codec is not None:
             settings.wire_codec = wire_codec.encode()
         handle = ctypes.c_void_p()
-        code = lib.gradsync_connect_with(ctypes.byref(options), ctypes.byref(settings),
-                                         ctypes.byref(handle))
-        if code != OK:
-            raise _error(code, lib.gradsync_last_error(None).decode())
+        _check_connect(lib, lib.gradsync_connect_with(ctypes.byref(options), ctypes.byref(settings),
+                                                      ctypes.byref(handle)))
         self._handle = handle
         self._buffers = []       # from empty(): zero-copy candidates
         self._staging_free = {}  # nbytes -> [SharedBuffer]
