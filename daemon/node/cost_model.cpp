@@ -53,6 +53,26 @@ double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_
   return time;
 }
 
+double predict_allreduce(AllreduceAlgorithm algorithm, const LinkFigures& link, uint32_t nodes,
+                         uint64_t bytes, WireCodec codec) {
+  return algorithm == AllreduceAlgorithm::kRing ? predict_ring(link, nodes, bytes, codec)
+                                                : predict_halving_doubling(link, nodes, bytes);
+}
+
+std::optional<double> implied_beta(AllreduceAlgorithm algorithm, const LinkFigures& link,
+                                   uint32_t nodes, uint64_t bytes, WireCodec codec,
+                                   double seconds) {
+  // Every prediction is linear in β: fixed + per_beta * β.
+  LinkFigures without_wire = link;
+  without_wire.beta_seconds_per_byte = 0;
+  const double fixed = predict_allreduce(algorithm, without_wire, nodes, bytes, codec);
+  LinkFigures unit_wire = link;
+  unit_wire.beta_seconds_per_byte = 1;
+  const double per_beta = predict_allreduce(algorithm, unit_wire, nodes, bytes, codec) - fixed;
+  if (per_beta <= 0 || seconds <= fixed) return std::nullopt;
+  return (seconds - fixed) / per_beta;
+}
+
 AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uint64_t bytes,
                                     WireCodec codec) {
   return predict_halving_doubling(link, nodes, bytes) < predict_ring(link, nodes, bytes, codec)

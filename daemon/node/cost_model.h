@@ -1,7 +1,9 @@
 // The α-β-γ cost model of the inter-node allreduce (Thakur, Rabenseifner and Gropp's analysis
 // of MPI collectives): α per message, β per byte on the wire, γ per byte reduced. The daemons
 // measure α and β between themselves when a job forms, and γ on their own cores; every node
-// then chooses the same algorithm for a given size, because all use the same figures.
+// then chooses the same algorithm for a given size, because all use the same figures. A job's
+// own large allreduces refine β as it runs (implied_beta), since the probe at formation may
+// share its cores with ranks still setting up.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +23,9 @@ namespace gradsync::daemon {
 inline constexpr uint64_t kEagerMinBytes = 4096;
 inline constexpr uint64_t kEagerCapBytes = 16 << 10;
 inline constexpr uint64_t kPipelinePieceBytes = 512 << 10;
+// Allreduces from this size up refine the link's β: below it, the α terms and the noise of a
+// shared machine say more about a run's time than the wire does.
+inline constexpr uint64_t kRefineBetaMinBytes = 4 << 20;
 
 // Link figures of the α-β-γ cost model, as one node measured them.
 struct LinkFigures {
@@ -54,6 +59,17 @@ const char* wire_codec_name(WireCodec codec);
 double predict_ring(const LinkFigures& link, uint32_t nodes, uint64_t bytes,
                     WireCodec codec = WireCodec::kNone);
 double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
+
+double predict_allreduce(AllreduceAlgorithm algorithm, const LinkFigures& link, uint32_t nodes,
+                         uint64_t bytes, WireCodec codec = WireCodec::kNone);
+
+// The β that makes `algorithm`'s prediction for `bytes` equal to `seconds`, a measured run,
+// with the other figures as in `link`; nullopt where the run took no longer than its α and γ
+// terms (nothing to learn about the wire). A run slowed by anything (a busy core, another
+// collective in flight) implies a larger β than the wire's, never a smaller one, so the
+// smallest seen is the best estimate.
+std::optional<double> implied_beta(AllreduceAlgorithm algorithm, const LinkFigures& link,
+                                   uint32_t nodes, uint64_t bytes, WireCodec codec, double seconds);
 
 // The cheaper of the two; ring when they tie (or nothing was measured). `codec`: what the
 // ring would send (halving-doubling always sends the values).

@@ -125,6 +125,8 @@ class Negotiator {
   std::deque<CycleDecisions>& decided() { return decided_; }
   bool has_decided() const { return !decided_.empty(); }
 
+  // This node's figures, sent with its next cycles (a job refines them as it runs).
+  void set_own_link(const LinkFigures& link) { own_link_ = link; }
   // Every node's largest figures, as of the last cycle: the same on every node.
   const LinkFigures& agreed_link() const { return agreed_link_; }
   // eager_max_bytes() (cost_model.h) of the agreed figures, worked out once a cycle.

@@ -89,13 +89,7 @@ std::optional<std::string> NodeJob::form() {
       own_link_.gamma_seconds_per_byte > 0 ? 1e-9 / own_link_.gamma_seconds_per_byte : 0.0,
       agreed_.cache_capacity, agreed_.algorithm, wire_codec_name(agreed_.wire_codec),
       agreed_.fusion_threshold_bytes);
-  if (links_.nodes() > 1) {
-    const uint32_t left = (links_.me() + links_.nodes() - 1) % links_.nodes();
-    const double bytes_per_second =
-        own_link_.beta_seconds_per_byte > 0 ? 1 / own_link_.beta_seconds_per_byte : 0;
-    metrics_.peer_link_measured(layout().nodes[left], own_link_.alpha_seconds, bytes_per_second);
-    links_.set_link(left, own_link_.alpha_seconds, bytes_per_second);
-  }
+  publish_own_link();
   negotiator_.emplace(
       links_.job_name(), links_.nodes(), links_.me(), ranks_, agreed_.cache_capacity, own_link_,
       [this](uint32_t node, capnp::MessageBuilder& message) { links_.send_control(node, message); },

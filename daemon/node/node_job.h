@@ -156,6 +156,12 @@ class NodeJob {
   // With the codec the ring would apply to allreduces of `dtype`.
   AllreduceAlgorithm choose(uint64_t bytes, gradsync_dtype dtype, const LinkFigures& link) const;
   WireCodec codec_for(gradsync_dtype dtype) const;
+  // Learns from an allreduce that ran without error: a β lower than this node's (cost_model.h,
+  // implied_beta) replaces it, in the next cycles and the metrics.
+  void refine_beta(AllreduceAlgorithm algorithm, uint64_t bytes, WireCodec codec,
+                   std::chrono::steady_clock::time_point started);
+  // Exports this node's figures for its link to the left-hand node.
+  void publish_own_link();
   NodeTask run_unit(InFlight& work);
   NodeTask run_fused(InFlight& work);
   // The allreduce from the contributions that came with the negotiation.

@@ -215,6 +215,32 @@ void NodeJob::start(Batch batch) {
   placed.task.emplace(batch.fused ? run_fused(placed) : run_unit(placed));
 }
 
+void NodeJob::publish_own_link() {
+  if (links_.nodes() < 2) return;
+  const uint32_t left = (links_.me() + links_.nodes() - 1) % links_.nodes();
+  const double bytes_per_second =
+      own_link_.beta_seconds_per_byte > 0 ? 1 / own_link_.beta_seconds_per_byte : 0;
+  metrics_.peer_link_measured(layout().nodes[left], own_link_.alpha_seconds, bytes_per_second);
+  links_.set_link(left, own_link_.alpha_seconds, bytes_per_second);
+}
+
+void NodeJob::refine_beta(AllreduceAlgorithm algorithm, uint64_t bytes, WireCodec codec,
+                          std::chrono::steady_clock::time_point started) {
+  if (bytes < kRefineBetaMinBytes || links_.nodes() < 2) return;
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const auto beta = implied_beta(algorithm, own_link_, links_.nodes(), bytes, codec, seconds);
+  if (!beta || (own_link_.beta_seconds_per_byte > 0 && *beta >= own_link_.beta_seconds_per_byte))
+    return;
+  own_link_.beta_seconds_per_byte = *beta;
+  // Every node adopts the agreed figures a cycle at a time, from what each node sent with it,
+  // so a node changing its own between cycles keeps every node's choices alike.
+  negotiator_->set_own_link(own_link_);
+  publish_own_link();
+  log_->debug("job '{}': {} bytes by {} in {:.3f} ms: beta now {:.3f} GB/s", links_.job_name(),
+              bytes, algorithm_name(algorithm), seconds * 1e3, 1e-9 / *beta);
+}
+
 WireCodec NodeJob::codec_for(gradsync_dtype dtype) const {
   // Only f32 has bytes to spare that bf16 keeps the range of.
   return dtype == GRADSYNC_FLOAT32 ? agreed_.wire_codec : WireCodec::kNone;
@@ -246,10 +272,13 @@ NodeTask NodeJob::run_unit(InFlight& work) {
         log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}", links_.job_name(),
                     collective.first().name, collective.bytes(), step.sequence,
                     algorithm_name(algorithm));
+        const auto started = std::chrono::steady_clock::now();
         task.emplace(algorithm == AllreduceAlgorithm::kRing
                          ? node_ring_allreduce(step, *operand)
                          : node_halving_doubling_allreduce(step, *operand));
-        break;
+        if (auto error = co_await finish(*task)) co_return error;
+        refine_beta(algorithm, collective.bytes(), step.codec, started);
+        continue;
       }
       case ipc::Collective::kBroadcast:
         task.emplace(node_broadcast(step, collective));
@@ -286,10 +315,12 @@ NodeTask NodeJob::run_fused(InFlight& work) {
   work.allreduce_algorithm = algorithm_name(algorithm);
   log_->debug("job '{}': {} tensors fused ({} bytes) as collective {} by {}", links_.job_name(),
               fused.size(), bytes, step.sequence, algorithm_name(algorithm));
+  const auto network_started = std::chrono::steady_clock::now();
   NodeTask task = algorithm == AllreduceAlgorithm::kRing
                       ? node_ring_allreduce(step, operand)
                       : node_halving_doubling_allreduce(step, operand);
   NodeResult error = co_await finish(task);
+  if (!error) refine_beta(algorithm, bytes, step.codec, network_started);
   metrics_.batch_executed(
       bytes, fused.size(),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),

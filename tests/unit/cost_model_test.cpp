@@ -1,9 +1,11 @@
 #include "daemon/node/cost_model.h"
+#include "daemon/node/link_probe.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
+#include <vector>
 
 namespace gradsync::daemon {
 namespace {
@@ -103,6 +105,50 @@ TEST(CostModel, SmallAllreducesRideWithTheNegotiationWhileThatIsCheaper) {
   // Nothing measured, or one node: the floor.
   EXPECT_EQ(eager_max_bytes(LinkFigures{}, 2), kEagerMinBytes);
   EXPECT_EQ(eager_max_bytes(kLink, 1), kEagerMinBytes);
+}
+
+TEST(CostModel, ImpliedBetaInvertsEveryPrediction) {
+  const uint64_t bytes = 64 << 20;
+  for (const uint32_t nodes : {2U, 3U, 4U, 6U}) {
+    for (const auto algorithm : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHalvingDoubling}) {
+      for (const auto codec : {WireCodec::kNone, WireCodec::kBf16}) {
+        const double seconds = predict_allreduce(algorithm, kLink, nodes, bytes, codec);
+        const auto beta = implied_beta(algorithm, kLink, nodes, bytes, codec, seconds);
+        ASSERT_TRUE(beta.has_value()) << nodes << " nodes";
+        EXPECT_NEAR(*beta, kLink.beta_seconds_per_byte, 1e-6 * kLink.beta_seconds_per_byte)
+            << nodes << " nodes, " << algorithm_name(algorithm) << ", " << wire_codec_name(codec);
+        // A slower run implies a slower wire.
+        EXPECT_GT(*implied_beta(algorithm, kLink, nodes, bytes, codec, 2 * seconds), *beta);
+      }
+    }
+  }
+  EXPECT_DOUBLE_EQ(predict_allreduce(AllreduceAlgorithm::kRing, kLink, 4, bytes),
+                   predict_ring(kLink, 4, bytes));
+}
+
+TEST(CostModel, ARunNoSlowerThanItsLatencyAndReduceTermsImpliesNoBeta) {
+  LinkFigures no_wire = kLink;
+  no_wire.beta_seconds_per_byte = 0;
+  const double floor = predict_ring(no_wire, 4, 64 << 20);
+  EXPECT_FALSE(
+      implied_beta(AllreduceAlgorithm::kRing, kLink, 4, 64 << 20, WireCodec::kNone, floor));
+  EXPECT_FALSE(implied_beta(AllreduceAlgorithm::kRing, kLink, 1, 64 << 20, WireCodec::kNone, 1.0));
+}
+
+TEST(LinkProbe, PreemptedRoundsDoNotSkewTheFigures) {
+  // 20 µs a small round and 520 µs for 1 MB when undisturbed (2 GB/s); a rank busy on the
+  // daemon's core stretches most rounds by milliseconds.
+  const std::vector<double> small{250e-6, 20e-6, 900e-6, 21e-6, 300e-6, 2e-3, 22e-6};
+  const std::vector<double> large{8e-3, 4e-3, 520e-6, 9e-3, 3e-3};
+  const LinkFigures figures = link_figures_from_rounds(small, large, 1'000'000);
+  EXPECT_DOUBLE_EQ(figures.alpha_seconds, 20e-6);
+  EXPECT_NEAR(figures.beta_seconds_per_byte, 500e-6 / 1e6, 1e-15);
+}
+
+TEST(LinkProbe, NoRoundsGiveNoFigures) {
+  const LinkFigures figures = link_figures_from_rounds({}, {1e-3}, 1 << 20);
+  EXPECT_EQ(figures.alpha_seconds, 0);
+  EXPECT_EQ(figures.beta_seconds_per_byte, 0);
 }
 
 TEST(CostModel, ParsesAlgorithmNames) {
