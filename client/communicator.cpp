@@ -1,5 +1,6 @@
 #include "client/communicator.h"
 
+#include "client/wait_policy.h"
 #include "ipc/messages.h"
 
 #include <poll.h>
@@ -15,9 +16,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How long a waiter spins (yielding) before it sleeps on the futex. Yielding spin is what makes
-// small collectives fast when ranks and the daemon share few cores.
-constexpr auto kSpin = std::chrono::microseconds(200);
 // A sleeping waiter wakes this often to check that the daemon is still there.
 constexpr int64_t kLivenessCheckNs = 100'000'000;
 
@@ -91,6 +89,10 @@ Communicator::Communicator(const gradsync_options& options, const gradsync_job_s
   submissions_ = ipc::RingProducer<ipc::SubmissionEntry>(view_.submissions, entries);
   completions_ = ipc::RingConsumer<ipc::CompletionEntry>(view_.completions, entries);
   doorbell_ = std::move(frame.fds[1]);
+  struct ucred daemon {};
+  socklen_t length = sizeof(daemon);
+  const bool known = ::getsockopt(socket_.get(), SOL_SOCKET, SO_PEERCRED, &daemon, &length) == 0;
+  spin_ = spin_before_sleeping(known ? daemon.pid : 0);
 }
 
 Communicator::~Communicator() {
@@ -427,7 +429,7 @@ void Communicator::check_daemon_alive() {
 
 template <typename Predicate>
 void Communicator::wait_until(Predicate done) {
-  const auto spin_until = Clock::now() + kSpin;
+  const auto spin_until = Clock::now() + spin_;
   while (true) {
     drain_completions();
     if (done()) return;

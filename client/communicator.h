@@ -122,6 +122,7 @@ class Communicator {
   ipc::RingProducer<ipc::SubmissionEntry> submissions_;
   ipc::RingConsumer<ipc::CompletionEntry> completions_;
   ipc::UniqueFd doorbell_;
+  std::chrono::microseconds spin_{0};  // before a waiter sleeps (wait_policy.h)
   uint32_t in_flight_ = 0;
   uint64_t next_request_ = 1;
   uint64_t unnamed_sequence_ = 0;

@@ -51,8 +51,14 @@ void Session::complete(uint64_t request, ipc::Collective collective, gradsync_re
   if (in_flight_ > 0) --in_flight_;
   ++completed_;
   view_.header->completion_sequence.fetch_add(1, std::memory_order_seq_cst);
-  // Taking the flag down means one wake per sleep: of many completions in a row, only the
-  // first pays for the system call (the client raises the flag again before it next sleeps).
+  wake_owed_ = true;
+}
+
+void Session::wake_if_owed() {
+  if (!wake_owed_) return;
+  wake_owed_ = false;
+  // Taking the flag down means one wake per sleep (the client raises it again before it
+  // next sleeps).
   if (view_.header->client_waiting.exchange(0, std::memory_order_seq_cst) != 0) {
     ipc::futex_wake_all(&view_.header->completion_sequence);
   }

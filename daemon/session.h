@@ -57,9 +57,16 @@ class Session {
   bool waits_for_completion_room() const {
     return submissions_.available() > 0 && !has_completion_room();
   }
-  // Posts a completion and wakes the client if it sleeps. Message is truncated to fit.
+  // Posts a completion; wake_if_owed() wakes the client if it sleeps. Message is truncated to
+  // fit.
   void complete(uint64_t request, ipc::Collective collective, gradsync_result status,
                 std::string_view message = {});
+  // Wakes a sleeping client once for the completions posted since the last call. The engine
+  // calls it once a round, after all of the round's completions: woken at the first of a
+  // burst, a client that shares the daemon's core takes the core there and then (the
+  // scheduler favours the woken), reads one completion, sleeps again, and so costs two
+  // context switches per completion (161 tensors of a step took 0.55 ms instead of 0.16).
+  void wake_if_owed();
 
   // The client's registered buffers, as ids: their mappings live in the engine's mapping
   // caches, keyed by (session, id). Host buffers with their registered bytes.
@@ -101,6 +108,7 @@ class Session {
   ipc::UniqueFd doorbell_;
   metrics::Metrics& metrics_;
   uint32_t in_flight_ = 0;  // popped submissions not yet completed
+  bool wake_owed_ = false;  // completions posted since the client was last woken
   // Submissions that may still be taken before the completion ring's free slots are read
   // again: free slots less in_flight_, when last read. Taking one uses one; completing one
   // changes nothing (a slot fills as in_flight_ drops); the client reading one frees one.
