@@ -393,7 +393,7 @@ void Communicator::push(const ipc::SubmissionEntry& entry) {
   if (in_flight_ >= submissions_.capacity()) {
     wait_until([this] { return in_flight_ < submissions_.capacity(); });
   }
-  submissions_.try_push(entry);
+  submissions_.try_push(entry, ipc::used_bytes(entry));
   ++in_flight_;
   if (view_.header->daemon_sleeping.load(std::memory_order_seq_cst) != 0) {
     ipc::eventfd_signal(doorbell_.get());

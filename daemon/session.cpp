@@ -47,7 +47,7 @@ void Session::complete(uint64_t request, ipc::Collective collective, gradsync_re
   entry.message_length = static_cast<uint32_t>(length);
   // Cannot fail: in_flight_ never exceeds the ring's free slots (see next_submission), unless
   // the client corrupted its read index, in which case it loses its own completions.
-  completions_.try_push(entry);
+  completions_.try_push(entry, ipc::used_bytes(entry));
   if (in_flight_ > 0) --in_flight_;
   ++completed_;
   view_.header->completion_sequence.fetch_add(1, std::memory_order_seq_cst);

@@ -6,6 +6,7 @@
 // can make a ring look empty or full, never make this side read or write outside the ring.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -36,18 +37,28 @@ class RingProducer {
  public:
   RingProducer() = default;
   RingProducer(RingShared<Entry>* shared, uint32_t capacity)
-      : shared_(shared), capacity_(capacity), produced_(shared->produced.load()) {}
+      : shared_(shared),
+        capacity_(capacity),
+        produced_(shared->produced.load()),
+        consumed_seen_(shared->consumed.load()) {}
 
   // Free slots as this side sees them.
   uint64_t free_slots() const {
-    const uint64_t consumed = shared_->consumed.load(std::memory_order_acquire);
-    const uint64_t used = produced_ - consumed;
-    return used > capacity_ ? 0 : capacity_ - used;  // corrupt index: look full
+    return free_after(shared_->consumed.load(std::memory_order_acquire));
   }
 
-  bool try_push(const Entry& entry) {
-    if (free_slots() == 0) return false;
-    std::memcpy(&shared_->entries[produced_ % capacity_], &entry, sizeof(Entry));
+  // Publishes the first `bytes` of `entry`; the rest of its slot keeps what an earlier lap
+  // left there, which consumers do not read (segment.h, used_bytes). Every cache line written
+  // here is one the other side's core has to fetch again: for a small collective, the ring's
+  // share of the cost.
+  bool try_push(const Entry& entry, size_t bytes = sizeof(Entry)) {
+    // The consumer's index is read again only when the last one read leaves no room: it is
+    // on a line the consumer writes, a miss whenever it moved.
+    if (free_after(consumed_seen_) == 0) {
+      consumed_seen_ = shared_->consumed.load(std::memory_order_acquire);
+      if (free_after(consumed_seen_) == 0) return false;
+    }
+    std::memcpy(&shared_->entries[produced_ % capacity_], &entry, std::min(bytes, sizeof(Entry)));
     ++produced_;
     shared_->produced.store(produced_, std::memory_order_seq_cst);
     return true;
@@ -56,9 +67,15 @@ class RingProducer {
   uint32_t capacity() const { return capacity_; }
 
  private:
+  uint64_t free_after(uint64_t consumed) const {
+    const uint64_t used = produced_ - consumed;
+    return used > capacity_ ? 0 : capacity_ - used;  // corrupt index: look full
+  }
+
   RingShared<Entry>* shared_ = nullptr;
   uint32_t capacity_ = 0;
   uint64_t produced_ = 0;
+  uint64_t consumed_seen_ = 0;  // the consumer's index when last read
 };
 
 template <typename Entry>
@@ -66,18 +83,22 @@ class RingConsumer {
  public:
   RingConsumer() = default;
   RingConsumer(RingShared<Entry>* shared, uint32_t capacity)
-      : shared_(shared), capacity_(capacity), consumed_(shared->consumed.load()) {}
+      : shared_(shared),
+        capacity_(capacity),
+        consumed_(shared->consumed.load()),
+        produced_seen_(consumed_) {}
 
   // Entries available as this side sees them.
   uint64_t available() const {
-    const uint64_t produced = shared_->produced.load(std::memory_order_acquire);
-    const uint64_t ready = produced - consumed_;
-    return ready > capacity_ ? 0 : ready;  // corrupt index: look empty
+    return ready_before(shared_->produced.load(std::memory_order_acquire));
   }
 
-  // Copies the next entry out (so the producer cannot change it under us) and frees its slot.
   bool try_pop(Entry& out) {
-    if (available() == 0) return false;
+    // As the producer: the other side's index is read again only when the last one is used up.
+    if (ready_before(produced_seen_) == 0) {
+      produced_seen_ = shared_->produced.load(std::memory_order_acquire);
+      if (ready_before(produced_seen_) == 0) return false;
+    }
     std::memcpy(&out, &shared_->entries[consumed_ % capacity_], sizeof(Entry));
     ++consumed_;
     shared_->consumed.store(consumed_, std::memory_order_release);
@@ -87,9 +108,15 @@ class RingConsumer {
   uint32_t capacity() const { return capacity_; }
 
  private:
+  uint64_t ready_before(uint64_t produced) const {
+    const uint64_t ready = produced - consumed_;
+    return ready > capacity_ ? 0 : ready;  // corrupt index: look empty
+  }
+
   RingShared<Entry>* shared_ = nullptr;
   uint32_t capacity_ = 0;
   uint64_t consumed_ = 0;
+  uint64_t produced_seen_ = 0;  // the producer's index when last read
 };
 
 }  // namespace gradsync::ipc

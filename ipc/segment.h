@@ -7,7 +7,9 @@
 #include "ipc/protocol.h"
 #include "ipc/ring.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 
 namespace gradsync::ipc {
@@ -49,6 +51,20 @@ struct CompletionEntry {
   uint8_t reserved[16];
 };
 static_assert(sizeof(CompletionEntry) == 256);
+
+// How much of an entry its consumer reads, and so all its producer publishes (RingProducer::
+// try_push): the fixed fields and the name (the message) as long as its length says, and a
+// stream-ordered submission's event slot. A small collective's entries then take one or two
+// of their four cache lines across the cores.
+inline size_t used_bytes(const SubmissionEntry& entry) {
+  if ((entry.flags & kFlagStreamOrdered) != 0) return sizeof(SubmissionEntry);
+  return offsetof(SubmissionEntry, name) +
+         std::min<size_t>(entry.name_length, sizeof(SubmissionEntry::name));
+}
+inline size_t used_bytes(const CompletionEntry& entry) {
+  return offsetof(CompletionEntry, message) +
+         std::min<size_t>(entry.message_length, sizeof(CompletionEntry::message));
+}
 
 struct SegmentHeader {
   uint32_t magic;

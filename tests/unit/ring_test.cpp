@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iterator>
+
 #include <memory>
 #include <vector>
 
@@ -64,7 +67,35 @@ TEST_F(RingTest, CorruptProducerIndexLooksEmpty) {
 TEST_F(RingTest, CorruptConsumerIndexLooksFull) {
   shared_->consumed.store(12345);  // ahead of anything produced
   EXPECT_EQ(producer_.free_slots(), 0u);
-  EXPECT_FALSE(producer_.try_push(Entry{1, {}}));
+  // A push reads the consumer's index again once the room it last saw is used up: it never
+  // writes outside the ring, and a consumer that corrupts its index loses only its entries.
+  for (uint32_t i = 0; i < kCapacity; ++i) ASSERT_TRUE(producer_.try_push(Entry{i, {}}));
+  EXPECT_FALSE(producer_.try_push(Entry{99, {}}));
+}
+
+TEST_F(RingTest, APartialPushLeavesTheRestOfTheSlot) {
+  Entry full{1, {}};
+  std::fill(std::begin(full.padding), std::end(full.padding), uint8_t{7});
+  ASSERT_TRUE(producer_.try_push(full));
+  Entry e{};
+  ASSERT_TRUE(consumer_.try_pop(e));
+  for (uint32_t i = 1; i < kCapacity; ++i) {  // round the ring back to the first slot
+    ASSERT_TRUE(producer_.try_push(Entry{i, {}}));
+    ASSERT_TRUE(consumer_.try_pop(e));
+  }
+  ASSERT_TRUE(producer_.try_push(Entry{42, {}}, sizeof(uint64_t)));
+  ASSERT_TRUE(consumer_.try_pop(e));
+  EXPECT_EQ(e.value, 42u);
+  EXPECT_EQ(e.padding[0], 7u) << "the slot's rest is what the previous lap left there";
+}
+
+TEST_F(RingTest, ConsumerSeesEntriesPushedAfterItFoundTheRingEmpty) {
+  Entry e{};
+  EXPECT_FALSE(consumer_.try_pop(e));
+  ASSERT_TRUE(producer_.try_push(Entry{5, {}}));
+  EXPECT_EQ(consumer_.available(), 1u);
+  ASSERT_TRUE(consumer_.try_pop(e));
+  EXPECT_EQ(e.value, 5u);
 }
 
 TEST_F(RingTest, ReattachedSidesResumeFromPublishedIndices) {
