@@ -137,10 +137,11 @@ void Engine::run() {
     }
     progressed |= run_ready_batches();
     if (!device_in_flight_.empty()) progressed |= poll_device_work();
-    for (Session* session : polled_) session->wake_if_owed();
     const auto now = Clock::now();  // one clock read for the deadline checks and the spin
     progressed |= check_formation(now);
     progressed |= inspect_stalls(now);
+    // After everything that completes requests this round (Session::wake_if_owed).
+    for (Session* session : polled_) session->wake_if_owed();
     if (progressed) {
       last_work = now;
       continue;

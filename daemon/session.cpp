@@ -50,13 +50,16 @@ void Session::complete(uint64_t request, ipc::Collective collective, gradsync_re
   completions_.try_push(entry, ipc::used_bytes(entry));
   if (in_flight_ > 0) --in_flight_;
   ++completed_;
-  view_.header->completion_sequence.fetch_add(1, std::memory_order_seq_cst);
   wake_owed_ = true;
 }
 
 void Session::wake_if_owed() {
   if (!wake_owed_) return;
   wake_owed_ = false;
+  // Once a round, not per completion: each of these is a full fence, which waits for the
+  // completions' lines to come back from the client's core. The sequence moves before the
+  // look at the flag, so a client that raised it sleeps on a changed word or is woken.
+  view_.header->completion_sequence.fetch_add(1, std::memory_order_seq_cst);
   // Taking the flag down means one wake per sleep (the client raises it again before it
   // next sleeps).
   if (view_.header->client_waiting.exchange(0, std::memory_order_seq_cst) != 0) {

@@ -60,7 +60,11 @@ class RingProducer {
     }
     std::memcpy(&shared_->entries[produced_ % capacity_], &entry, std::min(bytes, sizeof(Entry)));
     ++produced_;
-    shared_->produced.store(produced_, std::memory_order_seq_cst);
+    // Release, not a full fence: a fence here waits for the slot's lines to be owned, and the
+    // consumer's core holds them. A producer that next looks at a flag its consumer raises
+    // before sleeping needs a sequentially consistent fence between the two (the doorbell and
+    // the completion wake do).
+    shared_->produced.store(produced_, std::memory_order_release);
     return true;
   }
 
