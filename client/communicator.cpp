@@ -393,11 +393,10 @@ void Communicator::push(const ipc::SubmissionEntry& entry) {
   if (in_flight_ >= submissions_.capacity()) {
     wait_until([this] { return in_flight_ < submissions_.capacity(); });
   }
-  submissions_.try_push(entry, ipc::used_bytes(entry));
+  // Published before the look at the flag (the daemon raises the flag, then looks at the
+  // ring): one of the two sides sees the other.
+  submissions_.try_push(entry, ipc::used_bytes(entry), std::memory_order_seq_cst);
   ++in_flight_;
-  // The entry's publication before the look at the flag (the daemon raises the flag, then looks
-  // at the ring): one of the two sides sees the other.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
   if (view_.header->daemon_sleeping.load(std::memory_order_seq_cst) != 0) {
     ipc::eventfd_signal(doorbell_.get());
   }
@@ -443,9 +442,10 @@ void Communicator::wait_until(Predicate done) {
     }
     ipc::SegmentHeader& header = *view_.header;
     const uint32_t sequence = header.completion_sequence.load(std::memory_order_seq_cst);
+    // The daemon publishes, moves the sequence, then takes the flag down
+    // (Session::wake_if_owed): read before the flag goes up, the sequence has moved by the
+    // time the futex compares it unless the daemon will see the flag and wake us.
     header.client_waiting.store(1, std::memory_order_seq_cst);
-    // The flag before the look at the ring (the daemon publishes, then takes the flag down).
-    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (completions_.available() == 0) {
       if (!ipc::futex_wait(&header.completion_sequence, sequence, kLivenessCheckNs)) {
         check_daemon_alive();

@@ -51,7 +51,13 @@ class RingProducer {
   // left there, which consumers do not read (segment.h, used_bytes). Every cache line written
   // here is one the other side's core has to fetch again: for a small collective, the ring's
   // share of the cost.
-  bool try_push(const Entry& entry, size_t bytes = sizeof(Entry)) {
+  //
+  // `publish`: the order of the index's store. Release is enough for the entry; a producer
+  // that next looks at a flag its consumer raises before it sleeps (and then looks at the
+  // ring) needs seq_cst, and pays a full fence for it: the fence waits for the slot's lines,
+  // which the consumer's core holds.
+  bool try_push(const Entry& entry, size_t bytes = sizeof(Entry),
+                std::memory_order publish = std::memory_order_release) {
     // The consumer's index is read again only when the last one read leaves no room: it is
     // on a line the consumer writes, a miss whenever it moved.
     if (free_after(consumed_seen_) == 0) {
@@ -60,11 +66,7 @@ class RingProducer {
     }
     std::memcpy(&shared_->entries[produced_ % capacity_], &entry, std::min(bytes, sizeof(Entry)));
     ++produced_;
-    // Release, not a full fence: a fence here waits for the slot's lines to be owned, and the
-    // consumer's core holds them. A producer that next looks at a flag its consumer raises
-    // before sleeping needs a sequentially consistent fence between the two (the doorbell and
-    // the completion wake do).
-    shared_->produced.store(produced_, std::memory_order_release);
+    shared_->produced.store(produced_, publish);
     return true;
   }
 
@@ -92,9 +94,10 @@ class RingConsumer {
         consumed_(shared->consumed.load()),
         produced_seen_(consumed_) {}
 
-  // Entries available as this side sees them.
+  // Entries available as this side sees them. Sequentially consistent, for a consumer that
+  // raised a flag before it looks (a plain load on x86, as an acquire one is).
   uint64_t available() const {
-    return ready_before(shared_->produced.load(std::memory_order_acquire));
+    return ready_before(shared_->produced.load(std::memory_order_seq_cst));
   }
 
   bool try_pop(Entry& out) {
