@@ -100,6 +100,7 @@ class RingConsumer {
     return ready_before(shared_->produced.load(std::memory_order_seq_cst));
   }
 
+  // Copies the next entry out (so the producer cannot change it under us) and frees its slot.
   bool try_pop(Entry& out) {
     // As the producer: the other side's index is read again only when the last one is used up.
     if (ready_before(produced_seen_) == 0) {
