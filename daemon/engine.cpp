@@ -142,6 +142,7 @@ void Engine::run() {
     progressed |= inspect_stalls(now);
     // After everything that completes requests this round (Session::wake_if_owed).
     for (Session* session : polled_) session->wake_if_owed();
+    metrics_.flush_completions();
     if (progressed) {
       last_work = now;
       continue;

@@ -159,14 +159,21 @@ void Job::submit(Submission submission) {
     tensor.since = Clock::now();  // the first rank to submit this instance
     tensor.warned = false;
   }
-  if (queue.empty()) --tensor.ranks_waiting;
-  queue.push_back(std::move(submission));
-  if (tensor.ranks_waiting > 0) return;
-
+  if (!queue.empty() || tensor.ranks_waiting > 1) {
+    if (queue.empty()) --tensor.ranks_waiting;
+    queue.push_back(std::move(submission));
+    return;
+  }
+  // The last one missing: it goes straight to the collective, the others from their queues.
   std::vector<Submission> ranks = unit_pool_.ranks();
   ranks.reserve(tensor.per_rank.size());
   size_t still_queued = 0;
-  for (auto& q : tensor.per_rank) {
+  for (size_t r = 0; r < tensor.per_rank.size(); ++r) {
+    if (r == rank) {
+      ranks.push_back(std::move(submission));
+      continue;
+    }
+    auto& q = tensor.per_rank[r];
     ranks.push_back(std::move(q.front()));
     q.pop_front();
     if (!q.empty()) ++still_queued;

@@ -6,6 +6,7 @@
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <map>
@@ -54,6 +55,22 @@ struct Metrics::Impl {
   std::array<std::array<prometheus::Histogram*, kSizeNames.size()>, kKindNames.size()> duration{};
   std::array<prometheus::Counter*, kKindNames.size()> failed{};
   std::array<prometheus::Counter*, kKindNames.size()> bytes{};
+  prometheus::Histogram::BucketBoundaries duration_bounds = exponential(1e-6, 4, 12);
+  // What collective_completed recorded since the last flush_completions. The shared series
+  // cost atomic updates and, for a histogram, a lock each: per tensor, with a hundred small
+  // tensors a step, that was a tenth of the engine's work on them.
+  struct Tally {
+    std::array<std::array<uint64_t, kAlgorithms.size()>, kKindNames.size()> completed{};
+    std::array<uint64_t, kKindNames.size()> bytes{};
+    struct Durations {
+      std::vector<double> bucket_increments;  // by bucket, the last one +Inf
+      double sum = 0;
+      bool any = false;
+    };
+    std::array<std::array<Durations, kSizeNames.size()>, kKindNames.size()> durations;
+    bool any = false;
+  } tally;
+  std::array<prometheus::Counter*, kAlgorithms.size()> internode_allreduce_by{};
   prometheus::Histogram* batch_bytes = nullptr;
   prometheus::Histogram* batch_collectives = nullptr;
   prometheus::Histogram* batch_seconds = nullptr;
@@ -157,7 +174,8 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
     }
     for (size_t z = 0; z < kSizeNames.size(); ++z) {
       impl_->duration[i][z] =
-          &duration.Add({{"op", kKindNames[i]}, {"size", kSizeNames[z]}}, exponential(1e-6, 4, 12));
+          &duration.Add({{"op", kKindNames[i]}, {"size", kSizeNames[z]}}, impl_->duration_bounds);
+      impl_->tally.durations[i][z].bucket_increments.assign(impl_->duration_bounds.size() + 1, 0);
     }
     impl_->failed[i] = &failed.Add({{"op", kKindNames[i]}});
     impl_->bytes[i] = &bytes.Add({{"op", kKindNames[i]}});
@@ -306,8 +324,10 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                                      .Name("gradsync_internode_allreduces_total")
                                      .Help("Allreduces run across nodes, by algorithm")
                                      .Register(registry);
-  for (const char* algorithm : {"ring", "rhd"})
-    impl_->internode_allreduces->Add({{"algorithm", algorithm}});
+  for (const char* algorithm : {"ring", "rhd"}) {
+    impl_->internode_allreduce_by[algorithm_index(algorithm)] =
+        &impl_->internode_allreduces->Add({{"algorithm", algorithm}});
+  }
   if (!listen.empty()) {
     impl_->exposer = std::make_unique<prometheus::Exposer>(listen, 2);
     impl_->exposer->RegisterCollectable(impl_->registry);
@@ -341,9 +361,42 @@ void Metrics::set_jobs(int64_t forming, int64_t running, int64_t failed) {
 void Metrics::collective_completed(CollectiveKind kind, uint64_t bytes, const char* algorithm,
                                    double seconds) {
   const auto k = static_cast<size_t>(kind);
-  impl_->completed[k][algorithm_index(algorithm)]->Increment();
-  impl_->bytes[k]->Increment(static_cast<double>(bytes));
-  impl_->duration[k][size_index(bytes)]->Observe(seconds);
+  Impl::Tally& tally = impl_->tally;
+  tally.any = true;
+  ++tally.completed[k][algorithm_index(algorithm)];
+  tally.bytes[k] += bytes;
+  Impl::Tally::Durations& durations = tally.durations[k][size_index(bytes)];
+  // The bucket Histogram::Observe would pick: the first bound not below the value.
+  const auto& bounds = impl_->duration_bounds;
+  const auto bucket = std::lower_bound(bounds.begin(), bounds.end(), seconds) - bounds.begin();
+  durations.bucket_increments[static_cast<size_t>(bucket)] += 1;
+  durations.sum += seconds;
+  durations.any = true;
+}
+
+void Metrics::flush_completions() {
+  Impl::Tally& tally = impl_->tally;
+  if (!tally.any) return;
+  tally.any = false;
+  for (size_t k = 0; k < kKindNames.size(); ++k) {
+    for (size_t a = 0; a < kAlgorithms.size(); ++a) {
+      if (tally.completed[k][a] == 0) continue;
+      impl_->completed[k][a]->Increment(static_cast<double>(tally.completed[k][a]));
+      tally.completed[k][a] = 0;
+    }
+    if (tally.bytes[k] != 0) {
+      impl_->bytes[k]->Increment(static_cast<double>(tally.bytes[k]));
+      tally.bytes[k] = 0;
+    }
+    for (size_t z = 0; z < kSizeNames.size(); ++z) {
+      Impl::Tally::Durations& durations = tally.durations[k][z];
+      if (!durations.any) continue;
+      impl_->duration[k][z]->ObserveMultiple(durations.bucket_increments, durations.sum);
+      std::fill(durations.bucket_increments.begin(), durations.bucket_increments.end(), 0);
+      durations.sum = 0;
+      durations.any = false;
+    }
+  }
 }
 
 void Metrics::collective_failed(CollectiveKind kind) {
@@ -454,7 +507,12 @@ void Metrics::negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cy
 }
 
 void Metrics::internode_allreduce(const char* algorithm) {
-  impl_->internode_allreduces->Add({{"algorithm", algorithm}}).Increment();
+  prometheus::Counter*& counter = impl_->internode_allreduce_by[algorithm_index(algorithm)];
+  if (counter == nullptr) {  // not ring or rhd: a label of its own, looked up
+    impl_->internode_allreduces->Add({{"algorithm", algorithm}}).Increment();
+    return;
+  }
+  counter->Increment();
 }
 
 }  // namespace gradsync::metrics

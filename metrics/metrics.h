@@ -36,9 +36,11 @@ class Metrics {
   void set_jobs(int64_t forming, int64_t running, int64_t failed);
   // One collective done (once per tensor, not per rank). `algorithm`: "local" on one node;
   // across nodes one of a fixed few (see the metric's help). `seconds`: from ready on this
-  // node (every local rank submitted it) to done.
+  // node (every local rank submitted it) to done. Tallied here, and published to the series
+  // by flush_completions: both from one thread (the engine's).
   void collective_completed(CollectiveKind kind, uint64_t bytes, const char* algorithm,
                             double seconds);
+  void flush_completions();
   void collective_failed(CollectiveKind kind);
   // `fusion_use`: the batch's bytes over the fusion threshold.
   void batch_executed(uint64_t bytes, uint64_t collectives, double seconds, double fusion_use);

@@ -106,15 +106,58 @@ void Negotiator::release_hold() {
 }
 
 void Negotiator::propose(Proposal proposal, bool more_coming) {
-  // Names of finished collectives linger as empty entries; sweep them when they pile up.
-  constexpr size_t kMaxIdleNames = 1 << 16;
-  if (pending_.size() > kMaxIdleNames + pending_count_) {
-    std::erase_if(pending_, [](const auto& entry) { return entry.second.instances.empty(); });
+  const std::string key = std::move(proposal.key);
+  propose(key, std::move(proposal), more_coming);
+}
+
+void Negotiator::propose(std::string_view key, Proposal proposal, bool more_coming) {
+  const NameId id = intern(key);
+  PendingName& name = names_[id];
+  if (name.instances.empty()) {
+    name.active_slot = active_.size();
+    active_.push_back(id);
   }
-  PendingName& name = pending_[proposal.key];
   name.instances.push_back(std::move(proposal));
   ++pending_count_;
+  changed_ = true;
   if (!more_coming) advance();
+}
+
+std::vector<uint8_t> Negotiator::eager_storage() {
+  if (spare_eager_.empty()) return {};
+  std::vector<uint8_t> storage = std::move(spare_eager_.back());
+  spare_eager_.pop_back();
+  return storage;
+}
+
+NameId Negotiator::intern(std::string_view key) {
+  if (const auto it = ids_.find(key); it != ids_.end()) return it->second;
+  sweep_idle_names();
+  NameId id = 0;
+  if (free_ids_.empty()) {
+    id = static_cast<NameId>(names_.size());
+    names_.emplace_back();
+  } else {
+    id = free_ids_.back();
+    free_ids_.pop_back();
+  }
+  names_[id].key.assign(key);
+  ids_.emplace(names_[id].key, id);
+  return id;
+}
+
+void Negotiator::sweep_idle_names() {
+  // Names of finished collectives stay for the next step; an application that names each
+  // collective afresh (or never names them) would pile them up.
+  constexpr size_t kMaxIdleNames = 1 << 16;
+  if (ids_.size() <= kMaxIdleNames + pending_count_) return;
+  std::erase_if(ids_, [this](const auto& entry) {
+    PendingName& name = names_[entry.second];
+    if (!name.instances.empty() || name.reported) return false;
+    free_ids_.push_back(entry.second);
+    name = PendingName{};
+    return true;
+  });
 }
 
 Negotiator::CycleState& Negotiator::cycle_state(uint64_t number) {
@@ -174,9 +217,9 @@ void Negotiator::on_response(uint32_t node, wire::CycleResponse::Reader response
     throw std::invalid_argument(
         fmt::format("job '{}': unexpected response to cycle {} from node {}", job_, number, node));
   }
-  std::vector<Decision> decisions;
-  for (auto d : response.getDecisions()) decisions.push_back({d.getKey(), d.getError()});
-  cycle_state(number).response = std::move(decisions);
+  std::vector<Ruling> rulings;
+  for (auto d : response.getDecisions()) rulings.push_back({d.getKey(), d.getError()});
+  cycle_state(number).response = std::move(rulings);
   advance();
 }
 
@@ -188,15 +231,14 @@ void Negotiator::advance() {
 Negotiator::NodeCycle Negotiator::own_state() const {
   NodeCycle state;
   state.link = own_link_;
+  own_ready_.clear();
   size_t eager_bytes = 0;
-  std::vector<std::pair<uint32_t, const std::vector<uint8_t>*>> eager;
-  for (const auto& [key, name] : pending_) {
-    if (name.instances.empty()) continue;
-    if (!reported_.empty() && reported_.contains(key)) {
-      continue;  // its oldest instance waits for the coordinator
-    }
+  size_t eager_count = 0;
+  for (const NameId id : active_) {
+    const PendingName& name = names_[id];
+    if (name.reported) continue;  // its oldest instance waits for the coordinator
     if (name.cache_generation != cache_.generation()) {
-      const auto cached = cache_.find(key);
+      const auto cached = cache_.find(name.key);
       name.cache_bit = cached ? cached->bit : PendingName::kNoBit;
       name.cache_generation = cache_.generation();
     }
@@ -204,31 +246,50 @@ Negotiator::NodeCycle Negotiator::own_state() const {
     if (const uint32_t bit = name.cache_bit; bit != PendingName::kNoBit) {
       const bool same = cache_.signature_of(bit) == oldest.signature;
       set_bit(same ? state.ready_bits : state.invalid_bits, bit);
-      if (same && !oldest.eager.empty() &&
-          eager_bytes + oldest.eager.size() <= kEagerMaxTotalBytes) {
+      if (!same) continue;
+      own_ready_.emplace_back(bit, id);
+      if (!oldest.eager.empty() && eager_bytes + oldest.eager.size() <= kEagerMaxTotalBytes) {
         eager_bytes += oldest.eager.size();
-        eager.emplace_back(bit, &oldest.eager);
+        ++eager_count;
+        if (eager_by_bit_.size() <= bit) eager_by_bit_.resize(cache_.bit_span(), nullptr);
+        eager_by_bit_[bit] = &oldest.eager;
       }
     } else if (state.uncached.size() < kMaxUncachedPerCycle) {
-      state.uncached.push_back(oldest);
+      Proposal& report = state.uncached.emplace_back();
+      report.key = name.key;
+      report.signature = oldest.signature;
+      state.uncached_names.push_back(id);
     }
   }
-  std::sort(eager.begin(), eager.end());
-  state.eager.bytes.reserve(eager_bytes + eager.size() * (EagerSet::kAlignment - 1));
-  for (const auto& [bit, data] : eager) state.eager.add(bit, *data);
+  if (eager_count == 0) return state;
+  // The contributions go by ascending bit: the ready bits' order, without a sort.
+  state.eager.bytes.reserve(eager_bytes + eager_count * (EagerSet::kAlignment - 1));
+  state.eager.entries.reserve(eager_count);
+  for (size_t w = 0; w < state.ready_bits.size(); ++w) {
+    for (uint64_t word = state.ready_bits[w]; word != 0; word &= word - 1) {
+      const size_t bit = w * 64 + static_cast<size_t>(__builtin_ctzll(word));
+      if (bit < eager_by_bit_.size() && eager_by_bit_[bit] != nullptr) {
+        state.eager.add(static_cast<uint32_t>(bit), *eager_by_bit_[bit]);
+        eager_by_bit_[bit] = nullptr;
+      }
+    }
+  }
   return state;
 }
 
 bool Negotiator::start_cycle_if_due() {
-  NodeCycle state = own_state();
   const auto next = cycles_.find(cycle_ + 1);
   const bool peer_started = next != cycles_.end() && next->second.received > 0;
+  // Nothing proposed or decided since a look that found nothing new: it would find the same.
+  if (!peer_started && !changed_) return false;
+  NodeCycle state = own_state();
   if (!peer_started && state.uncached.empty() && state.invalid_bits.empty() &&
       state.ready_bits == last_ready_bits_) {
+    changed_ = false;
     return false;
   }
   const bool nothing_at_all = state.uncached.empty() && state.invalid_bits.empty() &&
-                              reported_.empty() &&
+                              reported_count_ == 0 &&
                               std::all_of(state.ready_bits.begin(), state.ready_bits.end(),
                                           [](uint64_t word) { return word == 0; });
   if (hold_empty_joins_ && nothing_at_all && !hold_released_) {
@@ -242,9 +303,14 @@ bool Negotiator::start_cycle_if_due() {
   ++counters_.cycles;
   last_cycles_[me_] = cycle_;
   last_ready_bits_ = state.ready_bits;
-  for (const auto& p : state.uncached) {
-    reported_.insert(p.key);
+  for (const NameId id : state.uncached_names) {
+    names_[id].reported = true;
+    ++reported_count_;
     ++counters_.cache_misses;
+  }
+  for (const auto& [bit, id] : own_ready_) {
+    if (bit_names_.size() <= bit) bit_names_.resize(bit + 1, kNoName);
+    bit_names_[bit] = id;
   }
   capnp::MallocMessageBuilder message;
   auto cycle = start_node_message(message, job_, me_).initCycle();
@@ -299,8 +365,8 @@ bool Negotiator::complete_cycle() {
   return true;
 }
 
-std::vector<Decision> Negotiator::coordinate(const CycleState& state) {
-  std::vector<Decision> decisions;
+std::vector<Negotiator::Ruling> Negotiator::coordinate(const CycleState& state) {
+  std::vector<Ruling> decisions;
   for (uint32_t node = 0; node < nodes_; ++node) {
     for (const Proposal& p : state.from[node]->uncached) {
       auto& entries = coordinator_[p.key];
@@ -372,16 +438,22 @@ void Negotiator::apply(CycleState& state) {
   for (size_t w = 0; w < all_ready.size(); ++w) {
     for (uint64_t word = all_ready[w]; word != 0; word &= word - 1) {
       const auto bit = static_cast<uint32_t>(w * 64 + static_cast<size_t>(__builtin_ctzll(word)));
-      const std::string* key = cache_.key_of(bit);
-      if (key == nullptr) {
+      // Every node's bit, this one's too: this node proposed the name under it this cycle.
+      if (cache_.key_of(bit) == nullptr || bit >= bit_names_.size() || bit_names_[bit] == kNoName) {
         throw std::invalid_argument(
             fmt::format("job '{}': cycle {} runs cache bit {}, which is free", job_, cycle_, bit));
       }
       cache_.touch(bit);
       ++counters_.cache_hits;
-      Proposal taken = take_front(*key);
+      const NameId id = bit_names_[bit];
+      bit_names_[bit] = kNoName;
+      Proposal taken = take_front(id);
       Decision& decision = decided.decisions.emplace_back(
-          Decision{std::move(taken.key), {}, Decision::kNoContributions, taken.cookie});
+          Decision{id, {}, Decision::kNoContributions, taken.cookie});
+      if (taken.eager.capacity() > 0 && spare_eager_.size() < kMaxSpareEager) {
+        taken.eager.clear();
+        spare_eager_.push_back(std::move(taken.eager));
+      }
       bool everyone_sent_data = true;
       for (uint32_t node = 0; node < nodes_; ++node) {
         eager[node] = state.from[node]->eager.seek(bit, eager_cursors[node]);
@@ -414,21 +486,27 @@ void Negotiator::apply(CycleState& state) {
   while (!last_ready_bits_.empty() && last_ready_bits_.back() == 0) last_ready_bits_.pop_back();
   // Then what the coordinator decided, in its order; agreed ones join the cache.
   if (state.response) {
-    for (const Decision& d : *state.response) {
-      const auto it = pending_.find(d.key);
-      if (it == pending_.end() || it->second.instances.empty() || !reported_.contains(d.key)) {
-        throw std::invalid_argument(fmt::format(
-            "job '{}': the coordinator decided '{}', which this node did not report", job_, d.key));
+    for (Ruling& ruling : *state.response) {
+      const auto it = ids_.find(ruling.key);
+      if (it == ids_.end() || !names_[it->second].reported) {
+        throw std::invalid_argument(
+            fmt::format("job '{}': the coordinator decided '{}', which this node did not report",
+                        job_, ruling.key));
       }
-      if (d.error.empty() && cache_.capacity() > 0) {
-        cache_.put(d.key, it->second.instances.front().signature);
+      const NameId id = it->second;
+      PendingName& name = names_[id];
+      if (ruling.error.empty() && cache_.capacity() > 0) {
+        cache_.put(ruling.key, name.instances.front().signature);
       }
-      reported_.erase(d.key);
-      Decision& decision = decided.decisions.emplace_back(d);
-      decision.cookie = take_front(d.key).cookie;
+      name.reported = false;
+      --reported_count_;
+      const uint64_t cookie = take_front(id).cookie;
+      decided.decisions.push_back(
+          Decision{id, std::move(ruling.error), Decision::kNoContributions, cookie});
     }
   }
   if (!decided.decisions.empty()) decided_.push_back(std::move(decided));
+  changed_ = true;
 }
 
 std::vector<uint32_t> Negotiator::nodes_without(const std::string& key) const {
@@ -450,11 +528,19 @@ std::vector<uint32_t> Negotiator::nodes_without(const std::string& key) const {
   return missing;
 }
 
-Proposal Negotiator::take_front(const std::string& key) {
-  Fifo<Proposal>& instances = pending_.find(key)->second.instances;
-  Proposal taken = std::move(instances.front());
-  instances.pop_front();
+Proposal Negotiator::take_front(NameId id) {
+  PendingName& name = names_[id];
+  Proposal taken = std::move(name.instances.front());
+  name.instances.pop_front();
   --pending_count_;
+  if (name.instances.empty()) {
+    // Out of active_: the last one takes its place.
+    const NameId last = active_.back();
+    active_[name.active_slot] = last;
+    names_[last].active_slot = name.active_slot;
+    active_.pop_back();
+    name.active_slot = PendingName::kInactive;
+  }
   return taken;
 }
 

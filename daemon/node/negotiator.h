@@ -41,8 +41,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 namespace gradsync::daemon {
@@ -64,8 +64,11 @@ struct Proposal {
   uint64_t cookie = 0;
 };
 
+// A name as the negotiator knows it: Negotiator::name() gives it back.
+using NameId = uint32_t;
+
 struct Decision {
-  std::string key;
+  NameId name = 0;
   std::string error;  // non-empty: fail it on every node
   // When every node's contribution came with the cycle: where they start in
   // CycleDecisions::contributions (one per node, in node order); otherwise kNoContributions.
@@ -107,9 +110,17 @@ class Negotiator {
              uint32_t cache_capacity, LinkFigures own_link, SendFn send,
              bool hold_empty_joins = false);
 
-  // A collective ready on this node. With `more_coming`, the caller has more ready right now:
-  // the next cycle waits for them (one cycle for the lot instead of one for the first).
+  // A collective ready on this node, named by proposal.key. With `more_coming`, the caller has
+  // more ready right now: the next cycle waits for them (one cycle for the lot instead of one
+  // for the first).
   void propose(Proposal proposal, bool more_coming = false);
+  // The same, named by `key` (proposal.key is not read): no copy of a name seen before.
+  void propose(std::string_view key, Proposal proposal, bool more_coming = false);
+  // The key of a decided name; valid until the next propose.
+  const std::string& name(NameId id) const { return names_[id].key; }
+  // Storage for a Proposal's eager data, with the capacity of one decided before where there
+  // is one: a small tensor's contribution is otherwise an allocation per tensor per step.
+  std::vector<uint8_t> eager_storage();
   // Messages from node `node` (already checked to be another node of this job). Throw
   // std::invalid_argument for messages no correct peer sends.
   void on_cycle(uint32_t node, wire::Cycle::Reader cycle);
@@ -171,13 +182,19 @@ class Negotiator {
     std::vector<uint64_t> ready_bits;
     std::vector<uint64_t> invalid_bits;
     std::vector<Proposal> uncached;
+    std::vector<NameId> uncached_names;  // this node's own cycle only: uncached's names
     LinkFigures link;
     EagerSet eager;
+  };
+  // The coordinator's answer for a name reported to it.
+  struct Ruling {
+    std::string key;
+    std::string error;  // non-empty: a mismatch
   };
   struct CycleState {
     std::vector<std::optional<NodeCycle>> from;  // by node
     size_t received = 0;
-    std::optional<std::vector<Decision>> response;
+    std::optional<std::vector<Ruling>> response;
   };
   struct CoordinatorEntry {
     std::vector<bool> reported;  // by node
@@ -187,6 +204,26 @@ class Negotiator {
     std::string first_ranks;
     std::string mismatch;
   };
+  // A name's instances ready on this node, oldest first (only the oldest takes part in a
+  // cycle). Names are interned: a name's state is found by its id, without hashing the name
+  // again on every step, and a name with no instance left stays for the next step until there
+  // are too many idle ones.
+  struct PendingName {
+    std::string key;
+    Fifo<Proposal> instances;
+    // The name's cache bit as last looked up (kNoBit: not cached), valid while the cache is
+    // at that generation: spares a lookup per name per cycle.
+    mutable uint64_t cache_generation = UINT64_MAX;
+    mutable uint32_t cache_bit = kNoBit;
+    size_t active_slot = kInactive;  // where it is in active_, while it has instances
+    bool reported = false;           // its oldest instance waits for the coordinator
+    static constexpr uint32_t kNoBit = UINT32_MAX;
+    static constexpr size_t kInactive = SIZE_MAX;
+  };
+  struct KeyHash {
+    using is_transparent = void;
+    size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
+  };
 
   // Runs cycles for as long as there is something to do without waiting for a peer.
   void advance();
@@ -194,10 +231,14 @@ class Negotiator {
   bool complete_cycle();
   NodeCycle own_state() const;
   CycleState& cycle_state(uint64_t number);
-  std::vector<Decision> coordinate(const CycleState& state);
+  std::vector<Ruling> coordinate(const CycleState& state);
   void apply(CycleState& state);  // moves the contributions out
-  // Removes and returns the oldest proposal of `key`.
-  Proposal take_front(const std::string& key);
+  // The id of `key`, interned now if it is new.
+  NameId intern(std::string_view key);
+  // Frees the ids of names with nothing pending, once there are too many of them.
+  void sweep_idle_names();
+  // Removes and returns the oldest proposal of `name`.
+  Proposal take_front(NameId name);
 
   std::string job_;
   std::vector<uint64_t> last_cycles_;
@@ -209,20 +250,23 @@ class Negotiator {
   uint64_t agreed_eager_max_bytes_;
   SendFn send_;
   ResponseCache cache_;
-  // By key, oldest first. Entries stay when empty (the same names come back every step) until
-  // there are too many of them.
-  struct PendingName {
-    Fifo<Proposal> instances;  // oldest first
-    // The name's cache bit as last looked up (kNoBit: not cached), valid while the cache is
-    // at that generation: spares a lookup per name per cycle.
-    mutable uint64_t cache_generation = UINT64_MAX;
-    mutable uint32_t cache_bit = kNoBit;
-    static constexpr uint32_t kNoBit = UINT32_MAX;
-  };
-  std::unordered_map<std::string, PendingName> pending_;
-  size_t pending_count_ = 0;                  // proposals in pending_
-  std::unordered_set<std::string> reported_;  // keys whose oldest instance went to the coordinator
-  uint64_t cycle_ = 0;                        // the last cycle this node took part in
+  std::unordered_map<std::string, NameId, KeyHash, std::equal_to<>> ids_;
+  std::vector<PendingName> names_;  // by id
+  std::vector<NameId> free_ids_;
+  std::vector<NameId> active_;  // the names with instances, in no particular order
+  size_t pending_count_ = 0;    // proposals in names_
+  size_t reported_count_ = 0;   // names whose oldest instance went to the coordinator
+  // By cache bit: the name this node proposed under it in its current cycle (apply's lookup).
+  std::vector<NameId> bit_names_;  // kNoName where it proposed none
+  static constexpr NameId kNoName = UINT32_MAX;
+  mutable std::vector<std::pair<uint32_t, NameId>> own_ready_;  // own_state's, by its bits
+  // own_state's scratch: by cache bit, the oldest instance's contribution to send along.
+  mutable std::vector<const std::vector<uint8_t>*> eager_by_bit_;
+  // Something was proposed or decided since start_cycle_if_due last found nothing to start.
+  bool changed_ = true;
+  std::vector<std::vector<uint8_t>> spare_eager_;
+  static constexpr size_t kMaxSpareEager = 4096;
+  uint64_t cycle_ = 0;  // the last cycle this node took part in
   bool in_cycle_ = false;
   bool hold_empty_joins_ = false;
   bool holding_ = false;

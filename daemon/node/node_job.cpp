@@ -116,7 +116,6 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
             });
   const Submission& lead = unit.collectives.front().first();
   Proposal proposal;
-  proposal.key = lead.name;
   proposal.signature = {lead.collective,
                         lead.dtype,
                         lead.op,
@@ -128,6 +127,7 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
   if (unit.collectives.size() == 1 && lead.collective == ipc::Collective::kAllreduce &&
       only.bytes() <= eager_max) {
     // Small enough to travel with the negotiation: this node's part, reduced over its ranks.
+    if (negotiator_) proposal.eager = negotiator_->eager_storage();
     proposal.eager.resize(only.bytes());
     AllreduceOperand(only, proposal.eager.data())
         .reduce_into(node_detail::network_op(lead.op), 0, lead.count, nullptr);
@@ -139,11 +139,13 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
   }
   proposal.cookie = free_units_.back();
   free_units_.pop_back();
-  units_[proposal.cookie] = std::move(unit);
   unit_waits_[proposal.cookie] = {std::chrono::steady_clock::now(), false};
+  const std::string& key =
+      units_[proposal.cookie].emplace(std::move(unit)).collectives.front().first().name;
   if (negotiator_) {
-    negotiator_->propose(std::move(proposal), more_coming);
+    negotiator_->propose(key, std::move(proposal), more_coming);
   } else {
+    proposal.key = key;
     unproposed_.push_back(std::move(proposal));
   }
 }

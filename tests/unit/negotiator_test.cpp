@@ -17,6 +17,13 @@
 namespace gradsync::daemon {
 namespace {
 
+// A decision with its name's key, as a test compares them.
+struct Decided {
+  std::string key;
+  std::string error;
+  uint64_t cookie = 0;
+};
+
 // With `hold`, nodes hold back empty parts of their peers' cycles (Negotiator, "holding a
 // join"); deliver_all then releases a hold once nothing else can move, as the daemon does
 // after a bounded wait.
@@ -84,13 +91,16 @@ class Network {
     return all;
   }
 
-  // What each node decided since the last call.
-  std::vector<std::vector<Decision>> take_decisions() {
-    std::vector<std::vector<Decision>> all;
-    for (auto& cycles : take_cycles()) {
+  // What each node decided since the last call, named.
+  std::vector<std::vector<Decided>> take_decisions() {
+    std::vector<std::vector<Decided>> all;
+    const auto cycles = take_cycles();
+    for (uint32_t n = 0; n < nodes(); ++n) {
       auto& decisions = all.emplace_back();
-      for (auto& cycle : cycles) {
-        decisions.insert(decisions.end(), cycle.decisions.begin(), cycle.decisions.end());
+      for (const auto& cycle : cycles[n]) {
+        for (const Decision& d : cycle.decisions) {
+          decisions.push_back({node(n).name(d.name), d.error, d.cookie});
+        }
       }
     }
     return all;
@@ -118,7 +128,7 @@ Proposal allreduce(const std::string& name, uint64_t count) {
   return p;
 }
 
-std::vector<std::string> keys(const std::vector<Decision>& decisions) {
+std::vector<std::string> keys(const std::vector<Decided>& decisions) {
   std::vector<std::string> k;
   k.reserve(decisions.size());
   for (const auto& d : decisions) k.push_back(d.key);
@@ -127,8 +137,8 @@ std::vector<std::string> keys(const std::vector<Decision>& decisions) {
 
 // Every node proposes `names` in its own random order, with deliveries interleaved; returns
 // the decisions, checked identical on every node.
-std::vector<Decision> run_step(Network& net, const std::vector<std::string>& names,
-                               std::mt19937_64& random, uint64_t count = 100) {
+std::vector<Decided> run_step(Network& net, const std::vector<std::string>& names,
+                              std::mt19937_64& random, uint64_t count = 100) {
   std::vector<std::vector<std::string>> orders(net.nodes(), names);
   for (auto& order : orders) std::shuffle(order.begin(), order.end(), random);
   for (size_t i = 0; i < names.size(); ++i) {
@@ -278,7 +288,7 @@ TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrderAligned) {
       for (const Decision& d : cycle.decisions) {
         ++decided;
         const auto contributions = cycle.contributions_of(d);
-        ASSERT_EQ(contributions.size(), net.nodes()) << d.key;
+        ASSERT_EQ(contributions.size(), net.nodes()) << net.node(n).name(d.name);
         for (uint32_t from = 0; from < net.nodes(); ++from) {
           EXPECT_EQ(std::vector<uint8_t>(contributions[from].begin(), contributions[from].end()),
                     std::vector<uint8_t>(3, static_cast<uint8_t>(from + 1)));
@@ -307,7 +317,7 @@ TEST_P(NegotiatorTest, DecisionsHandBackEachNodesOwnCookie) {
     const auto decisions = net.take_decisions();
     for (uint32_t n = 0; n < net.nodes(); ++n) {
       ASSERT_EQ(decisions[n].size(), names.size());
-      for (const Decision& d : decisions[n]) {
+      for (const Decided& d : decisions[n]) {
         const auto i = static_cast<uint64_t>(std::stoi(d.key.substr(d.key.find('.') + 1)));
         EXPECT_EQ(d.cookie, 1000 * step + 100 * uint64_t{n} + i) << d.key << " on node " << n;
       }
