@@ -213,7 +213,10 @@ void Engine::handle(AttachSession& command) {
     }
   }
   job->attach(session);
-  if (job->locally_formed() && job->network()) {
+  // A job that failed before its last local rank came does not form: its links would be
+  // measured against peers that ended it, which blocks this engine until the peer timeout.
+  // The rank learns of the failure from its first collective.
+  if (job->locally_formed() && job->network() && !job->failure()) {
     // Every local rank is here: the other nodes may now count this one in.
     job->network()->on_local_formed(job->ranks_in_words());
     if (auto error = job->network()->form()) {
