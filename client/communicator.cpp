@@ -361,7 +361,7 @@ gradsync_request Communicator::submit(const CollectiveArgs& args) {
       ordered_.emplace(entry.request, Ordered{slot, stream_});
     }
   }
-  pending_.insert(entry.request);
+  requests_.add(entry.request);
   if (grouping_) {
     entry.flags |= ipc::kFlagGrouped;
     entry.group = next_group_;
@@ -408,10 +408,14 @@ void Communicator::drain_completions() {
     if (in_flight_ > 0) --in_flight_;
     const size_t length = std::min<size_t>(entry.message_length, ipc::kMaxErrorMessageBytes);
     auto status = static_cast<gradsync_result>(entry.status);
-    std::string message(entry.message, length);
-    if (!ordered_.empty()) order_completion(entry.request, status, message);  // frees its slot
-    if (pending_.erase(entry.request) == 0) continue;  // not ours (or already abandoned)
-    finished_[entry.request] = Outcome{status, std::move(message)};
+    const std::string_view message(entry.message, length);
+    if (ordered_.empty()) {
+      requests_.finish(entry.request, status, message);  // ignored if abandoned
+      continue;
+    }
+    std::string ordered_message(message);
+    order_completion(entry.request, status, ordered_message);  // frees its slot
+    requests_.finish(entry.request, status, ordered_message);
   }
 }
 
@@ -456,36 +460,34 @@ void Communicator::wait_until(Predicate done) {
 }
 
 gradsync_result Communicator::take(gradsync_request request, std::string* message) {
-  auto it = finished_.find(request);
-  const gradsync_result status = it->second.status;
-  if (message != nullptr) *message = std::move(it->second.message);
-  finished_.erase(it);
-  return status;
+  RequestTable::Outcome outcome = requests_.take(request);
+  if (message != nullptr) *message = std::move(outcome.message);
+  return outcome.status;
 }
 
 gradsync_result Communicator::wait(gradsync_request request, std::string* message) {
-  if (!finished_.contains(request) && !pending_.contains(request)) {
+  if (requests_.state(request) == RequestTable::State::kUnknown) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown or already consumed request");
   }
-  if (grouping_ && !finished_.contains(request)) {
+  if (grouping_ && !requests_.finished(request)) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
                 "wait inside a group: call gradsync_group_end first");
   }
   try {
-    wait_until([&] { return finished_.contains(request); });
+    wait_until([&] { return requests_.finished(request); });
   } catch (const Error&) {
-    pending_.erase(request);
+    requests_.abandon(request);
     throw;
   }
   return take(request, message);
 }
 
 gradsync_result Communicator::test(gradsync_request request, std::string* message) {
-  if (!finished_.contains(request) && !pending_.contains(request)) {
+  if (requests_.state(request) == RequestTable::State::kUnknown) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown or already consumed request");
   }
   drain_completions();
-  if (!finished_.contains(request)) {
+  if (!requests_.finished(request)) {
     // A caller polling with test() learns of a dead daemon as a waiter would, within the same
     // bound, without a system call on every poll.
     const auto now = Clock::now();
@@ -494,7 +496,7 @@ gradsync_result Communicator::test(gradsync_request request, std::string* messag
       check_daemon_alive();
     }
     if (daemon_gone_) {
-      pending_.erase(request);
+      requests_.abandon(request);
       throw Error(GRADSYNC_ERR_DAEMON_GONE, daemon_gone_reason_);
     }
     return GRADSYNC_IN_PROGRESS;

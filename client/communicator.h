@@ -3,6 +3,7 @@
 #pragma once
 
 #include "client/cuda_driver.h"
+#include "client/request_table.h"
 #include "client/shared_heap.h"
 #include "ipc/frame_socket.h"
 #include "ipc/messages.h"
@@ -17,7 +18,6 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 namespace gradsync::client {
@@ -88,11 +88,6 @@ class Communicator {
     uint32_t slot;
     void* stream;
   };
-  struct Outcome {
-    gradsync_result status;
-    std::string message;
-  };
-
   ipc::DecodedMessage round_trip(capnp::MessageBuilder& request, std::span<const int> fds = {});
   void push(const ipc::SubmissionEntry& entry);
   void drain_completions();
@@ -129,8 +124,7 @@ class Communicator {
   uint32_t next_buffer_id_ = 1;
   std::map<uintptr_t, Registered> registered_;  // by base address
   std::map<uintptr_t, size_t> allocations_;     // from allocate(), by address
-  std::unordered_map<uint64_t, Outcome> finished_;
-  std::unordered_set<uint64_t> pending_;  // submitted, not finished
+  RequestTable requests_;
   bool stream_ordered_ = false;
   void* stream_ = nullptr;
   std::unique_ptr<StreamEvents> events_;

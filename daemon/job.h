@@ -103,8 +103,9 @@ class Job {
   std::string stall_message(const std::string& name, const PendingTensor& tensor,
                             Clock::duration waited) const;
 
-  // `since`: when the first of them submitted it.
-  void on_all_submitted(std::vector<Submission> ranks, Clock::time_point since);
+  // `since`: when the first of them submitted it; `ready`: when the last did.
+  void on_all_submitted(std::vector<Submission> ranks, Clock::time_point since,
+                        Clock::time_point ready);
   void fail_collective(std::vector<Submission>& ranks, gradsync_result status,
                        const std::string& message);
 

@@ -65,21 +65,6 @@ std::optional<gradsync_op> parse_op(uint32_t raw) {
   return static_cast<gradsync_op>(raw);
 }
 
-size_t dtype_bytes(gradsync_dtype d) {
-  switch (d) {
-    case GRADSYNC_FLOAT16:
-    case GRADSYNC_BFLOAT16:
-      return 2;
-    case GRADSYNC_FLOAT32:
-    case GRADSYNC_INT32:
-      return 4;
-    case GRADSYNC_FLOAT64:
-    case GRADSYNC_INT64:
-      return 8;
-  }
-  return 0;
-}
-
 std::optional<uint64_t> checked_bytes(uint64_t count, gradsync_dtype d) {
   uint64_t bytes = 0;
   const size_t element = dtype_bytes(d);

@@ -37,7 +37,21 @@ std::optional<gradsync_dtype> parse_dtype(uint32_t raw);
 std::optional<gradsync_op> parse_op(uint32_t raw);
 
 // Size of one element; 0 for an invalid dtype.
-size_t dtype_bytes(gradsync_dtype d);
+// Inline: the engine asks it for every collective's size, several times over.
+constexpr size_t dtype_bytes(gradsync_dtype d) {
+  switch (d) {
+    case GRADSYNC_FLOAT16:
+    case GRADSYNC_BFLOAT16:
+      return 2;
+    case GRADSYNC_FLOAT32:
+    case GRADSYNC_INT32:
+      return 4;
+    case GRADSYNC_FLOAT64:
+    case GRADSYNC_INT64:
+      return 8;
+  }
+  return 0;
+}
 
 // count * element size, or nullopt when it overflows.
 std::optional<uint64_t> checked_bytes(uint64_t count, gradsync_dtype d);

@@ -25,6 +25,11 @@ constexpr std::array<const char*, kSizeBounds.size() + 1> kSizeNames = {
     "<=4KiB", "<=64KiB", "<=1MiB", "<=16MiB", ">16MiB"};
 
 size_t algorithm_index(const char* algorithm) {
+  // Callers pass these very literals (the linker merges equal ones): compare pointers first,
+  // since this runs for every collective completed.
+  for (size_t i = 0; i < kAlgorithms.size(); ++i) {
+    if (kAlgorithms[i] == algorithm) return i;
+  }
   for (size_t i = 0; i < kAlgorithms.size(); ++i) {
     if (std::strcmp(kAlgorithms[i], algorithm) == 0) return i;
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 namespace gradsync::daemon {
@@ -75,8 +76,8 @@ void Negotiator::EagerSet::add(uint32_t bit, std::span<const uint8_t> data) {
   // allocator's alignment would (an f16 entry of odd count must not misalign the f32 after it).
   const size_t offset = aligned_offset(bytes.size());
   entries.push_back({bit, offset, data.size()});
-  bytes.resize(offset);
-  bytes.insert(bytes.end(), data.begin(), data.end());
+  bytes.resize(offset + data.size());  // one call: this runs for every small tensor of a step
+  if (!data.empty()) std::memcpy(bytes.data() + offset, data.data(), data.size());
 }
 
 const Negotiator::EagerSet::Entry* Negotiator::EagerSet::seek(uint32_t bit, size_t& cursor) const {

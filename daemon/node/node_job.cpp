@@ -139,7 +139,7 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
   }
   proposal.cookie = free_units_.back();
   free_units_.pop_back();
-  unit_waits_[proposal.cookie] = {std::chrono::steady_clock::now(), false};
+  unit_waits_[proposal.cookie] = {only.times.ready, false};
   const std::string& key =
       units_[proposal.cookie].emplace(std::move(unit)).collectives.front().first().name;
   if (negotiator_) {

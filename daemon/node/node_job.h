@@ -143,8 +143,9 @@ class NodeJob {
   void report_negotiation();
   // Records a finished batch's collectives in the trace.
   void trace_completed(const InFlight& work) const;
-  // Counts a unit that completed well in the metrics and the step meter.
-  void count_completed(const ReadyUnit& unit, const char* allreduce_algorithm);
+  // Counts a unit that completed well, at `now`, in the metrics and the step meter.
+  void count_completed(const ReadyUnit& unit, const char* allreduce_algorithm,
+                       std::chrono::steady_clock::time_point now);
   // Completes one cycle's decisions that need no network; queues the others as batches.
   std::optional<std::string> take_cycle(const CycleDecisions& cycle);
   // Whether `unit` may join a fused allreduce: allreduces of one dtype and op, smaller than
@@ -189,7 +190,7 @@ class NodeJob {
   std::vector<std::optional<ReadyUnit>> units_;
   std::vector<uint64_t> free_units_;
   struct UnitWait {
-    std::chrono::steady_clock::time_point since;  // proposed
+    std::chrono::steady_clock::time_point since;  // ready here
     bool warned = false;
   };
   std::vector<UnitWait> unit_waits_;  // by cookie, as units_

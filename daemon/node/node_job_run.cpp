@@ -37,8 +37,8 @@ void NodeJob::trace_completed(const InFlight& work) const {
   }
 }
 
-void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algorithm) {
-  const auto now = Clock::now();
+void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algorithm,
+                              Clock::time_point now) {
   for (const auto& c : unit.collectives) {
     const ipc::Collective kind = c.first().collective;
     const char* algorithm = kind == ipc::Collective::kAllreduce ? allreduce_algorithm
@@ -93,6 +93,7 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
   networked.reserve(cycle.decisions.size());
   NodeResult error;
   const auto agreed = trace_ != nullptr ? Clock::now() : Clock::time_point{};
+  Clock::time_point completed{};
   for (const Decision& decision : cycle.decisions) {
     ReadyUnit unit = std::move(*units_[decision.cookie]);
     units_[decision.cookie].reset();
@@ -113,7 +114,11 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
                        collective.bytes());
         trace_->record(name, TracePhase::kLocalReduce, agreed, Clock::now(), collective.bytes());
       }
-      if (!bad) count_completed(unit, "negotiation");
+      if (!bad) {
+        // One clock read for the cycle's completions: they finish within microseconds.
+        if (completed == Clock::time_point{}) completed = Clock::now();
+        count_completed(unit, "negotiation", completed);
+      }
       complete(unit, bad ? GRADSYNC_ERR_PROTOCOL : GRADSYNC_OK, bad.value_or(""));
       recycle(std::move(unit));
       if (!error) error = bad;
@@ -174,8 +179,9 @@ std::optional<std::string> NodeJob::progress(bool& ran) {
     ran = true;
     NodeResult error = work.task->result();
     if (trace_ != nullptr && !error) trace_completed(work);
+    const auto completed = Clock::now();
     for (auto& unit : work.units) {
-      if (!error) count_completed(unit, work.allreduce_algorithm);
+      if (!error) count_completed(unit, work.allreduce_algorithm, completed);
       complete(unit, error ? GRADSYNC_ERR_PEER_FAILED : GRADSYNC_OK, error.value_or(""));
       recycle(std::move(unit));
     }
