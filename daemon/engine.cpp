@@ -213,10 +213,7 @@ void Engine::handle(AttachSession& command) {
     }
   }
   job->attach(session);
-  // A job that failed before its last local rank came does not form: its links would be
-  // measured against peers that ended it, which blocks this engine until the peer timeout.
-  // The rank learns of the failure from its first collective.
-  if (job->locally_formed() && job->network() && !job->failure()) {
+  if (job->locally_formed() && job->network()) {
     // Every local rank is here: the other nodes may now count this one in.
     job->network()->on_local_formed(job->ranks_in_words());
     if (auto error = job->network()->form()) {
@@ -428,9 +425,9 @@ int Engine::sleep_timeout_ms() const {
   // While there are jobs, wake for the stall inspection (once a second).
   if (!jobs_.empty()) deadline = next_stall_inspection_;
   for (const auto& [name, job] : jobs_) {
-    // Collectives across nodes in flight: wake now and then to check their peers' deadlines.
-    // (UCX's fd wakes us for what arrives; a silent peer sends nothing.)
-    if (job->network() != nullptr && job->network()->busy()) {
+    // Collectives across nodes in flight, or the links' probe: wake now and then to check
+    // their peers' deadlines. (UCX's fd wakes us for what arrives; a silent peer sends nothing.)
+    if (job->network() != nullptr && (job->network()->busy() || job->network()->measuring())) {
       deadline = std::min(deadline, Clock::now() + kNetworkPollInterval);
       break;
     }

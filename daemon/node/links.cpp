@@ -14,11 +14,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// How long a wait polls (yielding) before it sleeps between UCX events, and the longest
-// sleep (failures and timeouts are checked at least this often).
-constexpr auto kSpinBeforeSleep = std::chrono::microseconds(50);
-constexpr auto kSleepSlice = std::chrono::milliseconds(1);
-
 }  // namespace
 
 uint8_t* Scratch::get(size_t slot, size_t bytes) {
@@ -208,21 +203,6 @@ bool FlightWait::ready() {
     deadline_ = Clock::now() + f.links_.peer_timeout();
   }
   return false;
-}
-
-NodeResult run_blocking(NodeTask task, NodeLinks& links) {
-  auto last_progress = Clock::now();
-  while (!task.poll()) {
-    if (links.progress()) {
-      last_progress = Clock::now();
-    } else if (Clock::now() - last_progress < kSpinBeforeSleep) {
-      // Yield when UCX has nothing: the peers we wait for may share our cores.
-      sched_yield();
-    } else {
-      links.mesh().sleep(kSleepSlice);
-    }
-  }
-  return task.result();
 }
 
 }  // namespace gradsync::daemon

@@ -155,8 +155,4 @@ class Flight {
   size_t waited_ = 0;                            // operations_[0, waited_) are known to be done
 };
 
-// Runs `task` to its end on this thread, driving UCX itself: for work that happens once, such
-// as measuring the links when a job forms.
-NodeResult run_blocking(NodeTask task, NodeLinks& links);
-
 }  // namespace gradsync::daemon

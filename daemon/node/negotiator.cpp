@@ -232,7 +232,6 @@ void Negotiator::advance() {
 Negotiator::NodeCycle Negotiator::own_state() const {
   NodeCycle state;
   state.link = own_link_;
-  own_ready_.clear();
   size_t eager_bytes = 0;
   size_t eager_count = 0;
   for (const NameId id : active_) {
@@ -248,7 +247,10 @@ Negotiator::NodeCycle Negotiator::own_state() const {
       const bool same = cache_.signature_of(bit) == oldest.signature;
       set_bit(same ? state.ready_bits : state.invalid_bits, bit);
       if (!same) continue;
-      own_ready_.emplace_back(bit, id);
+      // apply's way back from the bit: no own_state runs between a cycle's start and its end,
+      // so the look that starts a cycle writes the names it decides.
+      if (bit_names_.size() <= bit) bit_names_.resize(cache_.bit_span(), kNoName);
+      bit_names_[bit] = id;
       if (!oldest.eager.empty() && eager_bytes + oldest.eager.size() <= kEagerMaxTotalBytes) {
         eager_bytes += oldest.eager.size();
         ++eager_count;
@@ -308,10 +310,6 @@ bool Negotiator::start_cycle_if_due() {
     names_[id].reported = true;
     ++reported_count_;
     ++counters_.cache_misses;
-  }
-  for (const auto& [bit, id] : own_ready_) {
-    if (bit_names_.size() <= bit) bit_names_.resize(bit + 1, kNoName);
-    bit_names_[bit] = id;
   }
   capnp::MallocMessageBuilder message;
   auto cycle = start_node_message(message, job_, me_).initCycle();

@@ -256,10 +256,10 @@ class Negotiator {
   std::vector<NameId> active_;  // the names with instances, in no particular order
   size_t pending_count_ = 0;    // proposals in names_
   size_t reported_count_ = 0;   // names whose oldest instance went to the coordinator
-  // By cache bit: the name this node proposed under it in its current cycle (apply's lookup).
-  std::vector<NameId> bit_names_;  // kNoName where it proposed none
+  // By cache bit: the name this node last proposed under it (apply's lookup), written by
+  // own_state.
+  mutable std::vector<NameId> bit_names_;  // kNoName where it proposed none
   static constexpr NameId kNoName = UINT32_MAX;
-  mutable std::vector<std::pair<uint32_t, NameId>> own_ready_;  // own_state's, by its bits
   // own_state's scratch: by cache bit, the oldest instance's contribution to send along.
   mutable std::vector<const std::vector<uint8_t>*> eager_by_bit_;
   // Something was proposed or decided since start_cycle_if_due last found nothing to start.

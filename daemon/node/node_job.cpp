@@ -20,7 +20,7 @@ NodeJob::NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh
       joined_(links_.nodes(), false) {}
 
 void NodeJob::on_local_formed(std::string ranks) {
-  if (local_formed_) return;
+  if (local_formed_ || failed_) return;
   local_formed_ = true;
   ranks_ = std::move(ranks);
   capnp::MallocMessageBuilder message;
@@ -67,8 +67,12 @@ std::string NodeJob::missing_nodes() const {
 }
 
 std::optional<std::string> NodeJob::form() {
-  // Measuring the links sends data, which waits for every handshake to end.
-  if (negotiator_ || !local_formed_ || !links_.authenticated()) return std::nullopt;
+  // Measuring the links sends data, which waits for every handshake to end. A job that failed
+  // (a last local rank may attach, or a peer's join arrive, after that) never forms: it would
+  // measure against peers that ended it.
+  if (failed_ || negotiator_ || probe_ || !local_formed_ || !links_.authenticated()) {
+    return std::nullopt;
+  }
   for (uint32_t node = 0; node < joined_.size(); ++node) {
     if (node != links_.me() && !joined_[node]) return std::nullopt;
   }
@@ -79,7 +83,17 @@ std::optional<std::string> NodeJob::form() {
         "know: upgrade it, or run the job without GRADSYNC_WIRE_CODEC",
         links_.job_name(), wire_codec_name(agreed_.wire_codec), without_codecs_.front());
   }
-  if (auto error = run_blocking(probe_links(links_, scratch_, own_link_), links_)) return error;
+  // The engine drives the probe as it does the collectives (run_decided), serving every other
+  // job meanwhile: a peer that stops answering holds up this job only, until the peer timeout.
+  probe_.emplace(probe_links(links_, scratch_, own_link_));
+  return finish_forming();
+}
+
+std::optional<std::string> NodeJob::finish_forming() {
+  if (!probe_ || !probe_->poll()) return std::nullopt;
+  const NodeResult error = probe_->result();
+  probe_.reset();
+  if (error) return error;
   log_->info(
       "job '{}' formed on {} nodes; link to node {}: alpha {:.1f} us, beta {:.3f} GB/s; reduce "
       "{:.2f} GB/s; response cache {} entries, algorithm {}, wire codec {}, fusion up to {} bytes",
@@ -241,6 +255,8 @@ void NodeJob::broadcast_abort(const std::string& reason) {
 }
 
 void NodeJob::fail_waiting(gradsync_result status, const std::string& message) {
+  failed_ = true;
+  probe_.reset();  // its operations retire with it, before what they touch
   // Proposed and undecided counts too: node 0 may have decided it already.
   abandoned_ =
       abandoned_ || busy() || (negotiator_ && negotiator_->has_decided()) ||

@@ -56,7 +56,8 @@ class NodeJob {
   // Every local rank has connected (`ranks`: their job ranks, in words): tell the other nodes.
   void on_local_formed(std::string ranks);
   // Once every node (this one included) has joined and accepted this daemon's handshake:
-  // measures the links and starts negotiating. Does nothing before, or after it succeeded; an error
+  // starts measuring the links, and negotiating once that is done (run_decided drives it).
+  // Does nothing before, while measuring, after it succeeded, or once the job failed; an error
   // if the measuring failed.
   std::optional<std::string> form();
   // Every node has joined and the links are measured.
@@ -79,6 +80,8 @@ class NodeJob {
   std::optional<std::string> run_decided(bool& ran);
   // Collectives started and not finished, or agreed and not started.
   bool busy() const { return !in_flight_.empty() || !queued_.empty(); }
+  // Measuring the links as the job forms (see form).
+  bool measuring() const { return probe_.has_value(); }
 
   // Another node failed the job: once what was agreed before is done here (the peer may have
   // done its part of it before it failed), the job fails with `reason`.
@@ -100,7 +103,8 @@ class NodeJob {
   // Checks that the job's connections still carry messages (see Mesh::check_alive).
   void check_peers_alive() { links_.check_alive(); }
   std::chrono::steady_clock::time_point created() const { return created_; }
-  // Fails everything waiting here (the Job fails its own queues).
+  // Fails everything waiting here (the Job fails its own queues), and for good: a failed job
+  // does not form.
   void fail_waiting(gradsync_result status, const std::string& message);
 
   // Counts a control message from another node in its peer's statistics.
@@ -119,6 +123,9 @@ class NodeJob {
 
  private:
   void on_joined(uint32_t node, wire::Joined::Reader joined);
+  // Ends forming once the links are measured: starts negotiating. Nothing while the probe
+  // runs; an error if it failed.
+  std::optional<std::string> finish_forming();
   // Agreed collectives that run as one task: one unit, or several small allreduces fused.
   struct Batch {
     std::vector<ReadyUnit> units;
@@ -177,8 +184,9 @@ class NodeJob {
   std::shared_ptr<spdlog::logger> log_;
   Scratch scratch_;  // for measuring the links
   bool local_formed_ = false;
-  std::string ranks_;                     // this node's, in words
-  std::vector<bool> joined_;              // by node
+  bool failed_ = false;       // the job failed (fail_waiting): it neither joins nor forms any more
+  std::string ranks_;         // this node's, in words
+  std::vector<bool> joined_;  // by node
   std::vector<uint32_t> without_codecs_;  // nodes whose daemon predates the wire codec
   NodeJobSettings agreed_;                // node 0's
   LinkFigures own_link_;
@@ -206,6 +214,9 @@ class NodeJob {
   TraceRecorder* trace_ = nullptr;
   StepMeter* steps_ = nullptr;
   UnitPool* unit_pool_ = nullptr;
+  // Measuring the links while the job forms; after scratch_ and own_link_, which it writes, so
+  // that it goes first.
+  std::optional<NodeTask> probe_;
   void recycle(ReadyUnit&& unit) {
     if (unit_pool_ != nullptr) unit_pool_->recycle(std::move(unit));
   }

@@ -66,7 +66,11 @@ void NodeJob::report_negotiation() {
 
 std::optional<std::string> NodeJob::run_decided(bool& ran) {
   ran = false;
-  if (!negotiator_) return std::nullopt;
+  if (!negotiator_) {
+    const auto error = finish_forming();
+    ran = negotiator_.has_value();
+    return error;
+  }
   if (!negotiator_->holding()) {
     holding_since_.reset();
   } else if (const auto now = Clock::now(); !holding_since_) {
