@@ -91,7 +91,7 @@ std::optional<std::string> NodeJob::form() {
 
 std::optional<std::string> NodeJob::finish_forming() {
   if (!probe_ || !probe_->poll()) return std::nullopt;
-  const NodeResult error = probe_->result();
+  NodeResult error = probe_->result();
   probe_.reset();
   if (error) return error;
   log_->info(

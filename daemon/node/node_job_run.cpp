@@ -67,7 +67,7 @@ void NodeJob::report_negotiation() {
 std::optional<std::string> NodeJob::run_decided(bool& ran) {
   ran = false;
   if (!negotiator_) {
-    const auto error = finish_forming();
+    auto error = finish_forming();
     ran = negotiator_.has_value();
     return error;
   }
