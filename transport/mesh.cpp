@@ -173,8 +173,21 @@ void Mesh::on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t status) 
     peer.failed = true;
     peer.endpoint = nullptr;
     peer.waiting.clear();
+    mesh.close_connections_from(peer);
   }
   mesh.to_close_.push_back(endpoint);
+}
+
+void Mesh::close_connections_from(const Peer& peer) {
+  // Inside UCX's error callback too: only moves endpoints to to_close_.
+  const struct sockaddr_in address = parse_host_port(peer.address);  // valid: connect() parsed it
+  std::erase_if(inbound_accepted_, [&](const Accepted& accepted) {
+    const bool from_peer = accepted.daemon &&
+                           accepted.daemon->sin_addr.s_addr == address.sin_addr.s_addr &&
+                           accepted.daemon->sin_port == address.sin_port;
+    if (from_peer) to_close_.push_back(accepted.endpoint);
+    return from_peer;
+  });
 }
 
 void Mesh::close_failed() {

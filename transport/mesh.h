@@ -205,7 +205,15 @@ class Mesh {
     ucp_ep_h endpoint = nullptr;
     in_addr_t host = 0;
     uint64_t serial = 0;  // names it in Retired::feeders
+    // The daemon that made it, by the listening address its Hello claimed (an unspecified
+    // host taken from where the connection came): what connect() would be given for it.
+    std::optional<struct sockaddr_in> daemon;
   };
+  // Closes the connections `peer` made to us. When we give up on a peer, its connections to
+  // us go too: over a cut link, one with data in flight (a Pong we sent back) is not probed by
+  // TCP keepalive and could stay open for the kernel's retransmission timeout (many minutes),
+  // holding what its receives would have written into.
+  void close_connections_from(const Peer& peer);
   struct ErrorContext {
     Mesh* mesh;
     PeerId peer;  // kIncoming for listener-side endpoints

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 namespace gradsync::transport {
 namespace {
@@ -109,6 +110,7 @@ bool Mesh::serve_handshakes() {
     peer.failure =
         fmt::format("it did not answer a liveness check within {} ms", liveness_timeout_.count());
     if (peer.endpoint != nullptr) to_close_.push_back(std::exchange(peer.endpoint, nullptr));
+    close_connections_from(peer);
     did = true;
   }
   for (size_t i = 0; i < closing_.size();) {
@@ -285,7 +287,15 @@ void Mesh::answer_inbound(const Inbound& inbound, const std::string& refusal) {
 
 void Mesh::accept_inbound(const Inbound& inbound) {
   answer_inbound(inbound, {});
-  inbound_accepted_.push_back(Accepted{inbound.endpoint, inbound.host, next_accepted_serial_++});
+  std::optional<struct sockaddr_in> daemon;
+  try {
+    daemon = parse_host_port(inbound.address);
+    if (daemon->sin_addr.s_addr == htonl(INADDR_ANY)) daemon->sin_addr.s_addr = inbound.host;
+  } catch (const std::invalid_argument&) {
+    // Not an address we could connect to: no peer of ours can be this daemon.
+  }
+  inbound_accepted_.push_back(
+      Accepted{inbound.endpoint, inbound.host, next_accepted_serial_++, daemon});
   outcomes_.push_back(HandshakeOutcome{inbound.address, true, true, {}});
 }
 
