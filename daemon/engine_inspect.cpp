@@ -16,6 +16,13 @@ using Clock = std::chrono::steady_clock;
 // How often the engine looks for stalled tensors and samples its metrics.
 constexpr auto kStallInspectionInterval = std::chrono::seconds(1);
 
+const char* state_of(const Job& job) {
+  if (job.failure()) return "failed";
+  if (job.formed()) return "running";
+  const NodeJob* network = job.network();
+  return network != nullptr && network->measuring() ? "measuring" : "forming";
+}
+
 }  // namespace
 
 void Engine::handle(InspectEngine& command) {
@@ -30,7 +37,7 @@ void Engine::handle(InspectEngine& command) {
     JobView view;
     view.name = name;
     view.failure = job->failure().value_or("");
-    view.state = job->failure() ? "failed" : job->formed() ? "running" : "forming";
+    view.state = state_of(*job);
     view.local_world_size = job->local_world_size();
     view.local_ranks = job->connected_ranks();
     view.world_size = job->world_size();

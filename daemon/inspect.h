@@ -29,7 +29,8 @@ struct ClientView {
 
 struct JobView {
   std::string name;
-  std::string state;  // forming, running, failed
+  // forming, measuring (its links, as a job across nodes forms), running, failed
+  std::string state;
   std::string failure;
   int32_t local_world_size = 0;
   int32_t local_ranks = 0;  // connected now

@@ -427,5 +427,39 @@ TEST(Cluster, AStalledPeerDoesNotHoldUpOtherJobs) {
   cluster.daemon(1).process().signal(SIGCONT);
 }
 
+// Node 2's daemon stops dead after it joined a job and before the job formed: node 0, forming
+// it, measures its link from node 2 and hears nothing. It must go on serving another job, with
+// node 1, meanwhile; and once node 2 goes on, the job forms and runs.
+TEST(Cluster, APeerStalledWhileAJobMeasuresItsLinksDoesNotHoldUpOtherJobs) {
+  using std::chrono::seconds;
+  LoopbackCluster cluster(3, "peer_timeout_seconds = 120");
+  // The nodes' connections exist from here on: a join crosses at once.
+  auto warm = cluster.spawn("warm", {1, 1, 1}, {"grouped"});
+  expect_all_succeed(warm, cluster);
+  const std::vector<int> shape = {1, 1, 1};
+  std::vector<tools::ChildProcess> measured;
+  for (const int node : {2, 1}) {
+    auto rank = cluster.spawn("measured", shape, {"grouped"}, {}, node);
+    measured.push_back(std::move(rank.front()));
+    ASSERT_TRUE(
+        wait_for_local_ranks(cluster.daemon(node).socket_path(), "measured", 1, seconds(30)));
+  }
+  std::this_thread::sleep_for(seconds(1));  // their joins reach node 0
+  cluster.daemon(2).process().signal(SIGSTOP);
+  auto first = cluster.spawn("measured", shape, {"grouped"}, {}, 0);
+  measured.push_back(std::move(first.front()));
+  const bool measuring =
+      wait_for_job_state(cluster.daemon(0).socket_path(), "measured", "measuring", seconds(30));
+  EXPECT_TRUE(measuring) << "node 0 never began measuring the job's links";
+  auto other = spawn_over(cluster, "other", {0, 1}, {"grouped"});
+  for (size_t r = 0; r < other.size(); ++r) {
+    const auto status = other[r].wait_for(seconds(30));
+    EXPECT_TRUE(status) << "rank " << r << " of the other job waited on the stalled node";
+    EXPECT_EQ(status.value_or(-1), 0) << "rank " << r;
+  }
+  cluster.daemon(2).process().signal(SIGCONT);
+  expect_all_succeed(measured, cluster);
+}
+
 }  // namespace
 }  // namespace gradsync::testing

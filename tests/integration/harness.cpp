@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <thread>
@@ -107,8 +108,12 @@ DaemonResources settled_resources_of(pid_t pid, const std::string& socket_path) 
   return settled;
 }
 
-bool wait_for_local_ranks(const std::string& socket_path, const std::string& job, int ranks,
-                          std::chrono::seconds timeout) {
+namespace {
+
+// Until gradsyncctl lists job `job` as `matches` wants it (up to `timeout`).
+bool wait_for_job(const std::string& socket_path, const std::string& job,
+                  const std::function<bool(const nlohmann::json&)>& matches,
+                  std::chrono::seconds timeout) {
   const std::string command =
       tools::executable_dir() + "/gradsyncctl --socket " + socket_path + " --json jobs 2>/dev/null";
   const auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -117,11 +122,27 @@ bool wait_for_local_ranks(const std::string& socket_path, const std::string& job
     const auto json = nlohmann::json::parse(listed.out, nullptr, false);
     const auto& jobs = json.is_object() ? json.value("jobs", nlohmann::json::array()) : json;
     for (const auto& j : jobs.is_array() ? jobs : nlohmann::json::array()) {
-      if (j.value("name", "") == job && j.value("local_ranks", 0) == ranks) return true;
+      if (j.value("name", "") == job && matches(j)) return true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   return false;
+}
+
+}  // namespace
+
+bool wait_for_local_ranks(const std::string& socket_path, const std::string& job, int ranks,
+                          std::chrono::seconds timeout) {
+  return wait_for_job(
+      socket_path, job,
+      [ranks](const nlohmann::json& j) { return j.value("local_ranks", 0) == ranks; }, timeout);
+}
+
+bool wait_for_job_state(const std::string& socket_path, const std::string& job,
+                        const std::string& state, std::chrono::seconds timeout) {
+  return wait_for_job(
+      socket_path, job, [&state](const nlohmann::json& j) { return j.value("state", "") == state; },
+      timeout);
 }
 
 void DaemonTest::SetUp() {}

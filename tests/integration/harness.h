@@ -47,6 +47,9 @@ DaemonResources settled_resources_of(pid_t pid, const std::string& socket_path);
 // ranks connected, as gradsyncctl reports it; false when it never did.
 bool wait_for_local_ranks(const std::string& socket_path, const std::string& job, int ranks,
                           std::chrono::seconds timeout);
+// The same, until it lists the job in `state` (forming, measuring, running, failed).
+bool wait_for_job_state(const std::string& socket_path, const std::string& job,
+                        const std::string& state, std::chrono::seconds timeout);
 
 class DaemonTest : public ::testing::Test {
  protected:
