@@ -6,7 +6,8 @@
 // endpoint it created, and tags carry the sender's node index, so the listener side learns who
 // connected only for its logs (from the handshake). Endpoints use peer-failure error handling:
 // a peer that dies shows up in take_failed_peers() rather than as a hang; a connection that
-// stops carrying messages without an error is found by check_alive().
+// stops carrying messages without an error is found by check_alive(). A peer that failed
+// loses both directions: the connections it made to us close with ours to it.
 //
 // Each connection runs the cluster handshake (handshake.h) over UCX active messages before it
 // carries anything else. Until a peer has accepted us, control messages to it wait in the
