@@ -41,7 +41,7 @@ std::string status_json(const DaemonInfo& daemon, const DaemonConfig& config,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - daemon.started).count();
   status["socket"] = config.socket_path;
   status["listen"] = daemon.listen_address;
-  status["metrics_listen"] = config.metrics_listen;
+  status["metrics_listen"] = daemon.metrics_address;
   status["reduce_isa"] = daemon.reduce_isa;
   status["devices"] = daemon.devices;
   status["config"] = Json::parse(config_json(config));

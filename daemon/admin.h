@@ -21,7 +21,8 @@ struct DaemonInfo {
   std::string version;
   pid_t pid = 0;
   std::chrono::steady_clock::time_point started;
-  std::string listen_address;  // inter-node, as peers name it; empty: none
+  std::string listen_address;   // inter-node, as peers name it; empty: none
+  std::string metrics_address;  // HOST:PORT bound for /metrics (port 0 resolved); empty: none
   std::string reduce_isa;
   std::string devices;  // Devices::summary(): the GPUs served, or why none
 };

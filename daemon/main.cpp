@@ -43,14 +43,18 @@ int run_daemon(const gradsync::daemon::DaemonConfig& config,
                            {GRADSYNC_VERSION, devices.built_with_cuda(), devices.devices().size(),
                             kernels::reduce_isa()},
                            daemon::to_toml(config));
-  for (uint16_t port : metrics.listening_ports()) log->info("metrics on port {}", port);
+  // Port 0 in metrics_listen picks a free port: name the one bound, as `listen` does.
+  std::string metrics_address;
+  if (const auto ports = metrics.listening_ports(); !ports.empty()) {
+    metrics_address = config.metrics_listen.substr(0, config.metrics_listen.rfind(':')) + ":" +
+                      std::to_string(ports.front());
+    log->info("metrics on {}", metrics_address);
+  }
   daemon::Engine engine(config, metrics, devices);
-  daemon::DaemonInfo info{GRADSYNC_VERSION,
-                          ::getpid(),
-                          std::chrono::steady_clock::now(),
-                          engine.listen_address(),
-                          kernels::reduce_isa(),
-                          devices.summary()};
+  daemon::DaemonInfo info{
+      GRADSYNC_VERSION,        ::getpid(),      std::chrono::steady_clock::now(),
+      engine.listen_address(), metrics_address, kernels::reduce_isa(),
+      devices.summary()};
   daemon::ControlServer control(config, engine, metrics, std::move(info), devices,
                                 std::move(reload));
   std::thread engine_thread([&engine, &log] {

@@ -71,9 +71,8 @@ class MappingCacheTest : public DaemonTest {};
 // on every use, each maps again from the memfd the daemon kept, every result is right, and
 // what the cache held (mappings and memfds) goes with the ranks.
 TEST_F(MappingCacheTest, EvictedBuffersMapAgainAndStayRight) {
-  const uint16_t port = free_tcp_port();
-  start_daemon("host_mapping_cache_entries = 1",
-               {"--metrics-listen", "127.0.0.1:" + std::to_string(port)});
+  start_daemon("host_mapping_cache_entries = 1", {"--metrics-listen", "127.0.0.1:0"});
+  const uint16_t port = port_of(bound_addresses(socket()).metrics);
   const pid_t pid = daemon().process().pid();
   const DaemonResources baseline = settled_resources_of(pid, socket());
   auto ranks = spawn_ranks("evicting", 2, {"collectives"});

@@ -17,29 +17,23 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
-#include <random>
 #include <sstream>
 #include <thread>
 
 namespace gradsync::testing {
 
-// A port that is free now, below the kernel's ephemeral range (32768 and up by default), so
-// that neither outgoing connections nor daemons listening on port 0 take it before our daemon
-// binds it.
-uint16_t free_tcp_port() {
-  static std::mt19937 random(static_cast<unsigned>(::getpid()));
-  for (int attempt = 0; attempt < 1000; ++attempt) {
-    const auto port = static_cast<uint16_t>(20000 + random() % 10000);
-    ipc::UniqueFd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    struct sockaddr_in address {};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = htons(port);
-    if (::bind(fd.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) == 0) {
-      return port;
-    }
+BoundAddresses bound_addresses(const std::string& socket_path) {
+  const CommandResult status = run_command(tools::executable_dir() + "/gradsyncctl --socket " +
+                                           socket_path + " --json status");
+  const auto json = nlohmann::json::parse(status.out, nullptr, false);
+  if (status.status != 0 || !json.is_object()) {
+    throw std::runtime_error("gradsyncctl status at " + socket_path + " failed: " + status.out);
   }
-  throw std::runtime_error("no free TCP port in [20000, 30000)");
+  return {json.value("listen", ""), json.value("metrics_listen", "")};
+}
+
+uint16_t port_of(const std::string& address) {
+  return static_cast<uint16_t>(std::stoul(address.substr(address.rfind(':') + 1)));
 }
 
 // HTTP/1.0: the server closes when done.

@@ -17,9 +17,16 @@
 
 namespace gradsync::testing {
 
-// The daemon's own resources, to check that clients leave nothing behind.
-// A TCP port free on loopback now, below the kernel's ephemeral range.
-uint16_t free_tcp_port();
+// Where the daemon at `socket_path` listens, as gradsyncctl status reports it: port 0 in its
+// configuration resolved to the port it bound. Tests start daemons on port 0 and ask, so
+// that no port is ever probed free and then taken by another test before the daemon binds it.
+struct BoundAddresses {
+  std::string listen;   // inter-node HOST:PORT; empty: none
+  std::string metrics;  // /metrics HOST:PORT; empty: none
+};
+BoundAddresses bound_addresses(const std::string& socket_path);
+// The port of a HOST:PORT address.
+uint16_t port_of(const std::string& address);
 // GET /metrics from 127.0.0.1:port; empty when nothing answers.
 std::string scrape(uint16_t port);
 // The value of `series` (name and labels, exactly as exported) in a scrape; -1 when absent.
@@ -32,6 +39,7 @@ struct CommandResult {
 };
 CommandResult run_command(const std::string& command);
 
+// The daemon's own resources, to check that clients leave nothing behind.
 struct DaemonResources {
   size_t open_fds = 0;
   size_t memfd_mappings = 0;

@@ -33,10 +33,9 @@ class LoopbackCluster {
     std::ofstream(config_path_) << toml << "\n";
     if (node_keys.empty()) node_keys.assign(static_cast<size_t>(nodes), "the loopback cluster key");
     for (int n = 0; n < nodes; ++n) {
-      const std::string address = "127.0.0.1:" + std::to_string(free_tcp_port());
-      addresses_ += (n == 0 ? "" : ",") + address;
-      node_addresses_.push_back(address);
-      std::vector<std::string> args{"--listen", address, "--config", config_path_};
+      // Port 0: each daemon binds a free port itself, so no other test can take it between a
+      // probe and the bind. The bound address is the node's from then on, restarts included.
+      std::vector<std::string> args{"--listen", "127.0.0.1:0", "--config", config_path_};
       if (const std::string& key = node_keys[static_cast<size_t>(n)]; !key.empty()) {
         key_files_.push_back(directory_ / ("node" + std::to_string(n) + ".key"));
         std::ofstream(key_files_.back()) << key << "\n";
@@ -46,12 +45,17 @@ class LoopbackCluster {
       } else {
         key_files_.emplace_back();
       }
-      if (metrics && n == 0) {
-        metrics_port_ = free_tcp_port();
-        args.insert(args.end(), {"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_)});
-      }
+      if (metrics && n == 0) args.insert(args.end(), {"--metrics-listen", "127.0.0.1:0"});
       daemon_args_.push_back(args);
       daemons_.push_back(start(n));
+      const BoundAddresses bound = bound_addresses(daemons_.back()->socket_path());
+      daemon_args_.back()[1] = bound.listen;
+      addresses_ += (n == 0 ? "" : ",") + bound.listen;
+      node_addresses_.push_back(bound.listen);
+      if (metrics && n == 0) {
+        metrics_port_ = port_of(bound.metrics);
+        daemon_args_.back().back() = bound.metrics;
+      }
     }
   }
   // Stops node n's daemon (SIGTERM, as systemd restarts a service) and starts it again with

@@ -15,10 +15,9 @@ namespace {
 
 class StallTest : public DaemonTest {
  protected:
-  void SetUp() override { metrics_port_ = free_tcp_port(); }
-
   void start(const std::string& toml) {
-    start_logged_daemon(toml, {"--metrics-listen", "127.0.0.1:" + std::to_string(metrics_port_)});
+    start_logged_daemon(toml, {"--metrics-listen", "127.0.0.1:0"});
+    metrics_port_ = port_of(bound_addresses(socket()).metrics);
   }
   std::string log() const { return daemon_log(); }
 

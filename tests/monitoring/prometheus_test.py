@@ -28,6 +28,14 @@ def free_port():
         return s.getsockname()[1]
 
 
+def bound_ports(socket_path):
+    """The ports a daemon started on port 0 bound: (metrics, inter-node)."""
+    status = json.loads(subprocess.run(
+        [f"{BUILD}/gradsyncctl", "--socket", socket_path, "--json", "status"],
+        check=True, capture_output=True, text=True).stdout)
+    return tuple(int(status[key].rsplit(":", 1)[1]) for key in ("metrics_listen", "listen"))
+
+
 def get(url, timeout=5):
     with urllib.request.urlopen(url, timeout=timeout) as response:
         return response.read().decode()
@@ -58,15 +66,14 @@ def main():
     processes = []
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            metrics = [free_port(), free_port()]
-            listen = [free_port(), free_port()]
             sockets = [f"{tmp}/node{n}.sock" for n in range(2)]
             for n in range(2):
                 processes.append(subprocess.Popen(
                     [f"{BUILD}/gradsyncd", "--socket", sockets[n], "--log-level", "warn",
-                     "--metrics-listen", f"127.0.0.1:{metrics[n]}",
-                     "--listen", f"127.0.0.1:{listen[n]}"]))
+                     "--metrics-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0"]))
             wait_until("the daemons listen", lambda: all(os.path.exists(s) for s in sockets))
+            # Each picked its ports itself: none can be taken by another test before it binds.
+            metrics, listen = zip(*(bound_ports(s) for s in sockets))
 
             config = f"{tmp}/prometheus.yml"
             with open(config, "w") as f:

@@ -8,9 +8,8 @@
         (a loopback cluster: one gradsyncd per node, ranks split evenly across them)
 """
 import argparse
+import json
 import os
-import random
-import socket as sockets
 import signal
 import subprocess
 import sys
@@ -20,30 +19,20 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def free_port():
-    """A free TCP port below the ephemeral range, so nothing else takes it before the daemon."""
-    for _ in range(1000):
-        port = random.randrange(20000, 30000)
-        with sockets.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no free port")
-
-
-def start_daemon(build_dir, directory, node, listen):
+def start_daemon(build_dir, directory, node):
+    """A daemon listening on a port it picks itself; its socket and inter-node address."""
     socket = os.path.join(directory, f"gradsyncd{node}.sock")
     daemon = subprocess.Popen([os.path.join(build_dir, "gradsyncd"), "--socket", socket,
-                               "--metrics-listen", "", "--listen", listen,
+                               "--metrics-listen", "", "--listen", "127.0.0.1:0",
                                "--log-level", "warn"])
     deadline = time.monotonic() + 20
     while not os.path.exists(socket):
         if daemon.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError("gradsyncd did not start")
         time.sleep(0.01)
-    return daemon, socket
+    status = subprocess.run([os.path.join(build_dir, "gradsyncctl"), "--socket", socket,
+                             "--json", "status"], check=True, capture_output=True, text=True)
+    return daemon, socket, json.loads(status.stdout)["listen"]
 
 
 def main():
@@ -61,10 +50,8 @@ def main():
     per_node = args.ranks // args.nodes
     with tempfile.TemporaryDirectory() as directory:
         build_dir = os.path.abspath(args.build_dir)
-        listens = [f"127.0.0.1:{free_port()}" if args.nodes > 1 else "127.0.0.1:0"
-                   for _ in range(args.nodes)]
-        daemons = [start_daemon(build_dir, directory, node, listen)
-                   for node, listen in enumerate(listens)]
+        daemons = [start_daemon(build_dir, directory, node) for node in range(args.nodes)]
+        listens = [listen for _, _, listen in daemons]
         try:
             env = dict(os.environ, GRADSYNC_JOB=f"ddp-{os.getpid()}",
                        GRADSYNC_LIBRARY=os.path.join(build_dir, "libgradsync.so"),
@@ -92,7 +79,7 @@ def main():
                     return 1
         finally:
             daemon_code = 0
-            for daemon, _ in daemons:
+            for daemon, _, _ in daemons:
                 daemon.send_signal(signal.SIGTERM)
                 daemon_code = max(daemon_code, daemon.wait(timeout=30))
     print(f"worker exit codes {codes}, gradsyncd {daemon_code}")
