@@ -74,6 +74,11 @@ void AllreduceOperand::reduce_into(gradsync_op op, uint64_t begin, uint64_t end,
   if (times_ != nullptr) times_->reduce.cover(start, OperandTimes::Clock::now());
 }
 
+const uint8_t* AllreduceOperand::sole_input(uint64_t begin, uint64_t end) const {
+  if (!fused_.empty() || end > count_ || single_.collective->ranks.size() != 1) return nullptr;
+  return single_.collective->ranks.front().send + begin * element_bytes_;
+}
+
 void AllreduceOperand::deliver(uint64_t begin, uint64_t end) const {
   const auto start =
       times_ != nullptr ? OperandTimes::Clock::now() : OperandTimes::Clock::time_point{};

@@ -53,6 +53,10 @@ class AllreduceOperand {
   // work[begin, end) = `op` over the local ranks' inputs for those elements, and over `extra`
   // (elements [begin, end) received from a peer) unless null.
   void reduce_into(gradsync_op op, uint64_t begin, uint64_t end, const uint8_t* extra) const;
+  // Where the local input for elements [begin, end) already lies as it is, when a single local
+  // rank contributes it to a single collective: that rank's send buffer (work itself when in
+  // place). Null otherwise: the local ranks' inputs must be reduced (reduce_into) first.
+  const uint8_t* sole_input(uint64_t begin, uint64_t end) const;
   // Copies finished elements work[begin, end) to every receive buffer that is not work.
   void deliver(uint64_t begin, uint64_t end) const;
   // Everything of the ranks' that UCX may touch: handed to the mesh if the allreduce fails.

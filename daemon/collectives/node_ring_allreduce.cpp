@@ -67,6 +67,16 @@ class RingWire {
     return (r.end - r.begin) * (bf16_ ? sizeof(uint16_t) : element_);
   }
 
+  // This node's own contribution to chunk piece r, to send at the reduce-scatter's first
+  // step. A lone local rank's input leaves as it is: work[r] is written next by the
+  // allgather, so a copy into it first would be a pass over the bytes for nothing.
+  const uint8_t* first_outgoing(const AllreduceOperand& operand, gradsync_op op, Range r) const {
+    if (!bf16_) {
+      if (const uint8_t* input = operand.sole_input(r.begin, r.end)) return input;
+    }
+    operand.reduce_into(op, r.begin, r.end, nullptr);
+    return outgoing(r);
+  }
   // The bytes of work[r] to send, encoded now if the codec is on.
   const uint8_t* outgoing(Range r) const {
     if (!bf16_) return work_ + r.begin * element_;
@@ -171,9 +181,8 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
   post_reduce_scatter_receives(0);
   for (uint32_t j = 0; j < pieces; ++j) {
     const Range r = piece(me, j);
-    operand.reduce_into(op, r.begin, r.end, nullptr);
-    reduce_scatter_sends.push_back(
-        flight.add(links.send(right, tag(me, 0, j), wire.outgoing(r), wire.bytes(r))));
+    reduce_scatter_sends.push_back(flight.add(
+        links.send(right, tag(me, 0, j), wire.first_outgoing(operand, op, r), wire.bytes(r))));
   }
   for (uint32_t s = 0; s < steps; ++s) {
     if (s + 1 < steps) post_reduce_scatter_receives(s + 1);
