@@ -10,7 +10,6 @@
 #include "kernels/reduce.h"
 
 #include <algorithm>
-#include <array>
 #include <bit>
 
 namespace gradsync::daemon {
@@ -34,12 +33,29 @@ NodeTask node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand&
   };
   const uint32_t fold_back = 2 * levels + 1;
 
-  operand.reduce_into(op, 0, count, nullptr);
+  // This node's input, reduced over its local ranks: a lone local rank's is read where it lies
+  // (its send buffer) until the first reduce with a peer's data writes the work buffer, so the
+  // input costs no copy into work first.
+  const uint8_t* input = operand.sole_input(0, count);
+  if (input == nullptr) {
+    operand.reduce_into(op, 0, count, nullptr);
+    input = work;
+  }
+  // work[begin, end) = input op `received` there; from then on work is the input.
+  auto reduce_received = [&](uint64_t begin, uint64_t end, const uint8_t* received) {
+    if (input == work) {
+      const void* inputs[] = {work + begin * element, received};
+      void* outputs[] = {work + begin * element};
+      kernels::reduce_to_all(dtype, op, inputs, 2, outputs, 1, end - begin, false);
+    } else {
+      operand.reduce_into(op, begin, end, received);
+    }
+  };
   Flight flight(links, &step.scratch, operand.memory(), "running a halving-doubling allreduce");
   const uint64_t all_bytes = count * element;
   if (me < 2 * extra && me % 2 == 0) {
     // Sits out: hand the data to the odd partner, get the result back.
-    flight.add(links.send(me + 1, tag(me, 0), work, all_bytes));
+    flight.add(links.send(me + 1, tag(me, 0), input, all_bytes));
     flight.add(links.receive(tag(me + 1, fold_back), me + 1, work, all_bytes));
     if (auto error = co_await flight.wait_all()) co_return error;
     operand.deliver(0, count);
@@ -49,8 +65,8 @@ NodeTask node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand&
   if (me < 2 * extra) {
     const size_t fold = flight.add(links.receive(tag(me - 1, 0), me - 1, incoming, all_bytes));
     if (auto error = co_await flight.wait(fold)) co_return error;
-    kernels::reduce_to_all(dtype, op, std::array<const void*, 2>{work, incoming}.data(), 2,
-                           std::array<void*, 1>{work}.data(), 1, count, false);
+    reduce_received(0, count, incoming);
+    input = work;
   }
   const uint32_t virtual_rank = me < 2 * extra ? me / 2 : me - extra;
   auto real_node = [extra](uint32_t v) { return v < extra ? 2 * v + 1 : v + extra; };
@@ -71,14 +87,13 @@ NodeTask node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand&
     const uint64_t give_end = lower ? end : middle;
     const size_t receive = flight.add(links.receive(tag(partner, 1 + level), partner, incoming,
                                                     (keep_end - keep_begin) * element));
-    flight.add(links.send(partner, tag(me, 1 + level), work + give_begin * element,
+    flight.add(links.send(partner, tag(me, 1 + level), input + give_begin * element,
                           (give_end - give_begin) * element));
     if (auto error = co_await flight.wait(receive)) co_return error;
-    const void* inputs[] = {work + keep_begin * element, incoming};
-    void* outputs[] = {work + keep_begin * element};
-    kernels::reduce_to_all(dtype, op, inputs, 2, outputs, 1, keep_end - keep_begin, false);
-    // The next receive reuses `incoming`; the send just posted reads `work`, which the next
-    // level does not write outside the kept half.
+    reduce_received(keep_begin, keep_end, incoming);
+    input = work;
+    // The next receive reuses `incoming`; the send just posted reads the input or `work`, which
+    // the next level does not write outside the kept half.
     begin = keep_begin;
     end = keep_end;
   }
