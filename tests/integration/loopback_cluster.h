@@ -4,6 +4,7 @@
 
 #include "tests/integration/harness.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -49,12 +51,12 @@ class LoopbackCluster {
       daemon_args_.push_back(args);
       daemons_.push_back(start(n));
       const BoundAddresses bound = bound_addresses(daemons_.back()->socket_path());
-      daemon_args_.back()[1] = bound.listen;
+      set_flag(daemon_args_.back(), "--listen", bound.listen);
       addresses_ += (n == 0 ? "" : ",") + bound.listen;
       node_addresses_.push_back(bound.listen);
       if (metrics && n == 0) {
         metrics_port_ = port_of(bound.metrics);
-        daemon_args_.back().back() = bound.metrics;
+        set_flag(daemon_args_.back(), "--metrics-listen", bound.metrics);
       }
     }
   }
@@ -114,6 +116,14 @@ class LoopbackCluster {
   }
 
  private:
+  // The value after `flag` in `args` becomes `value`.
+  static void set_flag(std::vector<std::string>& args, const std::string& flag,
+                       const std::string& value) {
+    const auto it = std::find(args.begin(), args.end(), flag);
+    if (it == args.end() || it + 1 == args.end()) throw std::logic_error("no " + flag);
+    *(it + 1) = value;
+  }
+
   std::unique_ptr<tools::PrivateDaemon> start(int node) const {
     const std::string log = directory_ / ("node" + std::to_string(node) + ".log");
     return std::make_unique<tools::PrivateDaemon>(
