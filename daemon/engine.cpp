@@ -336,11 +336,16 @@ bool Engine::poll_submissions(Session& session) {
   return true;
 }
 
-void Engine::fail_job(Job& job, gradsync_result status, const std::string& reason,
-                      bool tell_peers) {
+void Engine::fail_job(Job& job, gradsync_result status, const std::string& reason, bool tell_peers,
+                      JobFailure kind) {
   if (job.failure()) return;
-  log_->warn("job '{}' failed: {}", job.name(), reason);
-  job.fail(status, reason);
+  // A peer's ranks leaving once every node's agreed work is done is how a job ends: nothing
+  // is lost where nothing here still waited (the ranks here get the reason if they submit).
+  if (job.fail(status, reason) > 0 || kind == JobFailure::kFault) {
+    log_->warn("job '{}' failed: {}", job.name(), reason);
+  } else {
+    log_->info("job '{}' ended by another node, with nothing waiting here: {}", job.name(), reason);
+  }
   if (job.network() != nullptr) {
     if (tell_peers) job.network()->broadcast_abort(reason);
     // Whatever failed it, a connection of the job may be the cause and stay silently broken

@@ -129,7 +129,11 @@ class Engine {
   void handle_node_message(std::span<const uint8_t> payload, uint64_t tag = 0);
   // Fails the jobs whose hashed name `tag` carries, naming its sending node: "node N <what>".
   void fail_jobs_of_tag(uint64_t tag, gradsync_result status, const std::string& what);
-  void fail_job(Job& job, gradsync_result status, const std::string& reason, bool tell_peers);
+  // How a job's failure is logged: a fault as a warning; a peer that ended the job once the
+  // work it agreed to was done (its ranks left) as one only where work here still waited.
+  enum class JobFailure : uint8_t { kFault, kPeerEnded };
+  void fail_job(Job& job, gradsync_result status, const std::string& reason, bool tell_peers,
+                JobFailure kind = JobFailure::kFault);
   bool run_ready_batches();
   // Metrics and step accounting of a unit done on this node; returns its collectives.
   uint64_t record_local_completion(Job& job, const ReadyUnit& unit, Clock::time_point end);

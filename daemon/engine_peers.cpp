@@ -166,7 +166,7 @@ bool Engine::run_agreed(Job& job) {
   if (auto error = job.network()->run_decided(ran)) {
     fail_job(job, GRADSYNC_ERR_PEER_FAILED, *error, true);
   } else if (auto reason = job.network()->abort_due()) {
-    fail_job(job, GRADSYNC_ERR_PEER_FAILED, *reason, false);
+    fail_job(job, GRADSYNC_ERR_PEER_FAILED, *reason, false, JobFailure::kPeerEnded);
     ran = true;
   }
   return ran;

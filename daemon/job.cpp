@@ -240,7 +240,10 @@ void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point sinc
     }
   }
   if (!grouped) {
-    if (status != GRADSYNC_OK) return fail_collective(ranks, status, message);
+    if (status != GRADSYNC_OK) {
+      fail_collective(ranks, status, message);
+      return;
+    }
     // emplace, not an initializer list: that would copy every submission.
     ReadyUnit& unit = ready_.emplace_back(ReadyUnit{unit_pool_.collectives()});
     unit.collectives.push_back(ReadyCollective{std::move(ranks), times});
@@ -267,31 +270,36 @@ void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point sinc
   }
 }
 
-void Job::fail_collective(std::vector<Submission>& ranks, gradsync_result status,
-                          const std::string& message) {
+size_t Job::fail_collective(std::vector<Submission>& ranks, gradsync_result status,
+                            const std::string& message) {
   for (auto& s : ranks) complete(s, status, message);
+  const size_t failed = ranks.size();
   ranks.clear();
+  return failed;
 }
 
-void Job::fail(gradsync_result status, const std::string& message) {
+size_t Job::fail(gradsync_result status, const std::string& message) {
   if (!failure_) {
     failure_ = message;
     failure_status_ = status;
   }
+  size_t failed = 0;
   for (auto& [name, tensor] : pending_) {
     for (auto& queue : tensor.per_rank) {
       for (auto& s : queue) complete(s, status, message);
+      failed += queue.size();
     }
   }
   pending_.clear();
   auto fail_unit = [&](ReadyUnit& unit) {
-    for (auto& c : unit.collectives) fail_collective(c.ranks, status, message);
+    for (auto& c : unit.collectives) failed += fail_collective(c.ranks, status, message);
   };
   for (auto& [id, group] : groups_) fail_unit(group.unit);
   groups_.clear();
   for (auto& unit : ready_) fail_unit(unit);
   ready_.clear();
-  if (network_) network_->fail_waiting(status, message);
+  if (network_) failed += network_->fail_waiting(status, message);
+  return failed;
 }
 
 std::optional<std::string> find_mismatch(const std::vector<Submission>& ranks) {

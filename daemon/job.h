@@ -66,8 +66,9 @@ class Job {
   // Takes one rank's submission. Completes it at once with an error if the job has failed.
   void submit(Submission submission);
 
-  // Fails everything pending and everything submitted from now on.
-  void fail(gradsync_result status, const std::string& message);
+  // Fails everything pending and everything submitted from now on. Returns how many ranks'
+  // submissions were pending (0: the job had nothing in flight here).
+  size_t fail(gradsync_result status, const std::string& message);
 
   // Ready units in the order they became ready (the same order on every rank).
   std::deque<ReadyUnit>& ready() { return ready_; }
@@ -106,8 +107,9 @@ class Job {
   // `since`: when the first of them submitted it; `ready`: when the last did.
   void on_all_submitted(std::vector<Submission> ranks, Clock::time_point since,
                         Clock::time_point ready);
-  void fail_collective(std::vector<Submission>& ranks, gradsync_result status,
-                       const std::string& message);
+  // Returns how many submissions it failed.
+  size_t fail_collective(std::vector<Submission>& ranks, gradsync_result status,
+                         const std::string& message);
 
   std::string name_;
   int32_t local_world_size_;

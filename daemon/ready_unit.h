@@ -43,11 +43,15 @@ struct ReadyUnit {
   uint64_t bytes() const;
 };
 
-// Completes every rank's part of every collective of `unit`.
-inline void complete(const ReadyUnit& unit, gradsync_result status, std::string_view message = {}) {
+// Completes every rank's part of every collective of `unit`; returns how many parts.
+inline size_t complete(const ReadyUnit& unit, gradsync_result status,
+                       std::string_view message = {}) {
+  size_t parts = 0;
   for (const auto& c : unit.collectives) {
     for (const auto& s : c.ranks) complete(s, status, message);
+    parts += c.ranks.size();
   }
+  return parts;
 }
 
 }  // namespace gradsync::daemon

@@ -254,7 +254,7 @@ void NodeJob::broadcast_abort(const std::string& reason) {
   links_.send_control_to_all_live(message);
 }
 
-void NodeJob::fail_waiting(gradsync_result status, const std::string& message) {
+size_t NodeJob::fail_waiting(gradsync_result status, const std::string& message) {
   failed_ = true;
   probe_.reset();  // its operations retire with it, before what they touch
   // Proposed and undecided counts too: node 0 may have decided it already.
@@ -263,21 +263,23 @@ void NodeJob::fail_waiting(gradsync_result status, const std::string& message) {
       std::any_of(units_.begin(), units_.end(), [](const auto& u) { return u.has_value(); });
   // Unfinished tasks go first: their Flights retire what is still on the wire, with the
   // memory it may touch, before the ranks hear of the failure.
+  size_t failed = 0;
   for (auto& work : in_flight_) {
     work->task.reset();
-    for (const auto& unit : work->units) complete(unit, status, message);
+    for (const auto& unit : work->units) failed += complete(unit, status, message);
   }
   in_flight_.clear();
   for (auto& batch : queued_) {
-    for (const auto& unit : batch.units) complete(unit, status, message);
+    for (const auto& unit : batch.units) failed += complete(unit, status, message);
   }
   queued_.clear();
   for (auto& unit : units_) {
-    if (unit) complete(*unit, status, message);
+    if (unit) failed += complete(*unit, status, message);
   }
   units_.clear();
   free_units_.clear();
   unproposed_.clear();
+  return failed;
 }
 
 }  // namespace gradsync::daemon

@@ -105,7 +105,8 @@ class NodeJob {
   std::chrono::steady_clock::time_point created() const { return created_; }
   // Fails everything waiting here (the Job fails its own queues), and for good: a failed job
   // does not form.
-  void fail_waiting(gradsync_result status, const std::string& message);
+  // Returns how many ranks' submissions it completed with the error.
+  size_t fail_waiting(gradsync_result status, const std::string& message);
 
   // Counts a control message from another node in its peer's statistics.
   void count_received(uint64_t sender_tag, uint64_t bytes) {
