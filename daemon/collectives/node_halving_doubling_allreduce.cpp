@@ -6,6 +6,9 @@
 // Any node count: with p the largest power of two <= n, the first 2(n-p) nodes pair up; the
 // even one of each pair hands its data to the odd one and sits out, and gets the result back
 // at the end.
+//
+// A range of the work travels as one message per block of it (AllreduceOperand::
+// for_each_block): one, unless fused tensors stay in place, each in its own buffer.
 #include "daemon/collectives/node_collectives.h"
 #include "kernels/reduce.h"
 
@@ -22,51 +25,80 @@ NodeTask node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand&
   const size_t element = operand.element_bytes();
   const gradsync_dtype dtype = operand.dtype();
   const gradsync_op op = node_detail::network_op(operand.op());
-  uint8_t* work = operand.work();
   const uint32_t p = std::bit_floor(n);
   const uint32_t extra = n - p;
   const auto levels = static_cast<uint32_t>(std::countr_zero(p));
   // Parts: 0 the fold-in, 1..levels halving, levels+1..2 levels doubling, 2 levels+1 the result
-  // back to a node that sat out.
-  auto tag = [&](uint32_t sender, uint32_t part) {
-    return links.tag(tags::kData, sender, step.sequence, part);
-  };
+  // back to a node that sat out; within a part, a message per block of its range.
   const uint32_t fold_back = 2 * levels + 1;
+  const uint64_t blocks = operand.max_blocks();
+  if ((uint64_t{fold_back} + 1) * blocks > 0x10000) {
+    co_return "too many tensors fused in place for halving-doubling's message tags";
+  }
+  auto tag = [&](uint32_t sender, uint32_t part, size_t block) {
+    return links.tag(tags::kData, sender, step.sequence,
+                     static_cast<uint32_t>(part * blocks + block));
+  };
 
   // This node's input, reduced over its local ranks: a lone local rank's is read where it lies
-  // (its send buffer) until the first reduce with a peer's data writes the work buffer, so the
-  // input costs no copy into work first.
-  const uint8_t* input = operand.sole_input(0, count);
-  if (input == nullptr) {
-    operand.reduce_into(op, 0, count, nullptr);
-    input = work;
-  }
-  // work[begin, end) = input op `received` there; from then on work is the input.
+  // (its send buffer) until the first reduce with a peer's data writes the work, so the input
+  // costs no copy into the work first.
+  bool input_is_work = false;
+  operand.for_each_block(0, count, [&](uint64_t b, uint64_t e, size_t) {
+    input_is_work = input_is_work || operand.sole_input(b, e) == nullptr;
+  });
+  if (input_is_work) operand.reduce_into(op, 0, count, nullptr);
+  // Work [begin, end) = input op `received` there (one block); from then on the work is the
+  // input.
   auto reduce_received = [&](uint64_t begin, uint64_t end, const uint8_t* received) {
-    if (input == work) {
-      const void* inputs[] = {work + begin * element, received};
-      void* outputs[] = {work + begin * element};
-      kernels::reduce_to_all(dtype, op, inputs, 2, outputs, 1, end - begin, false);
-    } else {
+    if (!input_is_work) {
       operand.reduce_into(op, begin, end, received);
+      return;
     }
+    operand.for_each_block(begin, end, [&](uint64_t b, uint64_t e, size_t) {
+      uint8_t* work = operand.at(b, e);
+      const void* inputs[] = {work, received + (b - begin) * element};
+      void* outputs[] = {work};
+      kernels::reduce_to_all(dtype, op, inputs, 2, outputs, 1, e - b, false);
+    });
   };
   Flight flight(links, &step.scratch, operand.memory(), "running a halving-doubling allreduce");
+  // A range to a partner, from the input (or the work, once the input is in it).
+  auto send_range = [&](uint32_t to, uint32_t part, uint64_t begin, uint64_t end) {
+    operand.for_each_block(begin, end, [&](uint64_t b, uint64_t e, size_t block) {
+      const uint8_t* from = input_is_work ? operand.at(b, e) : operand.sole_input(b, e);
+      flight.add(links.send(to, tag(me, part, block), from, (e - b) * element));
+    });
+  };
+  // A range from a partner, into `into` (one block, the range's first element first) or, when
+  // null, into place in the work; `receives` gets the operations to wait for.
+  std::vector<size_t> receives;
+  auto receive_range = [&](uint32_t from, uint32_t part, uint64_t begin, uint64_t end,
+                           uint8_t* into) {
+    receives.clear();
+    operand.for_each_block(begin, end, [&](uint64_t b, uint64_t e, size_t block) {
+      uint8_t* where = into != nullptr ? into + (b - begin) * element : operand.at(b, e);
+      receives.push_back(
+          flight.add(links.receive(tag(from, part, block), from, where, (e - b) * element)));
+    });
+  };
   const uint64_t all_bytes = count * element;
   if (me < 2 * extra && me % 2 == 0) {
     // Sits out: hand the data to the odd partner, get the result back.
-    flight.add(links.send(me + 1, tag(me, 0), input, all_bytes));
-    flight.add(links.receive(tag(me + 1, fold_back), me + 1, work, all_bytes));
+    send_range(me + 1, 0, 0, count);
+    receive_range(me + 1, fold_back, 0, count, nullptr);
     if (auto error = co_await flight.wait_all()) co_return error;
     operand.deliver(0, count);
     co_return std::nullopt;
   }
   uint8_t* incoming = step.scratch.get(0, std::max<uint64_t>(all_bytes, 1));
   if (me < 2 * extra) {
-    const size_t fold = flight.add(links.receive(tag(me - 1, 0), me - 1, incoming, all_bytes));
-    if (auto error = co_await flight.wait(fold)) co_return error;
+    receive_range(me - 1, 0, 0, count, incoming);
+    for (const size_t receive : receives) {
+      if (auto error = co_await flight.wait(receive)) co_return error;
+    }
     reduce_received(0, count, incoming);
-    input = work;
+    input_is_work = true;
   }
   const uint32_t virtual_rank = me < 2 * extra ? me / 2 : me - extra;
   auto real_node = [extra](uint32_t v) { return v < extra ? 2 * v + 1 : v + extra; };
@@ -85,21 +117,28 @@ NodeTask node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand&
     const uint64_t keep_end = lower ? middle : end;
     const uint64_t give_begin = lower ? middle : begin;
     const uint64_t give_end = lower ? end : middle;
-    const size_t receive = flight.add(links.receive(tag(partner, 1 + level), partner, incoming,
-                                                    (keep_end - keep_begin) * element));
-    flight.add(links.send(partner, tag(me, 1 + level), input + give_begin * element,
-                          (give_end - give_begin) * element));
-    if (auto error = co_await flight.wait(receive)) co_return error;
+    receive_range(partner, 1 + level, keep_begin, keep_end, incoming);
+    send_range(partner, 1 + level, give_begin, give_end);
+    for (const size_t receive : receives) {
+      if (auto error = co_await flight.wait(receive)) co_return error;
+    }
     reduce_received(keep_begin, keep_end, incoming);
-    input = work;
-    // The next receive reuses `incoming`; the send just posted reads the input or `work`, which
-    // the next level does not write outside the kept half.
+    input_is_work = true;
+    // The next receives reuse `incoming`; the sends just posted read the input or the work,
+    // which the next level does not write outside the kept half.
     begin = keep_begin;
     end = keep_end;
   }
+  // No level wrote the work (one node: admission makes that a local job, but the algorithm
+  // does not rely on it): the input goes to the work as it is.
+  if (!input_is_work) {
+    operand.reduce_into(op, 0, count, nullptr);
+    input_is_work = true;
+  }
   if (operand.op() == GRADSYNC_AVG) {
-    kernels::divide(dtype, work + begin * element, end - begin,
-                    static_cast<uint64_t>(step.world_size));
+    operand.for_each_block(begin, end, [&](uint64_t b, uint64_t e, size_t) {
+      kernels::divide(dtype, operand.at(b, e), e - b, static_cast<uint64_t>(step.world_size));
+    });
   }
   // Doubling: the same partners backwards; each sends what it has and receives the other half.
   for (uint32_t level = levels; level-- > 0;) {
@@ -109,16 +148,15 @@ NodeTask node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand&
     const bool lower = (virtual_rank & mask) == 0;
     const uint64_t other_begin = lower ? end : outer_begin;
     const uint64_t other_end = lower ? outer_end : begin;
-    const size_t receive = flight.add(links.receive(tag(partner, 2 * levels - level), partner,
-                                                    work + other_begin * element,
-                                                    (other_end - other_begin) * element));
-    flight.add(links.send(partner, tag(me, 2 * levels - level), work + begin * element,
-                          (end - begin) * element));
-    if (auto error = co_await flight.wait(receive)) co_return error;
+    receive_range(partner, 2 * levels - level, other_begin, other_end, nullptr);
+    send_range(partner, 2 * levels - level, begin, end);
+    for (const size_t receive : receives) {
+      if (auto error = co_await flight.wait(receive)) co_return error;
+    }
     begin = outer_begin;
     end = outer_end;
   }
-  if (me < 2 * extra) flight.add(links.send(me - 1, tag(me, fold_back), work, all_bytes));
+  if (me < 2 * extra) send_range(me - 1, fold_back, 0, count);
   operand.deliver(0, count);
   co_return co_await flight.wait_all();
 }

@@ -127,16 +127,18 @@ class NodeJob {
   // Ends forming once the links are measured: starts negotiating. Nothing while the probe
   // runs; an error if it failed.
   std::optional<std::string> finish_forming();
-  // Agreed collectives that run as one task: one unit, or several small allreduces fused.
+  // Agreed collectives that run as one task: one unit, or several allreduces fused.
   struct Batch {
     std::vector<ReadyUnit> units;
     LinkFigures link;  // as agreed in the cycle that decided them
     bool fused = false;
+    AllreduceOperand::Layout layout = AllreduceOperand::Layout::kPacked;  // when fused
   };
   // A batch in progress, with everything its task refers to (at a stable address).
   struct InFlight {
     std::vector<ReadyUnit> units;
     LinkFigures link;
+    AllreduceOperand::Layout layout = AllreduceOperand::Layout::kPacked;
     uint64_t first_sequence = 0;
     const char* allreduce_algorithm = "negotiation";  // for the metrics: set when one runs
     std::chrono::steady_clock::time_point started;    // for the trace, as are the times
@@ -147,6 +149,9 @@ class NodeJob {
   // At most this many batches of one job are in flight: enough to keep the links busy between
   // collectives, few enough to bound the scratch memory.
   static constexpr size_t kMaxInFlight = 4;
+  // At most this many collectives in a batch fused in place: halving-doubling's message tags
+  // count levels times blocks (collectives) in 16 bits.
+  static constexpr size_t kMaxInPlaceMembers = 1024;
 
   void report_negotiation();
   // Records a finished batch's collectives in the trace.
@@ -156,9 +161,13 @@ class NodeJob {
                        std::chrono::steady_clock::time_point now);
   // Completes one cycle's decisions that need no network; queues the others as batches.
   std::optional<std::string> take_cycle(const CycleDecisions& cycle);
-  // Whether `unit` may join a fused allreduce: allreduces of one dtype and op, smaller than
-  // `cutoff` (cost_model.h) and the fusion threshold.
-  bool fusible(const ReadyUnit& unit, uint64_t cutoff) const;
+  // How `unit` may be fused, if it may: allreduces of one dtype and op within the fusion
+  // threshold, either smaller than `cutoff` (cost_model.h: its copies in and out of a packed
+  // batch cost less than a collective of its own), or large and carried by halving-doubling,
+  // which moves a batch of large tensors in place as a message per tensor and level (the
+  // ring's pieces would need a message per tensor and piece: large ones stay alone there).
+  std::optional<AllreduceOperand::Layout> fusion_layout(const ReadyUnit& unit, uint64_t cutoff,
+                                                        const LinkFigures& link) const;
   // Resumes the tasks in flight, completes the finished, starts queued batches.
   std::optional<std::string> progress(bool& ran);
   void start(Batch batch);

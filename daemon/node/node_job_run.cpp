@@ -130,45 +130,69 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
       networked.push_back(std::move(unit));
     }
   }
-  // Then the rest, queued in the agreed order, except that the small allreduces of one dtype
-  // and op go together, fused, where the first of them would have gone. Everything this looks
-  // at was agreed on (the decisions and their signatures), so every node queues the same
-  // batches in the same order.
+  // Then the rest, queued in the agreed order, except that allreduces of one dtype and op that
+  // fuse the same way go together where the first of them would have gone. Everything this
+  // looks at was agreed on (the decisions, their signatures, the cycle's link figures), so
+  // every node queues the same batches in the same order.
   const uint64_t cutoff = fusion_cutoff_bytes(cycle.link, links_.nodes());
+  std::vector<std::optional<AllreduceOperand::Layout>> layouts(networked.size());
+  for (size_t u = 0; u < networked.size(); ++u) {
+    layouts[u] = fusion_layout(networked[u], cutoff, cycle.link);
+  }
   std::vector<bool> taken(networked.size(), false);
   for (size_t u = 0; u < networked.size(); ++u) {
     if (taken[u]) continue;
     Batch& batch = queued_.emplace_back(Batch{{}, cycle.link, false});
     batch.units.push_back(std::move(networked[u]));
     const ReadyUnit& first = batch.units.front();
-    if (fusible(first, cutoff)) {
-      const Submission& lead = first.collectives.front().first();
-      uint64_t bytes = first.bytes();
-      for (size_t v = u + 1; v < networked.size(); ++v) {
-        if (taken[v] || !fusible(networked[v], cutoff)) continue;
-        const Submission& other = networked[v].collectives.front().first();
-        if (other.dtype != lead.dtype || other.op != lead.op ||
-            bytes + networked[v].bytes() > agreed_.fusion_threshold_bytes) {
-          continue;
-        }
-        bytes += networked[v].bytes();
-        batch.units.push_back(std::move(networked[v]));
-        taken[v] = true;
+    if (!layouts[u]) continue;
+    const auto layout = *layouts[u];
+    const Submission& lead = first.collectives.front().first();
+    uint64_t bytes = first.bytes();
+    size_t members = first.collectives.size();
+    for (size_t v = u + 1; v < networked.size(); ++v) {
+      if (taken[v] || layouts[v] != layout) continue;
+      const ReadyUnit& unit = networked[v];
+      const Submission& other = unit.collectives.front().first();
+      if (other.dtype != lead.dtype || other.op != lead.op ||
+          bytes + unit.bytes() > agreed_.fusion_threshold_bytes) {
+        continue;
       }
-      batch.fused = batch.units.size() > 1 || batch.units.front().collectives.size() > 1;
+      if (layout == AllreduceOperand::Layout::kInPlace &&
+          (members + unit.collectives.size() > kMaxInPlaceMembers ||
+           choose(bytes + unit.bytes(), lead.dtype, cycle.link) !=
+               AllreduceAlgorithm::kHalvingDoubling)) {
+        continue;
+      }
+      bytes += unit.bytes();
+      members += unit.collectives.size();
+      batch.units.push_back(std::move(networked[v]));
+      taken[v] = true;
     }
+    batch.fused = members > 1;
+    batch.layout = layout;
   }
   return error;
 }
 
-bool NodeJob::fusible(const ReadyUnit& unit, uint64_t cutoff) const {
+std::optional<AllreduceOperand::Layout> NodeJob::fusion_layout(const ReadyUnit& unit,
+                                                               uint64_t cutoff,
+                                                               const LinkFigures& link) const {
   const Submission& lead = unit.collectives.front().first();
-  return unit.bytes() < cutoff && unit.bytes() <= agreed_.fusion_threshold_bytes &&
-         std::all_of(unit.collectives.begin(), unit.collectives.end(),
-                     [&lead](const ReadyCollective& c) {
-                       return c.first().collective == ipc::Collective::kAllreduce &&
-                              c.first().dtype == lead.dtype && c.first().op == lead.op;
-                     });
+  const uint64_t bytes = unit.bytes();
+  if (bytes > agreed_.fusion_threshold_bytes || unit.collectives.size() > kMaxInPlaceMembers ||
+      !std::all_of(unit.collectives.begin(), unit.collectives.end(),
+                   [&lead](const ReadyCollective& c) {
+                     return c.first().collective == ipc::Collective::kAllreduce &&
+                            c.first().dtype == lead.dtype && c.first().op == lead.op;
+                   })) {
+    return std::nullopt;
+  }
+  if (bytes < cutoff) return AllreduceOperand::Layout::kPacked;
+  if (choose(bytes, lead.dtype, link) == AllreduceAlgorithm::kHalvingDoubling) {
+    return AllreduceOperand::Layout::kInPlace;
+  }
+  return std::nullopt;
 }
 
 std::optional<std::string> NodeJob::progress(bool& ran) {
@@ -209,6 +233,7 @@ void NodeJob::start(Batch batch) {
   auto work = std::make_unique<InFlight>();
   work->units = std::move(batch.units);
   work->link = batch.link;
+  work->layout = batch.layout;
   if (spare_scratch_.empty()) {
     work->scratch = std::make_unique<Scratch>();
   } else {
@@ -316,15 +341,24 @@ NodeTask NodeJob::run_fused(InFlight& work) {
     }
   }
   const auto start = std::chrono::steady_clock::now();
-  AllreduceOperand operand(fused, work.scratch->get(kFusionScratchSlot, bytes));
+  const gradsync_dtype dtype = fused.front()->first().dtype;
+  const AllreduceAlgorithm algorithm = choose(bytes, dtype, work.link);
+  // In place only where halving-doubling runs it (take_cycle makes sure it does): the ring
+  // needs the work in one block.
+  const AllreduceOperand::Layout members_layout = algorithm == AllreduceAlgorithm::kHalvingDoubling
+                                                      ? work.layout
+                                                      : AllreduceOperand::Layout::kPacked;
+  const bool in_place = members_layout == AllreduceOperand::Layout::kInPlace;
+  AllreduceOperand operand(fused, in_place ? nullptr : work.scratch->get(kFusionScratchSlot, bytes),
+                           members_layout);
   if (trace_ != nullptr) operand.time_into(&work.times);
   NodeStep step{links_, *work.scratch, static_cast<uint32_t>(work.first_sequence),
-                layout().world_size, codec_for(operand.dtype())};
-  const AllreduceAlgorithm algorithm = choose(bytes, operand.dtype(), work.link);
+                layout().world_size, codec_for(dtype)};
   metrics_.internode_allreduce(algorithm_name(algorithm));
   work.allreduce_algorithm = algorithm_name(algorithm);
-  log_->debug("job '{}': {} tensors fused ({} bytes) as collective {} by {}", links_.job_name(),
-              fused.size(), bytes, step.sequence, algorithm_name(algorithm));
+  log_->debug("job '{}': {} tensors fused ({} bytes, {}) as collective {} by {}", links_.job_name(),
+              fused.size(), bytes, in_place ? "in place" : "packed", step.sequence,
+              algorithm_name(algorithm));
   const auto network_started = std::chrono::steady_clock::now();
   NodeTask task = algorithm == AllreduceAlgorithm::kRing
                       ? node_ring_allreduce(step, operand)

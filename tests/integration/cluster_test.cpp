@@ -42,6 +42,11 @@ struct Shape {
   int ranks_per_node;
 };
 
+std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
+  return std::to_string(info.param.nodes) + "nodes_" + std::to_string(info.param.ranks_per_node) +
+         "ranks";
+}
+
 class ClusterTest : public ::testing::TestWithParam<Shape> {};
 
 TEST_P(ClusterTest, EveryCollectiveDtypeOpAndCountAcrossNodes) {
@@ -60,10 +65,7 @@ TEST_P(ClusterTest, EveryCollectiveDtypeOpAndCountAcrossNodes) {
 INSTANTIATE_TEST_SUITE_P(Shapes, ClusterTest,
                          ::testing::Values(Shape{2, 1}, Shape{2, 2}, Shape{3, 1}, Shape{3, 2},
                                            Shape{4, 1}),
-                         [](const auto& info) {
-                           return std::to_string(info.param.nodes) + "nodes_" +
-                                  std::to_string(info.param.ranks_per_node) + "ranks";
-                         });
+                         shape_name);
 
 // Each inter-node allreduce forced, on node counts that are and are not powers of two.
 struct ForcedAlgorithm {
@@ -131,10 +133,7 @@ TEST_P(WireCodecTest, EncodedAllreducesAreCloseAndTheSameOnEveryRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, WireCodecTest, ::testing::Values(Shape{2, 1}, Shape{3, 2}),
-                         [](const auto& info) {
-                           return std::to_string(info.param.nodes) + "nodes_" +
-                                  std::to_string(info.param.ranks_per_node) + "ranks";
-                         });
+                         shape_name);
 
 // The same training-shaped steps through a warm response cache, through one too small for the
 // step (entries evicted and renegotiated all the time), and with no cache at all: every result
@@ -158,16 +157,15 @@ TEST(Cluster, HundredsOfSmallTensorsPerStep) {
   expect_all_succeed(ranks, cluster);
 }
 
-// Allreduces of every dtype and op in flight together: the nodes fuse the runs of one dtype and
-// op that a cycle decides, and cut them where either changes. Every result is checked, and node
-// 0's metrics must show fused batches (one rank per node: no local batches to confuse them).
-class FusionTest : public ::testing::TestWithParam<Shape> {};
-
-TEST_P(FusionTest, RunsOfOneDtypeAndOpFuseAndStayRight) {
-  const Shape shape = GetParam();
+// Runs test_rank's `scenario` on every rank of `shape`, each result checked against the
+// reference, and expects node 0's metrics to show fused batches (one rank per node: no local
+// batches to confuse them).
+void expect_job_fuses(const Shape& shape, const std::string& scenario,
+                      const std::map<std::string, std::string>& env = {}) {
   LoopbackCluster cluster(shape.nodes, "", true);
   auto ranks = cluster.spawn(
-      "mixed", std::vector<int>(static_cast<size_t>(shape.nodes), shape.ranks_per_node), {"mixed"});
+      scenario, std::vector<int>(static_cast<size_t>(shape.nodes), shape.ranks_per_node),
+      {scenario}, env);
   expect_all_succeed(ranks, cluster);
 #ifndef GRADSYNC_SANITIZED
   // Fusion needs tensors decided in one cycle; instrumented, the nodes are slow enough that
@@ -179,12 +177,28 @@ TEST_P(FusionTest, RunsOfOneDtypeAndOpFuseAndStayRight) {
 #endif
 }
 
+// Allreduces of every dtype and op in flight together: the nodes fuse the runs of one dtype and
+// op that a cycle decides, and cut them where either changes.
+class FusionTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(FusionTest, RunsOfOneDtypeAndOpFuseAndStayRight) {
+  expect_job_fuses(GetParam(), "mixed");
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, FusionTest,
-                         ::testing::Values(Shape{2, 1}, Shape{3, 2}, Shape{4, 1}),
-                         [](const auto& info) {
-                           return std::to_string(info.param.nodes) + "nodes_" +
-                                  std::to_string(info.param.ranks_per_node) + "ranks";
-                         });
+                         ::testing::Values(Shape{2, 1}, Shape{3, 2}, Shape{4, 1}), shape_name);
+
+// Tensors from a few floats to megabytes decided together, with halving-doubling forced: the
+// small ones fuse packed, the large ones in place (a message per tensor and level), on node
+// counts that are and are not powers of two.
+class InPlaceFusionTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(InPlaceFusionTest, TensorsOfEverySizeFuseAndStayRight) {
+  expect_job_fuses(GetParam(), "fused_sizes", {{"GRADSYNC_ALGO", "rhd"}});
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, InPlaceFusionTest,
+                         ::testing::Values(Shape{2, 1}, Shape{3, 2}, Shape{4, 1}), shape_name);
 
 TEST(Cluster, MetricsShowTheMeasuredLinkTheCacheAndTheAlgorithms) {
   LoopbackCluster cluster(2, "", true);

@@ -215,6 +215,45 @@ int scenario_mixed(Communicator& comm) {
   return 0;
 }
 
+// Gradients of very different sizes in flight together, as a model's are, all f32 of one op:
+// the small ones fuse packed, the large ones (with halving-doubling) in place, each in its own
+// buffer. In place and out of place alternate by tensor; sum, then average (divided block by
+// block).
+int scenario_fused_sizes(Communicator& comm) {
+  const std::vector<size_t> counts = {393217, 1, 65536,  7,    1000003, 300,
+                                      131071, 2, 262147, 5000, 3,       524289};
+  std::vector<size_t> offsets;  // floats, in both buffers
+  size_t total = 0;
+  for (const size_t count : counts) {
+    offsets.push_back(total);
+    total += (count + 15) / 16 * 16;
+  }
+  SharedBuffer in = comm.allocate(total * 4);
+  SharedBuffer out = comm.allocate(total * 4);
+  uint64_t seed = 500;
+  for (const gradsync_op op : {GRADSYNC_SUM, GRADSYNC_AVG}) {
+    for (int step = 0; step < 2; ++step, seed += counts.size()) {
+      std::vector<gradsync_request> requests(counts.size());
+      for (size_t i = 0; i < counts.size(); ++i) {
+        float* send = in.as<float>() + offsets[i];
+        float* recv = i % 2 == 0 ? send : out.as<float>() + offsets[i];
+        reference::fill_input(send, counts[i], GRADSYNC_FLOAT32, g_rank, op, seed + i);
+        const std::string name = "sizes." + std::to_string(i);
+        requests[i] = comm.allreduce(name.c_str(), send, recv, counts[i], GRADSYNC_FLOAT32, op);
+      }
+      for (size_t i = 0; i < counts.size(); ++i) {
+        comm.wait(requests[i]);
+        const float* recv = (i % 2 == 0 ? in.as<float>() : out.as<float>()) + offsets[i];
+        const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, recv, counts[i],
+                                                    GRADSYNC_FLOAT32, op, g_ranks, 0, seed + i);
+        EXPECT_OR_FAIL(wrong == 0, "op %d step %d tensor %zu (%zu floats): %zu wrong", op, step, i,
+                       counts[i], wrong);
+      }
+    }
+  }
+  return 0;
+}
+
 // Rank 0 submits a tensor the other ranks withhold (they sleep until killed): the daemon's stall
 // inspector must name it and them, and with stall_shutdown_seconds fail the job with that
 // message (rank 0 then exits 0 if it got a timeout naming the tensor and `missing`).
@@ -513,6 +552,7 @@ int main(int argc, char** argv) {
     if (scenario == "random_order") return scenario_random_order(comm);
     if (scenario == "grouped") return scenario_grouped(comm);
     if (scenario == "mixed") return scenario_mixed(comm);
+    if (scenario == "fused_sizes") return scenario_fused_sizes(comm);
     if (scenario == "withhold") {
       return scenario_withhold(comm, args.size() > 1 ? args[1] : "local rank(s) 1");
     }
