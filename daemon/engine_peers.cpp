@@ -145,7 +145,7 @@ void Engine::handle_node_message(std::span<const uint8_t> payload, uint64_t tag)
       // What every node agreed to run before the sender failed (its cycles came first, on the
       // same connection) still runs: a peer that finished the job and left has done its part.
       // The job fails once that is done (run_agreed).
-      job->second->network()->abort_after_agreed(message.getAbort());
+      job->second->network()->abort_after_agreed(message.getAbort(), message.getAbortAfterCycle());
       run_agreed(*job->second);
       return;
     }

@@ -76,4 +76,9 @@ struct NodeMessage {
   # (the receiver cannot finish them either: fail at once). Without: it finished all it agreed
   # to (its ranks left after their last step), and the receiver finishes those first.
   abortAbandoned @6 :Bool;
+  # With abort: the last negotiation cycle the sender completed. The receiver completes it too
+  # before it fails the job, and runs what it decided: the sender may have finished its part
+  # of a collective decided in it (and its ranks left), while the other nodes' messages that
+  # decide it here are still on their way, on connections of their own.
+  abortAfterCycle @7 :UInt64;
 }

@@ -152,6 +152,8 @@ class Negotiator {
   const Counters& counters() const { return counters_; }
   // By node: the last cycle heard from it (this node's own: the last it started).
   const std::vector<uint64_t>& last_cycles() const { return last_cycles_; }
+  // The last cycle this node completed (its decisions are in decided(), or were popped).
+  uint64_t completed_cycle() const { return in_cycle_ ? cycle_ - 1 : cycle_; }
 
   // The other nodes that, as far as this node can tell, have not proposed `key`'s oldest
   // instance: for a cached name, those whose last cycle did not have its bit; for a name

@@ -197,15 +197,18 @@ std::optional<std::string> NodeJob::on_message(wire::NodeMessage::Reader message
   return std::nullopt;
 }
 
-void NodeJob::abort_after_agreed(std::string reason) {
+void NodeJob::abort_after_agreed(std::string reason, uint64_t last_cycle) {
   if (abort_reason_) return;
   abort_reason_ = std::move(reason);
+  abort_after_cycle_ = last_cycle;
   abort_deadline_ = std::chrono::steady_clock::now() + settings().peer_timeout;
 }
 
 std::optional<std::string> NodeJob::abort_due() const {
   if (!abort_reason_) return std::nullopt;  // the common case: no clock read
-  const bool agreed_left = busy() || (negotiator_ && negotiator_->has_decided());
+  const bool agreed_left =
+      busy() || (negotiator_ && (negotiator_->has_decided() ||
+                                 negotiator_->completed_cycle() < abort_after_cycle_));
   // Bounded: whatever the agreed work still waits for, the sender will not be there to give.
   if (agreed_left && std::chrono::steady_clock::now() < abort_deadline_) return std::nullopt;
   return abort_reason_;
@@ -251,6 +254,7 @@ void NodeJob::broadcast_abort(const std::string& reason) {
   auto root = start_node_message(message, links_.job_name(), links_.me());
   root.setAbort(reason);
   root.setAbortAbandoned(abandoned_);
+  root.setAbortAfterCycle(negotiator_ ? negotiator_->completed_cycle() : 0);
   links_.send_control_to_all_live(message);
 }
 

@@ -84,8 +84,9 @@ class NodeJob {
   bool measuring() const { return probe_.has_value(); }
 
   // Another node failed the job: once what was agreed before is done here (the peer may have
-  // done its part of it before it failed), the job fails with `reason`.
-  void abort_after_agreed(std::string reason);
+  // done its part of it before it failed), the job fails with `reason`. What was agreed goes
+  // up to the peer's `last_cycle`, which this node may not have completed yet.
+  void abort_after_agreed(std::string reason, uint64_t last_cycle);
   // The reason, once the job should fail now: the agreed work is done, or has not finished
   // within the peer timeout of the abort.
   std::optional<std::string> abort_due() const;
@@ -220,6 +221,7 @@ class NodeJob {
   bool abandoned_ = false;  // agreed collectives were unfinished when the job failed here
   std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point abort_deadline_;
+  uint64_t abort_after_cycle_ = 0;                // the aborting peer's last completed cycle
   std::vector<const void*> contribution_inputs_;  // reduce_contributions' scratch
   TraceRecorder* trace_ = nullptr;
   StepMeter* steps_ = nullptr;

@@ -157,6 +157,20 @@ TEST(Cluster, HundredsOfSmallTensorsPerStep) {
   expect_all_succeed(ranks, cluster);
 }
 
+// Short jobs whose ranks leave the moment their last collective completes: a node that
+// completed it tells the others it ended the job, and one that has yet to hear another node's
+// part of the cycle that decided it must complete that cycle first, not fail what its ranks
+// still wait for (the messages of different nodes travel on different connections).
+TEST(Cluster, RanksThatLeaveAfterTheirLastCollectiveFailNoOtherRank) {
+  LoopbackCluster cluster(4);
+  for (int job = 0; job < 20; ++job) {
+    auto ranks =
+        cluster.spawn("leave" + std::to_string(job), {1, 1, 1, 1}, {"steps", "2", "4", "4"});
+    expect_all_succeed(ranks, cluster);
+    if (::testing::Test::HasFailure()) break;
+  }
+}
+
 // Runs test_rank's `scenario` on every rank of `shape`, each result checked against the
 // reference, and expects node 0's metrics to show fused batches (one rank per node: no local
 // batches to confuse them).

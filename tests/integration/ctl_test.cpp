@@ -249,7 +249,11 @@ TEST(CtlCluster, ShowsPeersAndTracesTheNetworkPhases) {
     const CommandResult result = run_command(ctl + " --json peers");
     ASSERT_EQ(result.status, 0);
     peers = Json::parse(result.out);
-    if (peers.size() == 1 && peers[0]["bytes_received"].get<uint64_t>() > (1u << 20)) break;
+    // The link probe's own traffic may pass 1 MiB before its figures are out: wait for both.
+    if (peers.size() == 1 && peers[0]["bytes_received"].get<uint64_t>() > (1u << 20) &&
+        peers[0]["latency_seconds"].get<double>() > 0) {
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   } while (std::chrono::steady_clock::now() < deadline);
   ASSERT_EQ(peers.size(), 1u) << peers.dump(2);
