@@ -437,6 +437,67 @@ std::vector<tools::ChildProcess> spawn_over(LoopbackCluster& cluster, const std:
   return ranks;
 }
 
+// A peer daemon SIGKILLed while large tensors run fused in place (halving-doubling: receives
+// posted straight into many ranks' buffers at once, a message per tensor): every surviving rank
+// fails within the bound, the survivors serve the next job right, and none of the failed job's
+// buffers stays mapped on them, though UCX may still have held receives into them.
+TEST(Cluster, APeerKilledDuringInPlaceFusionFailsTheJobAndLeavesNoBufferMapped) {
+  LoopbackCluster cluster(4, "", true);
+  auto warm = cluster.spawn("warm", {1, 1, 1, 1}, {"steps", "2"});
+  expect_all_succeed(warm, cluster);  // the nodes' connections exist from here on
+  const std::vector<int> survivors = {0, 2, 3};
+  std::vector<DaemonResources> baseline;
+  baseline.reserve(survivors.size());
+  for (const int node : survivors) {
+    baseline.push_back(settled_resources_of(cluster.daemon(node).process().pid(),
+                                            cluster.daemon(node).socket_path()));
+  }
+  auto ranks = cluster.spawn("fused-victim", {1, 1, 1, 1}, {"fused_sizes", "1000"},
+                             {{"GRADSYNC_ALGO", "rhd"}});
+  for (int node = 0; node < 4; ++node) {
+    ASSERT_TRUE(wait_for_local_ranks(cluster.daemon(node).socket_path(), "fused-victim", 1,
+                                     std::chrono::seconds(20)))
+        << "node " << node << "'s rank did not join";
+  }
+  // Once node 0 has run in-place batches: packed ones, of the small tensors, hold far less.
+  bool fused_in_place = false;
+  const auto fused_by = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!fused_in_place && std::chrono::steady_clock::now() < fused_by) {
+    fused_in_place =
+        sample(scrape(cluster.metrics_port()), "gradsync_fusion_batch_bytes_sum") > 4e6;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+#ifndef GRADSYNC_SANITIZED
+  // Instrumented, each tensor may arrive alone (see expect_job_fuses).
+  EXPECT_TRUE(fused_in_place) << "no in-place batch on node 0 before the kill";
+#endif
+  cluster.daemon(1).process().signal(SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  for (const int node : survivors) {
+    const auto status = ranks[static_cast<size_t>(node)].wait_for(std::chrono::seconds(10));
+    ASSERT_TRUE(status) << "node " << node << "'s rank hung after node 1's daemon died";
+    EXPECT_EQ(*status, 100 + GRADSYNC_ERR_PEER_FAILED) << "node " << node << "'s rank";
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(10));
+  const auto victim = ranks[1].wait_for(std::chrono::seconds(10));
+  ASSERT_TRUE(victim) << "node 1's rank hung after its daemon died";
+  EXPECT_NE(*victim, 0);
+  auto after = spawn_over(cluster, "after-fused-kill", survivors, {"fused_sizes"});
+  expect_all_succeed(after, cluster);
+  for (size_t i = 0; i < survivors.size(); ++i) {
+    const pid_t pid = cluster.daemon(survivors[i]).process().pid();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (resources_of(pid).memfd_mappings != baseline[i].memfd_mappings &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    const DaemonResources now = resources_of(pid);
+    EXPECT_EQ(now.memfd_mappings, baseline[i].memfd_mappings) << "node " << survivors[i];
+    // The connection to the dead node is gone; nothing else may be left open.
+    EXPECT_LE(now.open_fds, baseline[i].open_fds) << "node " << survivors[i];
+  }
+}
+
 // Node 0 is in the middle of a large allreduce with node 1 when node 1's daemon stops dead
 // (SIGSTOP: its connection stays up, it just says nothing). Node 0 must go on serving another
 // job, with node 2, long before the stalled one could time out.

@@ -218,8 +218,8 @@ int scenario_mixed(Communicator& comm) {
 // Gradients of very different sizes in flight together, as a model's are, all f32 of one op:
 // the small ones fuse packed, the large ones (with halving-doubling) in place, each in its own
 // buffer. In place and out of place alternate by tensor; sum, then average (divided block by
-// block).
-int scenario_fused_sizes(Communicator& comm) {
+// block); `rounds` times over.
+int scenario_fused_sizes(Communicator& comm, int rounds) {
   const std::vector<size_t> counts = {393217, 1, 65536,  7,    1000003, 300,
                                       131071, 2, 262147, 5000, 3,       524289};
   std::vector<size_t> offsets;  // floats, in both buffers
@@ -231,23 +231,25 @@ int scenario_fused_sizes(Communicator& comm) {
   SharedBuffer in = comm.allocate(total * 4);
   SharedBuffer out = comm.allocate(total * 4);
   uint64_t seed = 500;
-  for (const gradsync_op op : {GRADSYNC_SUM, GRADSYNC_AVG}) {
-    for (int step = 0; step < 2; ++step, seed += counts.size()) {
-      std::vector<gradsync_request> requests(counts.size());
-      for (size_t i = 0; i < counts.size(); ++i) {
-        float* send = in.as<float>() + offsets[i];
-        float* recv = i % 2 == 0 ? send : out.as<float>() + offsets[i];
-        reference::fill_input(send, counts[i], GRADSYNC_FLOAT32, g_rank, op, seed + i);
-        const std::string name = "sizes." + std::to_string(i);
-        requests[i] = comm.allreduce(name.c_str(), send, recv, counts[i], GRADSYNC_FLOAT32, op);
-      }
-      for (size_t i = 0; i < counts.size(); ++i) {
-        comm.wait(requests[i]);
-        const float* recv = (i % 2 == 0 ? in.as<float>() : out.as<float>()) + offsets[i];
-        const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, recv, counts[i],
-                                                    GRADSYNC_FLOAT32, op, g_ranks, 0, seed + i);
-        EXPECT_OR_FAIL(wrong == 0, "op %d step %d tensor %zu (%zu floats): %zu wrong", op, step, i,
-                       counts[i], wrong);
+  for (int round = 0; round < rounds; ++round) {
+    for (const gradsync_op op : {GRADSYNC_SUM, GRADSYNC_AVG}) {
+      for (int step = 0; step < 2; ++step, seed += counts.size()) {
+        std::vector<gradsync_request> requests(counts.size());
+        for (size_t i = 0; i < counts.size(); ++i) {
+          float* send = in.as<float>() + offsets[i];
+          float* recv = i % 2 == 0 ? send : out.as<float>() + offsets[i];
+          reference::fill_input(send, counts[i], GRADSYNC_FLOAT32, g_rank, op, seed + i);
+          const std::string name = "sizes." + std::to_string(i);
+          requests[i] = comm.allreduce(name.c_str(), send, recv, counts[i], GRADSYNC_FLOAT32, op);
+        }
+        for (size_t i = 0; i < counts.size(); ++i) {
+          comm.wait(requests[i]);
+          const float* recv = (i % 2 == 0 ? in.as<float>() : out.as<float>()) + offsets[i];
+          const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, recv, counts[i],
+                                                      GRADSYNC_FLOAT32, op, g_ranks, 0, seed + i);
+          EXPECT_OR_FAIL(wrong == 0, "op %d step %d tensor %zu (%zu floats): %zu wrong", op, step,
+                         i, counts[i], wrong);
+        }
       }
     }
   }
@@ -552,7 +554,9 @@ int main(int argc, char** argv) {
     if (scenario == "random_order") return scenario_random_order(comm);
     if (scenario == "grouped") return scenario_grouped(comm);
     if (scenario == "mixed") return scenario_mixed(comm);
-    if (scenario == "fused_sizes") return scenario_fused_sizes(comm);
+    if (scenario == "fused_sizes") {
+      return scenario_fused_sizes(comm, args.size() > 1 ? std::stoi(args[1]) : 1);
+    }
     if (scenario == "withhold") {
       return scenario_withhold(comm, args.size() > 1 ? args[1] : "local rank(s) 1");
     }
