@@ -137,6 +137,7 @@ void Engine::run() {
     }
     progressed |= run_ready_batches();
     if (!device_in_flight_.empty()) progressed |= poll_device_work();
+    if (device_streams_.holding()) progressed |= device_streams_.collect();
     const auto now = Clock::now();  // one clock read for the deadline checks and the spin
     progressed |= check_formation(now);
     progressed |= inspect_stalls(now);
@@ -205,7 +206,7 @@ void Engine::handle(AttachSession& command) {
                           // sleep through a hold.
                           std::chrono::microseconds(
                               std::min(config_.negotiation_hold_us, config_.engine_spin_us))},
-          metrics_));
+          metrics_, device_streams_));
       ++network_jobs_;
       if (auto early = early_messages_.extract(who.job)) {
         for (const auto& payload : early.mapped()) handle_node_message(payload);
@@ -319,11 +320,6 @@ bool Engine::poll_submissions(Session& session) {
         across_nodes ? who.rank : who.local_rank,
         across_nodes ? who.world_size : who.local_world_size, session.job->unit_pool().name());
     submission.session = &session;
-    if (submission.valid() && submission.device != kHostMemory && across_nodes) {
-      submission.error =
-          "device memory in a job across nodes is not served yet (device collectives run on one "
-          "node); use host buffers";
-    }
     if (submission.valid() && submission.event_slot >= 0) attach_events(session, submission);
     if (!submission.valid()) {
       log_->warn("client {} (job '{}' local rank {}): invalid submission: {}", session.id(),
@@ -441,7 +437,8 @@ int Engine::sleep_timeout_ms() const {
     if (!job->formed() && !job->failure()) deadline = std::min(deadline, job->formation_deadline());
   }
   // Device work in flight: its fences are polled.
-  if (!device_in_flight_.empty()) deadline = std::min(deadline, Clock::now() + kDevicePollInterval);
+  if (!device_in_flight_.empty() || device_streams_.holding())
+    deadline = std::min(deadline, Clock::now() + kDevicePollInterval);
   // A client whose submissions wait for it to read its completions: look again soon.
   for (const Session* session : polled_) {
     if (session->waits_for_completion_room()) {

@@ -10,44 +10,8 @@
 namespace gradsync::daemon {
 namespace {
 
-// The devices the ranks' memory lies on, each once, in rank order.
-std::vector<int> devices_of(const ReadyCollective& collective) {
-  std::vector<int> devices;
-  for (const Submission& s : collective.ranks) {
-    if (std::find(devices.begin(), devices.end(), s.device) == devices.end()) {
-      devices.push_back(s.device);
-    }
-  }
-  return devices;
-}
-
 void allreduce(const ReadyCollective& collective, DeviceStreams& streams) {
-  const auto& ranks = collective.ranks;
-  const Submission& lead = collective.first();
-  if (ranks.size() > DeviceStreams::max_operands()) {
-    throw DeviceError(
-        fmt::format("tensor '{}': a device allreduce of {} local ranks; the "
-                    "kernels take at most {}",
-                    lead.name, ranks.size(), DeviceStreams::max_operands()));
-  }
-  const size_t element = ipc::dtype_bytes(lead.dtype);
-  const std::vector<int> devices = devices_of(collective);
-  // Each device's share, cut at 16-byte bounds so that every share keeps the kernel's packs.
-  const uint64_t pack = std::max<uint64_t>(16 / element, 1);
-  const uint64_t share = (lead.count / devices.size() + pack - 1) / pack * pack;
-  std::vector<const void*> inputs(ranks.size());
-  std::vector<void*> outputs(ranks.size());
-  for (size_t d = 0; d < devices.size(); ++d) {
-    const uint64_t begin = std::min(lead.count, d * share);
-    const uint64_t end = d + 1 == devices.size() ? lead.count : std::min(lead.count, begin + share);
-    if (begin == end) continue;
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      inputs[r] = ranks[r].send + begin * element;
-      outputs[r] = ranks[r].recv + begin * element;
-    }
-    streams.reduce(devices[d], lead.dtype, lead.op, inputs.data(), inputs.size(), outputs.data(),
-                   outputs.size(), end - begin);
-  }
+  reduce_on_devices(collective, collective.first().op, collective.ranks.size(), streams);
 }
 
 // Each copy runs on the receiving rank's device, reading the source through its mapping.
@@ -73,6 +37,63 @@ void allgather(const ReadyCollective& collective, DeviceStreams& streams) {
 
 }  // namespace
 
+void reduce_on_devices(const ReadyCollective& collective, gradsync_op op, size_t outputs_of,
+                       DeviceStreams& streams) {
+  const auto& ranks = collective.ranks;
+  const Submission& lead = collective.first();
+  if (ranks.size() > DeviceStreams::max_operands()) {
+    throw DeviceError(
+        fmt::format("tensor '{}': a device allreduce of {} local ranks; the "
+                    "kernels take at most {}",
+                    lead.name, ranks.size(), DeviceStreams::max_operands()));
+  }
+  const size_t element = ipc::dtype_bytes(lead.dtype);
+  const std::vector<int> devices = devices_of(collective);
+  // Each device's share, cut at 16-byte bounds so that every share keeps the kernel's packs.
+  const uint64_t pack = std::max<uint64_t>(16 / element, 1);
+  const uint64_t share = (lead.count / devices.size() + pack - 1) / pack * pack;
+  std::vector<const void*> inputs(ranks.size());
+  std::vector<void*> outputs(std::min(outputs_of, ranks.size()));
+  for (size_t d = 0; d < devices.size(); ++d) {
+    const uint64_t begin = std::min(lead.count, d * share);
+    const uint64_t end = d + 1 == devices.size() ? lead.count : std::min(lead.count, begin + share);
+    if (begin == end) continue;
+    for (size_t r = 0; r < ranks.size(); ++r) inputs[r] = ranks[r].send + begin * element;
+    for (size_t r = 0; r < outputs.size(); ++r) outputs[r] = ranks[r].recv + begin * element;
+    streams.reduce(devices[d], lead.dtype, op, inputs.data(), inputs.size(), outputs.data(),
+                   outputs.size(), end - begin);
+  }
+}
+
+std::vector<int> devices_of(const ReadyCollective& collective) {
+  std::vector<int> devices;
+  for (const Submission& s : collective.ranks) {
+    if (std::find(devices.begin(), devices.end(), s.device) == devices.end()) {
+      devices.push_back(s.device);
+    }
+  }
+  return devices;
+}
+
+void wait_for_ranks(const ReadyCollective& collective, const std::vector<int>& devices,
+                    DeviceStreams& streams) {
+  for (const Submission& s : collective.ranks) {
+    if (s.event_slot < 0) continue;
+    for (const int device : devices) {
+      streams.wait_ready(device, *s.events, static_cast<uint32_t>(s.event_slot));
+    }
+  }
+}
+
+void signal_ranks(const ReadyCollective& collective, const std::vector<int>& devices,
+                  DeviceStreams& streams) {
+  for (const Submission& s : collective.ranks) {
+    if (s.event_slot < 0) continue;
+    streams.join(events_device(*s.events), devices);
+    streams.record_completion(*s.events, static_cast<uint32_t>(s.event_slot));
+  }
+}
+
 bool on_device(const ReadyUnit& unit) {
   return std::any_of(unit.collectives.begin(), unit.collectives.end(),
                      [](const ReadyCollective& c) { return c.first().device != kHostMemory; });
@@ -88,12 +109,7 @@ void enqueue_device_work(const ReadyUnit& unit, DeviceStreams& streams) {
     // Stream-ordered ranks: nothing touches the memory before their writes are done, and their
     // streams go on once every device's part is.
     const std::vector<int> devices = devices_of(collective);
-    for (const Submission& s : collective.ranks) {
-      if (s.event_slot < 0) continue;
-      for (const int device : devices) {
-        streams.wait_ready(device, *s.events, static_cast<uint32_t>(s.event_slot));
-      }
-    }
+    wait_for_ranks(collective, devices, streams);
     switch (collective.first().collective) {
       case ipc::Collective::kAllreduce:
         allreduce(collective, streams);
@@ -107,11 +123,7 @@ void enqueue_device_work(const ReadyUnit& unit, DeviceStreams& streams) {
       case ipc::Collective::kBarrier:
         break;
     }
-    for (const Submission& s : collective.ranks) {
-      if (s.event_slot < 0) continue;
-      streams.join(events_device(*s.events), devices);
-      streams.record_completion(*s.events, static_cast<uint32_t>(s.event_slot));
-    }
+    signal_ranks(collective, devices, streams);
   }
 }
 

@@ -7,10 +7,27 @@
 #include "daemon/device/device_streams.h"
 #include "daemon/job.h"
 
+#include <vector>
+
 namespace gradsync::daemon {
 
 // Whether any collective of `unit` is on device memory (its ranks agree: job.cpp checks).
 bool on_device(const ReadyUnit& unit);
+
+// The devices a collective's ranks' memory lies on, each once, in rank order.
+std::vector<int> devices_of(const ReadyCollective& collective);
+// For the stream-ordered ranks of `collective`: every stream in `devices` waits for the rank's
+// ready event before it touches their memory...
+void wait_for_ranks(const ReadyCollective& collective, const std::vector<int>& devices,
+                    DeviceStreams& streams);
+// ...and each rank's completion event is recorded once everything enqueued on them is done.
+void signal_ranks(const ReadyCollective& collective, const std::vector<int>& devices,
+                  DeviceStreams& streams);
+
+// Enqueues `op` over the ranks' inputs into the receive buffers of the first `outputs_of` ranks
+// (all of them, or local rank 0's alone), each device reducing its share of the elements.
+void reduce_on_devices(const ReadyCollective& collective, gradsync_op op, size_t outputs_of,
+                       DeviceStreams& streams);
 
 // Enqueues every device collective of `unit`; host collectives in it (a group may mix them)
 // run now, on this thread. Throws DeviceError.

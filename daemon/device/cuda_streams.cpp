@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <mutex>
 #include <set>
 #include <utility>
 #include <vector>
@@ -79,6 +80,71 @@ int events_device(const ClientEvents& events) {
   return events.device;
 }
 
+namespace {
+
+// Page-locked host buffers kept for reuse, by capacity: collectives across nodes stage the same
+// sizes step after step. A buffer comes back to the pool with its last reference, which may be
+// dropped after the streams are gone (UCX keeps what a failed collective handed it), so each
+// holds the pool.
+class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
+ public:
+  // What the pool keeps unused at most; a buffer returned past it is freed.
+  static constexpr size_t kMaxFreeBytes = size_t{512} << 20;
+  static constexpr size_t kGranule = size_t{1} << 20;
+
+  explicit PinnedPool(int device) : device_(device) {}
+  PinnedPool(const PinnedPool&) = delete;
+  PinnedPool& operator=(const PinnedPool&) = delete;
+  ~PinnedPool() {
+    for (auto& [capacity, data] : free_) (void)cudaFreeHost(data);
+  }
+
+  std::shared_ptr<uint8_t> take(size_t bytes) {
+    const size_t wanted = std::max<size_t>(1, (bytes + kGranule - 1) / kGranule) * kGranule;
+    uint8_t* data = nullptr;
+    size_t capacity = wanted;
+    {
+      const std::lock_guard lock(mutex_);
+      // The smallest free buffer that fits, unless it would waste more than it holds.
+      if (const auto it = free_.lower_bound(wanted); it != free_.end() && it->first <= 2 * wanted) {
+        capacity = it->first;
+        data = it->second;
+        free_bytes_ -= capacity;
+        free_.erase(it);
+      }
+    }
+    if (data == nullptr) {
+      const DeviceScope scope(device_);
+      void* allocated = nullptr;
+      // Portable: every device's context sees it as pinned, not only the current one's.
+      GRADSYNC_CUDA_CHECK(cudaHostAlloc(&allocated, capacity, cudaHostAllocPortable));
+      data = static_cast<uint8_t*>(allocated);
+    }
+    return {data,
+            [pool = shared_from_this(), capacity](uint8_t* p) { pool->give_back(p, capacity); }};
+  }
+
+ private:
+  void give_back(uint8_t* data, size_t capacity) {
+    {
+      const std::lock_guard lock(mutex_);
+      if (free_bytes_ + capacity <= kMaxFreeBytes) {
+        free_.emplace(capacity, data);
+        free_bytes_ += capacity;
+        return;
+      }
+    }
+    (void)cudaFreeHost(data);
+  }
+
+  int device_;
+  std::mutex mutex_;
+  std::multimap<size_t, uint8_t*> free_;
+  size_t free_bytes_ = 0;
+};
+
+}  // namespace
+
 struct DeviceStreams::State {
   struct PerDevice {
     cudaStream_t stream = nullptr;
@@ -88,6 +154,8 @@ struct DeviceStreams::State {
   std::set<int> touched;  // devices with work since the last fence
   Fence next_fence = 1;
   std::map<Fence, std::vector<std::pair<int, cudaEvent_t>>> fences;
+  std::shared_ptr<PinnedPool> pinned;  // made on first use
+  std::vector<std::pair<Fence, std::vector<std::shared_ptr<const void>>>> held;
 
   PerDevice& at(int device) {
     if (device < 0 || static_cast<size_t>(device) >= devices.size()) {
@@ -108,6 +176,8 @@ DeviceStreams::DeviceStreams(const Devices& devices) : state_(std::make_unique<S
 }
 
 DeviceStreams::~DeviceStreams() {
+  // The streams are synchronised below before anything they touch is freed: held memory last.
+  const auto held = std::move(state_->held);
   for (size_t device = 0; device < state_->devices.size(); ++device) {
     State::PerDevice& d = state_->devices[device];
     if (d.stream == nullptr) continue;
@@ -206,6 +276,34 @@ bool DeviceStreams::reached(Fence fence) {
   }
   state_->fences.erase(it);
   return true;
+}
+
+std::shared_ptr<uint8_t> DeviceStreams::pinned(size_t bytes) {
+  if (state_->devices.empty()) throw DeviceError("no device to pin host memory for");
+  if (!state_->pinned) state_->pinned = std::make_shared<PinnedPool>(0);
+  return state_->pinned->take(bytes);
+}
+
+void DeviceStreams::release_after(Fence fence, std::vector<std::shared_ptr<const void>> memory) {
+  state_->held.emplace_back(fence, std::move(memory));
+}
+
+bool DeviceStreams::holding() const {
+  return !state_->held.empty();
+}
+
+bool DeviceStreams::collect() {
+  auto& held = state_->held;
+  const auto kept = std::remove_if(held.begin(), held.end(), [this](const auto& entry) {
+    try {
+      return reached(entry.first);
+    } catch (const DeviceError&) {  // the work failed: it touches nothing any more
+      return true;
+    }
+  });
+  const bool released = kept != held.end();
+  held.erase(kept, held.end());
+  return released;
 }
 
 }  // namespace gradsync::daemon

@@ -67,6 +67,19 @@ class DeviceStreams {
   // work failed.
   bool reached(Fence fence);
 
+  // Page-locked host memory of at least `bytes`, which every device's copies reach at full
+  // speed: where collectives across nodes stage device memory for the network. Pooled: the
+  // buffer goes back to the pool with its last reference (pinning memory costs milliseconds).
+  // Throws DeviceError.
+  std::shared_ptr<uint8_t> pinned(size_t bytes);
+  // Keeps `memory` until the work before `fence` is done: what a piece of work given up early
+  // (its job failed) enqueued may still touch it. collect() lets it go.
+  void release_after(Fence fence, std::vector<std::shared_ptr<const void>> memory);
+  bool holding() const;
+  // Lets go of what release_after kept whose fence is reached (or whose work failed); true if
+  // it let go of anything.
+  bool collect();
+
  private:
   struct State;
   std::unique_ptr<State> state_;

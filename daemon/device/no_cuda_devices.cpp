@@ -83,4 +83,21 @@ bool DeviceStreams::reached(Fence /*fence*/) {
   no_devices();
 }
 
+std::shared_ptr<uint8_t> DeviceStreams::pinned(size_t /*bytes*/) {
+  no_devices();
+}
+
+void DeviceStreams::release_after(Fence /*fence*/,
+                                  std::vector<std::shared_ptr<const void>> /*memory*/) {
+  no_devices();
+}
+
+bool DeviceStreams::holding() const {
+  return false;
+}
+
+bool DeviceStreams::collect() {
+  return false;
+}
+
 }  // namespace gradsync::daemon

@@ -40,6 +40,7 @@ Proposal read_proposal(wire::Ready::Reader ready) {
   p.signature.count = ready.getCount();
   p.signature.members = ready.getMembers();
   p.signature.root = ready.getRoot();
+  p.signature.on_device = ready.getOnDevice();
   p.ranks = ready.getRanks();
   return p;
 }
@@ -52,6 +53,7 @@ void write_proposal(const Proposal& p, const std::string& ranks, wire::Ready::Bu
   ready.setCount(p.signature.count);
   ready.setMembers(p.signature.members);
   ready.setRoot(p.signature.root);
+  ready.setOnDevice(p.signature.on_device);
   ready.setRanks(ranks);
 }
 

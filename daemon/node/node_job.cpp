@@ -1,5 +1,6 @@
 #include "daemon/node/node_job.h"
 
+#include "daemon/collectives/device_work.h"
 #include "daemon/collectives/node_collectives.h"
 #include "daemon/log.h"
 #include "daemon/node/link_probe.h"
@@ -12,10 +13,11 @@
 
 namespace gradsync::daemon {
 NodeJob::NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
-                 NodeJobSettings settings, metrics::Metrics& metrics)
+                 NodeJobSettings settings, metrics::Metrics& metrics, DeviceStreams& device_streams)
     : links_(job_name, std::move(layout), mesh, settings.peer_timeout),
       settings_(std::move(settings)),
       metrics_(metrics),
+      device_streams_(device_streams),
       log_(logger("nodes")),
       joined_(links_.nodes(), false) {}
 
@@ -135,11 +137,12 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
                         lead.op,
                         lead.count,
                         static_cast<uint32_t>(unit.collectives.size()),
-                        lead.collective == ipc::Collective::kBroadcast ? lead.root : -1};
+                        lead.collective == ipc::Collective::kBroadcast ? lead.root : -1,
+                        on_device(unit)};
   const ReadyCollective& only = unit.collectives.front();
   const uint64_t eager_max = negotiator_ ? negotiator_->agreed_eager_max_bytes() : kEagerMinBytes;
   if (unit.collectives.size() == 1 && lead.collective == ipc::Collective::kAllreduce &&
-      only.bytes() <= eager_max) {
+      only.bytes() <= eager_max && !proposal.signature.on_device) {
     // Small enough to travel with the negotiation: this node's part, reduced over its ranks.
     if (negotiator_) proposal.eager = negotiator_->eager_storage();
     proposal.eager.resize(only.bytes());

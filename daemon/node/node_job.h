@@ -47,8 +47,9 @@ struct NodeJobSettings {
 
 class NodeJob {
  public:
+  // `device_streams`: where collectives on device memory are staged (device_staging.h).
   NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
-          NodeJobSettings settings, metrics::Metrics& metrics);
+          NodeJobSettings settings, metrics::Metrics& metrics, DeviceStreams& device_streams);
 
   const NodeLayout& layout() const { return links_.layout(); }
   bool has_peer(transport::PeerId peer) const { return links_.has_peer(peer); }
@@ -182,6 +183,8 @@ class NodeJob {
   // Exports this node's figures for its link to the left-hand node.
   void publish_own_link();
   NodeTask run_unit(InFlight& work);
+  // One collective of a unit, on host memory (a device collective's staged copy).
+  NodeTask run_collective(InFlight& work, const ReadyCollective& collective, uint32_t sequence);
   NodeTask run_fused(InFlight& work);
   // The allreduce from the contributions that came with the negotiation.
   NodeResult reduce_contributions(const ReadyCollective& collective,
@@ -190,6 +193,7 @@ class NodeJob {
   NodeLinks links_;
   NodeJobSettings settings_;
   metrics::Metrics& metrics_;
+  DeviceStreams& device_streams_;
   Negotiator::Counters reported_counters_;  // what metrics_ has been told
   std::optional<std::chrono::steady_clock::time_point> holding_since_;
   std::shared_ptr<spdlog::logger> log_;

@@ -1,5 +1,7 @@
 // The running half of NodeJob: what the nodes agreed on, cycle by cycle, becomes batches
 // (fused where that pays), which run as tasks the engine resumes, a few at a time.
+#include "daemon/collectives/device_staging.h"
+#include "daemon/collectives/device_work.h"
 #include "daemon/collectives/node_collectives.h"
 #include "daemon/node/node_job.h"
 #include "kernels/reduce.h"
@@ -180,7 +182,10 @@ std::optional<AllreduceOperand::Layout> NodeJob::fusion_layout(const ReadyUnit& 
                                                                const LinkFigures& link) const {
   const Submission& lead = unit.collectives.front().first();
   const uint64_t bytes = unit.bytes();
-  if (bytes > agreed_.fusion_threshold_bytes || unit.collectives.size() > kMaxInPlaceMembers ||
+  // Device memory is staged one collective at a time (device_staging.h). Every node agrees on
+  // it: it is part of the signature.
+  if (on_device(unit) || bytes > agreed_.fusion_threshold_bytes ||
+      unit.collectives.size() > kMaxInPlaceMembers ||
       !std::all_of(unit.collectives.begin(), unit.collectives.end(),
                    [&lead](const ReadyCollective& c) {
                      return c.first().collective == ipc::Collective::kAllreduce &&
@@ -292,41 +297,62 @@ NodeTask NodeJob::run_unit(InFlight& work) {
   const ReadyUnit& unit = work.units.front();
   for (size_t c = 0; c < unit.collectives.size(); ++c) {
     const ReadyCollective& collective = unit.collectives[c];
-    NodeStep step{links_, *work.scratch, static_cast<uint32_t>(work.first_sequence + c),
-                  layout().world_size, codec_for(collective.first().dtype)};
-    std::optional<AllreduceOperand> operand;
-    std::optional<NodeTask> task;
-    switch (collective.first().collective) {
-      case ipc::Collective::kAllreduce: {
-        operand.emplace(collective);
-        if (trace_ != nullptr) operand->time_into(&work.times);
-        const AllreduceAlgorithm algorithm =
-            choose(collective.bytes(), collective.first().dtype, work.link);
-        metrics_.internode_allreduce(algorithm_name(algorithm));
-        work.allreduce_algorithm = algorithm_name(algorithm);
-        log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}", links_.job_name(),
-                    collective.first().name, collective.bytes(), step.sequence,
-                    algorithm_name(algorithm));
-        const auto started = std::chrono::steady_clock::now();
-        task.emplace(algorithm == AllreduceAlgorithm::kRing
-                         ? node_ring_allreduce(step, *operand)
-                         : node_halving_doubling_allreduce(step, *operand));
-        if (auto error = co_await finish(*task)) co_return error;
-        refine_beta(algorithm, collective.bytes(), step.codec, started);
-        continue;
-      }
-      case ipc::Collective::kBroadcast:
-        task.emplace(node_broadcast(step, collective));
-        break;
-      case ipc::Collective::kAllgather:
-        task.emplace(node_allgather(step, collective));
-        break;
-      case ipc::Collective::kBarrier:
-        break;  // agreement among the nodes is the barrier
+    const auto sequence = static_cast<uint32_t>(work.first_sequence + c);
+    if (collective.first().device == kHostMemory) {
+      NodeTask task = run_collective(work, collective, sequence);
+      if (auto error = co_await finish(task)) co_return error;
+      continue;
     }
-    if (task) {
-      if (auto error = co_await finish(*task)) co_return error;
+    // On device memory: staged through host memory on the daemon's streams, then run as a
+    // host collective (device_staging.h).
+    std::optional<DeviceStage> stage;
+    try {
+      stage.emplace(collective, device_streams_, layout().world_size);
+    } catch (const DeviceError& e) {
+      co_return fmt::format("job '{}': '{}' could not be staged: {}", links_.job_name(),
+                            collective.first().name, e.what());
     }
+    if (auto error = co_await stage->to_host()) co_return error;
+    NodeTask task = run_collective(work, stage->host(), sequence);
+    if (auto error = co_await finish(task)) co_return error;
+    if (auto error = co_await stage->to_devices()) co_return error;
+  }
+  co_return std::nullopt;
+}
+
+NodeTask NodeJob::run_collective(InFlight& work, const ReadyCollective& collective,
+                                 uint32_t sequence) {
+  NodeStep step{links_, *work.scratch, sequence, layout().world_size,
+                codec_for(collective.first().dtype)};
+  switch (collective.first().collective) {
+    case ipc::Collective::kAllreduce: {
+      AllreduceOperand operand(collective);
+      if (trace_ != nullptr) operand.time_into(&work.times);
+      const AllreduceAlgorithm algorithm =
+          choose(collective.bytes(), collective.first().dtype, work.link);
+      metrics_.internode_allreduce(algorithm_name(algorithm));
+      work.allreduce_algorithm = algorithm_name(algorithm);
+      log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}", links_.job_name(),
+                  collective.first().name, collective.bytes(), step.sequence,
+                  algorithm_name(algorithm));
+      const auto started = std::chrono::steady_clock::now();
+      NodeTask task = algorithm == AllreduceAlgorithm::kRing
+                          ? node_ring_allreduce(step, operand)
+                          : node_halving_doubling_allreduce(step, operand);
+      if (auto error = co_await finish(task)) co_return error;
+      refine_beta(algorithm, collective.bytes(), step.codec, started);
+      co_return std::nullopt;
+    }
+    case ipc::Collective::kBroadcast: {
+      NodeTask task = node_broadcast(step, collective);
+      co_return co_await finish(task);
+    }
+    case ipc::Collective::kAllgather: {
+      NodeTask task = node_allgather(step, collective);
+      co_return co_await finish(task);
+    }
+    case ipc::Collective::kBarrier:
+      break;  // agreement among the nodes is the barrier
   }
   co_return std::nullopt;
 }

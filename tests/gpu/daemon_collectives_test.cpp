@@ -1,10 +1,12 @@
-// Device collectives through a real gradsyncd: K rank processes on one GPU register device
+// Device collectives through real gradsyncd: K rank processes on one GPU register device
 // memory (gradsync_register_device: the IPC handle, the allocation's base, the device's UUID),
 // and every op x dtype of allreduce, in place and out of place, broadcast and allgather come
-// back equal to the reference. The contract tested: a rank's writes are complete (its stream
-// synchronised) before it submits, and the result is there when the request completes.
+// back equal to the reference, on one node and across loopback nodes (staged through host
+// memory). The contract tested: a rank's writes are complete (its stream synchronised) before
+// it submits, and the result is there when the request completes.
 #include "tests/gpu/gpu_testing.h"
 #include "tests/gpu/spin_kernel.h"
+#include "tests/integration/loopback_cluster.h"
 #include "tools/common/process.h"
 #include "tools/common/reference.h"
 
@@ -14,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace gradsync::gpu_testing {
@@ -38,8 +41,9 @@ int run_rank() {
     std::fprintf(stderr, "rank: cannot connect\n");
     return 1;
   }
-  const int rank = options.local_rank;
-  const int ranks = options.local_world_size;
+  // Global ranks: across nodes the job's, on one node the same as the local ones.
+  const int rank = options.rank;
+  const int ranks = options.world_size;
   // One allocation, registered once: send at 0, receive (room for an allgather) after it.
   const size_t slot = kCount * 8;
   DeviceMemory memory(slot * (1 + ranks));
@@ -180,6 +184,44 @@ TEST_P(DeviceCollectivesTest, RanksOnOneGpuGetTheReferenceThroughTheDaemon) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DeviceCollectivesTest, ::testing::Values(1, 2, 4, 8));
+
+// nodes x ranks per node, every daemon on the one GPU: a node's ranks are reduced on the
+// device, the sum staged through pinned host memory to the other nodes and back.
+class DeviceCollectivesAcrossNodesTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(DeviceCollectivesAcrossNodesTest, RanksOnLoopbackNodesGetTheReference) {
+  const auto [nodes, per_node] = GetParam();
+  testing::LoopbackCluster cluster(nodes);
+  const int world = nodes * per_node;
+  std::vector<tools::ChildProcess> children;
+  children.reserve(static_cast<size_t>(world));
+  for (int node = 0; node < nodes; ++node) {
+    for (int local = 0; local < per_node; ++local) {
+      children.emplace_back(std::vector<std::string>{"/proc/self/exe", kRankChildFlag},
+                            std::map<std::string, std::string>{
+                                {"GRADSYNC_SOCKET", cluster.daemon(node).socket_path()},
+                                {"GRADSYNC_JOB", "gpu-nodes-" + std::to_string(nodes) + "x" +
+                                                     std::to_string(per_node)},
+                                {"GRADSYNC_NODES", cluster.addresses()},
+                                {"GRADSYNC_NODE_RANK", std::to_string(node)},
+                                {"RANK", std::to_string(node * per_node + local)},
+                                {"WORLD_SIZE", std::to_string(world)},
+                                {"LOCAL_RANK", std::to_string(local)},
+                                {"LOCAL_WORLD_SIZE", std::to_string(per_node)}});
+    }
+  }
+  for (size_t r = 0; r < children.size(); ++r) {
+    const auto status = children[r].wait_for(std::chrono::seconds(300));
+    ASSERT_TRUE(status.has_value()) << "rank " << r << " hung";
+    EXPECT_EQ(*status, 0) << "rank " << r << " failed (its reason is on stderr)";
+  }
+  for (int node = 0; node < nodes; ++node) {
+    EXPECT_EQ(cluster.daemon(node).stop(), 0) << "node " << node << ": " << cluster.log(node);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(NodesByRanks, DeviceCollectivesAcrossNodesTest,
+                         ::testing::Values(std::tuple{2, 1}, std::tuple{2, 2}, std::tuple{3, 1}));
 
 }  // namespace
 

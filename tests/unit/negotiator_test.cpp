@@ -225,6 +225,42 @@ TEST_P(NegotiatorTest, AMismatchFailsOnEveryNodeNamingTheNodes) {
   EXPECT_EQ(net.node(0).cache().size(), 0u);  // a failed collective is not cached
 }
 
+// Device collectives are staged and never fused or sent eagerly: the nodes must agree that a
+// tensor is on device memory, as on its size (it crosses the wire with the proposal).
+TEST_P(NegotiatorTest, DeviceMemoryOnOneNodeAndHostMemoryOnAnotherIsAMismatch) {
+  Network net(nodes(), 1024, nodes(), hold());
+  const uint32_t last = nodes() - 1;
+  for (uint32_t n = 0; n < net.nodes(); ++n) {
+    Proposal p = allreduce("w", 5);
+    p.signature.on_device = n == last;
+    net.node(n).propose(std::move(p));
+  }
+  net.deliver_all();
+  auto decisions = net.take_decisions();
+  for (uint32_t n = 0; n < net.nodes(); ++n) {
+    ASSERT_EQ(decisions[n].size(), 1u);
+    EXPECT_NE(decisions[n][0].error.find("node " + std::to_string(last) +
+                                         " has allreduce, count 5, float32, sum, on device memory"),
+              std::string::npos)
+        << decisions[n][0].error;
+  }
+  // Every node on device memory agrees, and the name is cached as such.
+  for (uint32_t n = 0; n < net.nodes(); ++n) {
+    Proposal p = allreduce("w", 5);
+    p.signature.on_device = true;
+    net.node(n).propose(std::move(p));
+  }
+  net.deliver_all();
+  decisions = net.take_decisions();
+  for (uint32_t n = 0; n < net.nodes(); ++n) {
+    ASSERT_EQ(decisions[n].size(), 1u);
+    EXPECT_EQ(decisions[n][0].error, "");
+  }
+  const auto cached = net.node(0).cache().find("w");
+  ASSERT_TRUE(cached.has_value());
+  EXPECT_TRUE(cached->signature.on_device);
+}
+
 TEST_P(NegotiatorTest, ASmallCacheEvictsAndStaysConsistent) {
   std::mt19937_64 random(uint64_t{nodes()} * 7);
   Network net(nodes(), 3, nodes(), hold());
