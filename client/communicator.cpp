@@ -166,29 +166,39 @@ void Communicator::register_range(void* ptr, size_t bytes) {
   }
   const int fd = location->fd;
   send_registration(
-      ptr, bytes, location->offset, std::span<const int>(&fd, 1), false, 0,
+      ptr, bytes, location->offset, std::span<const int>(&fd, 1), false, {},
       [](ipc::wire::RegisterBuffer::Builder request) { request.getMemory().setHost(); });
 }
 
-void Communicator::register_device(void* ptr, size_t bytes, const gradsync_cuda_ipc_memory& memory,
-                                   uint64_t allocation_id) {
+void Communicator::register_device(void* ptr, size_t bytes, DeviceMemory memory) {
   if (ptr == nullptr || bytes == 0) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
                 "register device memory: null pointer or zero bytes");
   }
+  const gradsync_cuda_ipc_memory& description = memory.description;
+  std::vector<int> fds;
+  fds.reserve(memory.segment_fds.size());
+  for (const ipc::UniqueFd& fd : memory.segment_fds) fds.push_back(fd.get());
   send_registration(
-      ptr, bytes, memory.offset, {}, true, allocation_id,
-      [&memory](ipc::wire::RegisterBuffer::Builder request) {
+      ptr, bytes, description.offset, fds, true, std::move(memory.allocation_ids),
+      [&memory, &description](ipc::wire::RegisterBuffer::Builder request) {
+        if (memory.vmm()) {
+          auto vmm = request.getMemory().initCudaVmm();
+          auto sizes = vmm.initSegmentBytes(static_cast<unsigned>(memory.segment_bytes.size()));
+          for (unsigned i = 0; i < sizes.size(); ++i) sizes.set(i, memory.segment_bytes[i]);
+          vmm.setDeviceUuid(kj::arrayPtr(description.device_uuid, sizeof(description.device_uuid)));
+          return;
+        }
         auto cuda = request.getMemory().initCudaIpc();
-        cuda.setHandle(kj::arrayPtr(memory.handle, sizeof(memory.handle)));
-        cuda.setDeviceUuid(kj::arrayPtr(memory.device_uuid, sizeof(memory.device_uuid)));
+        cuda.setHandle(kj::arrayPtr(description.handle, sizeof(description.handle)));
+        cuda.setDeviceUuid(kj::arrayPtr(description.device_uuid, sizeof(description.device_uuid)));
       });
 }
 
 template <typename SetMemory>
-void Communicator::send_registration(void* ptr, size_t bytes, uint64_t offset,
-                                     std::span<const int> fds, bool device, uint64_t allocation_id,
-                                     SetMemory set_memory) {
+void Communicator::send_registration(
+    void* ptr, size_t bytes, uint64_t offset, std::span<const int> fds, bool device,
+    std::vector<std::pair<const uint8_t*, uint64_t>> allocation_ids, SetMemory set_memory) {
   check_not_registered(ptr, bytes);
   const uint32_t id = next_buffer_id_++;
   capnp::MallocMessageBuilder message;
@@ -198,8 +208,9 @@ void Communicator::send_registration(void* ptr, size_t bytes, uint64_t offset,
   request.setBytes(bytes);
   set_memory(request);
   round_trip(message, fds);
-  registered_.emplace(reinterpret_cast<uintptr_t>(ptr),
-                      Registered{static_cast<uint8_t*>(ptr), bytes, id, device, allocation_id});
+  registered_.emplace(
+      reinterpret_cast<uintptr_t>(ptr),
+      Registered{static_cast<uint8_t*>(ptr), bytes, id, device, std::move(allocation_ids)});
 }
 
 void Communicator::set_stream(void* stream) {
@@ -340,11 +351,13 @@ gradsync_request Communicator::submit(const CollectiveArgs& args) {
     for (const Registered* range : {&send, &recv}) {
       // The daemon maps the allocation that was registered: one freed since, its address
       // reused, would take the result instead of the new memory.
-      if (range->allocation_id != 0 && device_allocation_id(range->base) != range->allocation_id) {
-        throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
-                    "device buffer " + std::to_string(range->id) +
-                        " was freed and its address allocated again since it was registered: "
-                        "unregister it and register the new memory");
+      for (const auto& [address, id] : range->allocation_ids) {
+        if (id != 0 && device_allocation_id(address) != id) {
+          throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                      "device buffer " + std::to_string(range->id) +
+                          " was freed and its address allocated again since it was registered: "
+                          "unregister it and register the new memory");
+        }
       }
     }
     if (stream_ordered_ && send.device) {

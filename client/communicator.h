@@ -54,11 +54,10 @@ class Communicator {
   void* allocate(size_t bytes);
   void free(void* ptr);
   void register_range(void* ptr, size_t bytes);
-  // Device memory the daemon opens through CUDA IPC; `ptr` is this process's address of it.
-  // `allocation_id`: the driver's id of its allocation, checked at each submission (0: the
-  // caller's handle, not checked).
-  void register_device(void* ptr, size_t bytes, const gradsync_cuda_ipc_memory& memory,
-                       uint64_t allocation_id = 0);
+  // Device memory the daemon opens through CUDA IPC or, for VMM memory, the segments' fds;
+  // `ptr` is this process's address of it. The allocation ids in `memory` are checked at each
+  // submission (none: the caller's own handle, not checked).
+  void register_device(void* ptr, size_t bytes, DeviceMemory memory);
   void unregister(void* ptr);
   // Collectives on device memory are ordered on `stream` from now on (nullptr: the legacy
   // default stream), or, after unset_stream, host-synchronous again.
@@ -81,7 +80,8 @@ class Communicator {
     size_t bytes;
     uint32_t id;
     bool device = false;
-    uint64_t allocation_id = 0;  // device memory: the driver's buffer id when registered
+    // Device memory: the driver's buffer ids when registered (DeviceMemory::allocation_ids).
+    std::vector<std::pair<const uint8_t*, uint64_t>> allocation_ids;
   };
   // A stream-ordered request in flight: its event slot and the stream to order it on.
   struct Ordered {
@@ -100,7 +100,9 @@ class Communicator {
   // it; `set_memory` fills in which kind of memory it is.
   template <typename SetMemory>
   void send_registration(void* ptr, size_t bytes, uint64_t offset, std::span<const int> fds,
-                         bool device, uint64_t allocation_id, SetMemory set_memory);
+                         bool device,
+                         std::vector<std::pair<const uint8_t*, uint64_t>> allocation_ids,
+                         SetMemory set_memory);
   // Registers this process's events with the daemon on first use; a free slot, waiting for
   // completions if none is free.
   uint32_t acquire_event_slot();

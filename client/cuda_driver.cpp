@@ -1,9 +1,11 @@
 #include "client/cuda_driver.h"
 
 #include "client/communicator.h"
+#include "ipc/protocol.h"
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <string>
@@ -28,6 +30,8 @@ using Event = void*;                           // CUevent
 using Stream = void*;                          // CUstream, cudaStream_t
 constexpr unsigned kEventDisableTiming = 0x2;  // CU_EVENT_DISABLE_TIMING
 constexpr unsigned kEventInterprocess = 0x4;   // CU_EVENT_INTERPROCESS
+using AllocationHandle = unsigned long long;   // NOLINT(google-runtime-int): VMM's handle
+constexpr int kHandleTypePosixFd = 1;          // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
 struct IpcHandle {
   char reserved[64];
 };
@@ -44,6 +48,8 @@ static_assert(sizeof(CUdeviceptr) == sizeof(DevicePointer));
 static_assert(CU_EVENT_DISABLE_TIMING == kEventDisableTiming);
 static_assert(CU_EVENT_INTERPROCESS == kEventInterprocess);
 static_assert(sizeof(CUipcEventHandle) == sizeof(IpcHandle) && sizeof(CUevent) == sizeof(Event));
+static_assert(sizeof(CUmemGenericAllocationHandle) == sizeof(AllocationHandle));
+static_assert(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR == kHandleTypePosixFd);
 #endif
 
 struct Driver {
@@ -64,6 +70,11 @@ struct Driver {
   DriverResult (*event_ipc_handle)(IpcHandle* handle, Event event) = nullptr;
   DriverResult (*event_open)(Event* event, IpcHandle handle) = nullptr;
   DriverResult (*stream_wait)(Stream stream, Event event, unsigned flags) = nullptr;
+  // The VMM API: null where the driver has none (VMM memory cannot exist there either).
+  DriverResult (*retain_allocation)(AllocationHandle* handle, void* address) = nullptr;
+  DriverResult (*release_allocation)(AllocationHandle handle) = nullptr;
+  DriverResult (*export_allocation)(void* shareable, AllocationHandle handle, int type,
+                                    unsigned long long flags) = nullptr;  // NOLINT
 
   std::string describe(DriverResult result) const {
     const char* text = nullptr;
@@ -97,7 +108,19 @@ Driver open_driver() {
                       load(lib, "cuIpcGetMemHandle", driver.ipc_handle) &&
                       load(lib, "cuDeviceGet", driver.device_get) &&
                       (load(lib, "cuDeviceGetUuid_v2", driver.device_uuid) ||
-                       load(lib, "cuDeviceGetUuid", driver.device_uuid));
+                       load(lib, "cuDeviceGetUuid", driver.device_uuid)) &&
+                      load(lib, "cuCtxGetDevice", driver.context_device) &&
+                      load(lib, "cuEventCreate", driver.event_create) &&
+                      load(lib, "cuEventDestroy_v2", driver.event_destroy) &&
+                      load(lib, "cuEventRecord", driver.event_record) &&
+                      load(lib, "cuIpcGetEventHandle", driver.event_ipc_handle) &&
+                      load(lib, "cuIpcOpenEventHandle", driver.event_open) &&
+                      load(lib, "cuStreamWaitEvent", driver.stream_wait);
+  if (!(load(lib, "cuMemRetainAllocationHandle", driver.retain_allocation) &&
+        load(lib, "cuMemRelease", driver.release_allocation) &&
+        load(lib, "cuMemExportToShareableHandle", driver.export_allocation))) {
+    driver.retain_allocation = nullptr;
+  }
   if (!loaded) {
     driver.error = "the CUDA driver lacks an entry point gradsync needs (driver too old?)";
   } else if (const DriverResult result = driver.init(0); result != 0) {
@@ -127,9 +150,71 @@ const Driver& loaded_driver(const char* what) {
   return d;
 }
 
+// The driver's device addresses are integers with the bits of the process's pointers.
+void* as_pointer(DevicePointer address) {
+  return reinterpret_cast<void*>(address);  // NOLINT(performance-no-int-to-ptr): see above
+}
+
+// Whether `pointer` lies in memory mapped through the VMM API.
+bool is_vmm(const Driver& d, DevicePointer pointer) {
+  if (d.retain_allocation == nullptr) return false;
+  AllocationHandle handle = 0;
+  if (d.retain_allocation(&handle, as_pointer(pointer)) != 0) return false;
+  (void)d.release_allocation(handle);
+  return true;
+}
+
+// The driver's buffer id at `address`, or 0 where it has none to give.
+uint64_t buffer_id_or_0(const Driver& d, const uint8_t* address) {
+  unsigned long long id = 0;  // NOLINT(google-runtime-int): the attribute's type
+  const auto pointer = static_cast<DevicePointer>(reinterpret_cast<uintptr_t>(address));
+  return d.pointer_attribute(&id, kAttributeBufferId, pointer) == 0 ? id : 0;
+}
+
+// VMM memory: cuMemGetAddressRange names only the physical segment holding a pointer, so the
+// segments the range spans are walked one mapping at a time, each exported as a POSIX fd.
+void describe_segments(const Driver& d, DevicePointer pointer, size_t bytes, DevicePointer base,
+                       size_t segment_bytes, DeviceMemory& memory) {
+  const DevicePointer end = pointer + bytes;
+  DevicePointer at = base;
+  while (true) {
+    if (memory.segment_fds.size() == static_cast<size_t>(ipc::kMaxFdsPerFrame)) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                  "register device memory: the range spans more than " +
+                      std::to_string(ipc::kMaxFdsPerFrame) +
+                      " physical segments: register it in smaller pieces");
+    }
+    AllocationHandle handle = 0;
+    check(d, d.retain_allocation(&handle, as_pointer(at)), "cuMemRetainAllocationHandle");
+    int fd = -1;
+    const DriverResult exported = d.export_allocation(&fd, handle, kHandleTypePosixFd, 0);
+    (void)d.release_allocation(handle);
+    if (exported != 0) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                  "register device memory: this cuMemCreate allocation cannot be shared "
+                  "(cuMemExportToShareableHandle: " +
+                      d.describe(exported) +
+                      "); it must be made with CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR in its "
+                      "requested handle types");
+    }
+    memory.segment_fds.emplace_back(fd);
+    memory.segment_bytes.push_back(segment_bytes);
+    const auto* start = static_cast<const uint8_t*>(as_pointer(std::max(at, pointer)));
+    memory.allocation_ids.emplace_back(start, buffer_id_or_0(d, start));
+    if (end <= at + segment_bytes) return;
+    at += segment_bytes;
+    DevicePointer next = 0;
+    if (d.address_range(&next, &segment_bytes, at) != 0 || next != at) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                  "register device memory: the range runs past the memory mapped there (" +
+                      std::to_string(at - pointer) + " bytes are mapped from the pointer)");
+    }
+  }
+}
+
 }  // namespace
 
-gradsync_cuda_ipc_memory describe_device_memory(const void* ptr, size_t bytes) {
+DeviceMemory describe_device_memory(const void* ptr, size_t bytes) {
   const Driver& d = loaded_driver("register device memory");
   const auto pointer = static_cast<DevicePointer>(reinterpret_cast<uintptr_t>(ptr));
   unsigned memory_type = 0;
@@ -144,7 +229,19 @@ gradsync_cuda_ipc_memory describe_device_memory(const void* ptr, size_t bytes) {
   DevicePointer base = 0;
   size_t allocation_bytes = 0;
   check(d, d.address_range(&base, &allocation_bytes, pointer), "cuMemGetAddressRange");
-  const uint64_t offset = pointer - base;
+  int device = 0;
+  check(d, d.device_get(&device, ordinal), "cuDeviceGet");
+  Uuid uuid{};
+  check(d, d.device_uuid(&uuid, device), "cuDeviceGetUuid");
+
+  DeviceMemory memory;
+  memory.description.offset = pointer - base;
+  std::memcpy(memory.description.device_uuid, uuid.bytes, sizeof(memory.description.device_uuid));
+  if (is_vmm(d, pointer)) {
+    describe_segments(d, pointer, bytes, base, allocation_bytes, memory);
+    return memory;
+  }
+  const uint64_t offset = memory.description.offset;
   if (bytes > allocation_bytes - offset) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
                 "register device memory: the range runs past the end of its allocation (" +
@@ -152,22 +249,13 @@ gradsync_cuda_ipc_memory describe_device_memory(const void* ptr, size_t bytes) {
   }
   IpcHandle handle{};
   if (const DriverResult result = d.ipc_handle(&handle, base); result != 0) {
-    throw Error(
-        GRADSYNC_ERR_INVALID_ARGUMENT,
-        "register device memory: CUDA IPC cannot share this allocation (cuIpcGetMemHandle: " +
-            d.describe(result) +
-            "); memory from cuMemCreate needs a POSIX file descriptor, which this version "
-            "does not send");
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                "register device memory: CUDA IPC cannot share this allocation "
+                "(cuIpcGetMemHandle: " +
+                    d.describe(result) + ")");
   }
-  int device = 0;
-  check(d, d.device_get(&device, ordinal), "cuDeviceGet");
-  Uuid uuid{};
-  check(d, d.device_uuid(&uuid, device), "cuDeviceGetUuid");
-
-  gradsync_cuda_ipc_memory memory{};
-  std::memcpy(memory.handle, handle.reserved, sizeof(memory.handle));
-  memory.offset = offset;
-  std::memcpy(memory.device_uuid, uuid.bytes, sizeof(memory.device_uuid));
+  std::memcpy(memory.description.handle, handle.reserved, sizeof(memory.description.handle));
+  memory.allocation_ids.emplace_back(static_cast<const uint8_t*>(ptr), device_allocation_id(ptr));
   return memory;
 }
 

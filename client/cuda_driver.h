@@ -3,21 +3,40 @@
 // gets a clear error instead of a failure to load.
 #pragma once
 
+#include "ipc/system.h"
+
 #include <gradsync/gradsync.h>
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace gradsync::client {
 
-// The allocation holding [ptr, ptr + bytes) of device memory, its IPC handle, the range's
-// offset in it and the device's UUID. Throws Error: no driver (GRADSYNC_ERR_UNSUPPORTED), not
-// device memory, past the allocation's end, or memory CUDA IPC cannot share
-// (GRADSYNC_ERR_INVALID_ARGUMENT).
-gradsync_cuda_ipc_memory describe_device_memory(const void* ptr, size_t bytes);
+// Device memory as the daemon opens it: through the CUDA IPC handle of the allocation it lies
+// in (cudaMalloc), or, for memory from the VMM API (cuMemCreate: PyTorch's expandable
+// segments), which CUDA IPC cannot share, through a POSIX fd per physical segment it spans.
+struct DeviceMemory {
+  // The range's offset (from the allocation's base, or the first segment's) and the device's
+  // UUID always; the IPC handle for IPC memory.
+  gradsync_cuda_ipc_memory description{};
+  std::vector<ipc::UniqueFd> segment_fds;  // VMM memory: one per segment, in address order
+  std::vector<uint64_t> segment_bytes;     // each one's mapped size
+  // The driver's buffer id at the start of each allocation or segment the range covers (where
+  // the range starts, in the first): checked at each submission, since memory freed and
+  // allocated again at the same address would leave the daemon's mapping on the old memory.
+  std::vector<std::pair<const uint8_t*, uint64_t>> allocation_ids;
+
+  bool vmm() const { return !segment_fds.empty(); }
+};
+
+// Describes [ptr, ptr + bytes) of device memory. Throws Error: no driver
+// (GRADSYNC_ERR_UNSUPPORTED), not device memory, past the allocation's end or the mapped
+// segments', or memory that can be shared neither way (GRADSYNC_ERR_INVALID_ARGUMENT).
+DeviceMemory describe_device_memory(const void* ptr, size_t bytes);
 
 // The driver's process-wide unique id of the allocation holding `ptr` (an address freed and
 // allocated again gets a new one). Throws Error like describe_device_memory.

@@ -200,7 +200,9 @@ gradsync_result gradsync_register_cuda_ipc(gradsync_comm* comm, void* ptr, size_
     if (memory == nullptr) {
       throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "register device memory: no description");
     }
-    c.register_device(ptr, bytes, *memory);
+    gradsync::client::DeviceMemory described;
+    described.description = *memory;
+    c.register_device(ptr, bytes, std::move(described));
     return GRADSYNC_OK;
   });
 }
@@ -211,8 +213,7 @@ gradsync_result gradsync_register_device(gradsync_comm* comm, void* ptr, size_t 
       throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
                   "register device memory: null pointer or zero bytes");
     }
-    const gradsync_cuda_ipc_memory memory = gradsync::client::describe_device_memory(ptr, bytes);
-    c.register_device(ptr, bytes, memory, gradsync::client::device_allocation_id(ptr));
+    c.register_device(ptr, bytes, gradsync::client::describe_device_memory(ptr, bytes));
     return GRADSYNC_OK;
   });
 }

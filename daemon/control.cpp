@@ -331,8 +331,16 @@ void ControlServer::handle_hello(Client& client, ipc::wire::Hello::Reader hello)
 void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::Reader request,
                                     std::vector<ipc::UniqueFd>& fds) {
   const uint32_t id = request.getBufferId();
-  const bool device = request.getMemory().isCudaIpc();
-  const size_t fds_expected = device ? 0 : 1;
+  const auto memory = request.getMemory();
+  if (!memory.isHost() && !memory.isCudaIpc() && !memory.isCudaVmm()) {
+    throw Refusal{
+        GRADSYNC_ERR_PROTOCOL,
+        fmt::format("register buffer {}: a kind of memory this daemon does not know", id)};
+  }
+  const bool device = !memory.isHost();
+  const size_t fds_expected = memory.isHost()      ? 1
+                              : memory.isCudaIpc() ? 0
+                                                   : memory.getCudaVmm().getSegmentBytes().size();
   if (fds.size() != fds_expected) {
     throw Refusal{GRADSYNC_ERR_PROTOCOL,
                   fmt::format("register buffer {}: expected {} file descriptor{}, got {}", id,
@@ -346,7 +354,7 @@ void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::R
     throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
                   fmt::format("at most {} buffers per client", config_.max_buffers_per_client)};
   }
-  AddBuffer command = device ? device_registration(id, request)
+  AddBuffer command = device ? device_registration(id, request, std::move(fds))
                              : host_registration(client, id, request, std::move(fds[0]));
   command.session = client.id;
   auto done = command.done.get_future();
@@ -394,18 +402,20 @@ AddBuffer ControlServer::host_registration(Client& client, uint32_t id,
 
 // Opened here, on the control thread, so that a handle the driver rejects or a range past its
 // allocation is refused to the client that sent it, before the engine ever sees it.
-AddBuffer ControlServer::device_registration(uint32_t id,
-                                             ipc::wire::RegisterBuffer::Reader request) const {
+AddBuffer ControlServer::device_registration(uint32_t id, ipc::wire::RegisterBuffer::Reader request,
+                                             std::vector<ipc::UniqueFd> fds) const {
   if (!devices_.available()) {
     throw Refusal{GRADSYNC_ERR_UNSUPPORTED,
                   fmt::format("register buffer {}: device memory is not served here: {}", id,
                               devices_.summary())};
   }
-  const auto memory = request.getMemory().getCudaIpc();
-  const capnp::Data::Reader handle = memory.getHandle();
-  const capnp::Data::Reader uuid = memory.getDeviceUuid();
+  const auto memory = request.getMemory();
+  const bool vmm = memory.isCudaVmm();
+  const capnp::Data::Reader handle = vmm ? capnp::Data::Reader() : memory.getCudaIpc().getHandle();
+  const capnp::Data::Reader uuid =
+      vmm ? memory.getCudaVmm().getDeviceUuid() : memory.getCudaIpc().getDeviceUuid();
   DeviceHandle device;
-  if (handle.size() != device.ipc.size() || uuid.size() != device.device.size()) {
+  if ((!vmm && handle.size() != device.ipc.size()) || uuid.size() != device.device.size()) {
     throw Refusal{
         GRADSYNC_ERR_INVALID_ARGUMENT,
         fmt::format("register buffer {}: a CUDA IPC handle is {} bytes and a device "
@@ -422,6 +432,11 @@ AddBuffer ControlServer::device_registration(uint32_t id,
   AddBuffer command{};
   command.buffer_id = id;
   try {
+    if (vmm) {
+      std::vector<uint64_t> sizes;
+      for (const uint64_t bytes : memory.getCudaVmm().getSegmentBytes()) sizes.push_back(bytes);
+      device.segments = devices_.import_segments(std::move(fds), sizes);
+    }
     command.device = DeviceRegistration{device, devices_.map(device)};
   } catch (const DeviceError& e) {
     throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,

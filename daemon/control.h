@@ -76,7 +76,9 @@ class ControlServer {
   // The engine command for a registration, or a Refusal for the client.
   AddBuffer host_registration(Client& client, uint32_t id,
                               ipc::wire::RegisterBuffer::Reader request, ipc::UniqueFd memfd);
-  AddBuffer device_registration(uint32_t id, ipc::wire::RegisterBuffer::Reader request) const;
+  // CUDA IPC (no fds) or VMM memory (an fd per segment).
+  AddBuffer device_registration(uint32_t id, ipc::wire::RegisterBuffer::Reader request,
+                                std::vector<ipc::UniqueFd> fds) const;
   void handle_unregister(Client& client, uint32_t buffer_id);
   void handle_register_events(Client& client, ipc::wire::RegisterEvents::Reader request,
                               const std::vector<ipc::UniqueFd>& fds);

@@ -43,7 +43,17 @@ struct RegisterBuffer {
     host @3 :Void;
     # Device memory, no fd: the offset is from the base of the allocation the handle names.
     cudaIpc @4 :CudaIpcMemory;
+    # Device memory from the CUDA VMM API (cuMemCreate: PyTorch's expandable segments), which
+    # CUDA IPC cannot share: sent with one POSIX fd per physical segment the range spans, in
+    # address order, the segments mapped one after the other; the offset is from the start of
+    # the first.
+    cudaVmm @5 :CudaVmmMemory;
   }
+}
+
+struct CudaVmmMemory {
+  segmentBytes @0 :List(UInt64);  # each segment's mapped size, in address order
+  deviceUuid @1 :Data;            # the device's UUID, 16 bytes
 }
 
 struct CudaIpcMemory {

@@ -14,8 +14,9 @@ inline constexpr uint32_t kProtocolVersion = 1;
 
 // Upper bound on one framed control message; larger frames are a protocol error.
 inline constexpr uint32_t kMaxFrameBytes = 64 * 1024;
-// Upper bound on file descriptors attached to one frame.
-inline constexpr int kMaxFdsPerFrame = 4;
+// Upper bound on file descriptors attached to one frame: a registration of VMM device memory
+// sends one per physical segment (PyTorch's expandable segments are 20 MiB each).
+inline constexpr int kMaxFdsPerFrame = 64;
 // Capnp traversal limit for untrusted input (words).
 inline constexpr uint64_t kTraversalLimitWords = kMaxFrameBytes / 8;
 

@@ -125,8 +125,8 @@ void DeviceStage::stage_out() {
   const Submission& lead = collective_.first();
   for (const Submission& s : collective_.ranks) {
     // A broadcast's root in place has its data already.
-    const bool has_it = lead.collective == ipc::Collective::kBroadcast &&
-                        rank_of(s) == lead.root && s.recv == s.send;
+    const bool has_it = lead.collective == ipc::Collective::kBroadcast && rank_of(s) == lead.root &&
+                        s.recv == s.send;
     if (!has_it) streams_.copy(s.device, s.recv, buffer_.get(), bytes_);
   }
   signal_ranks(collective_, devices_, streams_);

@@ -26,7 +26,8 @@ namespace gradsync::daemon {
 // Waits for the device work before a fence; the error if it failed, or could not be enqueued.
 class FenceWait final : public NodeWait {
  public:
-  FenceWait(DeviceStreams& streams, DeviceStreams::Fence fence) : streams_(&streams), fence_(fence) {}
+  FenceWait(DeviceStreams& streams, DeviceStreams::Fence fence)
+      : streams_(&streams), fence_(fence) {}
   explicit FenceWait(std::string error) : error_(std::move(error)) {}
   bool ready() override;
   NodeResult take_result() { return std::move(error_); }

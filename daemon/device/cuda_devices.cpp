@@ -2,6 +2,7 @@
 // memory, on machines without a driver). Driver entry points the runtime does not wrap come
 // through cudaGetDriverEntryPointByVersion, never by linking libcuda.
 #include "daemon/device/cuda_check.h"
+#include "daemon/device/cuda_vmm.h"
 #include "daemon/device/devices.h"
 
 #include <cuda.h>
@@ -59,6 +60,8 @@ struct OpenAllocation {
 
 struct Devices::Allocations {
   GetAddressRange get_address_range = nullptr;
+  std::shared_ptr<const VmmDriver> vmm;  // null: the driver has no VMM API (why: vmm_missing)
+  std::string vmm_missing;
   std::mutex mutex;
   std::map<IpcHandleBytes, std::weak_ptr<const OpenAllocation>> open;
 };
@@ -85,6 +88,7 @@ Devices Devices::probe() {
     return devices;
   }
   allocations->get_address_range = reinterpret_cast<GetAddressRange>(entry);
+  allocations->vmm = VmmDriver::load(allocations->vmm_missing);
 
   std::string listed;
   for (int ordinal = 0; ordinal < count; ++ordinal) {
@@ -118,6 +122,8 @@ std::shared_ptr<const DeviceBuffer> Devices::map(const DeviceHandle& handle) con
     throw DeviceError(fmt::format("device {} is not one of this node's: {}",
                                   format_uuid(handle.device), summary_));
   }
+
+  if (handle.segments) return map_segments(handle, device->ordinal);
 
   std::shared_ptr<const OpenAllocation> allocation;
   {
@@ -158,6 +164,40 @@ std::shared_ptr<const DeviceBuffer> Devices::map(const DeviceHandle& handle) con
   buffer->bytes = handle.bytes;
   buffer->device = allocation->device;
   buffer->allocation = std::move(allocation);
+  return buffer;
+}
+
+std::shared_ptr<const ImportedSegments> Devices::import_segments(
+    std::vector<ipc::UniqueFd> fds, const std::vector<uint64_t>& bytes) const {
+  if (!available()) throw DeviceError("this gradsyncd serves host memory only: " + summary_);
+  if (!allocations_->vmm) throw DeviceError(allocations_->vmm_missing);
+  return import_vmm_segments(allocations_->vmm, std::move(fds), bytes);
+}
+
+std::shared_ptr<const DeviceBuffer> Devices::map_segments(const DeviceHandle& handle,
+                                                          int ordinal) const {
+  // The client names the range, as for IPC memory: it must lie within the segments.
+  const uint64_t total = vmm_bytes(*handle.segments);
+  if (handle.offset > total || handle.bytes > total - handle.offset) {
+    throw DeviceError(fmt::format("range [{}, {}) lies outside its {} bytes of segments",
+                                  handle.offset, handle.offset + handle.bytes, total));
+  }
+  // The owning device, then every peer that can reach it: a node's GPUs each reduce a share,
+  // reading the others' memory.
+  std::vector<int> access{ordinal};
+  for (const DeviceInfo& peer : devices_) {
+    int can = 0;
+    if (peer.ordinal != ordinal &&
+        cudaDeviceCanAccessPeer(&can, peer.ordinal, ordinal) == cudaSuccess && can != 0) {
+      access.push_back(peer.ordinal);
+    }
+  }
+  uint8_t* base = nullptr;
+  auto buffer = std::make_shared<DeviceBuffer>();
+  buffer->allocation = map_vmm_segments(handle.segments, access, &base);
+  buffer->data = base + handle.offset;
+  buffer->bytes = handle.bytes;
+  buffer->device = ordinal;
   return buffer;
 }
 

@@ -6,6 +6,8 @@
 // so in its log, build info and status, and refuses device registrations with that reason.
 #pragma once
 
+#include "ipc/system.h"
+
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -22,10 +24,17 @@ using IpcHandleBytes = std::array<uint8_t, kIpcHandleBytes>;
 // "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi -L prints it.
 std::string format_uuid(const DeviceUuid& uuid);
 
+// The physical segments of a client's memory from the CUDA VMM API (cuMemCreate), imported from
+// the POSIX fds it sent: held while a registration names them, so that a mapping the cache
+// evicted maps again. Released with the last reference.
+struct ImportedSegments;
+
 // What a client registers: the IPC handle of the allocation its memory lies in (allocators
-// hand out pieces of larger blocks), the piece's offset and size within it, and the device.
+// hand out pieces of larger blocks), or for VMM memory its imported segments, the piece's
+// offset and size within it (within the segments, mapped one after the other), and the device.
 struct DeviceHandle {
-  IpcHandleBytes ipc{};
+  IpcHandleBytes ipc{};                              // CUDA IPC; zero for VMM memory
+  std::shared_ptr<const ImportedSegments> segments;  // VMM memory; null for CUDA IPC
   uint64_t offset = 0;
   uint64_t bytes = 0;
   DeviceUuid device{};
@@ -71,7 +80,16 @@ class Devices {
   // the reason there are none.
   std::shared_ptr<const DeviceBuffer> map(const DeviceHandle& handle) const;
 
+  // Imports a client's VMM segments: one POSIX fd each (closed here), with each one's mapped
+  // size, in address order. Thread-safe. Throws DeviceError naming what is wrong (an fd the
+  // driver does not take, a size of 0); without devices, the reason there are none.
+  std::shared_ptr<const ImportedSegments> import_segments(std::vector<ipc::UniqueFd> fds,
+                                                          const std::vector<uint64_t>& bytes) const;
+
  private:
+  // Maps a handle's VMM segments on device `ordinal` (CUDA build).
+  std::shared_ptr<const DeviceBuffer> map_segments(const DeviceHandle& handle, int ordinal) const;
+
   struct Allocations;  // open IPC allocations by handle, in the CUDA build
   std::vector<DeviceInfo> devices_;
   std::string summary_;
@@ -88,9 +106,10 @@ class DeviceMapper {
     return devices_.map(handle);
   }
   // Handles are compared byte for byte: memory freed and allocated again, even at the same
-  // address, comes with another handle.
+  // address, comes with another handle (VMM memory with other fds, imported anew).
   static bool same(const DeviceHandle& a, const DeviceHandle& b) {
-    return a.ipc == b.ipc && a.offset == b.offset && a.bytes == b.bytes && a.device == b.device;
+    return a.ipc == b.ipc && a.segments == b.segments && a.offset == b.offset &&
+           a.bytes == b.bytes && a.device == b.device;
   }
   const Devices& devices() const { return devices_; }
 

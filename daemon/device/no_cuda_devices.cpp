@@ -20,6 +20,18 @@ std::shared_ptr<const DeviceBuffer> Devices::map(const DeviceHandle& /*handle*/)
   throw DeviceError("this gradsyncd serves host memory only: " + summary_);
 }
 
+struct ImportedSegments {};
+
+std::shared_ptr<const ImportedSegments> Devices::import_segments(
+    std::vector<ipc::UniqueFd> /*fds*/, const std::vector<uint64_t>& /*bytes*/) const {
+  throw DeviceError("this gradsyncd serves host memory only: " + summary_);
+}
+
+std::shared_ptr<const DeviceBuffer> Devices::map_segments(const DeviceHandle& /*handle*/,
+                                                          int /*ordinal*/) const {
+  throw DeviceError("this gradsyncd serves host memory only: " + summary_);
+}
+
 struct DeviceStreams::State {};
 
 DeviceStreams::DeviceStreams(const Devices& /*devices*/) : state_(std::make_unique<State>()) {}

@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -33,6 +34,26 @@ constexpr size_t kCount = (1 << 18) + 3;  // not a whole number of 16-byte packs
     }                                                                                    \
   } while (0)
 
+// A rank's memory: cudaMalloc'd, or where kVmmVariable is set, from the VMM API in three
+// segments, so that the send and receive ranges cross segment boundaries.
+constexpr const char* kVmmVariable = "GRADSYNC_TEST_VMM";
+class RankMemory {
+ public:
+  explicit RankMemory(size_t bytes) {
+    if (std::getenv(kVmmVariable) != nullptr) {
+      vmm_.emplace(bytes, 3);
+    } else {
+      plain_.emplace(bytes);
+    }
+  }
+  uint8_t* data() const { return vmm_ ? vmm_->data() : plain_->data(); }
+  size_t bytes() const { return vmm_ ? vmm_->bytes() : plain_->bytes(); }
+
+ private:
+  std::optional<DeviceMemory> plain_;
+  std::optional<VmmMemory> vmm_;
+};
+
 int run_rank() {
   gradsync_options options{};
   gradsync_options_from_env(&options);
@@ -46,7 +67,7 @@ int run_rank() {
   const int ranks = options.world_size;
   // One allocation, registered once: send at 0, receive (room for an allgather) after it.
   const size_t slot = kCount * 8;
-  DeviceMemory memory(slot * (1 + ranks));
+  const RankMemory memory(slot * (1 + ranks));
   uint8_t* send = memory.data();
   uint8_t* recv = memory.data() + slot;
   RANK_CHECK(gradsync_register_device(comm, memory.data(), memory.bytes()));
@@ -158,22 +179,19 @@ int run_rank() {
   return failures == 0 ? 0 : 1;
 }
 
-class DeviceCollectivesTest : public ::testing::TestWithParam<int> {};
-
-TEST_P(DeviceCollectivesTest, RanksOnOneGpuGetTheReferenceThroughTheDaemon) {
-  const int ranks = GetParam();
+void run_on_one_node(int ranks, bool vmm) {
   tools::PrivateDaemon daemon(tools::executable_dir() + "/gradsyncd");
   std::vector<tools::ChildProcess> children;
   children.reserve(static_cast<size_t>(ranks));
   for (int r = 0; r < ranks; ++r) {
-    children.emplace_back(
-        std::vector<std::string>{"/proc/self/exe", kRankChildFlag},
-        std::map<std::string, std::string>{{"GRADSYNC_SOCKET", daemon.socket_path()},
+    std::map<std::string, std::string> env{{"GRADSYNC_SOCKET", daemon.socket_path()},
                                            {"GRADSYNC_JOB", "gpu-" + std::to_string(ranks)},
                                            {"RANK", std::to_string(r)},
                                            {"WORLD_SIZE", std::to_string(ranks)},
                                            {"LOCAL_RANK", std::to_string(r)},
-                                           {"LOCAL_WORLD_SIZE", std::to_string(ranks)}});
+                                           {"LOCAL_WORLD_SIZE", std::to_string(ranks)}};
+    if (vmm) env[kVmmVariable] = "1";
+    children.emplace_back(std::vector<std::string>{"/proc/self/exe", kRankChildFlag}, env);
   }
   for (int r = 0; r < ranks; ++r) {
     const auto status = children[static_cast<size_t>(r)].wait_for(std::chrono::seconds(300));
@@ -182,6 +200,21 @@ TEST_P(DeviceCollectivesTest, RanksOnOneGpuGetTheReferenceThroughTheDaemon) {
   }
   EXPECT_EQ(daemon.stop(), 0);
 }
+
+class DeviceCollectivesTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(DeviceCollectivesTest, RanksOnOneGpuGetTheReferenceThroughTheDaemon) {
+  run_on_one_node(GetParam(), false);
+}
+
+// Memory from cuMemCreate, which CUDA IPC cannot share: registered as a POSIX fd per segment.
+class VmmDeviceCollectivesTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(VmmDeviceCollectivesTest, RanksOnVmmSegmentsGetTheReferenceThroughTheDaemon) {
+  run_on_one_node(GetParam(), true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, VmmDeviceCollectivesTest, ::testing::Values(1, 2));
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DeviceCollectivesTest, ::testing::Values(1, 2, 4, 8));
 

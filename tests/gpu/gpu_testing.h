@@ -46,6 +46,30 @@ class DeviceMemory {
   size_t bytes_;
 };
 
+// Device memory from the VMM API, as PyTorch's expandable segments make it: `segments`
+// physical allocations of equal size (a multiple of the device's granularity, together at
+// least `min_bytes`), each exportable as a POSIX fd, mapped one after another in one reserved
+// range. The driver's entry points come through the runtime: the tests link no libcuda, so
+// that they start, and skip, where there is none.
+class VmmMemory {
+ public:
+  VmmMemory(size_t min_bytes, int segments);
+  ~VmmMemory();
+  VmmMemory(const VmmMemory&) = delete;
+  VmmMemory& operator=(const VmmMemory&) = delete;
+  uint8_t* data() const {
+    return reinterpret_cast<uint8_t*>(base_);  // NOLINT(performance-no-int-to-ptr): an address
+  }
+  size_t bytes() const { return bytes_; }
+  size_t segment_bytes() const { return segment_bytes_; }
+
+ private:
+  unsigned long long base_ = 0;  // NOLINT(google-runtime-int): CUdeviceptr
+  size_t bytes_ = 0;
+  size_t segment_bytes_ = 0;
+  std::vector<unsigned long long> handles_;  // NOLINT(google-runtime-int)
+};
+
 // Page-locked host memory (cudaMallocHost): asynchronous copies from it return at once, so the
 // host truly runs ahead of the stream.
 class PinnedMemory {

@@ -135,6 +135,23 @@ TEST_F(BadInputTest, DeviceRegistrationsAreCheckedAndCostTheClientNothingElse) {
   std::tie(code, message_text) = client.register_device(3, 0, 4096, handle, uuid);
   EXPECT_TRUE(code == GRADSYNC_ERR_UNSUPPORTED || code == GRADSYNC_ERR_INVALID_ARGUMENT)
       << code << ": " << message_text;
+  // VMM memory comes with one fd per segment...
+  std::tie(code, message_text) =
+      client.register_vmm(4, 0, 4096, {1 << 16, 1 << 16}, {memfd.get()}, uuid);
+  EXPECT_EQ(code, GRADSYNC_ERR_PROTOCOL);
+  EXPECT_NE(message_text.find("expected 2 file descriptors, got 1"), std::string::npos)
+      << message_text;
+  // ...that the driver exported: a memfd is not one. Refused where the daemon has a GPU (the
+  // driver will not import it), and where it has none (CI) for that first.
+  std::tie(code, message_text) = client.register_vmm(5, 0, 4096, {1 << 16}, {memfd.get()}, uuid);
+  if (code == GRADSYNC_ERR_UNSUPPORTED) {
+    EXPECT_NE(message_text.find("device memory is not served here"), std::string::npos)
+        << message_text;
+  } else {
+    EXPECT_EQ(code, GRADSYNC_ERR_INVALID_ARGUMENT) << message_text;
+    EXPECT_NE(message_text.find("cuMemImportFromShareableHandle"), std::string::npos)
+        << message_text;
+  }
   // None of it registered anything, and host memory is served as before.
   ASSERT_EQ(client.register_buffer(1, memfd.get(), 0, 4096).first, 0u);
   auto* data = static_cast<float*>(

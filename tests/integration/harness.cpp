@@ -337,6 +337,24 @@ std::pair<uint32_t, std::string> RawClient::register_buffer(uint32_t id, int fd,
   return receive_status();
 }
 
+std::pair<uint32_t, std::string> RawClient::register_vmm(uint32_t id, uint64_t offset,
+                                                         uint64_t bytes,
+                                                         const std::vector<uint64_t>& segment_bytes,
+                                                         const std::vector<int>& fds,
+                                                         const std::vector<uint8_t>& uuid) {
+  capnp::MallocMessageBuilder message;
+  auto request = message.initRoot<ipc::wire::Request>().initRegisterBuffer();
+  request.setBufferId(id);
+  request.setOffset(offset);
+  request.setBytes(bytes);
+  auto memory = request.getMemory().initCudaVmm();
+  auto sizes = memory.initSegmentBytes(static_cast<unsigned>(segment_bytes.size()));
+  for (unsigned i = 0; i < sizes.size(); ++i) sizes.set(i, segment_bytes[i]);
+  memory.setDeviceUuid(kj::arrayPtr(uuid.data(), uuid.size()));
+  send(message, fds);
+  return receive_status();
+}
+
 std::pair<uint32_t, std::string> RawClient::register_device(uint32_t id, uint64_t offset,
                                                             uint64_t bytes,
                                                             const std::vector<uint8_t>& handle,

@@ -129,6 +129,11 @@ class RawClient {
   std::pair<uint32_t, std::string> register_device(uint32_t id, uint64_t offset, uint64_t bytes,
                                                    const std::vector<uint8_t>& handle,
                                                    const std::vector<uint8_t>& uuid, int fd = -1);
+  // VMM device memory: each segment's size, and the fds sent with it (as many or not).
+  std::pair<uint32_t, std::string> register_vmm(uint32_t id, uint64_t offset, uint64_t bytes,
+                                                const std::vector<uint64_t>& segment_bytes,
+                                                const std::vector<int>& fds,
+                                                const std::vector<uint8_t>& uuid);
   void submit(const ipc::SubmissionEntry& entry);
   uint64_t submission_ring_free() const { return submissions_.free_slots(); }
   ipc::CompletionEntry next_completion(
