@@ -171,6 +171,9 @@ std::shared_ptr<const ImportedSegments> Devices::import_segments(
     std::vector<ipc::UniqueFd> fds, const std::vector<uint64_t>& bytes) const {
   if (!available()) throw DeviceError("this gradsyncd serves host memory only: " + summary_);
   if (!allocations_->vmm) throw DeviceError(allocations_->vmm_missing);
+  // The driver imports into the thread's current context: a device's primary one.
+  const DeviceScope scope(devices_.front().ordinal);
+  GRADSYNC_CUDA_CHECK(cudaFree(nullptr));
   return import_vmm_segments(allocations_->vmm, std::move(fds), bytes);
 }
 
