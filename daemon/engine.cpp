@@ -155,7 +155,10 @@ void Engine::run() {
                           ? std::max<Clock::duration>(
                                 kHeldSendSpin, std::chrono::microseconds(config_.engine_spin_us))
                           : std::chrono::microseconds(config_.engine_spin_us);
-    if (now - last_work < spin) {
+    // Device work in flight is polled without sleeping: a copy or a reduce is done within
+    // microseconds to milliseconds, and a millisecond's sleep would add up to as much to each
+    // stage of a collective (the driver has no fd to wake us).
+    if (now - last_work < spin || device_streams_.pending()) {
       // Yield rather than spin hard: on a machine with few cores the ranks we wait for need
       // the CPU we would burn.
       sched_yield();

@@ -5,10 +5,13 @@
 // back to every rank's device buffer. The engine thread never waits for a GPU: the task
 // suspends on each transfer's fence.
 //
-//   DeviceStage stage(collective, streams);
+//   DeviceStage stage({&collective}, streams, world_size);
 //   if (auto error = co_await stage.to_host()) co_return error;
 //   ... run the collective across nodes on stage.host() ...
 //   if (auto error = co_await stage.to_devices()) co_return error;
+//
+// Small allreduces fuse as on host memory, packed: each is reduced on the devices and copied
+// to its place in one host buffer, and the batch crosses the network as one collective.
 #pragma once
 
 #include "daemon/device/device_streams.h"
@@ -40,39 +43,49 @@ class FenceWait final : public NodeWait {
 
 class DeviceStage {
  public:
-  // `collective`: on device memory, an allreduce, broadcast or allgather of a job of
-  // `world_size` ranks, its ranks' global ranks in their sessions. Takes the host buffer from
-  // the streams' pool; throws DeviceError if there is none.
-  DeviceStage(const ReadyCollective& collective, DeviceStreams& streams, int32_t world_size);
+  // `collectives`: on device memory, of a job of `world_size` ranks, their ranks' global ranks
+  // in their sessions: one allreduce, broadcast or allgather, or several allreduces of one
+  // dtype (a fused batch), packed one after the other in the host buffer. Takes the host buffer
+  // from the streams' pool; throws DeviceError if there is none.
+  DeviceStage(const std::vector<const ReadyCollective*>& collectives, DeviceStreams& streams,
+              int32_t world_size);
   // What the device work enqueued may still touch (the host buffer, the ranks' mappings) is
   // kept by the streams until it is done: a job that fails does not wait for a GPU.
   ~DeviceStage();
   DeviceStage(const DeviceStage&) = delete;
   DeviceStage& operator=(const DeviceStage&) = delete;
 
-  // The collective as the algorithms across nodes see it: the same ranks, their buffers in
-  // host memory.
-  const ReadyCollective& host() const { return host_; }
+  // The collectives as the algorithms across nodes see them: the same ranks, their buffers in
+  // host memory (an allreduce's one rank contributing for the node).
+  const ReadyCollective& host(size_t i = 0) const { return members_[i].host; }
+  std::vector<const ReadyCollective*> hosts() const;
+  // The host buffer: the packed allreduces' elements one after the other.
+  uint8_t* buffer() const { return buffer_.get(); }
 
-  // Enqueues this node's part into host(), after the stream-ordered ranks' ready events.
+  // Enqueues this node's part into the host buffer, after the stream-ordered ranks' ready
+  // events.
   NodeAwait<FenceWait> to_host();
-  // Enqueues the result from host() into every rank's receive buffer, then records the
-  // stream-ordered ranks' completion events.
+  // Enqueues the results from the host buffer into every rank's receive buffer, then records
+  // the stream-ordered ranks' completion events.
   NodeAwait<FenceWait> to_devices();
 
  private:
+  struct Member {
+    const ReadyCollective* collective;
+    uint64_t offset;  // in the host buffer
+    uint64_t bytes;   // there
+    std::vector<int> devices;
+    ReadyCollective host;
+  };
   // Enqueues `enqueue` and a fence after it.
   template <typename Enqueue>
   NodeAwait<FenceWait> transfer(Enqueue&& enqueue);
-  void stage_in();
-  void stage_out();
+  void stage_in(const Member& member);
+  void stage_out(const Member& member);
 
-  const ReadyCollective& collective_;
   DeviceStreams& streams_;
-  std::vector<int> devices_;
-  uint64_t bytes_ = 0;  // of the host buffer
   std::shared_ptr<uint8_t> buffer_;
-  ReadyCollective host_;
+  std::vector<Member> members_;
   std::optional<DeviceStreams::Fence> last_fence_;
 };
 

@@ -288,6 +288,10 @@ void DeviceStreams::release_after(Fence fence, std::vector<std::shared_ptr<const
   state_->held.emplace_back(fence, std::move(memory));
 }
 
+bool DeviceStreams::pending() const {
+  return !state_->fences.empty();
+}
+
 bool DeviceStreams::holding() const {
   return !state_->held.empty();
 }

@@ -87,8 +87,8 @@ std::shared_ptr<const ImportedSegments> import_vmm_segments(std::shared_ptr<cons
                                                             std::vector<ipc::UniqueFd> fds,
                                                             const std::vector<uint64_t>& bytes) {
   if (fds.empty() || fds.size() != bytes.size()) {
-    throw DeviceError(fmt::format("{} segment sizes for {} file descriptors", bytes.size(),
-                                  fds.size()));
+    throw DeviceError(
+        fmt::format("{} segment sizes for {} file descriptors", bytes.size(), fds.size()));
   }
   auto segments = std::make_shared<ImportedSegments>();
   segments->driver = std::move(driver);
@@ -102,10 +102,10 @@ std::shared_ptr<const ImportedSegments> import_vmm_segments(std::shared_ptr<cons
     // (ours closes when `fds` goes).
     void* fd = reinterpret_cast<void*>(  // NOLINT(performance-no-int-to-ptr): see above
         static_cast<uintptr_t>(fds[i].get()));
-    driver_check(segments->driver->import_handle(&handle, fd,
-                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-                 "cuMemImportFromShareableHandle (is the fd one that cuMemExportToShareableHandle "
-                 "made?)");
+    driver_check(
+        segments->driver->import_handle(&handle, fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+        "cuMemImportFromShareableHandle (is the fd one that cuMemExportToShareableHandle "
+        "made?)");
     segments->handles.push_back(handle);
     segments->bytes.push_back(bytes[i]);
     segments->total += bytes[i];
@@ -128,9 +128,9 @@ std::shared_ptr<const void> map_vmm_segments(std::shared_ptr<const ImportedSegme
   driver_check(driver.reserve(&mapped->base, imported.total, 0, 0, 0), "cuMemAddressReserve");
   mapped->reserved = true;
   for (size_t i = 0; i < imported.handles.size(); ++i) {
-    driver_check(driver.map(mapped->base + mapped->mapped, imported.bytes[i], 0,
-                            imported.handles[i], 0),
-                 "cuMemMap (a segment size that is not the client's mapping?)");
+    driver_check(
+        driver.map(mapped->base + mapped->mapped, imported.bytes[i], 0, imported.handles[i], 0),
+        "cuMemMap (a segment size that is not the client's mapping?)");
     mapped->mapped += imported.bytes[i];
   }
   std::vector<CUmemAccessDesc> access(devices.size());

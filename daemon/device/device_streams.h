@@ -66,6 +66,8 @@ class DeviceStreams {
   // Whether the work before `fence` is done (it is then forgotten). Throws DeviceError if the
   // work failed.
   bool reached(Fence fence);
+  // Whether any fence is not known to be reached: device work may still be running.
+  bool pending() const;
 
   // Page-locked host memory of at least `bytes`, which every device's copies reach at full
   // speed: where collectives across nodes stage device memory for the network. Pooled: the

@@ -104,6 +104,10 @@ void DeviceStreams::release_after(Fence /*fence*/,
   no_devices();
 }
 
+bool DeviceStreams::pending() const {
+  return false;
+}
+
 bool DeviceStreams::holding() const {
   return false;
 }

@@ -26,7 +26,7 @@ struct Ready {
   members @5 :UInt32;
   root @6 :Int32;
   ranks @7 :Text;   # the sending node's ranks, for error messages: "ranks 2, 3"
-  onDevice @8 :Bool;   # on GPU memory: staged through host memory, never fused or sent eagerly
+  onDevice @8 :Bool;   # on GPU memory: staged, fused only with its kind, never sent eagerly
 }
 
 # One negotiation cycle, sent by every node to every other node. The AND of readyBits over

@@ -150,13 +150,17 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
     if (!layouts[u]) continue;
     const auto layout = *layouts[u];
     const Submission& lead = first.collectives.front().first();
+    // `first` moves as the batch grows; `lead` lies in its collectives' storage, which does not.
+    const bool device = on_device(first);
     uint64_t bytes = first.bytes();
     size_t members = first.collectives.size();
     for (size_t v = u + 1; v < networked.size(); ++v) {
       if (taken[v] || layouts[v] != layout) continue;
       const ReadyUnit& unit = networked[v];
       const Submission& other = unit.collectives.front().first();
-      if (other.dtype != lead.dtype || other.op != lead.op ||
+      // Device memory and host memory do not share a batch: the one is staged, the other not
+      // (whether a unit is on device memory is agreed: it is part of the signature).
+      if (other.dtype != lead.dtype || other.op != lead.op || on_device(unit) != device ||
           bytes + unit.bytes() > agreed_.fusion_threshold_bytes) {
         continue;
       }
@@ -182,10 +186,7 @@ std::optional<AllreduceOperand::Layout> NodeJob::fusion_layout(const ReadyUnit& 
                                                                const LinkFigures& link) const {
   const Submission& lead = unit.collectives.front().first();
   const uint64_t bytes = unit.bytes();
-  // Device memory is staged one collective at a time (device_staging.h). Every node agrees on
-  // it: it is part of the signature.
-  if (on_device(unit) || bytes > agreed_.fusion_threshold_bytes ||
-      unit.collectives.size() > kMaxInPlaceMembers ||
+  if (bytes > agreed_.fusion_threshold_bytes || unit.collectives.size() > kMaxInPlaceMembers ||
       !std::all_of(unit.collectives.begin(), unit.collectives.end(),
                    [&lead](const ReadyCollective& c) {
                      return c.first().collective == ipc::Collective::kAllreduce &&
@@ -194,6 +195,8 @@ std::optional<AllreduceOperand::Layout> NodeJob::fusion_layout(const ReadyUnit& 
     return std::nullopt;
   }
   if (bytes < cutoff) return AllreduceOperand::Layout::kPacked;
+  // Device memory is staged through one host buffer (device_staging.h): packed, or alone.
+  if (on_device(unit)) return std::nullopt;
   if (choose(bytes, lead.dtype, link) == AllreduceAlgorithm::kHalvingDoubling) {
     return AllreduceOperand::Layout::kInPlace;
   }
@@ -307,7 +310,8 @@ NodeTask NodeJob::run_unit(InFlight& work) {
     // host collective (device_staging.h).
     std::optional<DeviceStage> stage;
     try {
-      stage.emplace(collective, device_streams_, layout().world_size);
+      stage.emplace(std::vector<const ReadyCollective*>{&collective}, device_streams_,
+                    layout().world_size);
     } catch (const DeviceError& e) {
       co_return fmt::format("job '{}': '{}' could not be staged: {}", links_.job_name(),
                             collective.first().name, e.what());
@@ -375,8 +379,23 @@ NodeTask NodeJob::run_fused(InFlight& work) {
                                                       ? work.layout
                                                       : AllreduceOperand::Layout::kPacked;
   const bool in_place = members_layout == AllreduceOperand::Layout::kInPlace;
-  AllreduceOperand operand(fused, in_place ? nullptr : work.scratch->get(kFusionScratchSlot, bytes),
-                           members_layout);
+  // On device memory (always packed): each member reduced on the devices into its place in one
+  // pinned host buffer, which the batch then runs in.
+  std::optional<DeviceStage> stage;
+  if (fused.front()->first().device != kHostMemory) {
+    try {
+      stage.emplace(fused, device_streams_, layout().world_size);
+    } catch (const DeviceError& e) {
+      co_return fmt::format("job '{}': {} fused tensors could not be staged: {}", links_.job_name(),
+                            fused.size(), e.what());
+    }
+    if (auto error = co_await stage->to_host()) co_return error;
+    fused = stage->hosts();
+  }
+  uint8_t* packed = stage      ? stage->buffer()
+                    : in_place ? nullptr
+                               : work.scratch->get(kFusionScratchSlot, bytes);
+  AllreduceOperand operand(fused, packed, members_layout);
   if (trace_ != nullptr) operand.time_into(&work.times);
   NodeStep step{links_, *work.scratch, static_cast<uint32_t>(work.first_sequence),
                 layout().world_size, codec_for(dtype)};
@@ -391,6 +410,7 @@ NodeTask NodeJob::run_fused(InFlight& work) {
                       : node_halving_doubling_allreduce(step, operand);
   NodeResult error = co_await finish(task);
   if (!error) refine_beta(algorithm, bytes, step.codec, network_started);
+  if (!error && stage) error = co_await stage->to_devices();
   metrics_.batch_executed(
       bytes, fused.size(),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),

@@ -19,8 +19,8 @@ struct Signature {
   uint64_t count = 0;
   uint32_t members = 1;  // collectives in the group it leads (1: not a group)
   int32_t root = -1;     // broadcasts only
-  // On device memory (any collective of the group): such collectives are staged, never fused
-  // or sent with the negotiation, so the nodes must agree on it.
+  // On device memory (any collective of the group): such collectives are staged, fused only
+  // with each other and never sent with the negotiation, so the nodes must agree on it.
   bool on_device = false;
 
   bool operator==(const Signature&) const = default;

@@ -121,6 +121,43 @@ int run_rank() {
                                   GRADSYNC_SUM, ranks, 0) == 0,
            "allgather" + suffix);
   }
+  // Many small tensors in flight at once: across nodes they fuse, each reduced on the device
+  // into its place in one staged buffer.
+  {
+    constexpr int kSmall = 48;
+    std::vector<size_t> counts;
+    std::vector<size_t> offsets;  // in elements, within send and recv
+    size_t total = 0;
+    for (int t = 0; t < kSmall; ++t) {
+      counts.push_back(static_cast<size_t>(1 + 37 * t));
+      offsets.push_back(total);
+      total += counts.back();
+    }
+    std::vector<uint8_t> input(total * sizeof(float));
+    for (int t = 0; t < kSmall; ++t) {
+      reference::fill_input(input.data() + offsets[t] * sizeof(float), counts[t], GRADSYNC_FLOAT32,
+                            rank, GRADSYNC_SUM, t);
+    }
+    GRADSYNC_CUDA_CHECK(cudaMemcpy(send, input.data(), input.size(), cudaMemcpyHostToDevice));
+    GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<gradsync_request> requests(kSmall);
+    for (int t = 0; t < kSmall; ++t) {
+      const std::string name = "small." + std::to_string(t);
+      RANK_CHECK(gradsync_allreduce(comm, name.c_str(), send + offsets[t] * sizeof(float),
+                                    recv + offsets[t] * sizeof(float), counts[t], GRADSYNC_FLOAT32,
+                                    GRADSYNC_SUM, &requests[t]));
+    }
+    for (int t = 0; t < kSmall; ++t) RANK_CHECK(gradsync_wait(comm, requests[t]));
+    std::vector<uint8_t> output(total * sizeof(float));
+    GRADSYNC_CUDA_CHECK(cudaMemcpy(output.data(), recv, output.size(), cudaMemcpyDeviceToHost));
+    for (int t = 0; t < kSmall; ++t) {
+      expect(reference::count_wrong(reference::Kind::kAllreduce,
+                                    output.data() + offsets[t] * sizeof(float), counts[t],
+                                    GRADSYNC_FLOAT32, GRADSYNC_SUM, ranks, 0, t) == 0,
+             "small." + std::to_string(t));
+    }
+  }
+
   // Ordered on a stream, the host never synchronising: the stream is busy (a spinning kernel)
   // when the input's copy is queued behind it, and the result is read back on the same stream
   // after gradsync_wait. A daemon that did not wait for the rank's event would reduce the

@@ -22,7 +22,8 @@ Function entry_point(const char* symbol) {
 
 void check(CUresult status, const char* call) {
   if (status != CUDA_SUCCESS) {
-    throw std::runtime_error(fmt::format("{} failed (CUresult {})", call, static_cast<int>(status)));
+    throw std::runtime_error(
+        fmt::format("{} failed (CUresult {})", call, static_cast<int>(status)));
   }
 }
 
