@@ -3,6 +3,7 @@
 #include "daemon/collectives/device_work.h"
 #include "daemon/collectives/node_collectives.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace gradsync::daemon {
@@ -13,6 +14,23 @@ int32_t rank_of(const Submission& s) {
 }
 
 }  // namespace
+
+StagingPieces staging_pieces(const ReadyCollective& collective) {
+  const Submission& lead = collective.first();
+  StagingPieces pieces{1, lead.count};
+  if (lead.device == kHostMemory || lead.collective != ipc::Collective::kAllreduce ||
+      lead.count == 0) {
+    return pieces;
+  }
+  const uint64_t element = ipc::dtype_bytes(lead.dtype);
+  pieces.count = std::clamp<uint64_t>(
+      (lead.count * element + kStagingPieceBytes - 1) / kStagingPieceBytes, 1, kMaxStagingPieces);
+  // Whole 16-byte packs in every piece but the last: the device kernels' vectors stay aligned.
+  const uint64_t pack = std::max<uint64_t>(16 / element, 1);
+  pieces.elements = ((lead.count + pieces.count - 1) / pieces.count + pack - 1) / pack * pack;
+  pieces.count = std::max<uint64_t>(1, (lead.count + pieces.elements - 1) / pieces.elements);
+  return pieces;
+}
 
 bool FenceWait::ready() {
   if (streams_ == nullptr) return true;
@@ -102,32 +120,58 @@ NodeAwait<FenceWait> DeviceStage::transfer(Enqueue&& enqueue) {
 
 NodeAwait<FenceWait> DeviceStage::to_host() {
   return transfer([this] {
-    for (const Member& member : members_) stage_in(member);
+    for (const Member& member : members_) {
+      stage_in(member, 0, member.collective->first().count);
+    }
   });
 }
 
 NodeAwait<FenceWait> DeviceStage::to_devices() {
   return transfer([this] {
-    for (const Member& member : members_) stage_out(member);
+    for (const Member& member : members_) {
+      stage_out(member, 0, member.collective->first().count);
+    }
   });
 }
 
-void DeviceStage::stage_in(const Member& member) {
+NodeAwait<FenceWait> DeviceStage::to_host(uint64_t begin, uint64_t end) {
+  return transfer([this, begin, end] { stage_in(members_.front(), begin, end); });
+}
+
+NodeAwait<FenceWait> DeviceStage::to_devices(uint64_t begin, uint64_t end) {
+  return transfer([this, begin, end] { stage_out(members_.front(), begin, end); });
+}
+
+ReadyCollective DeviceStage::piece(uint64_t begin, uint64_t end) const {
+  ReadyCollective piece = members_.front().host;
+  Submission& staged = piece.ranks.front();
+  const uint64_t element = ipc::dtype_bytes(staged.dtype);
+  staged.send += begin * element;
+  staged.recv += begin * element;
+  staged.count = end - begin;
+  return piece;
+}
+
+void DeviceStage::stage_in(const Member& member, uint64_t begin, uint64_t end) {
   const ReadyCollective& collective = *member.collective;
-  wait_for_ranks(collective, member.devices, streams_);
   const Submission& lead = collective.first();
+  if (begin == 0) wait_for_ranks(collective, member.devices, streams_);
   uint8_t* at = buffer_.get() + member.offset;
   switch (lead.collective) {
-    case ipc::Collective::kAllreduce:
+    case ipc::Collective::kAllreduce: {
+      const uint64_t element = ipc::dtype_bytes(lead.dtype);
+      const uint64_t skip = begin * element;
+      const uint64_t bytes = (end - begin) * element;
       if (collective.ranks.size() == 1) {
-        streams_.copy(lead.device, at, lead.send, member.bytes);
+        streams_.copy(lead.device, at + skip, lead.send + skip, bytes);
         return;
       }
       // Summed, not averaged, on the node: the algorithm across nodes divides once at its end.
-      reduce_on_devices(collective, node_detail::network_op(lead.op), 1, streams_);
+      reduce_on_devices(collective, node_detail::network_op(lead.op), 1, streams_, begin, end);
       streams_.join(lead.device, member.devices);
-      streams_.copy(lead.device, at, lead.recv, member.bytes);
+      streams_.copy(lead.device, at + skip, lead.recv + skip, bytes);
       return;
+    }
     case ipc::Collective::kBroadcast:
       for (const Submission& s : collective.ranks) {
         if (rank_of(s) == lead.root) streams_.copy(s.device, at, s.send, member.bytes);
@@ -144,16 +188,24 @@ void DeviceStage::stage_in(const Member& member) {
   }
 }
 
-void DeviceStage::stage_out(const Member& member) {
+void DeviceStage::stage_out(const Member& member, uint64_t begin, uint64_t end) {
   const ReadyCollective& collective = *member.collective;
   const Submission& lead = collective.first();
+  uint64_t skip = 0;
+  uint64_t bytes = member.bytes;
+  if (lead.collective == ipc::Collective::kAllreduce) {
+    const uint64_t element = ipc::dtype_bytes(lead.dtype);
+    skip = begin * element;
+    bytes = (end - begin) * element;
+  }
   for (const Submission& s : collective.ranks) {
     // A broadcast's root in place has its data already.
     const bool has_it = lead.collective == ipc::Collective::kBroadcast && rank_of(s) == lead.root &&
                         s.recv == s.send;
-    if (!has_it) streams_.copy(s.device, s.recv, buffer_.get() + member.offset, member.bytes);
+    if (!has_it)
+      streams_.copy(s.device, s.recv + skip, buffer_.get() + member.offset + skip, bytes);
   }
-  signal_ranks(collective, member.devices, streams_);
+  if (end == lead.count) signal_ranks(collective, member.devices, streams_);
 }
 
 }  // namespace gradsync::daemon

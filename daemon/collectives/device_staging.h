@@ -41,6 +41,19 @@ class FenceWait final : public NodeWait {
   NodeResult error_;
 };
 
+// A large device allreduce across nodes is staged in pieces, so that the copies of one piece
+// overlap the network transfers of another (double buffering): piece i+1 goes to host memory
+// and piece i-1 back to the devices while piece i crosses the network. Every node cuts alike:
+// what this depends on (count, dtype, device memory) is agreed.
+struct StagingPieces {
+  uint64_t count = 1;     // pieces; each takes a sequence number of its own
+  uint64_t elements = 0;  // in each (the last may have fewer)
+};
+inline constexpr uint64_t kStagingPieceBytes = uint64_t{4} << 20;
+inline constexpr uint64_t kMaxStagingPieces = 16;
+// One piece for anything but an allreduce on device memory.
+StagingPieces staging_pieces(const ReadyCollective& collective);
+
 class DeviceStage {
  public:
   // `collectives`: on device memory, of a job of `world_size` ranks, their ranks' global ranks
@@ -69,6 +82,14 @@ class DeviceStage {
   // the stream-ordered ranks' completion events.
   NodeAwait<FenceWait> to_devices();
 
+  // One allreduce in pieces: elements [begin, end) of it. The ready events are waited for with
+  // the piece that begins at 0, the completion events recorded with the one that ends at its
+  // count. Pieces enqueued in order: each fence is reached after the ones before it.
+  NodeAwait<FenceWait> to_host(uint64_t begin, uint64_t end);
+  NodeAwait<FenceWait> to_devices(uint64_t begin, uint64_t end);
+  // Elements [begin, end) of the allreduce in host memory, as the algorithms see a collective.
+  ReadyCollective piece(uint64_t begin, uint64_t end) const;
+
  private:
   struct Member {
     const ReadyCollective* collective;
@@ -80,8 +101,9 @@ class DeviceStage {
   // Enqueues `enqueue` and a fence after it.
   template <typename Enqueue>
   NodeAwait<FenceWait> transfer(Enqueue&& enqueue);
-  void stage_in(const Member& member);
-  void stage_out(const Member& member);
+  // Elements [begin, end) of an allreduce member; the whole of any other.
+  void stage_in(const Member& member, uint64_t begin, uint64_t end);
+  void stage_out(const Member& member, uint64_t begin, uint64_t end);
 
   DeviceStreams& streams_;
   std::shared_ptr<uint8_t> buffer_;

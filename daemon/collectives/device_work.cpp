@@ -38,7 +38,7 @@ void allgather(const ReadyCollective& collective, DeviceStreams& streams) {
 }  // namespace
 
 void reduce_on_devices(const ReadyCollective& collective, gradsync_op op, size_t outputs_of,
-                       DeviceStreams& streams) {
+                       DeviceStreams& streams, uint64_t begin, uint64_t end) {
   const auto& ranks = collective.ranks;
   const Submission& lead = collective.first();
   if (ranks.size() > DeviceStreams::max_operands()) {
@@ -48,20 +48,22 @@ void reduce_on_devices(const ReadyCollective& collective, gradsync_op op, size_t
                     lead.name, ranks.size(), DeviceStreams::max_operands()));
   }
   const size_t element = ipc::dtype_bytes(lead.dtype);
+  end = std::min(end, lead.count);
+  begin = std::min(begin, end);
   const std::vector<int> devices = devices_of(collective);
   // Each device's share, cut at 16-byte bounds so that every share keeps the kernel's packs.
   const uint64_t pack = std::max<uint64_t>(16 / element, 1);
-  const uint64_t share = (lead.count / devices.size() + pack - 1) / pack * pack;
+  const uint64_t share = ((end - begin) / devices.size() + pack - 1) / pack * pack;
   std::vector<const void*> inputs(ranks.size());
   std::vector<void*> outputs(std::min(outputs_of, ranks.size()));
   for (size_t d = 0; d < devices.size(); ++d) {
-    const uint64_t begin = std::min(lead.count, d * share);
-    const uint64_t end = d + 1 == devices.size() ? lead.count : std::min(lead.count, begin + share);
-    if (begin == end) continue;
-    for (size_t r = 0; r < ranks.size(); ++r) inputs[r] = ranks[r].send + begin * element;
-    for (size_t r = 0; r < outputs.size(); ++r) outputs[r] = ranks[r].recv + begin * element;
+    const uint64_t from = std::min(end, begin + d * share);
+    const uint64_t to = d + 1 == devices.size() ? end : std::min(end, from + share);
+    if (from == to) continue;
+    for (size_t r = 0; r < ranks.size(); ++r) inputs[r] = ranks[r].send + from * element;
+    for (size_t r = 0; r < outputs.size(); ++r) outputs[r] = ranks[r].recv + from * element;
     streams.reduce(devices[d], lead.dtype, op, inputs.data(), inputs.size(), outputs.data(),
-                   outputs.size(), end - begin);
+                   outputs.size(), to - from);
   }
 }
 

@@ -7,6 +7,7 @@
 #include "daemon/device/device_streams.h"
 #include "daemon/job.h"
 
+#include <cstdint>
 #include <vector>
 
 namespace gradsync::daemon {
@@ -25,9 +26,10 @@ void signal_ranks(const ReadyCollective& collective, const std::vector<int>& dev
                   DeviceStreams& streams);
 
 // Enqueues `op` over the ranks' inputs into the receive buffers of the first `outputs_of` ranks
-// (all of them, or local rank 0's alone), each device reducing its share of the elements.
+// (all of them, or local rank 0's alone), each device reducing its share of elements
+// [begin, end) (all of them unless given).
 void reduce_on_devices(const ReadyCollective& collective, gradsync_op op, size_t outputs_of,
-                       DeviceStreams& streams);
+                       DeviceStreams& streams, uint64_t begin = 0, uint64_t end = UINT64_MAX);
 
 // Enqueues every device collective of `unit`; host collectives in it (a group may mix them)
 // run now, on this thread. Throws DeviceError.

@@ -252,7 +252,13 @@ void NodeJob::start(Batch batch) {
   // numbers, which keep its messages apart from those of the others in flight.
   work->first_sequence = next_sequence_;
   if (trace_ != nullptr) work->started = Clock::now();
-  next_sequence_ += batch.fused ? 1 : work->units.front().collectives.size();
+  if (batch.fused) {
+    next_sequence_ += 1;
+  } else {
+    for (const auto& collective : work->units.front().collectives) {
+      next_sequence_ += staging_pieces(collective).count;
+    }
+  }
   InFlight& placed = *work;
   in_flight_.push_back(std::move(work));
   placed.task.emplace(batch.fused ? run_fused(placed) : run_unit(placed));
@@ -298,11 +304,13 @@ AllreduceAlgorithm NodeJob::choose(uint64_t bytes, gradsync_dtype dtype,
 
 NodeTask NodeJob::run_unit(InFlight& work) {
   const ReadyUnit& unit = work.units.front();
-  for (size_t c = 0; c < unit.collectives.size(); ++c) {
-    const ReadyCollective& collective = unit.collectives[c];
-    const auto sequence = static_cast<uint32_t>(work.first_sequence + c);
+  auto sequence = static_cast<uint32_t>(work.first_sequence);
+  for (const ReadyCollective& collective : unit.collectives) {
+    const StagingPieces pieces = staging_pieces(collective);
+    const uint32_t first = sequence;
+    sequence += static_cast<uint32_t>(pieces.count);
     if (collective.first().device == kHostMemory) {
-      NodeTask task = run_collective(work, collective, sequence);
+      NodeTask task = run_collective(work, collective, first);
       if (auto error = co_await finish(task)) co_return error;
       continue;
     }
@@ -316,10 +324,36 @@ NodeTask NodeJob::run_unit(InFlight& work) {
       co_return fmt::format("job '{}': '{}' could not be staged: {}", links_.job_name(),
                             collective.first().name, e.what());
     }
-    if (auto error = co_await stage->to_host()) co_return error;
-    NodeTask task = run_collective(work, stage->host(), sequence);
-    if (auto error = co_await finish(task)) co_return error;
-    if (auto error = co_await stage->to_devices()) co_return error;
+    if (pieces.count == 1) {
+      if (auto error = co_await stage->to_host()) co_return error;
+      NodeTask task = run_collective(work, stage->host(), first);
+      if (auto error = co_await finish(task)) co_return error;
+      if (auto error = co_await stage->to_devices()) co_return error;
+      continue;
+    }
+    // In pieces: every piece's copy to host memory is enqueued at once (the streams run them
+    // in order), each piece crosses the network once its copy is in, and goes back to the
+    // devices while the next one crosses.
+    const uint64_t count = collective.first().count;
+    std::vector<NodeAwait<FenceWait>> in;
+    std::vector<NodeAwait<FenceWait>> out;
+    in.reserve(pieces.count);
+    out.reserve(pieces.count);
+    for (uint64_t p = 0; p < pieces.count; ++p) {
+      in.push_back(stage->to_host(p * pieces.elements, std::min(count, (p + 1) * pieces.elements)));
+    }
+    for (uint64_t p = 0; p < pieces.count; ++p) {
+      const uint64_t begin = p * pieces.elements;
+      const uint64_t end = std::min(count, begin + pieces.elements);
+      if (auto error = co_await in[p]) co_return error;
+      const ReadyCollective piece = stage->piece(begin, end);
+      NodeTask task = run_collective(work, piece, first + static_cast<uint32_t>(p));
+      if (auto error = co_await finish(task)) co_return error;
+      out.push_back(stage->to_devices(begin, end));
+    }
+    for (auto& back : out) {
+      if (auto error = co_await back) co_return error;
+    }
   }
   co_return std::nullopt;
 }

@@ -158,6 +158,32 @@ int run_rank() {
     }
   }
 
+  // A large allreduce: across nodes it is staged in pieces (6 here, the last one short), each
+  // crossing the network while the next is copied to host memory.
+  {
+    const size_t count = (size_t{5} << 20) + 3;
+    const size_t bytes = count * sizeof(float);
+    const RankMemory large(2 * bytes);  // input, then output
+    RANK_CHECK(gradsync_register_device(comm, large.data(), large.bytes()));
+    std::vector<uint8_t> data(bytes);
+    for (const gradsync_op op : {GRADSYNC_SUM, GRADSYNC_AVG}) {
+      reference::fill_input(data.data(), count, GRADSYNC_FLOAT32, rank, op);
+      GRADSYNC_CUDA_CHECK(cudaMemcpy(large.data(), data.data(), bytes, cudaMemcpyHostToDevice));
+      GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
+      const std::string name = "large." + std::to_string(op);
+      gradsync_request request = 0;
+      RANK_CHECK(gradsync_allreduce(comm, name.c_str(), large.data(), large.data() + bytes, count,
+                                    GRADSYNC_FLOAT32, op, &request));
+      RANK_CHECK(gradsync_wait(comm, request));
+      GRADSYNC_CUDA_CHECK(
+          cudaMemcpy(data.data(), large.data() + bytes, bytes, cudaMemcpyDeviceToHost));
+      expect(reference::count_wrong(reference::Kind::kAllreduce, data.data(), count,
+                                    GRADSYNC_FLOAT32, op, ranks, 0) == 0,
+             name);
+    }
+    RANK_CHECK(gradsync_unregister(comm, large.data()));
+  }
+
   // Ordered on a stream, the host never synchronising: the stream is busy (a spinning kernel)
   // when the input's copy is queued behind it, and the result is read back on the same stream
   // after gradsync_wait. A daemon that did not wait for the rank's event would reduce the
