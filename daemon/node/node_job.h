@@ -183,8 +183,12 @@ class NodeJob {
   // Exports this node's figures for its link to the left-hand node.
   void publish_own_link();
   NodeTask run_unit(InFlight& work);
-  // One collective of a unit, on host memory (a device collective's staged copy).
+  // One collective of a unit, on host memory (a device collective's staged copy), as collective
+  // `sequence` of the job.
   NodeTask run_collective(InFlight& work, const ReadyCollective& collective, uint32_t sequence);
+  // One on device memory, staged through host memory (device_staging.h): in pieces, collectives
+  // `sequence` on, where it is large.
+  NodeTask run_staged(InFlight& work, const ReadyCollective& collective, uint32_t sequence);
   NodeTask run_fused(InFlight& work);
   // The allreduce from the contributions that came with the negotiation.
   NodeResult reduce_contributions(const ReadyCollective& collective,

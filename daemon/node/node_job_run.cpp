@@ -306,54 +306,53 @@ NodeTask NodeJob::run_unit(InFlight& work) {
   const ReadyUnit& unit = work.units.front();
   auto sequence = static_cast<uint32_t>(work.first_sequence);
   for (const ReadyCollective& collective : unit.collectives) {
-    const StagingPieces pieces = staging_pieces(collective);
-    const uint32_t first = sequence;
-    sequence += static_cast<uint32_t>(pieces.count);
-    if (collective.first().device == kHostMemory) {
-      NodeTask task = run_collective(work, collective, first);
-      if (auto error = co_await finish(task)) co_return error;
-      continue;
-    }
-    // On device memory: staged through host memory on the daemon's streams, then run as a
-    // host collective (device_staging.h).
-    std::optional<DeviceStage> stage;
-    try {
-      stage.emplace(std::vector<const ReadyCollective*>{&collective}, device_streams_,
-                    layout().world_size);
-    } catch (const DeviceError& e) {
-      co_return fmt::format("job '{}': '{}' could not be staged: {}", links_.job_name(),
-                            collective.first().name, e.what());
-    }
-    if (pieces.count == 1) {
-      if (auto error = co_await stage->to_host()) co_return error;
-      NodeTask task = run_collective(work, stage->host(), first);
-      if (auto error = co_await finish(task)) co_return error;
-      if (auto error = co_await stage->to_devices()) co_return error;
-      continue;
-    }
-    // In pieces: every piece's copy to host memory is enqueued at once (the streams run them
-    // in order), each piece crosses the network once its copy is in, and goes back to the
-    // devices while the next one crosses.
-    const uint64_t count = collective.first().count;
-    std::vector<NodeAwait<FenceWait>> in;
-    std::vector<NodeAwait<FenceWait>> out;
-    in.reserve(pieces.count);
-    out.reserve(pieces.count);
-    for (uint64_t p = 0; p < pieces.count; ++p) {
-      in.push_back(stage->to_host(p * pieces.elements, std::min(count, (p + 1) * pieces.elements)));
-    }
-    for (uint64_t p = 0; p < pieces.count; ++p) {
-      const uint64_t begin = p * pieces.elements;
-      const uint64_t end = std::min(count, begin + pieces.elements);
-      if (auto error = co_await in[p]) co_return error;
-      const ReadyCollective piece = stage->piece(begin, end);
-      NodeTask task = run_collective(work, piece, first + static_cast<uint32_t>(p));
-      if (auto error = co_await finish(task)) co_return error;
-      out.push_back(stage->to_devices(begin, end));
-    }
-    for (auto& back : out) {
-      if (auto error = co_await back) co_return error;
-    }
+    NodeTask task = collective.first().device == kHostMemory
+                        ? run_collective(work, collective, sequence)
+                        : run_staged(work, collective, sequence);
+    sequence += static_cast<uint32_t>(staging_pieces(collective).count);
+    if (auto error = co_await finish(task)) co_return error;
+  }
+  co_return std::nullopt;
+}
+
+NodeTask NodeJob::run_staged(InFlight& work, const ReadyCollective& collective, uint32_t sequence) {
+  std::optional<DeviceStage> stage;
+  try {
+    stage.emplace(std::vector<const ReadyCollective*>{&collective}, device_streams_,
+                  layout().world_size);
+  } catch (const DeviceError& e) {
+    co_return fmt::format("job '{}': '{}' could not be staged: {}", links_.job_name(),
+                          collective.first().name, e.what());
+  }
+  const StagingPieces pieces = staging_pieces(collective);
+  if (pieces.count == 1) {
+    if (auto error = co_await stage->to_host()) co_return error;
+    NodeTask task = run_collective(work, stage->host(), sequence);
+    if (auto error = co_await finish(task)) co_return error;
+    co_return co_await stage->to_devices();
+  }
+  // In pieces: every piece's copy to host memory is enqueued at once (the streams run them in
+  // order), each piece crosses the network once its copy is in, and goes back to the devices
+  // while the next one crosses.
+  const uint64_t count = collective.first().count;
+  std::vector<NodeAwait<FenceWait>> in;
+  std::vector<NodeAwait<FenceWait>> out;
+  in.reserve(pieces.count);
+  out.reserve(pieces.count);
+  for (uint64_t p = 0; p < pieces.count; ++p) {
+    in.push_back(stage->to_host(p * pieces.elements, std::min(count, (p + 1) * pieces.elements)));
+  }
+  for (uint64_t p = 0; p < pieces.count; ++p) {
+    const uint64_t begin = p * pieces.elements;
+    const uint64_t end = std::min(count, begin + pieces.elements);
+    if (auto error = co_await in[p]) co_return error;
+    const ReadyCollective piece = stage->piece(begin, end);
+    NodeTask task = run_collective(work, piece, sequence + static_cast<uint32_t>(p));
+    if (auto error = co_await finish(task)) co_return error;
+    out.push_back(stage->to_devices(begin, end));
+  }
+  for (auto& back : out) {
+    if (auto error = co_await back) co_return error;
   }
   co_return std::nullopt;
 }

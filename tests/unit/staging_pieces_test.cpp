@@ -8,8 +8,7 @@
 namespace gradsync::daemon {
 namespace {
 
-ReadyCollective collective(ipc::Collective kind, gradsync_dtype dtype, uint64_t count,
-                           int device) {
+ReadyCollective collective(ipc::Collective kind, gradsync_dtype dtype, uint64_t count, int device) {
   ReadyCollective c;
   Submission& s = c.ranks.emplace_back();
   s.collective = kind;
@@ -21,8 +20,8 @@ ReadyCollective collective(ipc::Collective kind, gradsync_dtype dtype, uint64_t 
 
 TEST(StagingPieces, HostMemoryAndCollectivesOtherThanAllreduceRunWhole) {
   for (const uint64_t count : {uint64_t{0}, uint64_t{1} << 30}) {
-    EXPECT_EQ(staging_pieces(collective(ipc::Collective::kAllreduce, GRADSYNC_FLOAT32, count,
-                                        kHostMemory))
+    EXPECT_EQ(staging_pieces(
+                  collective(ipc::Collective::kAllreduce, GRADSYNC_FLOAT32, count, kHostMemory))
                   .count,
               1u);
     EXPECT_EQ(
