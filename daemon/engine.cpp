@@ -440,8 +440,7 @@ int Engine::sleep_timeout_ms() const {
     if (!job->formed() && !job->failure()) deadline = std::min(deadline, job->formation_deadline());
   }
   // Device work in flight: its fences are polled.
-  if (!device_in_flight_.empty() || device_streams_.holding())
-    deadline = std::min(deadline, Clock::now() + kDevicePollInterval);
+  if (!device_in_flight_.empty()) deadline = std::min(deadline, Clock::now() + kDevicePollInterval);
   // A client whose submissions wait for it to read its completions: look again soon.
   for (const Session* session : polled_) {
     if (session->waits_for_completion_room()) {

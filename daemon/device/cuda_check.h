@@ -21,6 +21,22 @@ inline void cuda_check(cudaError_t status, std::string_view call, std::string_vi
 
 #define GRADSYNC_CUDA_CHECK(call) ::gradsync::daemon::cuda_check((call), #call, __FILE__, __LINE__)
 
+// The driver's entry point `symbol` with CUDA 12's ABI, through the runtime (the daemon links no
+// libcuda); false where the driver lacks it.
+template <typename Function>
+bool driver_entry_point(const char* symbol, Function& function) {
+  void* entry = nullptr;
+  cudaDriverEntryPointQueryResult found{};
+  if (cudaGetDriverEntryPointByVersion(symbol, &entry, 12000, cudaEnableDefault, &found) !=
+          cudaSuccess ||
+      found != cudaDriverEntryPointSuccess || entry == nullptr) {
+    (void)cudaGetLastError();  // the runtime keeps the last error: clear it
+    return false;
+  }
+  function = reinterpret_cast<Function>(entry);
+  return true;
+}
+
 // Makes `device` current on this thread for the scope, and restores the one before: the
 // daemon's threads never find their current device changed under them.
 class DeviceScope {

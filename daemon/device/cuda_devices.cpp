@@ -77,17 +77,12 @@ Devices Devices::probe() {
     return devices;
   }
   auto allocations = std::make_shared<Allocations>();
-  void* entry = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &entry, 12000, cudaEnableDefault,
-                                       &found) != cudaSuccess ||
-      found != cudaDriverEntryPointSuccess || entry == nullptr) {
+  if (!driver_entry_point("cuMemGetAddressRange", allocations->get_address_range)) {
     devices.summary_ =
         "CUDA built in, but the driver lacks cuMemGetAddressRange (needs CUDA 12 or later): "
         "host memory only";
     return devices;
   }
-  allocations->get_address_range = reinterpret_cast<GetAddressRange>(entry);
   allocations->vmm = VmmDriver::load(allocations->vmm_missing);
 
   std::string listed;

@@ -34,20 +34,6 @@ void driver_check(CUresult status, const char* call) {
   if (status != CUDA_SUCCESS) throw_driver_error(status, call);
 }
 
-template <typename Function>
-bool entry_point(const char* symbol, Function& function) {
-  void* entry = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  if (cudaGetDriverEntryPointByVersion(symbol, &entry, 12000, cudaEnableDefault, &found) !=
-          cudaSuccess ||
-      found != cudaDriverEntryPointSuccess || entry == nullptr) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  function = reinterpret_cast<Function>(entry);
-  return true;
-}
-
 // A reserved range with the segments mapped in it; unmapped and freed with the last reference.
 struct MappedSegments {
   std::shared_ptr<const ImportedSegments> segments;
@@ -69,13 +55,13 @@ struct MappedSegments {
 
 std::shared_ptr<const VmmDriver> VmmDriver::load(std::string& why_not) {
   auto driver = std::make_shared<VmmDriver>();
-  const bool loaded = entry_point("cuMemImportFromShareableHandle", driver->import_handle) &&
-                      entry_point("cuMemRelease", driver->release) &&
-                      entry_point("cuMemAddressReserve", driver->reserve) &&
-                      entry_point("cuMemAddressFree", driver->address_free) &&
-                      entry_point("cuMemMap", driver->map) &&
-                      entry_point("cuMemUnmap", driver->unmap) &&
-                      entry_point("cuMemSetAccess", driver->set_access);
+  const bool loaded = driver_entry_point("cuMemImportFromShareableHandle", driver->import_handle) &&
+                      driver_entry_point("cuMemRelease", driver->release) &&
+                      driver_entry_point("cuMemAddressReserve", driver->reserve) &&
+                      driver_entry_point("cuMemAddressFree", driver->address_free) &&
+                      driver_entry_point("cuMemMap", driver->map) &&
+                      driver_entry_point("cuMemUnmap", driver->unmap) &&
+                      driver_entry_point("cuMemSetAccess", driver->set_access);
   if (!loaded) {
     why_not = "the CUDA driver lacks the VMM API (cuMemImportFromShareableHandle and the rest)";
     return nullptr;

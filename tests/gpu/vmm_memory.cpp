@@ -10,14 +10,11 @@ namespace {
 
 template <typename Function>
 Function entry_point(const char* symbol) {
-  void* entry = nullptr;
-  cudaDriverEntryPointQueryResult found{};
-  GRADSYNC_CUDA_CHECK(
-      cudaGetDriverEntryPointByVersion(symbol, &entry, 12000, cudaEnableDefault, &found));
-  if (found != cudaDriverEntryPointSuccess || entry == nullptr) {
+  Function function = nullptr;
+  if (!daemon::driver_entry_point(symbol, function)) {
     throw std::runtime_error(fmt::format("the driver has no {}", symbol));
   }
-  return reinterpret_cast<Function>(entry);
+  return function;
 }
 
 void check(CUresult status, const char* call) {

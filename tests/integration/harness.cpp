@@ -322,18 +322,26 @@ std::pair<uint32_t, std::string> RawClient::hello(const std::string& job, int lo
   return {0, ""};
 }
 
-std::pair<uint32_t, std::string> RawClient::register_buffer(uint32_t id, int fd, uint64_t offset,
-                                                            uint64_t bytes) {
-  capnp::MallocMessageBuilder message;
+namespace {
+
+// A RegisterBuffer request for [offset, offset + bytes) as buffer `id`; the kind of memory is
+// the caller's to fill in.
+ipc::wire::RegisterBuffer::Builder start_registration(capnp::MessageBuilder& message, uint32_t id,
+                                                      uint64_t offset, uint64_t bytes) {
   auto request = message.initRoot<ipc::wire::Request>().initRegisterBuffer();
   request.setBufferId(id);
   request.setOffset(offset);
   request.setBytes(bytes);
-  if (fd >= 0) {
-    send(message, std::span<const int>(&fd, 1));
-  } else {
-    send(message);
-  }
+  return request;
+}
+
+}  // namespace
+
+std::pair<uint32_t, std::string> RawClient::register_buffer(uint32_t id, int fd, uint64_t offset,
+                                                            uint64_t bytes) {
+  capnp::MallocMessageBuilder message;
+  start_registration(message, id, offset, bytes).getMemory().setHost();
+  send(message, fd >= 0 ? std::span<const int>(&fd, 1) : std::span<const int>());
   return receive_status();
 }
 
@@ -343,10 +351,7 @@ std::pair<uint32_t, std::string> RawClient::register_vmm(uint32_t id, uint64_t o
                                                          const std::vector<int>& fds,
                                                          const std::vector<uint8_t>& uuid) {
   capnp::MallocMessageBuilder message;
-  auto request = message.initRoot<ipc::wire::Request>().initRegisterBuffer();
-  request.setBufferId(id);
-  request.setOffset(offset);
-  request.setBytes(bytes);
+  auto request = start_registration(message, id, offset, bytes);
   auto memory = request.getMemory().initCudaVmm();
   auto sizes = memory.initSegmentBytes(static_cast<unsigned>(segment_bytes.size()));
   for (unsigned i = 0; i < sizes.size(); ++i) sizes.set(i, segment_bytes[i]);
@@ -361,18 +366,11 @@ std::pair<uint32_t, std::string> RawClient::register_device(uint32_t id, uint64_
                                                             const std::vector<uint8_t>& uuid,
                                                             int fd) {
   capnp::MallocMessageBuilder message;
-  auto request = message.initRoot<ipc::wire::Request>().initRegisterBuffer();
-  request.setBufferId(id);
-  request.setOffset(offset);
-  request.setBytes(bytes);
+  auto request = start_registration(message, id, offset, bytes);
   auto memory = request.getMemory().initCudaIpc();
   memory.setHandle(kj::arrayPtr(handle.data(), handle.size()));
   memory.setDeviceUuid(kj::arrayPtr(uuid.data(), uuid.size()));
-  if (fd >= 0) {
-    send(message, std::span<const int>(&fd, 1));
-  } else {
-    send(message);
-  }
+  send(message, fd >= 0 ? std::span<const int>(&fd, 1) : std::span<const int>());
   return receive_status();
 }
 
