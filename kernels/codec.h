@@ -14,5 +14,8 @@ namespace gradsync::kernels {
 void encode_bf16(uint16_t* dst, const float* src, size_t count);
 // dst[i] = src[i] widened to f32 (exact).
 void decode_bf16(float* dst, const uint16_t* src, size_t count);
+// wire[i] = data[i] encoded as by encode_bf16, and data[i] = wire[i] decoded: a value rounded
+// in place beside its wire image, in one pass where an encode and a decode take two.
+void round_bf16(uint16_t* wire, float* data, size_t count);
 
 }  // namespace gradsync::kernels

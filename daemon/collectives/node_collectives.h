@@ -29,7 +29,7 @@ struct NodeStep {
   WireCodec codec = WireCodec::kNone;  // the job's: the ring applies it to f32 allreduces
 };
 
-// The algorithms use scratch slots 0 and 1 (and the ring's codec 3 to 5); a fused allreduce's
+// The algorithms use scratch slots 0 and 1 (and the ring's codec 3 and 4); a fused allreduce's
 // buffer is this one.
 inline constexpr size_t kFusionScratchSlot = 2;
 

@@ -40,7 +40,9 @@ struct Range {
 // Where the ring's pieces leave from and land, with or without the codec. Without it, a piece
 // is sent from the work buffer and an allgather piece lands in place. With it, `wire` holds
 // the bf16 image of the work buffer (element i at wire[i]): pieces are encoded into it before
-// they leave, and allgather pieces land in it and are decoded into place.
+// they leave, and allgather pieces land in it and are decoded into place. Each codec pass runs
+// beside the pass that produces or consumes its values, a cache-sized block at a time, so that
+// the codec adds compute and no memory traffic of its own.
 class RingWire {
  public:
   RingWire(const AllreduceOperand& operand, Scratch& scratch, WireCodec codec)
@@ -49,78 +51,96 @@ class RingWire {
         bf16_(codec == WireCodec::kBf16 && operand.dtype() == GRADSYNC_FLOAT32),
         wire_(bf16_ ? reinterpret_cast<uint16_t*>(
                           scratch.get(kWireSlot, operand.count() * sizeof(uint16_t)))
-                    : nullptr) {}
+                    : nullptr),
+        decoded_(
+            bf16_ ? reinterpret_cast<float*>(scratch.get(kDecodedSlot, kCodecBlock * sizeof(float)))
+                  : nullptr) {}
 
-  // Where the reduce-scatter's pieces arrive, two slots of `elements`: with the codec, encoded
-  // in slots of their own; without it, in `decoded` (the slots they are reduced from).
-  std::array<uint8_t*, 2> arrival_slots(Scratch& scratch, std::array<uint8_t*, 2> decoded,
-                                        uint64_t elements) const {
-    if (!bf16_) return decoded;
-    return {scratch.get(kArrivalSlots, elements * sizeof(uint16_t)),
-            scratch.get(kArrivalSlots + 1, elements * sizeof(uint16_t))};
+  // Where the reduce-scatter's pieces arrive, as they travel: two slots of `elements`,
+  // alternating by step.
+  std::array<uint8_t*, 2> arrival_slots(Scratch& scratch, uint64_t elements) const {
+    const uint64_t bytes = elements * travelling_element();
+    return {scratch.get(0, bytes), scratch.get(1, bytes)};
   }
   // Where in an arrival slot the element `offset` of its chunk lands.
   uint8_t* arrival(uint8_t* slot, uint64_t offset) const {
-    return slot + offset * (bf16_ ? sizeof(uint16_t) : element_);
+    return slot + offset * travelling_element();
   }
-  uint64_t bytes(Range r) const {
-    return (r.end - r.begin) * (bf16_ ? sizeof(uint16_t) : element_);
-  }
+  uint64_t bytes(Range r) const { return (r.end - r.begin) * travelling_element(); }
 
   // This node's own contribution to chunk piece r, to send at the reduce-scatter's first
-  // step. A lone local rank's input leaves as it is: work[r] is written next by the
-  // allgather, so a copy into it first would be a pass over the bytes for nothing.
+  // step. A lone local rank's input leaves as it is (or is encoded from where it is): work[r]
+  // is written next by the allgather, so a copy into it first would be a pass for nothing.
   const uint8_t* first_outgoing(const AllreduceOperand& operand, gradsync_op op, Range r) const {
+    const uint8_t* input = operand.sole_input(r.begin, r.end);
     if (!bf16_) {
-      if (const uint8_t* input = operand.sole_input(r.begin, r.end)) return input;
+      if (input != nullptr) return input;
+      operand.reduce_into(op, r.begin, r.end, nullptr);
+      return travelling(r);
     }
-    operand.reduce_into(op, r.begin, r.end, nullptr);
-    return outgoing(r);
+    for_each_codec_block(r, [&](Range b) {
+      if (input == nullptr) operand.reduce_into(op, b.begin, b.end, nullptr);
+      const auto* values =
+          input != nullptr ? reinterpret_cast<const float*>(input) + (b.begin - r.begin) : work(b);
+      kernels::encode_bf16(wire_ + b.begin, values, b.end - b.begin);
+    });
+    return travelling(r);
   }
-  // The bytes of work[r] to send, encoded now if the codec is on.
-  const uint8_t* outgoing(Range r) const {
-    if (!bf16_) return work_ + r.begin * element_;
-    kernels::encode_bf16(wire_ + r.begin, work(r), r.end - r.begin);
-    return reinterpret_cast<const uint8_t*>(wire_ + r.begin);
+  // work[r] = `op` over the local inputs and the piece that arrived at `received`. With the
+  // codec, the piece is decoded a block at a time into a buffer that stays in cache, and with
+  // `forward` each reduced block is encoded for the next step while it is still there.
+  void reduce_arrived(const AllreduceOperand& operand, gradsync_op op, Range r,
+                      const uint8_t* received, bool forward) const {
+    if (!bf16_) {
+      operand.reduce_into(op, r.begin, r.end, received);
+      return;
+    }
+    const auto* encoded = reinterpret_cast<const uint16_t*>(received);
+    for_each_codec_block(r, [&](Range b) {
+      kernels::decode_bf16(decoded_, encoded + (b.begin - r.begin), b.end - b.begin);
+      operand.reduce_into(op, b.begin, b.end, reinterpret_cast<const uint8_t*>(decoded_));
+      if (forward) kernels::encode_bf16(wire_ + b.begin, work(b), b.end - b.begin);
+    });
   }
   // A finished piece of this node's chunk, before it is delivered and sent: with the codec,
-  // rounded in place to what the other nodes will decode, and its wire image made.
+  // rounded in place to what the other nodes will decode, beside its wire image.
   void finish(Range r) const {
-    if (!bf16_) return;
-    kernels::encode_bf16(wire_ + r.begin, work(r), r.end - r.begin);
-    kernels::decode_bf16(work(r), wire_ + r.begin, r.end - r.begin);
+    if (bf16_) kernels::round_bf16(wire_ + r.begin, work(r), r.end - r.begin);
   }
-  // The bytes of a finished piece as they travel (after finish, or as an allgather received them).
-  const uint8_t* finished(Range r) const {
-    return bf16_ ? reinterpret_cast<const uint8_t*>(wire_ + r.begin) : work_ + r.begin * element_;
-  }
-  // Where an allgather piece lands, and after it landed, its decoding into place.
-  uint8_t* gathered(Range r) const {
+  // The bytes of work[r] as they travel: where a piece leaves from once reduce_arrived
+  // (forward), finish or first_outgoing made it, and where an allgather piece lands.
+  uint8_t* travelling(Range r) const {
     return bf16_ ? reinterpret_cast<uint8_t*>(wire_ + r.begin) : work_ + r.begin * element_;
   }
+  // An allgather piece landed: decoded into place.
   void landed(Range r) const {
     if (bf16_) kernels::decode_bf16(work(r), wire_ + r.begin, r.end - r.begin);
-  }
-  // A reduce-scatter piece received into `received` (as it travelled), as f32 in `decoded`
-  // (with the codec) or where it is.
-  const uint8_t* readable(const uint8_t* received, uint8_t* decoded, uint64_t elements) const {
-    if (!bf16_) return received;
-    kernels::decode_bf16(reinterpret_cast<float*>(decoded),
-                         reinterpret_cast<const uint16_t*>(received), elements);
-    return decoded;
   }
 
  private:
   // Scratch slots 0 and 1 are the reduce-scatter's, 2 the fusion buffer's (node_collectives.h).
   static constexpr size_t kWireSlot = 3;
-  static constexpr size_t kArrivalSlots = 4;  // and 5
+  static constexpr size_t kDecodedSlot = 4;
+  // Elements per codec block: 256 KiB of f32, which stays in a core's L2 cache between the
+  // pass that writes it and the one that reads it (2 namespace nodes, 64 MiB: 16 Ki elements
+  // gained as much with one local rank and nothing with two, where the reduce reads three
+  // streams and a shorter block restarts the prefetchers more often).
+  static constexpr uint64_t kCodecBlock = 64 << 10;
 
+  size_t travelling_element() const { return bf16_ ? sizeof(uint16_t) : element_; }
   float* work(Range r) const { return reinterpret_cast<float*>(work_) + r.begin; }
+  template <typename Fn>
+  static void for_each_codec_block(Range r, Fn&& fn) {
+    for (uint64_t begin = r.begin; begin < r.end; begin += kCodecBlock) {
+      fn(Range{begin, std::min(r.end, begin + kCodecBlock)});
+    }
+  }
 
   uint8_t* work_;
   size_t element_;
   bool bf16_;
   uint16_t* wire_;
+  float* decoded_;
 };
 
 }  // namespace
@@ -154,13 +174,8 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
 
   Flight flight(links, &step.scratch, operand.memory(), "running a ring allreduce");
   // Reduce-scatter step s receives chunk me-s-1 from the left; two slots alternate so that the
-  // next step's receives are posted while this step's pieces are reduced. With the codec,
-  // pieces arrive encoded in slots of their own and are decoded into these.
-  const uint64_t slot_elements = count / n + 1;
-  std::array<uint8_t*, 2> incoming = {step.scratch.get(0, slot_elements * element),
-                                      step.scratch.get(1, slot_elements * element)};
-  const std::array<uint8_t*, 2> received =
-      wire.arrival_slots(step.scratch, incoming, slot_elements);
+  // next step's receives are posted while this step's pieces are reduced.
+  const std::array<uint8_t*, 2> received = wire.arrival_slots(step.scratch, count / n + 1);
   auto received_at = [&](uint32_t s, uint64_t offset) {
     return wire.arrival(received[s % 2], offset);
   };
@@ -191,13 +206,11 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
     for (uint32_t j = 0; j < pieces; ++j) {
       if (auto error = co_await flight.wait(posted[s % 2][j])) co_return error;
       const Range r = piece(chunk, j);
-      const uint64_t offset = r.begin - chunk_begin;
-      operand.reduce_into(op, r.begin, r.end,
-                          wire.readable(received_at(s, offset), incoming[s % 2] + offset * element,
-                                        r.end - r.begin));
-      if (s + 1 < steps) {  // sent on as the next reduce-scatter step
+      const bool forward = s + 1 < steps;  // sent on as the next reduce-scatter step
+      wire.reduce_arrived(operand, op, r, received_at(s, r.begin - chunk_begin), forward);
+      if (forward) {
         reduce_scatter_sends.push_back(
-            flight.add(links.send(right, tag(me, s + 1, j), wire.outgoing(r), wire.bytes(r))));
+            flight.add(links.send(right, tag(me, s + 1, j), wire.travelling(r), wire.bytes(r))));
         continue;
       }
       // This node's finished chunk: the average's one division happens here, then it goes out
@@ -207,7 +220,7 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
                         static_cast<uint64_t>(step.world_size));
       }
       wire.finish(r);
-      flight.add(links.send(right, tag(me, s + 1, j), wire.finished(r), wire.bytes(r)));
+      flight.add(links.send(right, tag(me, s + 1, j), wire.travelling(r), wire.bytes(r)));
     }
   }
   // Allgather step s receives chunk me-s into place (or into its wire image), where the
@@ -224,7 +237,7 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
     for (uint32_t j = 0; j < pieces; ++j) {
       const Range r = piece(chunk, j);
       gathers[s].push_back(flight.add(
-          links.receive(tag(left, steps + s, j), left, wire.gathered(r), wire.bytes(r))));
+          links.receive(tag(left, steps + s, j), left, wire.travelling(r), wire.bytes(r))));
     }
   }
   // The chunk finished here goes to the local ranks while the first receives arrive.
@@ -236,7 +249,7 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
       if (auto error = co_await flight.wait(gathers[s][j])) co_return error;
       const Range r = piece(chunk, j);
       if (s + 1 < steps) {
-        flight.add(links.send(right, tag(me, steps + s + 1, j), wire.finished(r), wire.bytes(r)));
+        flight.add(links.send(right, tag(me, steps + s + 1, j), wire.travelling(r), wire.bytes(r)));
       }
       wire.landed(r);
       operand.deliver(r.begin, r.end);

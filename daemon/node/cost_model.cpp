@@ -32,7 +32,7 @@ double predict_ring(const LinkFigures& link, uint32_t nodes, uint64_t bytes, Wir
   const double slice = static_cast<double>(bytes) / n;
   const bool bf16 = codec == WireCodec::kBf16;
   const double wire_slice = bf16 ? slice / 2 : slice;
-  const double codec_passes = bf16 ? 3 * n - 1 : 0;
+  const double codec_passes = bf16 ? 3 * n - 2 : 0;
   return 2 * (n - 1) * (link.alpha_seconds + wire_slice * link.beta_seconds_per_byte) +
          (n - 1 + codec_passes / 2) * slice * link.gamma_seconds_per_byte;
 }

@@ -53,9 +53,10 @@ const char* wire_codec_name(WireCodec codec);
 //    largest power of two p <= n; the n-p extra nodes first fold their data into a partner and
 //    get the result back, two more full-size steps.
 //  ring with the bf16 codec: half the bytes on the wire, and the codec's passes over the data
-//    (each step encodes what it sends and decodes what it receives; the allgather forwards
-//    without encoding again), about 3n-1 passes over a 1/n slice. A pass reads and writes
-//    half the traffic of a two-input reduce per byte: γ/2.
+//    (each step encodes what it sends and decodes what it receives; the finished slice is
+//    rounded and encoded in one pass; the allgather forwards without encoding again), 3n-2
+//    passes over a 1/n slice. A pass reads and writes half the traffic of a two-input reduce
+//    per byte: γ/2.
 double predict_ring(const LinkFigures& link, uint32_t nodes, uint64_t bytes,
                     WireCodec codec = WireCodec::kNone);
 double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_t bytes);

@@ -22,16 +22,17 @@ struct Kernels {
   CopyFn copy;
   EncodeBf16Fn encode_bf16;
   DecodeBf16Fn decode_bf16;
+  RoundBf16Fn round_bf16;
   const char* isa;
 };
 
 // Immutable after the first call (a function-local static, initialised thread-safely).
 const Kernels& selected() {
   static const Kernels kernels =
-      cpu_has_avx2() ? Kernels{&avx2::reduce_to_all, &avx2::copy, &avx2::encode_bf16,
-                               &avx2::decode_bf16, "avx2"}
-                     : Kernels{&generic::reduce_to_all, &generic::copy, &generic::encode_bf16,
-                               &generic::decode_bf16, "generic"};
+      cpu_has_avx2() ? Kernels{&avx2::reduce_to_all, &avx2::copy,       &avx2::encode_bf16,
+                               &avx2::decode_bf16,   &avx2::round_bf16, "avx2"}
+                     : Kernels{&generic::reduce_to_all, &generic::copy,       &generic::encode_bf16,
+                               &generic::decode_bf16,   &generic::round_bf16, "generic"};
   return kernels;
 }
 }  // namespace
@@ -52,6 +53,10 @@ void encode_bf16(uint16_t* dst, const float* src, size_t count) {
 
 void decode_bf16(float* dst, const uint16_t* src, size_t count) {
   selected().decode_bf16(dst, src, count);
+}
+
+void round_bf16(uint16_t* wire, float* data, size_t count) {
+  selected().round_bf16(wire, data, count);
 }
 
 namespace {

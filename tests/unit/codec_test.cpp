@@ -1,6 +1,7 @@
 // The bf16 wire codec, every build: rounding to nearest even against the definition (the two
 // bf16 values around x, chosen by the dropped bits), the special values, exact widening, and
-// every length and alignment the vector loops cut into head, body and tail.
+// every length and alignment the vector loops cut into head, body and tail; rounding in place
+// beside the wire image as an encode then a decode.
 #include "kernels/codec.h"
 #include "kernels/cpu/reduce_variants.h"
 
@@ -20,11 +21,15 @@ struct Codec {
   const char* name;
   EncodeBf16Fn encode;
   DecodeBf16Fn decode;
+  RoundBf16Fn round;
 };
 
 std::vector<Codec> builds() {
-  std::vector<Codec> all{{"generic", &generic::encode_bf16, &generic::decode_bf16}};
-  if (cpu_has_avx2()) all.push_back({"avx2", &avx2::encode_bf16, &avx2::decode_bf16});
+  std::vector<Codec> all{
+      {"generic", &generic::encode_bf16, &generic::decode_bf16, &generic::round_bf16}};
+  if (cpu_has_avx2()) {
+    all.push_back({"avx2", &avx2::encode_bf16, &avx2::decode_bf16, &avx2::round_bf16});
+  }
   return all;
 }
 
@@ -126,6 +131,34 @@ TEST(Bf16Codec, EveryLengthAndAlignmentTouchesExactlyItsElements) {
             ASSERT_EQ(std::bit_cast<uint32_t>(back[i]), uint32_t{wire[i]} << 16);
           }
         }
+      }
+    }
+  }
+}
+
+TEST(Bf16Codec, RoundingInPlaceIsAnEncodeThenADecode) {
+  std::vector<float> samples = finite_samples();
+  for (const float special : {std::numeric_limits<float>::infinity(), std::nanf(""),
+                              std::bit_cast<float>(0x7f800001u), -0.0f}) {
+    samples.push_back(special);
+  }
+  std::vector<uint16_t> expected_wire(samples.size());
+  std::vector<float> expected(samples.size());
+  for (const Codec& codec : builds()) {
+    codec.encode(expected_wire.data(), samples.data(), samples.size());
+    codec.decode(expected.data(), expected_wire.data(), expected_wire.size());
+    // Offsets and a length the vector loops cut into a head, a body and a tail.
+    for (const size_t offset : {size_t{0}, size_t{1}, size_t{3}}) {
+      const size_t count = samples.size() - offset - 5;
+      std::vector<float> data = samples;
+      std::vector<uint16_t> wire(samples.size(), 0xabcd);
+      codec.round(wire.data() + offset, data.data() + offset, count);
+      for (size_t i = 0; i < samples.size(); ++i) {
+        const bool inside = i >= offset && i < offset + count;
+        ASSERT_EQ(wire[i], inside ? expected_wire[i] : 0xabcd) << codec.name << " at " << i;
+        ASSERT_EQ(std::bit_cast<uint32_t>(data[i]),
+                  std::bit_cast<uint32_t>(inside ? expected[i] : samples[i]))
+            << codec.name << " at " << i;
       }
     }
   }

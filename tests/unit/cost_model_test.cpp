@@ -27,10 +27,10 @@ TEST(CostModel, TheBf16CodecHalvesTheWireAndAddsItsPasses) {
   const uint64_t bytes = 64 << 20;
   const double n = 4;
   const double slice = bytes / n;
-  // Half of each slice on the wire; the reduce, plus 3n-1 codec passes at half its cost.
+  // Half of each slice on the wire; the reduce, plus 3n-2 codec passes at half its cost.
   const double expected =
       2 * (n - 1) * (kLink.alpha_seconds + slice / 2 * kLink.beta_seconds_per_byte) +
-      (n - 1 + (3 * n - 1) / 2) * slice * kLink.gamma_seconds_per_byte;
+      (n - 1 + (3 * n - 2) / 2) * slice * kLink.gamma_seconds_per_byte;
   EXPECT_DOUBLE_EQ(predict_ring(kLink, 4, bytes, WireCodec::kBf16), expected);
   // On a slow link the wire dominates: nearly twice as fast. On a link faster than the codec's
   // passes, slower: the chooser then takes halving-doubling where it is cheaper.
