@@ -19,7 +19,6 @@ struct DaemonConfig {
   std::string log_level = "info";
 
   uint64_t fusion_threshold_bytes = 64ull << 20;
-  uint32_t cycle_time_us = 1000;
   uint32_t ring_entries = 1024;       // per client, each ring
   uint32_t engine_spin_us = 100;      // spin (yielding) before the engine blocks
   uint32_t negotiation_hold_us = 50;  // hold an empty part of a peer's cycle (<= engine_spin_us)
