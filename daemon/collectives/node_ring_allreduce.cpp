@@ -23,11 +23,10 @@
 namespace gradsync::daemon {
 namespace {
 
-// Pieces per step: enough that a piece stays at kPipelinePieceBytes up to 32 MiB of a node's
-// share. Bigger pieces cost more than their bytes: an eager message that arrives before its
-// receive is posted is buffered whole by UCX (2 namespace nodes, 128-256 MiB: 16 pieces gave
-// 1.2-1.6 GB/s of bus bandwidth, 64 pieces 1.5-1.9). A piece's tag part counts steps times
-// pieces in 16 bits.
+// Pieces per step: enough that a piece stays at kPipelinePieceBytes up to 256 MiB of a node's
+// share (with eager bulk data, a piece that arrives before its receive is posted is buffered
+// whole by UCX, so pieces should not grow without bound). A piece's tag part counts steps
+// times pieces in 16 bits.
 constexpr uint64_t kMaxPieces = 64;
 static_assert(uint64_t{2} * (kMaxNodes - 1) * kMaxPieces <= 0x10000,
               "pieces overflow the tag's part");

@@ -108,7 +108,7 @@ INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest,
 class PipelinedTest : public ::testing::TestWithParam<ForcedAlgorithm> {};
 
 TEST_P(PipelinedTest, LargeAllreducesAreRight) {
-  // 6 Mi + 7 floats: 24 MiB, 16 or 24 pieces of each node's share.
+  // 6 Mi + 7 floats: 24 MiB, 2 or 3 pieces of each node's share (kPipelinePieceBytes).
   expect_forced_job_succeeds(GetParam(), "large", {"large", std::to_string((6u << 20) + 7)});
 }
 
@@ -127,7 +127,7 @@ TEST_P(WireCodecTest, EncodedAllreducesAreCloseAndTheSameOnEveryRank) {
   LoopbackCluster cluster(GetParam().nodes);
   auto ranks = cluster.spawn(
       "encoded", std::vector<int>(static_cast<size_t>(GetParam().nodes), GetParam().ranks_per_node),
-      {"encoded", std::to_string((1u << 20) + 5)},
+      {"encoded", std::to_string((6u << 20) + 5)},
       {{"GRADSYNC_ALGO", "ring"}, {"GRADSYNC_WIRE_CODEC", "bf16"}});
   expect_all_succeed(ranks, cluster);
 }
