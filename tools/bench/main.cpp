@@ -53,7 +53,7 @@ int run_rank(const BenchOptions& o) {
     return 0;
   }
   const uint64_t wrong = o.model.empty()
-                             ? gradsync::bench::run_sweep(o, comm, who.rank, who.world_size)
+                             ? gradsync::bench::run_sweep(o, comm, who)
                              : gradsync::bench::run_model(o, comm, who.rank, who.world_size);
   return wrong == 0 ? 0 : 2;
 }

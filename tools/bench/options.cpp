@@ -54,6 +54,7 @@ std::string usage() {
          "  -b MIN -e MAX [-f FACTOR | -i STEP]   sizes in bytes, K/M/G suffixes\n"
          "  -d float|double|half|bfloat16|int32|int64   -o sum|prod|min|max|avg   -r ROOT\n"
          "  -n ITERS -w WARMUP  --check  --json FILE  --daemon PATH\n"
+         "  --device   the sweep's buffers on the rank's GPU (LOCAL_RANK mod devices)\n"
          "  --model resnet50 [--fused | --names-only] [--steps N] [--no-progress]\n"
          "  --calibrate FILE   measure gradsync-model's figures (large size: -e)\n"
          "--cluster N: N nodes in network namespaces (root), -np ranks each.\n"
@@ -136,6 +137,9 @@ BenchOptions parse_options(int argc, char** argv) {
       const std::string v = value();
       o.warmup = parse_int(flag, v, 0);
       keep(v);
+    } else if (flag == "--device") {
+      o.device = true;
+      o.rank_argv.push_back(flag);
     } else if (flag == "--check" || flag == "-z") {
       o.check = true;
       o.rank_argv.push_back("--check");
@@ -172,6 +176,8 @@ BenchOptions parse_options(int argc, char** argv) {
   if (o.min_bytes > o.max_bytes) throw std::invalid_argument("-b is larger than -e");
   if (!o.calibrate_path.empty() && !o.model.empty())
     throw std::invalid_argument("--calibrate and --model exclude each other");
+  if (o.device && (!o.model.empty() || !o.calibrate_path.empty()))
+    throw std::invalid_argument("--device is for the size sweep, not --model or --calibrate");
   if (o.fused && o.names_only)
     throw std::invalid_argument("--fused and --names-only exclude each other");
   if (o.cluster_nodes > 0 && o.spawn_daemon) {

@@ -29,6 +29,7 @@ struct BenchOptions {
   int iterations = 20;
   int warmup = 5;
   bool check = false;
+  bool device = false;  // --device: the sweep's buffers on the rank's GPU
   std::string json_path;
   std::string model;        // "resnet50": the gradient set of a training step instead of a sweep
   bool fused = false;       // model mode: one tensor of the model's total size

@@ -11,7 +11,7 @@
 namespace gradsync::bench {
 
 // Each returns the number of wrong elements this rank saw (0 without --check).
-uint64_t run_sweep(const BenchOptions& options, Communicator& comm, int rank, int ranks);
+uint64_t run_sweep(const BenchOptions& options, Communicator& comm, const gradsync_options& who);
 uint64_t run_model(const BenchOptions& options, Communicator& comm, int rank, int ranks);
 // --calibrate: every rank of the job; rank 0 writes the file.
 void run_calibration(const BenchOptions& options, Communicator& comm, const gradsync_options& who);

@@ -1,6 +1,7 @@
 // The nccl-tests style size sweep: one row per size, time is the median over iterations of the
 // slowest rank's time for that iteration.
 #include "tools/bench/runner.h"
+#include "tools/bench/sweep_buffers.h"
 #include "tools/common/reference.h"
 
 #include <cstdio>
@@ -47,10 +48,11 @@ std::vector<uint64_t> sizes(const BenchOptions& o) {
   return out;
 }
 
-void write_json(const BenchOptions& o, int ranks, const std::vector<Row>& rows) {
+void write_json(const BenchOptions& o, int ranks, const char* memory,
+                const std::vector<Row>& rows) {
   std::ofstream out(o.json_path);
-  out << "{\n  \"collective\": \"" << ipc::collective_name(o.collective)
-      << "\",\n  \"ranks\": " << ranks << ",\n  \"dtype\": \"" << dtype_flag_name(o.dtype)
+  out << "{\n  \"collective\": \"" << ipc::collective_name(o.collective) << "\",\n  \"memory\": \""
+      << memory << "\",\n  \"ranks\": " << ranks << ",\n  \"dtype\": \"" << dtype_flag_name(o.dtype)
       << "\",\n  \"op\": \"" << op_flag_name(o.op) << "\",\n  \"iterations\": " << o.iterations
       << ",\n  \"warmup\": " << o.warmup << ",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -65,17 +67,22 @@ void write_json(const BenchOptions& o, int ranks, const std::vector<Row>& rows) 
 
 }  // namespace
 
-uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int ranks) {
+uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_options& who) {
+  const int rank = who.rank;
+  const int ranks = who.world_size;
   const size_t element = gradsync_dtype_size(o.dtype);
   const bool gather = o.collective == ipc::Collective::kAllgather;
   const uint64_t max_recv = std::max<uint64_t>(o.max_bytes, element * (gather ? ranks : 1));
-  SharedBuffer send = comm.allocate(max_recv);
-  SharedBuffer recv = comm.allocate(max_recv);
+  const std::unique_ptr<SweepBuffers> buffers =
+      o.device ? make_device_buffers(comm, max_recv, who.local_rank)
+               : make_host_buffers(comm, max_recv);
+  void* const send = buffers->send();
+  void* const recv = buffers->recv();
   SharedBuffer scratch = comm.allocate(sizeof(double) * (o.iterations + 1));
   if (rank == 0) {
-    std::printf("# gradsync-bench: %s, %d ranks, %s, %s, %d iterations (%d warm-up)\n",
+    std::printf("# gradsync-bench: %s, %d ranks, %s, %s, %s memory, %d iterations (%d warm-up)\n",
                 ipc::collective_name(o.collective), ranks, dtype_flag_name(o.dtype),
-                op_flag_name(o.op), o.iterations, o.warmup);
+                op_flag_name(o.op), buffers->memory(), o.iterations, o.warmup);
     std::printf("# time: median over iterations of the slowest rank; busbw as nccl-tests\n");
     std::printf("# %10s %12s %8s %6s %6s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
                 "root", "time", "algbw", "busbw", "#wrong");
@@ -89,18 +96,19 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int rank
     // Size is the receive size, as in nccl-tests: for allgather, ranks * count elements.
     const uint64_t count = requested / element / (gather ? ranks : 1);
     const uint64_t bytes = count * element * (gather ? ranks : 1);
-    reference::fill_input(send.data(), count, o.dtype, rank, o.op, bytes);
+    reference::fill_input(buffers->staged_input(), count, o.dtype, rank, o.op, bytes);
+    buffers->upload(count * element);
     const std::string name = "bench." + std::to_string(bytes);
     auto once = [&] {
       switch (o.collective) {
         case ipc::Collective::kAllreduce:
-          comm.wait(comm.allreduce(name.c_str(), send.data(), recv.data(), count, o.dtype, o.op));
+          comm.wait(comm.allreduce(name.c_str(), send, recv, count, o.dtype, o.op));
           break;
         case ipc::Collective::kBroadcast:
-          comm.wait(comm.broadcast(name.c_str(), send.data(), recv.data(), count, o.dtype, o.root));
+          comm.wait(comm.broadcast(name.c_str(), send, recv, count, o.dtype, o.root));
           break;
         case ipc::Collective::kAllgather:
-          comm.wait(comm.allgather(name.c_str(), send.data(), recv.data(), count, o.dtype));
+          comm.wait(comm.allgather(name.c_str(), send, recv, count, o.dtype));
           break;
         case ipc::Collective::kBarrier:
           comm.barrier();
@@ -115,7 +123,8 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int rank
           gather ? reference::Kind::kAllgather
                  : (o.collective == ipc::Collective::kBroadcast ? reference::Kind::kBroadcast
                                                                 : reference::Kind::kAllreduce);
-      wrong = reference::count_wrong(kind, recv.data(), count, o.dtype, o.op, ranks, o.root, bytes);
+      wrong = reference::count_wrong(kind, buffers->download(bytes), count, o.dtype, o.op, ranks,
+                                     o.root, bytes);
     }
     wrong = sum_across_ranks(comm, scratch, wrong);
     wrong_total += wrong;
@@ -133,7 +142,7 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, int rank, int rank
       std::fflush(stdout);
     }
   }
-  if (rank == 0 && !o.json_path.empty()) write_json(o, ranks, rows);
+  if (rank == 0 && !o.json_path.empty()) write_json(o, ranks, buffers->memory(), rows);
   return wrong_total;
 }
 

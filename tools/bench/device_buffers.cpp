@@ -1,0 +1,87 @@
+// gradsync-bench's sweep buffers on a GPU (--device), through the CUDA runtime. Collectives on
+// them are host-synchronous (no stream is set): the inputs are uploaded and synchronized before
+// the timed iterations, as a training step's gradients are written before they are reduced.
+#include "tools/bench/sweep_buffers.h"
+
+#include <cuda_runtime_api.h>
+
+#include <string>
+#include <vector>
+
+namespace gradsync::bench {
+namespace {
+
+void check_cuda(cudaError_t status, const char* what) {
+  if (status != cudaSuccess) {
+    throw Error(GRADSYNC_ERR_UNSUPPORTED, std::string("--device: ") + what + ": " +
+                                               cudaGetErrorString(status));
+  }
+}
+
+// One cudaMalloc'd allocation, freed with its owner.
+class DeviceAllocation {
+ public:
+  explicit DeviceAllocation(size_t bytes) { check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc"); }
+  ~DeviceAllocation() { cudaFree(data_); }
+  DeviceAllocation(const DeviceAllocation&) = delete;
+  DeviceAllocation& operator=(const DeviceAllocation&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  void* data_ = nullptr;
+};
+
+// Makes `device` the calling thread's current one, before the allocations that follow it.
+struct CurrentDevice {
+  explicit CurrentDevice(int device) { check_cuda(cudaSetDevice(device), "cudaSetDevice"); }
+};
+
+class DeviceBuffers final : public SweepBuffers {
+ public:
+  DeviceBuffers(Communicator& comm, size_t bytes, int device)
+      : device_(device),
+        send_(bytes),
+        recv_(bytes),
+        send_registration_(comm.register_device(send_.data(), bytes)),
+        recv_registration_(comm.register_device(recv_.data(), bytes)),
+        host_input_(bytes),
+        host_result_(bytes) {}
+  void* send() override { return send_.data(); }
+  void* recv() override { return recv_.data(); }
+  void* staged_input() override { return host_input_.data(); }
+  void upload(size_t bytes) override {
+    check_cuda(cudaMemcpy(send_.data(), host_input_.data(), bytes, cudaMemcpyHostToDevice),
+               "uploading the inputs");
+  }
+  const void* download(size_t bytes) override {
+    check_cuda(cudaMemcpy(host_result_.data(), recv_.data(), bytes, cudaMemcpyDeviceToHost),
+               "downloading the results");
+    return host_result_.data();
+  }
+  const char* memory() const override { return "device"; }
+
+ private:
+  CurrentDevice device_;
+  DeviceAllocation send_;
+  DeviceAllocation recv_;
+  DeviceRegistration send_registration_;  // after the allocations: unregistered before freed
+  DeviceRegistration recv_registration_;
+  std::vector<uint8_t> host_input_;
+  std::vector<uint8_t> host_result_;
+};
+
+}  // namespace
+
+std::unique_ptr<SweepBuffers> make_device_buffers(Communicator& comm, size_t bytes,
+                                                  int local_rank) {
+  int devices = 0;
+  const cudaError_t status = cudaGetDeviceCount(&devices);
+  if (status != cudaSuccess || devices == 0) {
+    throw Error(GRADSYNC_ERR_UNSUPPORTED,
+                std::string("--device: no usable CUDA device (") +
+                    (status != cudaSuccess ? cudaGetErrorString(status) : "none") + ")");
+  }
+  return std::make_unique<DeviceBuffers>(comm, bytes, local_rank % devices);
+}
+
+}  // namespace gradsync::bench

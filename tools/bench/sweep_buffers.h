@@ -1,0 +1,36 @@
+// Where gradsync-bench's size sweep keeps its send and receive buffers: host memory shared with
+// the daemon, or (--device) memory on the rank's GPU, registered as device memory. Inputs are
+// written and results read through host memory either way; with device buffers the copies
+// between the two lie outside the timed collectives.
+#pragma once
+
+#include <gradsync/gradsync.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+namespace gradsync::bench {
+
+class SweepBuffers {
+ public:
+  virtual ~SweepBuffers() = default;
+  // What the collectives are handed.
+  virtual void* send() = 0;
+  virtual void* recv() = 0;
+  // Host memory to write the inputs into; upload() makes the first `bytes` the send buffer's.
+  virtual void* staged_input() = 0;
+  virtual void upload(size_t bytes) = 0;
+  // The first `bytes` of the receive buffer, readable on the host.
+  virtual const void* download(size_t bytes) = 0;
+  virtual const char* memory() const = 0;  // "host" or "device"
+};
+
+// Two buffers of `bytes` in host memory shared with the daemon: no copies.
+std::unique_ptr<SweepBuffers> make_host_buffers(Communicator& comm, size_t bytes);
+// Two buffers of `bytes` on CUDA device `local_rank` mod the device count. Throws Error with
+// GRADSYNC_ERR_UNSUPPORTED where the build has no CUDA or no device is usable.
+std::unique_ptr<SweepBuffers> make_device_buffers(Communicator& comm, size_t bytes,
+                                                  int local_rank);
+
+}  // namespace gradsync::bench
