@@ -87,7 +87,7 @@ class Engine {
   void post(EngineCommand command);
   // Wakes the engine if it sleeps (for the watchdog's check that it comes round).
   void poke();
-  // When the engine last passed the top of its loop.
+  // When the engine last came round its loop.
   std::chrono::steady_clock::time_point heartbeat() const {
     return std::chrono::steady_clock::time_point(
         std::chrono::steady_clock::duration(heartbeat_.load(std::memory_order_relaxed)));

@@ -1,5 +1,5 @@
 // systemd's watchdog, fed only while the engine thread comes round. The control thread checks
-// every quarter of the interval that the engine has passed the top of its loop since the last
+// every quarter of the interval that the engine has come round its loop since the last
 // check poked it awake, and pokes it again: a keep-alive goes out only for an engine that
 // answered. A stuck engine (a loop that never returns, a deadlock) stops the keep-alives and
 // systemd restarts the daemon, while the control thread alone would have kept them coming.
@@ -28,7 +28,7 @@ class EngineWatchdog {
     kAlive,         // the engine came round since the last poke: send a keep-alive
     kEngineSilent,  // it did not: send none
   };
-  // `engine_beat`: when the engine last passed the top of its loop. After kAlive or
+  // `engine_beat`: when the engine last came round its loop. After kAlive or
   // kEngineSilent the caller pokes the engine awake.
   Verdict check(Clock::time_point now, Clock::time_point engine_beat) {
     if (!enabled() || now - last_check_ < interval_ / 4) return Verdict::kNotYet;
