@@ -13,8 +13,8 @@ namespace {
 
 void check_cuda(cudaError_t status, const char* what) {
   if (status != cudaSuccess) {
-    throw Error(GRADSYNC_ERR_UNSUPPORTED, std::string("--device: ") + what + ": " +
-                                               cudaGetErrorString(status));
+    throw Error(GRADSYNC_ERR_UNSUPPORTED,
+                std::string("--device: ") + what + ": " + cudaGetErrorString(status));
   }
 }
 

@@ -30,7 +30,6 @@ class SweepBuffers {
 std::unique_ptr<SweepBuffers> make_host_buffers(Communicator& comm, size_t bytes);
 // Two buffers of `bytes` on CUDA device `local_rank` mod the device count. Throws Error with
 // GRADSYNC_ERR_UNSUPPORTED where the build has no CUDA or no device is usable.
-std::unique_ptr<SweepBuffers> make_device_buffers(Communicator& comm, size_t bytes,
-                                                  int local_rank);
+std::unique_ptr<SweepBuffers> make_device_buffers(Communicator& comm, size_t bytes, int local_rank);
 
 }  // namespace gradsync::bench
