@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 namespace gradsync::client {
 namespace {
@@ -448,15 +449,16 @@ void Communicator::check_daemon_alive() {
 
 template <typename Predicate>
 void Communicator::wait_until(Predicate done) {
-  // Most waits after a burst of submissions find their request done: no clock read for those.
-  drain_completions();
-  if (done()) return;
-  const auto spin_until = Clock::now() + spin_;
+  // The spin's deadline is read when first needed: most waits after a burst of submissions
+  // find their request done, and read no clock.
+  std::optional<Clock::time_point> spin_until;
   while (true) {
     drain_completions();
     if (done()) return;
     if (daemon_gone_) throw Error(GRADSYNC_ERR_DAEMON_GONE, daemon_gone_reason_);
-    if (Clock::now() < spin_until) {
+    const auto now = Clock::now();
+    if (!spin_until) spin_until = now + spin_;
+    if (now < *spin_until) {
       sched_yield();
       continue;
     }
