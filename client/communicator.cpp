@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <optional>
@@ -411,7 +412,11 @@ void Communicator::push(const ipc::SubmissionEntry& entry) {
   // ring): one of the two sides sees the other.
   submissions_.try_push(entry, ipc::used_bytes(entry), std::memory_order_seq_cst);
   ++in_flight_;
-  if (view_.header->daemon_sleeping.load(std::memory_order_seq_cst) != 0) {
+  // The first submission to find the daemon asleep takes the flag down as it rings: the rest
+  // of a burst, published before the daemon gets a core to wake on, ring no more.
+  std::atomic<uint32_t>& sleeping = view_.header->daemon_sleeping;
+  if (sleeping.load(std::memory_order_seq_cst) != 0 &&
+      sleeping.exchange(0, std::memory_order_seq_cst) != 0) {
     ipc::eventfd_signal(doorbell_.get());
   }
 }

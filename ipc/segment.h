@@ -74,7 +74,8 @@ struct SegmentHeader {
   uint64_t submission_offset;  // from the start of the segment
   uint64_t completion_offset;
   // The daemon sets this before it blocks; a client that sees it set after publishing a
-  // submission writes the doorbell eventfd. Otherwise the fast path makes no system call.
+  // submission takes it down and writes the doorbell eventfd. Otherwise the fast path makes no
+  // system call.
   alignas(kCacheLine) std::atomic<uint32_t> daemon_sleeping;
   // Futex word bumped on every completion; the client sleeps on it after spinning.
   alignas(kCacheLine) std::atomic<uint32_t> completion_sequence;

@@ -136,6 +136,10 @@ class RawClient {
                                                 const std::vector<uint8_t>& uuid);
   void submit(const ipc::SubmissionEntry& entry);
   uint64_t submission_ring_free() const { return submissions_.free_slots(); }
+  // Whether the daemon asks this client to ring the doorbell after a submission.
+  bool daemon_asks_for_doorbell() const {
+    return view_.header->daemon_sleeping.load(std::memory_order_seq_cst) != 0;
+  }
   ipc::CompletionEntry next_completion(
       std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
