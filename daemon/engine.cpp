@@ -33,6 +33,12 @@ constexpr auto kHeldSendSpin = std::chrono::milliseconds(2);
 constexpr auto kCompletionRoomPollInterval = std::chrono::milliseconds(10);
 constexpr auto kDevicePollInterval = std::chrono::milliseconds(1);
 constexpr auto kEndedJobDrainInterval = std::chrono::milliseconds(100);
+// Operations of failed collectives that UCX still holds (Mesh::retire) are released by the
+// mesh's progress once UCX is done with them, or once the connections that could finish them
+// have closed, which progress also sees. Nothing wakes the engine for either: with no job left
+// to progress the mesh, it looks this often until they are gone, so that a failed job's
+// buffers (its clients' mappings) do not wait for the next job.
+constexpr auto kRetiredPollInterval = std::chrono::milliseconds(100);
 // How long after a job ended here its peers may still send to it: they fail it within their
 // peer timeout; this much more covers their aborts and retries in flight.
 constexpr auto kEndedJobGrace = std::chrono::seconds(10);
@@ -131,7 +137,8 @@ void Engine::run() {
     // UCX progress costs about a microsecond: only while a job spans nodes. (Otherwise its
     // fd still wakes a sleeping engine, and a job's first rank picks up what arrived early.)
     if (network_jobs_ > 0 || !ended_jobs_.empty() ||
-        (mesh_ && (mesh_->needs_service() || mesh_->unfinished_sends() > 0))) {
+        (mesh_ && (mesh_->needs_service() || mesh_->unfinished_sends() > 0 ||
+                   mesh_->retired_count() > 0))) {
       progressed |= poll_peers();
     }
     progressed |= run_ready_batches();
@@ -460,6 +467,8 @@ int Engine::sleep_timeout_ms() const {
   }
   // What peers still send to ended jobs is drained now and then.
   if (!ended_jobs_.empty()) deadline = std::min(deadline, Clock::now() + kEndedJobDrainInterval);
+  if (mesh_ && mesh_->retired_count() > 0)
+    deadline = std::min(deadline, Clock::now() + kRetiredPollInterval);
   // A handshake's deadline, and a refused connection's close, are the mesh's to watch; a send
   // UCX holds moves only when progressed.
   if (mesh_ && (mesh_->needs_service() || mesh_->unfinished_sends() > 0))

@@ -120,6 +120,7 @@ for ((n = 0; n < nodes; n++)); do
   echo "node $n's daemon: $usage"
   if (( fds != fds0 || maps != maps0 )); then
     "$cluster" exec "$n" ss -tnoe || true
+    grep 'memfd:gradsync' "/proc/${daemons[n]}/maps" || true
     fail "node $n's daemon did not return to its baseline within 20 s: $usage"
   fi
 done
