@@ -137,8 +137,8 @@ void Engine::run() {
     // UCX progress costs about a microsecond: only while a job spans nodes. (Otherwise its
     // fd still wakes a sleeping engine, and a job's first rank picks up what arrived early.)
     if (network_jobs_ > 0 || !ended_jobs_.empty() ||
-        (mesh_ && (mesh_->needs_service() || mesh_->unfinished_sends() > 0 ||
-                   mesh_->retired_count() > 0))) {
+        (mesh_ &&
+         (mesh_->needs_service() || mesh_->unfinished_sends() > 0 || mesh_->retired_count() > 0))) {
       progressed |= poll_peers();
     }
     progressed |= run_ready_batches();
