@@ -397,14 +397,18 @@ void Mesh::retire(std::vector<Operation> operations,
 
 void Mesh::add_feeders(uint32_t source, std::vector<uint64_t>& feeders) const {
   const bool any = source == Operation::kAnySource || source >= peers_.size();
-  const bool from_host =
-      !any && std::any_of(inbound_accepted_.begin(), inbound_accepted_.end(),
-                          [&](const Accepted& a) { return a.host == peers_[source].host; });
+  std::optional<struct sockaddr_in> daemon;
+  if (!any) daemon = parse_host_port(peers_[source].address);  // valid: connect() parsed it
   for (const Accepted& accepted : inbound_accepted_) {
-    // A connection from where UCX could not say may be the source's too.
-    if (!from_host || accepted.host == peers_[source].host || accepted.host == 0) {
-      feeders.push_back(accepted.serial);
-    }
+    // The source's own connections (by the daemon their handshake named, or by host), and
+    // any whose origin is unknown. Once none is open, none of the rest of its message can come:
+    // its connections closed when we gave up on it (close_connections_from), and a healthy
+    // peer's connections carry nothing of the failed one's.
+    const bool may_carry =
+        any || accepted.host == 0 || !accepted.daemon || accepted.host == peers_[source].host ||
+        (accepted.daemon->sin_addr.s_addr == daemon->sin_addr.s_addr &&
+         accepted.daemon->sin_port == daemon->sin_port);
+    if (may_carry) feeders.push_back(accepted.serial);
   }
 }
 
