@@ -142,7 +142,7 @@ bool Job::empty() const {
   return true;
 }
 
-void Job::submit(Submission submission) {
+void Job::submit(Submission submission, Clock::time_point taken_at) {
   if (failure_) {
     complete(submission, failure_status_, *failure_);
     return;
@@ -155,12 +155,8 @@ void Job::submit(Submission submission) {
     tensor.ranks_waiting = tensor.per_rank.size();
   }
   auto& queue = tensor.per_rank[rank];
-  // One clock read per submission at most (each costs tens of nanoseconds here, a hundred
-  // tensors a step): a single rank's submission starts and completes its collective at once.
-  Clock::time_point now{};
   if (tensor.ranks_waiting == tensor.per_rank.size()) {
-    now = Clock::now();
-    tensor.since = now;  // the first rank to submit this instance
+    tensor.since = taken_at;  // the first rank to submit this instance
     tensor.warned = false;
   }
   if (!queue.empty() || tensor.ranks_waiting > 1) {
@@ -185,7 +181,7 @@ void Job::submit(Submission submission) {
   // A rank may already have submitted the same name for the next step.
   tensor.ranks_waiting = tensor.per_rank.size() - still_queued;
   if (still_queued > 0) {
-    tensor.since = Clock::now();  // the next instance's wait counts from here
+    tensor.since = taken_at;  // the next instance's wait counts from here
     tensor.warned = false;
   }
   // The entry stays for the next step (names repeat every step: no allocation per step), until
@@ -195,7 +191,7 @@ void Job::submit(Submission submission) {
       return entry.second.ranks_waiting == entry.second.per_rank.size();
     });
   }
-  on_all_submitted(std::move(ranks), since, now != Clock::time_point{} ? now : Clock::now());
+  on_all_submitted(std::move(ranks), since, taken_at);
 }
 
 void Job::start_trace(std::unique_ptr<TraceRecorder> recorder) {

@@ -63,8 +63,9 @@ class Job {
   // Fails the job if it has not formed (on every node) by its deadline; true if it did so now.
   bool check_formation(Clock::time_point now);
 
-  // Takes one rank's submission. Completes it at once with an error if the job has failed.
-  void submit(Submission submission);
+  // Takes one rank's submission, taken off its ring at `taken_at`. Completes it at once with an
+  // error if the job has failed.
+  void submit(Submission submission, Clock::time_point taken_at);
 
   // Fails everything pending and everything submitted from now on. Returns how many ranks'
   // submissions were pending (0: the job had nothing in flight here).

@@ -90,10 +90,13 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLoo
                                ipc::dtype_name(s.dtype)));
   }
   const size_t element = ipc::dtype_bytes(s.dtype);
-  const RegisteredMemory send = lookup(entry.send_buffer);
   // In place (the common case): one lookup, which touches the mapping cache, serves both.
-  const RegisteredMemory recv =
-      entry.recv_buffer == entry.send_buffer ? send : lookup(entry.recv_buffer);
+  // The mappings are moved, not copied, into the submission: each copy of one is an atomic
+  // increment and, later, a decrement.
+  RegisteredMemory send = lookup(entry.send_buffer);
+  RegisteredMemory other_recv;
+  if (entry.recv_buffer != entry.send_buffer) other_recv = lookup(entry.recv_buffer);
+  RegisteredMemory& recv = entry.recv_buffer == entry.send_buffer ? send : other_recv;
   if (auto error =
           check_range("send", send, entry.send_buffer, entry.send_offset, *send_bytes, element);
       !error.empty()) {
@@ -112,10 +115,10 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLoo
         recv.device == kHostMemory ? "host" : fmt::format("device {}", recv.device)));
   }
   s.device = send.device;
-  s.send_buffer = send.mapping;
-  s.recv_buffer = recv.mapping;
   s.send = send.data + entry.send_offset;
   s.recv = recv.data + entry.recv_offset;
+  s.recv_buffer = &recv == &send ? send.mapping : std::move(recv.mapping);
+  s.send_buffer = std::move(send.mapping);
   const uint8_t* in_place = s.recv;
   if (s.collective == ipc::Collective::kAllgather) in_place += rank * *send_bytes;
   if (overlaps(s.send, *send_bytes, s.recv, recv_bytes) && s.send != in_place) {
