@@ -404,10 +404,10 @@ void Mesh::add_feeders(uint32_t source, std::vector<uint64_t>& feeders) const {
     // any whose origin is unknown. Once none is open, none of the rest of its message can come:
     // its connections closed when we gave up on it (close_connections_from), and a healthy
     // peer's connections carry nothing of the failed one's.
-    const bool may_carry =
-        any || accepted.host == 0 || !accepted.daemon || accepted.host == peers_[source].host ||
-        (accepted.daemon->sin_addr.s_addr == daemon->sin_addr.s_addr &&
-         accepted.daemon->sin_port == daemon->sin_port);
+    const bool may_carry = any || accepted.host == 0 || !accepted.daemon ||
+                           accepted.host == peers_[source].host ||
+                           (accepted.daemon->sin_addr.s_addr == daemon->sin_addr.s_addr &&
+                            accepted.daemon->sin_port == daemon->sin_port);
     if (may_carry) feeders.push_back(accepted.serial);
   }
 }
