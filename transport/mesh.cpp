@@ -185,9 +185,7 @@ void Mesh::close_connections_from(const Peer& peer) {
   // Inside UCX's error callback too: only moves endpoints to to_close_.
   const struct sockaddr_in address = parse_host_port(peer.address);  // valid: connect() parsed it
   std::erase_if(inbound_accepted_, [&](const Accepted& accepted) {
-    const bool from_peer = accepted.daemon &&
-                           accepted.daemon->sin_addr.s_addr == address.sin_addr.s_addr &&
-                           accepted.daemon->sin_port == address.sin_port;
+    const bool from_peer = accepted.made_by(address);
     if (from_peer) to_close_.push_back(accepted.endpoint);
     return from_peer;
   });
@@ -397,17 +395,15 @@ void Mesh::retire(std::vector<Operation> operations,
 
 void Mesh::add_feeders(uint32_t source, std::vector<uint64_t>& feeders) const {
   const bool any = source == Operation::kAnySource || source >= peers_.size();
-  std::optional<struct sockaddr_in> daemon;
-  if (!any) daemon = parse_host_port(peers_[source].address);  // valid: connect() parsed it
+  std::optional<struct sockaddr_in> source_daemon;
+  if (!any) source_daemon = parse_host_port(peers_[source].address);  // valid: connect() parsed it
   for (const Accepted& accepted : inbound_accepted_) {
     // The source's own connections (by the daemon their handshake named, or by host), and
     // any whose origin is unknown. Once none is open, none of the rest of its message can come:
     // its connections closed when we gave up on it (close_connections_from), and a healthy
     // peer's connections carry nothing of the failed one's.
     const bool may_carry = any || accepted.host == 0 || !accepted.daemon ||
-                           accepted.host == peers_[source].host ||
-                           (accepted.daemon->sin_addr.s_addr == daemon->sin_addr.s_addr &&
-                            accepted.daemon->sin_port == daemon->sin_port);
+                           accepted.host == peers_[source].host || accepted.made_by(*source_daemon);
     if (may_carry) feeders.push_back(accepted.serial);
   }
 }

@@ -209,6 +209,12 @@ class Mesh {
     // The daemon that made it, by the listening address its Hello claimed (an unspecified
     // host taken from where the connection came): what connect() would be given for it.
     std::optional<struct sockaddr_in> daemon;
+
+    // Whether the daemon listening at `address` made it.
+    bool made_by(const struct sockaddr_in& address) const {
+      return daemon && daemon->sin_addr.s_addr == address.sin_addr.s_addr &&
+             daemon->sin_port == address.sin_port;
+    }
   };
   // Closes the connections `peer` made to us. When we give up on a peer, its connections to
   // us go too: over a cut link, one with data in flight (a Pong we sent back) is not probed by

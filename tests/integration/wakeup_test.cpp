@@ -4,8 +4,6 @@
 
 #include "ipc/system.h"
 
-#include <sys/mman.h>
-
 namespace gradsync::testing {
 namespace {
 
@@ -20,9 +18,8 @@ TEST_F(WakeupTest, AnAttachedClientOfABusyEngineIsNotAskedToRing) {
   ASSERT_EQ(client.hello("wakeup", 0, 1).first, 0u);
   ipc::UniqueFd memfd = ipc::create_sealed_memfd("wakeup", 4096);
   ASSERT_EQ(client.register_buffer(1, memfd.get(), 0, 4096).first, 0u);
-  auto* data = static_cast<float*>(
-      ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, memfd.get(), 0));
-  ASSERT_NE(data, MAP_FAILED);
+  const ipc::Mapping mapping(memfd.get(), 0, 4096);
+  auto* data = static_cast<float*>(mapping.data());
   for (int i = 0; i < 1024; ++i) data[i] = static_cast<float>(i);
   client.submit(allreduce_entry("first", 1, 0, 1024));
   const ipc::CompletionEntry done = client.next_completion();
@@ -30,7 +27,6 @@ TEST_F(WakeupTest, AnAttachedClientOfABusyEngineIsNotAskedToRing) {
   EXPECT_EQ(data[1023], 1023.0f);  // one rank: the sum is its own input
   // The completion came from the engine's round, well inside its second of spinning.
   EXPECT_FALSE(client.daemon_asks_for_doorbell());
-  ::munmap(data, 4096);
 }
 
 }  // namespace
