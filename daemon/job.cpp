@@ -18,7 +18,8 @@ Job::Job(std::string name, int32_t local_world_size, Clock::time_point formation
     : name_(std::move(name)),
       local_world_size_(local_world_size),
       sessions_(static_cast<size_t>(local_world_size), nullptr),
-      formation_deadline_(formation_deadline) {}
+      formation_deadline_(formation_deadline),
+      last_submitted_(static_cast<size_t>(local_world_size), nullptr) {}
 
 Job::~Job() = default;
 
@@ -148,12 +149,7 @@ void Job::submit(Submission submission, Clock::time_point taken_at) {
     return;
   }
   const auto rank = static_cast<size_t>(submission.session->identity().local_rank);
-  auto [it, inserted] = pending_.try_emplace(submission.name);
-  PendingTensor& tensor = it->second;
-  if (inserted) {
-    tensor.per_rank.resize(static_cast<size_t>(local_world_size_));
-    tensor.ranks_waiting = tensor.per_rank.size();
-  }
+  PendingTensor& tensor = find_pending(rank, submission.name);
   auto& queue = tensor.per_rank[rank];
   if (tensor.ranks_waiting == tensor.per_rank.size()) {
     tensor.since = taken_at;  // the first rank to submit this instance
@@ -187,11 +183,33 @@ void Job::submit(Submission submission, Clock::time_point taken_at) {
   // The entry stays for the next step (names repeat every step: no allocation per step), until
   // too many idle ones pile up (unnamed collectives get a fresh name each time).
   if (pending_.size() > kMaxIdleTensors) {
+    forget_submission_order();
     std::erase_if(pending_, [](const auto& entry) {
       return entry.second.ranks_waiting == entry.second.per_rank.size();
     });
   }
   on_all_submitted(std::move(ranks), since, taken_at);
+}
+
+Job::PendingTensor& Job::find_pending(size_t rank, const std::string& name) {
+  PendingTensor*& last = last_submitted_[rank];
+  if (last != nullptr && last->submitted_next != nullptr && *last->submitted_next->name == name) {
+    return *(last = last->submitted_next);
+  }
+  auto [it, inserted] = pending_.try_emplace(name);
+  PendingTensor& tensor = it->second;
+  if (inserted) {
+    tensor.name = &it->first;
+    tensor.per_rank.resize(static_cast<size_t>(local_world_size_));
+    tensor.ranks_waiting = tensor.per_rank.size();
+  }
+  if (last != nullptr) last->submitted_next = &tensor;
+  return *(last = &tensor);
+}
+
+void Job::forget_submission_order() {
+  for (auto& [name, tensor] : pending_) tensor.submitted_next = nullptr;
+  std::fill(last_submitted_.begin(), last_submitted_.end(), nullptr);
 }
 
 void Job::start_trace(std::unique_ptr<TraceRecorder> recorder) {
@@ -286,6 +304,7 @@ size_t Job::fail(gradsync_result status, const std::string& message) {
       failed += queue.size();
     }
   }
+  forget_submission_order();
   pending_.clear();
   auto fail_unit = [&](ReadyUnit& unit) {
     for (auto& c : unit.collectives) failed += fail_collective(c.ranks, status, message);

@@ -98,10 +98,19 @@ class Job {
 
   struct PendingTensor {
     std::vector<Fifo<Submission>> per_rank;
-    size_t ranks_waiting;       // ranks with an empty queue
-    Clock::time_point since{};  // when its oldest instance was first submitted
-    bool warned = false;        // about the stall of that instance
+    size_t ranks_waiting;               // ranks with an empty queue
+    Clock::time_point since{};          // when its oldest instance was first submitted
+    bool warned = false;                // about the stall of that instance
+    const std::string* name = nullptr;  // its key in pending_
+    // The tensor a rank submitted after this one last time: find_pending's guess.
+    PendingTensor* submitted_next = nullptr;
   };
+  // The entry of `name`, made now if it is new. A rank submits a step's tensors in the order
+  // of the step before, so the tensor it submitted after its last one then is nearly always
+  // the one asked for: checking that guess compares the name once, where a lookup hashes it.
+  PendingTensor& find_pending(size_t rank, const std::string& name);
+  // Drops the guesses, before entries of pending_ are erased.
+  void forget_submission_order();
   std::string stall_message(const std::string& name, const PendingTensor& tensor,
                             Clock::duration waited) const;
 
@@ -120,6 +129,7 @@ class Job {
   std::optional<std::string> failure_;
   gradsync_result failure_status_ = GRADSYNC_OK;
   std::unordered_map<std::string, PendingTensor> pending_;
+  std::vector<PendingTensor*> last_submitted_;  // by local rank
   struct GroupAssembly {
     ReadyUnit unit;
     uint32_t expected = 0;

@@ -8,6 +8,7 @@
 #include "ipc/protocol.h"
 #include "ipc/segment.h"
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <string>
@@ -73,6 +74,35 @@ inline void complete(const Submission& s, gradsync_result status, std::string_vi
 }
 
 using BufferLookup = std::function<RegisteredMemory(uint32_t id)>;
+
+// The buffers one look at a ring has resolved. A framework registers a few buffers and submits
+// every tensor from them, so a look resolves each id once (a mapping cache lookup) instead of
+// once per submission. Valid for one look only: registrations change between looks.
+class BufferMemo {
+ public:
+  explicit BufferMemo(BufferLookup lookup) : lookup_(std::move(lookup)) {}
+
+  RegisteredMemory operator()(uint32_t id) {
+    for (size_t i = 0; i < used_; ++i) {
+      if (entries_[i].id == id) return entries_[i].memory;
+    }
+    RegisteredMemory memory = lookup_(id);
+    Entry& slot = entries_[used_ < kEntries ? used_++ : next_victim_++ % kEntries];
+    slot = {id, memory};
+    return memory;
+  }
+
+ private:
+  static constexpr size_t kEntries = 4;
+  struct Entry {
+    uint32_t id = 0;
+    RegisteredMemory memory;
+  };
+  BufferLookup lookup_;
+  std::array<Entry, kEntries> entries_;
+  size_t used_ = 0;
+  size_t next_victim_ = 0;
+};
 
 // Validates every field of `entry` and resolves its buffers. Never throws on bad input.
 // `rank` and `ranks` number the job's ranks as roots and allgather slots do (local ranks in a

@@ -50,26 +50,4 @@ const char* op_name(gradsync_op op) {
   return "?";
 }
 
-std::optional<Collective> parse_collective(uint32_t raw) {
-  if (raw > static_cast<uint32_t>(Collective::kBarrier)) return std::nullopt;
-  return static_cast<Collective>(raw);
-}
-
-std::optional<gradsync_dtype> parse_dtype(uint32_t raw) {
-  if (raw > GRADSYNC_INT64) return std::nullopt;
-  return static_cast<gradsync_dtype>(raw);
-}
-
-std::optional<gradsync_op> parse_op(uint32_t raw) {
-  if (raw > GRADSYNC_PROD) return std::nullopt;
-  return static_cast<gradsync_op>(raw);
-}
-
-std::optional<uint64_t> checked_bytes(uint64_t count, gradsync_dtype d) {
-  uint64_t bytes = 0;
-  const size_t element = dtype_bytes(d);
-  if (element == 0 || __builtin_mul_overflow(count, element, &bytes)) return std::nullopt;
-  return bytes;
-}
-
 }  // namespace gradsync::ipc

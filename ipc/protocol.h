@@ -33,12 +33,23 @@ const char* collective_name(Collective c);
 const char* dtype_name(gradsync_dtype d);
 const char* op_name(gradsync_op op);
 
-std::optional<Collective> parse_collective(uint32_t raw);
-std::optional<gradsync_dtype> parse_dtype(uint32_t raw);
-std::optional<gradsync_op> parse_op(uint32_t raw);
+// The checks below are inline: client and engine run them for every submission.
+constexpr std::optional<Collective> parse_collective(uint32_t raw) {
+  if (raw > static_cast<uint32_t>(Collective::kBarrier)) return std::nullopt;
+  return static_cast<Collective>(raw);
+}
+
+constexpr std::optional<gradsync_dtype> parse_dtype(uint32_t raw) {
+  if (raw > GRADSYNC_INT64) return std::nullopt;
+  return static_cast<gradsync_dtype>(raw);
+}
+
+constexpr std::optional<gradsync_op> parse_op(uint32_t raw) {
+  if (raw > GRADSYNC_PROD) return std::nullopt;
+  return static_cast<gradsync_op>(raw);
+}
 
 // Size of one element; 0 for an invalid dtype.
-// Inline: the engine asks it for every collective's size, several times over.
 constexpr size_t dtype_bytes(gradsync_dtype d) {
   switch (d) {
     case GRADSYNC_FLOAT16:
@@ -55,6 +66,11 @@ constexpr size_t dtype_bytes(gradsync_dtype d) {
 }
 
 // count * element size, or nullopt when it overflows.
-std::optional<uint64_t> checked_bytes(uint64_t count, gradsync_dtype d);
+constexpr std::optional<uint64_t> checked_bytes(uint64_t count, gradsync_dtype d) {
+  uint64_t bytes = 0;
+  const size_t element = dtype_bytes(d);
+  if (element == 0 || __builtin_mul_overflow(count, element, &bytes)) return std::nullopt;
+  return bytes;
+}
 
 }  // namespace gradsync::ipc

@@ -134,19 +134,28 @@ std::vector<uint8_t> Negotiator::eager_storage() {
 }
 
 NameId Negotiator::intern(std::string_view key) {
-  if (const auto it = ids_.find(key); it != ids_.end()) return it->second;
-  sweep_idle_names();
-  NameId id = 0;
-  if (free_ids_.empty()) {
-    id = static_cast<NameId>(names_.size());
-    names_.emplace_back();
-  } else {
-    id = free_ids_.back();
-    free_ids_.pop_back();
+  // A freed id's key is empty, and a reused one's another name: a stale guess fails here.
+  if (last_interned_ != kNoName) {
+    const NameId guess = names_[last_interned_].proposed_next;
+    if (guess != kNoName && names_[guess].key == key) return last_interned_ = guess;
   }
-  names_[id].key.assign(key);
-  ids_.emplace(names_[id].key, id);
-  return id;
+  NameId id = 0;
+  if (const auto it = ids_.find(key); it != ids_.end()) {
+    id = it->second;
+  } else {
+    sweep_idle_names();
+    if (free_ids_.empty()) {
+      id = static_cast<NameId>(names_.size());
+      names_.emplace_back();
+    } else {
+      id = free_ids_.back();
+      free_ids_.pop_back();
+    }
+    names_[id].key.assign(key);
+    ids_.emplace(names_[id].key, id);
+  }
+  if (last_interned_ != kNoName) names_[last_interned_].proposed_next = id;
+  return last_interned_ = id;
 }
 
 void Negotiator::sweep_idle_names() {

@@ -219,6 +219,8 @@ class Negotiator {
     mutable uint32_t cache_bit = kNoBit;
     size_t active_slot = kInactive;  // where it is in active_, while it has instances
     bool reported = false;           // its oldest instance waits for the coordinator
+    // The name proposed after this one last time (kNoName: none yet): intern's guess.
+    uint32_t proposed_next = kNoName;
     static constexpr uint32_t kNoBit = UINT32_MAX;
     static constexpr size_t kInactive = SIZE_MAX;
   };
@@ -235,7 +237,9 @@ class Negotiator {
   CycleState& cycle_state(uint64_t number);
   std::vector<Ruling> coordinate(const CycleState& state);
   void apply(CycleState& state);  // moves the contributions out
-  // The id of `key`, interned now if it is new.
+  // The id of `key`, interned now if it is new. A step proposes its names in the same order
+  // as the step before, so the name proposed after the last one then is nearly always the one
+  // asked for: checking that guess compares the name once, where a lookup hashes it.
   NameId intern(std::string_view key);
   // Frees the ids of names with nothing pending, once there are too many of them.
   void sweep_idle_names();
@@ -256,8 +260,9 @@ class Negotiator {
   std::vector<PendingName> names_;  // by id
   std::vector<NameId> free_ids_;
   std::vector<NameId> active_;  // the names with instances, in no particular order
-  size_t pending_count_ = 0;    // proposals in names_
-  size_t reported_count_ = 0;   // names whose oldest instance went to the coordinator
+  NameId last_interned_ = kNoName;
+  size_t pending_count_ = 0;   // proposals in names_
+  size_t reported_count_ = 0;  // names whose oldest instance went to the coordinator
   // By cache bit: the name this node last proposed under it (apply's lookup), written by
   // own_state.
   mutable std::vector<NameId> bit_names_;  // kNoName where it proposed none

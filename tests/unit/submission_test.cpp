@@ -208,5 +208,38 @@ TEST_F(SubmissionTest, GroupedEntryNeedsAGroupSize) {
   expect_invalid("group");
 }
 
+// A look resolves each buffer id once, whatever order and however many ids it meets; an id not
+// registered stays not registered for the look.
+TEST(BufferMemo, ResolvesEachIdOnceAndNeverAnotherIdsBuffer) {
+  std::vector<std::shared_ptr<HostBuffer>> buffers;
+  for (uint8_t b = 0; b < 7; ++b) {
+    buffers.push_back(std::make_shared<HostBuffer>());
+    buffers.back()->bytes = 100 + b;
+  }
+  std::vector<int> lookups(buffers.size() + 1, 0);
+  BufferMemo memo([&](uint32_t id) -> RegisteredMemory {
+    ++lookups[id];
+    return id < buffers.size() ? RegisteredMemory(buffers[id]) : RegisteredMemory{};
+  });
+  for (int round = 0; round < 3; ++round) {
+    for (const uint32_t id : {1u, 2u, 1u, 2u, 7u}) {
+      const RegisteredMemory memory = memo(id);
+      if (id == 7) {
+        EXPECT_EQ(memory.mapping, nullptr);
+      } else {
+        EXPECT_EQ(memory.mapping, buffers[id]);
+        EXPECT_EQ(memory.bytes, 100u + id);
+      }
+    }
+  }
+  EXPECT_EQ(lookups[1], 1);
+  EXPECT_EQ(lookups[2], 1);
+  EXPECT_EQ(lookups[7], 1);
+  // More ids than it keeps: each still gets its own buffer.
+  for (int round = 0; round < 2; ++round) {
+    for (uint32_t id = 0; id < buffers.size(); ++id) EXPECT_EQ(memo(id).mapping, buffers[id]);
+  }
+}
+
 }  // namespace
 }  // namespace gradsync::daemon
