@@ -329,8 +329,7 @@ bool Engine::poll_submissions(Session& session) {
   // One clock read for what one look takes off the ring (a read costs tens of nanoseconds
   // here, and a step brings a hundred tensors): their waits count from this look.
   Clock::time_point taken_at{};
-  BufferMemo memo([this, &session](uint32_t id) { return registered_memory(session, id); });
-  const BufferLookup lookup = [&memo](uint32_t id) { return memo(id); };
+  BufferMemo buffers([this, &session](uint32_t id) { return registered_memory(session, id); });
   while (session.next_submission(entry)) {
     if (taken++ == 0) taken_at = Clock::now();
     const ClientIdentity& who = session.identity();
@@ -338,7 +337,7 @@ bool Engine::poll_submissions(Session& session) {
     // nodes.
     const bool across_nodes = !who.nodes.empty();
     Submission submission = resolve_submission(
-        entry, lookup, across_nodes ? who.rank : who.local_rank,
+        entry, buffers, across_nodes ? who.rank : who.local_rank,
         across_nodes ? who.world_size : who.local_world_size, session.job->unit_pool().name());
     submission.session = &session;
     if (submission.valid() && submission.event_slot >= 0) attach_events(session, submission);

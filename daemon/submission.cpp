@@ -7,7 +7,15 @@
 namespace gradsync::daemon {
 namespace {
 
-// Checks that [offset, offset + bytes) lies inside the buffer and is element-aligned.
+// [offset, offset + bytes) lies inside the buffer and is element-aligned.
+bool range_fits(const RegisteredMemory& buffer, uint64_t offset, uint64_t bytes, size_t element) {
+  uint64_t end = 0;
+  return buffer.error.empty() && buffer.mapping && !__builtin_add_overflow(offset, bytes, &end) &&
+         end <= buffer.bytes &&
+         (element == 0 || (reinterpret_cast<uintptr_t>(buffer.data) + offset) % element == 0);
+}
+
+// Why the range does not fit (empty if it does).
 std::string check_range(const char* what, const RegisteredMemory& buffer, uint32_t id,
                         uint64_t offset, uint64_t bytes, size_t element) {
   if (!buffer.error.empty()) return fmt::format("{} buffer {}: {}", what, id, buffer.error);
@@ -39,8 +47,8 @@ uint64_t Submission::recv_bytes(int32_t ranks) const {
   return send_bytes() * factor;
 }
 
-Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLookup& lookup,
-                              int32_t rank, int32_t ranks, std::string name_storage) {
+Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buffers, int32_t rank,
+                              int32_t ranks, std::string name_storage) {
   Submission s;
   s.name = std::move(name_storage);
   s.request = entry.request;
@@ -90,22 +98,17 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLoo
                                ipc::dtype_name(s.dtype)));
   }
   const size_t element = ipc::dtype_bytes(s.dtype);
-  // In place (the common case): one lookup, which touches the mapping cache, serves both.
-  // The mappings are moved, not copied, into the submission: each copy of one is an atomic
-  // increment and, later, a decrement.
-  RegisteredMemory send = lookup(entry.send_buffer);
-  RegisteredMemory other_recv;
-  if (entry.recv_buffer != entry.send_buffer) other_recv = lookup(entry.recv_buffer);
-  RegisteredMemory& recv = entry.recv_buffer == entry.send_buffer ? send : other_recv;
-  if (auto error =
-          check_range("send", send, entry.send_buffer, entry.send_offset, *send_bytes, element);
-      !error.empty()) {
-    return invalid(std::move(error));
+  // In place (the common case): one lookup serves both.
+  const RegisteredMemory& send = buffers(entry.send_buffer);
+  const RegisteredMemory& recv =
+      entry.recv_buffer == entry.send_buffer ? send : buffers(entry.recv_buffer);
+  if (!range_fits(send, entry.send_offset, *send_bytes, element)) {
+    return invalid(
+        check_range("send", send, entry.send_buffer, entry.send_offset, *send_bytes, element));
   }
-  if (auto error =
-          check_range("receive", recv, entry.recv_buffer, entry.recv_offset, recv_bytes, element);
-      !error.empty()) {
-    return invalid(std::move(error));
+  if (!range_fits(recv, entry.recv_offset, recv_bytes, element)) {
+    return invalid(
+        check_range("receive", recv, entry.recv_buffer, entry.recv_offset, recv_bytes, element));
   }
   if (send.device != recv.device) {
     return invalid(fmt::format(
@@ -117,8 +120,8 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLoo
   s.device = send.device;
   s.send = send.data + entry.send_offset;
   s.recv = recv.data + entry.recv_offset;
-  s.recv_buffer = &recv == &send ? send.mapping : std::move(recv.mapping);
-  s.send_buffer = std::move(send.mapping);
+  s.send_buffer = send.mapping;
+  s.recv_buffer = recv.mapping;
   const uint8_t* in_place = s.recv;
   if (s.collective == ipc::Collective::kAllgather) in_place += rank * *send_bytes;
   if (overlaps(s.send, *send_bytes, s.recv, recv_bytes) && s.send != in_place) {

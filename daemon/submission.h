@@ -82,14 +82,19 @@ class BufferMemo {
  public:
   explicit BufferMemo(BufferLookup lookup) : lookup_(std::move(lookup)) {}
 
-  RegisteredMemory operator()(uint32_t id) {
+  // Valid until the second lookup after this one (a send and a receive buffer stay together).
+  const RegisteredMemory& operator()(uint32_t id) {
     for (size_t i = 0; i < used_; ++i) {
-      if (entries_[i].id == id) return entries_[i].memory;
+      if (entries_[i].id == id) return entries_[last_ = i].memory;
     }
-    RegisteredMemory memory = lookup_(id);
-    Entry& slot = entries_[used_ < kEntries ? used_++ : next_victim_++ % kEntries];
-    slot = {id, memory};
-    return memory;
+    size_t slot = used_;
+    if (used_ < kEntries) {
+      ++used_;
+    } else {
+      slot = (last_ + 1) % kEntries;  // never the one handed out last
+    }
+    entries_[slot] = {id, lookup_(id)};
+    return entries_[last_ = slot].memory;
   }
 
  private:
@@ -101,14 +106,20 @@ class BufferMemo {
   BufferLookup lookup_;
   std::array<Entry, kEntries> entries_;
   size_t used_ = 0;
-  size_t next_victim_ = 0;
+  size_t last_ = 0;
 };
 
 // Validates every field of `entry` and resolves its buffers. Never throws on bad input.
 // `rank` and `ranks` number the job's ranks as roots and allgather slots do (local ranks in a
 // single-node job, global ranks across nodes). In place means send == recv, or for allgather
 // send == recv + rank * count. `name_storage`: a string whose capacity the name may reuse.
-Submission resolve_submission(const ipc::SubmissionEntry& entry, const BufferLookup& lookup,
-                              int32_t rank, int32_t ranks, std::string name_storage = {});
+Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buffers, int32_t rank,
+                              int32_t ranks, std::string name_storage = {});
+// The same, for one entry (tests, fuzzing).
+inline Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferLookup lookup,
+                                     int32_t rank, int32_t ranks) {
+  BufferMemo buffers(std::move(lookup));
+  return resolve_submission(entry, buffers, rank, ranks);
+}
 
 }  // namespace gradsync::daemon

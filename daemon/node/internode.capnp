@@ -41,10 +41,16 @@ struct Cycle {
   alphaSeconds @4 :Float64;
   betaSecondsPerByte @5 :Float64;
   gammaSecondsPerByte @6 :Float64;
+  eager @7 :List(Contribution);   # no longer sent: eagerBits, eagerSizes and eagerData
   # Small cached allreduces ride along: this node's contribution (reduced over its ranks) for
-  # some of the bits in readyBits. A collective every node sent its contribution for in the
-  # same cycle is reduced from these, in node order, with no further messages.
-  eager @7 :List(Contribution);
+  # some of the bits in readyBits, by ascending bit. A collective every node sent its
+  # contribution for in the same cycle is reduced from these, in node order, with no further
+  # messages. The contributions lie in eagerData one after another, each starting at the next
+  # multiple of 16 bytes (the reduce kernels read them in place as arrays of their dtype): one
+  # blob for the lot, where a list of blobs cost a pointer and a copy per tensor on each side.
+  eagerBits @8 :List(UInt32);
+  eagerSizes @9 :List(UInt32);
+  eagerData @10 :Data;
 }
 
 struct Contribution {

@@ -78,8 +78,8 @@ void Negotiator::EagerSet::add(uint32_t bit, std::span<const uint8_t> data) {
   // allocator's alignment would (an f16 entry of odd count must not misalign the f32 after it).
   const size_t offset = aligned_offset(bytes.size());
   entries.push_back({bit, offset, data.size()});
-  bytes.resize(offset + data.size());  // one call: this runs for every small tensor of a step
-  if (!data.empty()) std::memcpy(bytes.data() + offset, data.data(), data.size());
+  bytes.resize(offset);  // the padding: this runs for every small tensor of a step
+  bytes.insert(bytes.end(), data.begin(), data.end());
 }
 
 const Negotiator::EagerSet::Entry* Negotiator::EagerSet::seek(uint32_t bit, size_t& cursor) const {
@@ -205,22 +205,35 @@ void Negotiator::on_cycle(uint32_t node, wire::Cycle::Reader cycle) {
   for (auto ready : cycle.getUncached()) from.uncached.push_back(read_proposal(ready));
   from.link = {cycle.getAlphaSeconds(), cycle.getBetaSecondsPerByte(),
                cycle.getGammaSecondsPerByte()};
-  uint32_t last_bit = 0;
-  from.eager.entries.reserve(cycle.getEager().size());
-  for (auto contribution : cycle.getEager()) {
-    if (!from.eager.entries.empty() && contribution.getBit() <= last_bit) {
-      throw std::invalid_argument(
-          fmt::format("job '{}': node {} sent cycle {} with its contributions out of order", job_,
-                      node, number));
-    }
-    last_bit = contribution.getBit();
-    const auto data = contribution.getData();
-    from.eager.add(last_bit, std::span(data.begin(), data.size()));
-  }
+  read_eager(cycle, from.eager, node, number);
   state.from[node] = std::move(from);
   ++state.received;
   last_cycles_[node] = number;
   advance();
+}
+
+void Negotiator::read_eager(wire::Cycle::Reader cycle, EagerSet& eager, uint32_t node,
+                            uint64_t number) const {
+  const auto bits = cycle.getEagerBits();
+  const auto sizes = cycle.getEagerSizes();
+  const auto data = cycle.getEagerData();
+  auto malformed = [&](std::string_view what) {
+    return std::invalid_argument(
+        fmt::format("job '{}': node {} sent cycle {} with {}", job_, node, number, what));
+  };
+  if (bits.size() != sizes.size()) throw malformed("as many contribution sizes as bits");
+  eager.entries.reserve(bits.size());
+  size_t offset = 0;
+  for (unsigned i = 0; i < bits.size(); ++i) {
+    if (i > 0 && bits[i] <= bits[i - 1]) throw malformed("its contributions out of order");
+    offset = EagerSet::aligned_offset(offset);
+    if (offset > data.size() || sizes[i] > data.size() - offset) {
+      throw malformed("contributions past the end of their data");
+    }
+    eager.entries.push_back({bits[i], offset, sizes[i]});
+    offset += sizes[i];
+  }
+  eager.bytes.assign(data.begin(), data.end());
 }
 
 void Negotiator::on_response(uint32_t node, wire::CycleResponse::Reader response) {
@@ -336,12 +349,14 @@ bool Negotiator::start_cycle_if_due() {
   cycle.setAlphaSeconds(own_link_.alpha_seconds);
   cycle.setBetaSecondsPerByte(own_link_.beta_seconds_per_byte);
   cycle.setGammaSecondsPerByte(own_link_.gamma_seconds_per_byte);
-  auto eager = cycle.initEager(static_cast<unsigned>(state.eager.entries.size()));
-  for (unsigned e = 0; e < eager.size(); ++e) {
-    const auto& entry = state.eager.entries[e];
-    eager[e].setBit(entry.bit);
-    eager[e].setData(kj::arrayPtr(state.eager.bytes.data() + entry.offset, entry.size));
+  const auto eager_count = static_cast<unsigned>(state.eager.entries.size());
+  auto eager_bits = cycle.initEagerBits(eager_count);
+  auto eager_sizes = cycle.initEagerSizes(eager_count);
+  for (unsigned e = 0; e < eager_count; ++e) {
+    eager_bits.set(e, state.eager.entries[e].bit);
+    eager_sizes.set(e, static_cast<uint32_t>(state.eager.entries[e].size));
   }
+  cycle.setEagerData(kj::arrayPtr(state.eager.bytes.data(), state.eager.bytes.size()));
   for (uint32_t node = 0; node < nodes_; ++node) {
     if (node != me_) send_(node, message);
   }

@@ -170,7 +170,9 @@ class Negotiator {
     };
     std::vector<Entry> entries;  // by ascending bit
     std::vector<uint8_t> bytes;  // entries at multiples of kAlignment
-    static constexpr size_t kAlignment = __STDCPP_DEFAULT_NEW_ALIGNMENT__;
+    // Part of the wire format (Cycle.eagerData); the allocator's alignment at least.
+    static constexpr size_t kAlignment = 16;
+    static_assert(kAlignment >= __STDCPP_DEFAULT_NEW_ALIGNMENT__);
     static constexpr size_t aligned_offset(size_t size) {
       return (size + kAlignment - 1) & ~(kAlignment - 1);
     }
@@ -229,6 +231,9 @@ class Negotiator {
     size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
   };
 
+  // The contributions that ride with a peer's cycle. Throws std::invalid_argument for a layout
+  // no correct peer sends.
+  void read_eager(wire::Cycle::Reader cycle, EagerSet& eager, uint32_t node, uint64_t number) const;
   // Runs cycles for as long as there is something to do without waiting for a peer.
   void advance();
   bool start_cycle_if_due();

@@ -533,6 +533,45 @@ TEST(Negotiator, RejectsMessagesNoCorrectPeerSends) {
   EXPECT_THROW(node1.on_response(0, response.asReader()), std::invalid_argument);
 }
 
+// The contributions riding with a cycle: one blob, laid out as the sender's EagerSet lays it
+// out. A layout that does not fit its blob, or out of bit order, is refused before any of it
+// is read.
+TEST(Negotiator, RejectsContributionsThatDoNotFitTheirData) {
+  auto ignore = [](uint32_t, capnp::MessageBuilder&) {};
+  struct Layout {
+    std::vector<uint32_t> bits;
+    std::vector<uint32_t> sizes;
+    size_t data_bytes;
+    bool valid;
+  };
+  const Layout layouts[] = {
+      {{1, 2}, {4, 4}, 20, true},     // 4 bytes, padding to 16, 4 bytes
+      {{1, 2}, {4, 4}, 19, false},    // the second ends past the data
+      {{1, 2}, {4}, 20, false},       // a size missing
+      {{2, 1}, {4, 4}, 20, false},    // out of order
+      {{1}, {UINT32_MAX}, 8, false},  // a size beyond any data
+      {{1, 2}, {20, 0}, 20, false},   // an empty one still starts at a multiple of 16
+  };
+  for (const Layout& layout : layouts) {
+    Negotiator node0("job", 2, 0, "ranks 0", 16, {}, ignore);
+    capnp::MallocMessageBuilder message;
+    auto cycle = message.initRoot<wire::NodeMessage>().initCycle();
+    cycle.setNumber(1);
+    auto bits = cycle.initEagerBits(static_cast<unsigned>(layout.bits.size()));
+    for (unsigned i = 0; i < bits.size(); ++i) bits.set(i, layout.bits[i]);
+    auto sizes = cycle.initEagerSizes(static_cast<unsigned>(layout.sizes.size()));
+    for (unsigned i = 0; i < sizes.size(); ++i) sizes.set(i, layout.sizes[i]);
+    const std::vector<uint8_t> data(layout.data_bytes, 7);
+    cycle.setEagerData(kj::arrayPtr(data.data(), data.size()));
+    if (layout.valid) {
+      EXPECT_NO_THROW(node0.on_cycle(1, cycle.asReader()));
+    } else {
+      EXPECT_THROW(node0.on_cycle(1, cycle.asReader()), std::invalid_argument)
+          << layout.data_bytes << " bytes";
+    }
+  }
+}
+
 // Two inputs tests/fuzz found (both also in its corpus): a report with values outside the enums,
 // and a short message listing more reports than any node sends in a cycle.
 TEST(Negotiator, RejectsReportsOutsideTheEnumsAndTooManyOfThem) {

@@ -81,6 +81,20 @@ TEST_P(ReduceTest, MatchesReference) {
   }
 }
 
+// The dispatcher copies a single input instead of running a kernel: the same results.
+TEST(Reduce, OneInputThroughTheDispatcherMatchesReference) {
+  for (const gradsync_dtype dtype : kDtypes) {
+    for (const gradsync_op op : kOps) {
+      for (size_t count : {1u, 7u, 2049u}) {
+        for (bool streaming : {false, true}) {
+          check_reduce(&reduce_to_all, dtype, op, 1, count, 1, false, streaming);
+          check_reduce(&reduce_to_all, dtype, op, 1, count, 1, true, streaming);
+        }
+      }
+    }
+  }
+}
+
 TEST(Reduce, ZeroCountWritesNothing) {
   float in = 1.0f;
   float out = 5.0f;

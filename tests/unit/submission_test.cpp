@@ -235,9 +235,15 @@ TEST(BufferMemo, ResolvesEachIdOnceAndNeverAnotherIdsBuffer) {
   EXPECT_EQ(lookups[1], 1);
   EXPECT_EQ(lookups[2], 1);
   EXPECT_EQ(lookups[7], 1);
-  // More ids than it keeps: each still gets its own buffer.
-  for (int round = 0; round < 2; ++round) {
-    for (uint32_t id = 0; id < buffers.size(); ++id) EXPECT_EQ(memo(id).mapping, buffers[id]);
+  // More ids than it keeps: each still gets its own buffer, and the buffer handed out last
+  // stays valid across the next lookup (a submission's send buffer, then its receive buffer).
+  for (int round = 0; round < 3; ++round) {
+    for (uint32_t id = 0; id < buffers.size(); ++id) {
+      const RegisteredMemory& send = memo(id);
+      const RegisteredMemory& recv = memo((id + 3) % buffers.size());
+      EXPECT_EQ(send.mapping, buffers[id]);
+      EXPECT_EQ(recv.mapping, buffers[(id + 3) % buffers.size()]);
+    }
   }
 }
 
