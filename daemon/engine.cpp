@@ -348,6 +348,8 @@ bool Engine::poll_submissions(Session& session) {
     session.job->submit(std::move(submission), taken_at);
   }
   if (taken == 0) return false;
+  memo_lookups_.hits += buffers.repeats().hits;
+  memo_lookups_.unregistered += buffers.repeats().unregistered;
   metrics_.ring_drained(taken);
   return true;
 }

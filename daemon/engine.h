@@ -171,6 +171,7 @@ class Engine {
   MappingCache<DeviceMapper> device_buffers_;
   // The caches' lookup counters as last handed to the metrics.
   MappingCounters reported_lookups_;
+  MappingCounters memo_lookups_;  // answered by a look's BufferMemo (poll_submissions)
   // Device units in flight, oldest first; they hold their buffers' mappings. Declared before
   // the streams: those are destroyed first, waiting for the work, and the mappings after.
   struct DeviceUnit {

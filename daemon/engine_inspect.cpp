@@ -156,12 +156,13 @@ void Engine::export_job_states() {
 }
 
 void Engine::report_mapping_lookups() {
-  // Since the last report, from both caches (registrations count their own miss).
+  // Since the last report, from both caches (registrations count their own miss) and what the
+  // looks at the rings answered themselves.
   MappingCounters now = host_buffers_.counters();
   const MappingCounters& device = device_buffers_.counters();
-  now.hits += device.hits;
+  now.hits += device.hits + memo_lookups_.hits;
   now.misses += device.misses;
-  now.unregistered += device.unregistered;
+  now.unregistered += device.unregistered + memo_lookups_.unregistered;
   using Lookup = metrics::Metrics::MappingLookup;
   if (now.hits > reported_lookups_.hits) {
     metrics_.mapping_lookups(Lookup::kHit, now.hits - reported_lookups_.hits);

@@ -39,7 +39,7 @@ void Session::complete(uint64_t request, ipc::Collective collective, gradsync_re
   if (status != GRADSYNC_OK) {
     metrics_.collective_failed(static_cast<metrics::CollectiveKind>(collective));
   }
-  ipc::CompletionEntry entry{};
+  ipc::CompletionEntry& entry = completion_;
   entry.request = request;
   entry.status = static_cast<uint32_t>(status);
   const size_t length = std::min(message.size(), ipc::kMaxErrorMessageBytes);

@@ -105,6 +105,9 @@ class Session {
   ipc::SegmentView view_;
   ipc::RingConsumer<ipc::SubmissionEntry> submissions_;
   ipc::RingProducer<ipc::CompletionEntry> completions_;
+  // Where a completion is put together: zeroed once, not per completion (only its used bytes
+  // go on the ring, and a step brings a hundred of them).
+  ipc::CompletionEntry completion_{};
   ipc::UniqueFd doorbell_;
   metrics::Metrics& metrics_;
   uint32_t in_flight_ = 0;  // popped submissions not yet completed

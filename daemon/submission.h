@@ -4,6 +4,7 @@
 
 #include "daemon/device/device_streams.h"
 #include "daemon/host_mapper.h"
+#include "daemon/mapping_cache.h"
 #include "daemon/session.h"
 #include "ipc/protocol.h"
 #include "ipc/segment.h"
@@ -85,7 +86,12 @@ class BufferMemo {
   // Valid until the second lookup after this one (a send and a receive buffer stay together).
   const RegisteredMemory& operator()(uint32_t id) {
     for (size_t i = 0; i < used_; ++i) {
-      if (entries_[i].id == id) return entries_[last_ = i].memory;
+      if (entries_[i].id == id) {
+        const RegisteredMemory& memory = entries_[last_ = i].memory;
+        // What the mapping cache would have counted, had it been asked again.
+        if (memory.error.empty()) ++(memory.mapping ? repeats_.hits : repeats_.unregistered);
+        return memory;
+      }
     }
     size_t slot = used_;
     if (used_ < kEntries) {
@@ -97,6 +103,10 @@ class BufferMemo {
     return entries_[last_ = slot].memory;
   }
 
+  // Lookups answered here instead of by the mapping cache, as the cache would have counted
+  // them (hits and unregistered ids): its metrics count a lookup per submission.
+  const MappingCounters& repeats() const { return repeats_; }
+
  private:
   static constexpr size_t kEntries = 4;
   struct Entry {
@@ -107,6 +117,7 @@ class BufferMemo {
   std::array<Entry, kEntries> entries_;
   size_t used_ = 0;
   size_t last_ = 0;
+  MappingCounters repeats_;
 };
 
 // Validates every field of `entry` and resolves its buffers. Never throws on bad input.

@@ -235,6 +235,9 @@ TEST(BufferMemo, ResolvesEachIdOnceAndNeverAnotherIdsBuffer) {
   EXPECT_EQ(lookups[1], 1);
   EXPECT_EQ(lookups[2], 1);
   EXPECT_EQ(lookups[7], 1);
+  // The answers it gave itself, counted as the cache would have counted them.
+  EXPECT_EQ(memo.repeats().hits, 10u);
+  EXPECT_EQ(memo.repeats().unregistered, 2u);
   // More ids than it keeps: each still gets its own buffer, and the buffer handed out last
   // stays valid across the next lookup (a submission's send buffer, then its receive buffer).
   for (int round = 0; round < 3; ++round) {
