@@ -422,7 +422,7 @@ void Communicator::push(const ipc::SubmissionEntry& entry) {
 }
 
 void Communicator::drain_completions() {
-  ipc::CompletionEntry entry{};
+  ipc::CompletionEntry& entry = completion_;
   while (completions_.try_pop(entry)) {
     if (in_flight_ > 0) --in_flight_;
     const size_t length = std::min<size_t>(entry.message_length, ipc::kMaxErrorMessageBytes);
@@ -457,6 +457,7 @@ void Communicator::wait_until(Predicate done) {
   // The spin's deadline is read when first needed: most waits after a burst of submissions
   // find their request done, and read no clock.
   std::optional<Clock::time_point> spin_until;
+  if (done()) return;  // most waits after a burst: an earlier wait drained their completion
   while (true) {
     drain_completions();
     if (done()) return;

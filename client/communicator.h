@@ -118,6 +118,8 @@ class Communicator {
   ipc::SegmentView view_;
   ipc::RingProducer<ipc::SubmissionEntry> submissions_;
   ipc::RingConsumer<ipc::CompletionEntry> completions_;
+  // Where a completion is read into: zeroed once, not at every look (a wait looks at least once).
+  ipc::CompletionEntry completion_{};
   ipc::UniqueFd doorbell_;
   std::chrono::microseconds spin_{0};  // before a waiter sleeps (wait_policy.h)
   uint32_t in_flight_ = 0;
