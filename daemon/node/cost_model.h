@@ -17,14 +17,15 @@ namespace gradsync::daemon {
 // The data path's protocol sizes, which set the model's regimes:
 //  - a small allreduce's contributions ride with the negotiation messages (negotiator.h): up
 //    to eager_max_bytes(), which is at least kEagerMinBytes and at most kEagerCapBytes (between
-//    namespace nodes over TCP, 32 KiB riding along made the cycle slower than the allreduce it
-//    saved, 16 KiB halved the time);
+//    namespace nodes over TCP, since a cycle's contributions travel as one blob, 32 KiB riding
+//    along takes about two thirds of the time of the allreduce it saves; 64 KiB, a message
+//    past UCX's 64 KiB TCP receive segment, twice that time);
 //  - the ring cuts a node's slice into pieces of this size (fewer, larger ones above 64 of
 //    them), and pipelines them. Each piece is a message with its own rendezvous, wake-ups and
 //    completion, which on these hosts cost more than the overlap of a smaller piece saved: 2
 //    namespace nodes, 16-64 MiB, 512 KiB pieces took 20-30% longer than 4 MiB ones.
 inline constexpr uint64_t kEagerMinBytes = 4096;
-inline constexpr uint64_t kEagerCapBytes = 16 << 10;
+inline constexpr uint64_t kEagerCapBytes = 32 << 10;
 inline constexpr uint64_t kPipelinePieceBytes = 4 << 20;
 // Allreduces from this size up refine the link's β: below it, the α terms and the noise of a
 // shared machine say more about a run's time than the wire does.
