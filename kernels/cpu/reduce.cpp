@@ -3,6 +3,7 @@
 
 #include "kernels/codec.h"
 
+#include "ipc/protocol.h"
 #include "kernels/convert.h"
 #include "kernels/cpu/reduce_variants.h"
 
@@ -37,23 +38,6 @@ const Kernels& selected() {
 }
 }  // namespace
 
-namespace {
-size_t element_bytes(gradsync_dtype dtype) {
-  switch (dtype) {
-    case GRADSYNC_FLOAT16:
-    case GRADSYNC_BFLOAT16:
-      return 2;
-    case GRADSYNC_FLOAT32:
-    case GRADSYNC_INT32:
-      return 4;
-    case GRADSYNC_FLOAT64:
-    case GRADSYNC_INT64:
-      return 8;
-  }
-  return 0;
-}
-}  // namespace
-
 void reduce_to_all(gradsync_dtype dtype, gradsync_op op, const void* const* inputs,
                    size_t num_inputs, void* const* outputs, size_t num_outputs, size_t count,
                    bool streaming) {
@@ -61,7 +45,7 @@ void reduce_to_all(gradsync_dtype dtype, gradsync_op op, const void* const* inpu
   // this for each of a step's tensors, mostly small ones, where the kernels' set-up costs more
   // than the copy.
   if (num_inputs == 1) {
-    const size_t bytes = count * element_bytes(dtype);
+    const size_t bytes = count * ipc::dtype_bytes(dtype);
     for (size_t o = 0; o < num_outputs; ++o) {
       if (outputs[o] != inputs[0]) copy(outputs[o], inputs[0], bytes, streaming);
     }
