@@ -222,7 +222,7 @@ class Negotiator {
     size_t active_slot = kInactive;  // where it is in active_, while it has instances
     bool reported = false;           // its oldest instance waits for the coordinator
     // The name proposed after this one last time (kNoName: none yet): intern's guess.
-    uint32_t proposed_next = kNoName;
+    NameId proposed_next = kNoName;
     static constexpr uint32_t kNoBit = UINT32_MAX;
     static constexpr size_t kInactive = SIZE_MAX;
   };

@@ -338,28 +338,36 @@ TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrderAligned) {
   }
 }
 
+// Every node proposes `order`, each proposal with a cookie naming the step, the node and the
+// name's place in `order`; every decision must hand back its own node's cookie for that name.
+void expect_own_cookies(Network& net, const std::vector<std::string>& order, uint64_t step) {
+  auto cookie = [step](uint32_t node, size_t i) { return 1000 * step + 100 * uint64_t{node} + i; };
+  std::map<std::string, size_t> position;
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+  for (uint32_t n = 0; n < net.nodes(); ++n) {
+    for (size_t i = 0; i < order.size(); ++i) {
+      Proposal p = allreduce(order[i], 10);
+      p.cookie = cookie(n, i);
+      net.node(n).propose(std::move(p));
+    }
+  }
+  net.deliver_all();
+  const auto decisions = net.take_decisions();
+  for (uint32_t n = 0; n < net.nodes(); ++n) {
+    ASSERT_EQ(decisions[n].size(), order.size()) << "step " << step;
+    for (const Decided& d : decisions[n]) {
+      ASSERT_EQ(position.count(d.key), 1u) << d.key << " was not proposed in step " << step;
+      EXPECT_EQ(d.cookie, cookie(n, position[d.key]))
+          << d.key << " on node " << n << " in step " << step;
+    }
+  }
+}
+
 TEST_P(NegotiatorTest, DecisionsHandBackEachNodesOwnCookie) {
   Network net(nodes(), 1024, nodes(), hold());
   const auto names = tensor_names(5);
   // Step 0 goes through the coordinator, step 1 through the cache.
-  for (uint64_t step = 0; step < 2; ++step) {
-    for (uint32_t n = 0; n < net.nodes(); ++n) {
-      for (size_t i = 0; i < names.size(); ++i) {
-        Proposal p = allreduce(names[i], 10);
-        p.cookie = 1000 * step + 100 * uint64_t{n} + i;
-        net.node(n).propose(std::move(p));
-      }
-    }
-    net.deliver_all();
-    const auto decisions = net.take_decisions();
-    for (uint32_t n = 0; n < net.nodes(); ++n) {
-      ASSERT_EQ(decisions[n].size(), names.size());
-      for (const Decided& d : decisions[n]) {
-        const auto i = static_cast<uint64_t>(std::stoi(d.key.substr(d.key.find('.') + 1)));
-        EXPECT_EQ(d.cookie, 1000 * step + 100 * uint64_t{n} + i) << d.key << " on node " << n;
-      }
-    }
-  }
+  for (uint64_t step = 0; step < 2; ++step) expect_own_cookies(net, names, step);
 }
 
 // Names are found by guessing the one proposed after the last one in the step before
@@ -374,26 +382,7 @@ TEST_P(NegotiatorTest, NamesKeepTheirProposalsWhateverTheOrderOfTheSteps) {
   orders[2][4] = "grad.new";
   const std::vector<size_t> order_of_step = {0, 0, 0, 1, 0, 2, 2, 0};
   for (uint64_t step = 0; step < order_of_step.size(); ++step) {
-    const auto& order = orders[order_of_step[step]];
-    std::map<std::string, size_t> position;
-    for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
-    for (uint32_t n = 0; n < net.nodes(); ++n) {
-      for (size_t i = 0; i < order.size(); ++i) {
-        Proposal p = allreduce(order[i], 10);
-        p.cookie = 1000 * step + 100 * uint64_t{n} + i;
-        net.node(n).propose(std::move(p));
-      }
-    }
-    net.deliver_all();
-    const auto decisions = net.take_decisions();
-    for (uint32_t n = 0; n < net.nodes(); ++n) {
-      ASSERT_EQ(decisions[n].size(), order.size()) << "step " << step;
-      for (const Decided& d : decisions[n]) {
-        ASSERT_EQ(position.count(d.key), 1u) << d.key << " was not proposed in step " << step;
-        EXPECT_EQ(d.cookie, 1000 * step + 100 * uint64_t{n} + position[d.key])
-            << d.key << " on node " << n << " in step " << step;
-      }
-    }
+    expect_own_cookies(net, orders[order_of_step[step]], step);
   }
 }
 
