@@ -4,7 +4,8 @@
 //     every core at once.
 //  2. Node 0's ranks alone, as a job of their own on the same daemon: an allreduce of 8 bytes
 //     and one of the large size (-e, default 32 MiB).
-//  3. Every rank, as a job with the ring forced: the same two allreduces across the nodes.
+//  3. Every rank, as a job with the ring forced: the same two allreduces across the nodes;
+//     then, as a job with halving-doubling forced, the large one again.
 // The other ranks wait at a barrier while one part runs, so that nothing else competes for
 // the cores it measures.
 #include "kernels/reduce.h"
@@ -103,12 +104,24 @@ model::TimedPair time_pair(const gradsync_options& options, uint64_t large_bytes
           time_allreduce(comm, large_bytes, kLargeIterations, kLargeWarmup)};
 }
 
+double time_large(const gradsync_options& options, uint64_t large_bytes) {
+  Communicator comm(options);
+  return time_allreduce(comm, large_bytes, kLargeIterations, kLargeWarmup);
+}
+
 // A job beside the caller's, named after it.
 gradsync_options sibling_job(const gradsync_options& who, const char* suffix) {
   gradsync_options options = who;
   const std::string job = std::string(who.job) + suffix;
   if (job.size() >= sizeof(options.job)) throw std::invalid_argument("job name too long: " + job);
   std::snprintf(options.job, sizeof(options.job), "%s", job.c_str());
+  return options;
+}
+
+// The caller's job again, as a job of its own that runs every allreduce by `algorithm`.
+gradsync_options forcing(const gradsync_options& who, const char* algorithm) {
+  gradsync_options options = sibling_job(who, (std::string(".calibrate-") + algorithm).c_str());
+  std::snprintf(options.algorithm, sizeof(options.algorithm), "%s", algorithm);
   return options;
 }
 
@@ -153,9 +166,8 @@ void run_calibration(const BenchOptions& o, Communicator& comm, const gradsync_o
   }
   comm.barrier();
   if (run.layout.nodes > 1) {
-    gradsync_options ring = sibling_job(who, ".calibrate-ring");
-    std::snprintf(ring.algorithm, sizeof(ring.algorithm), "ring");
-    run.cluster = time_pair(ring, run.large_bytes);
+    run.cluster = time_pair(forcing(who, "ring"), run.large_bytes);
+    run.cluster_halving_doubling_large_seconds = time_large(forcing(who, "rhd"), run.large_bytes);
   }
   if (who.rank != 0) return;
 
@@ -172,6 +184,11 @@ void run_calibration(const BenchOptions& o, Communicator& comm, const gradsync_o
                 1 / figures.link.beta_seconds_per_byte / 1e9);
   }
   std::printf("\n");
+  if (run.cluster) {
+    std::printf("  across the nodes, %llu bytes: ring %.2f ms, halving-doubling %.2f ms\n",
+                static_cast<unsigned long long>(run.large_bytes), run.cluster->large_seconds * 1e3,
+                run.cluster_halving_doubling_large_seconds.value_or(0) * 1e3);
+  }
 }
 
 }  // namespace gradsync::bench

@@ -1,5 +1,7 @@
 #include "tools/model/calibration.h"
 
+#include "daemon/node/cost_model.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -62,13 +64,25 @@ Figures fit_figures(const CalibrationRun& run) {
   const double steps = 2 * (n - 1);  // the ring's, forced for the calibration
   figures.link.alpha_seconds =
       std::max(0.0, (run.cluster->small_seconds - run.local.small_seconds) / steps);
-  // Per byte of the allreduce, the ring adds 2(n-1)/n bytes on the wire and (n-1)/n reduced
-  // to the local stages, which cost what they cost on one node.
-  const double per_byte = (run.cluster->large_seconds - run.cluster->small_seconds) / large;
-  const double wire_per_byte = per_byte - 2 * k / figures.node.local_bytes_per_second -
-                               (n - 1) / n * figures.link.gamma_seconds_per_byte;
+  // A large run across the nodes, less the small one, is the local stages' bytes (which cost
+  // what they cost on one node) and the algorithm's messages, bytes on the wire and bytes
+  // reduced, less the ring's messages that the small run paid; its algorithm's β follows.
+  const double local_large = 2 * k * large / figures.node.local_bytes_per_second;
+  auto beta_of = [&](daemon::AllreduceAlgorithm algorithm, double large_seconds) {
+    const double network = large_seconds - run.cluster->small_seconds +
+                           steps * figures.link.alpha_seconds - local_large;
+    return std::max(kNegligibleSecondsPerByte,
+                    daemon::implied_beta(algorithm, figures.link, run.layout.nodes, run.large_bytes,
+                                         daemon::WireCodec::kNone, network)
+                        .value_or(0));
+  };
   figures.link.beta_seconds_per_byte =
-      std::max(kNegligibleSecondsPerByte, wire_per_byte / (2 * (n - 1) / n));
+      beta_of(daemon::AllreduceAlgorithm::kRing, run.cluster->large_seconds);
+  if (run.cluster_halving_doubling_large_seconds) {
+    figures.link.beta_seconds_per_byte = std::min(
+        figures.link.beta_seconds_per_byte, beta_of(daemon::AllreduceAlgorithm::kHalvingDoubling,
+                                                    *run.cluster_halving_doubling_large_seconds));
+  }
   return figures;
 }
 
@@ -83,6 +97,9 @@ nlohmann::json to_json(const CalibrationRun& run) {
       {"large_bytes", run.large_bytes},
       {"local", pair_json(run.local)}};
   if (run.cluster) out["cluster"] = pair_json(*run.cluster);
+  if (run.cluster && run.cluster_halving_doubling_large_seconds) {
+    out["cluster"]["halving_doubling_large_us"] = *run.cluster_halving_doubling_large_seconds * 1e6;
+  }
   return out;
 }
 
@@ -109,7 +126,12 @@ CalibrationRun calibration_from_json(const nlohmann::json& in) {
   run.large_bytes = static_cast<uint64_t>(number(in, "large_bytes", "calibration"));
   run.local = pair_from(member(in, "local", "calibration"), "calibration.local");
   if (in.contains("cluster")) {
-    run.cluster = pair_from(member(in, "cluster", "calibration"), "calibration.cluster");
+    const json& cluster = member(in, "cluster", "calibration");
+    run.cluster = pair_from(cluster, "calibration.cluster");
+    if (cluster.contains("halving_doubling_large_us")) {
+      run.cluster_halving_doubling_large_seconds =
+          number(cluster, "halving_doubling_large_us", "calibration.cluster") / 1e6;
+    }
   } else if (run.layout.nodes > 1) {
     throw std::invalid_argument("calibration: a run on several nodes needs 'cluster'");
   }

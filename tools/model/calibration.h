@@ -1,9 +1,10 @@
 // What `gradsync-bench --calibrate` measures on a cluster, and the model figures that follow
 // from it. The run times gradsync's own collectives, each at two sizes: once among one node's
 // ranks (the fixed cost of a collective and the bandwidth of the local stages), and once
-// across the nodes with the ring forced (what the links add per step and per byte). Fitting
-// the model's terms to gradsync's own timings, rather than to a raw transport test, keeps in
-// them what a transport test leaves out: the daemon's copies, and the cores the stages share.
+// across the nodes with the ring forced (what the links add per step and per byte), the large
+// size again with halving-doubling forced. Fitting the model's terms to gradsync's own
+// timings, rather than to a raw transport test, keeps in them what a transport test leaves
+// out: the daemon's copies, and the cores the stages share.
 #pragma once
 
 #include "tools/model/data_path_model.h"
@@ -34,6 +35,9 @@ struct CalibrationRun {
   uint64_t large_bytes = 0;
   TimedPair local;                   // among one node's ranks
   std::optional<TimedPair> cluster;  // across the nodes (ring); absent on one node
+  // The large allreduce across the nodes by halving-doubling; absent on one node, and in
+  // calibrations older than it.
+  std::optional<double> cluster_halving_doubling_large_seconds;
 };
 
 struct Figures {
@@ -41,7 +45,10 @@ struct Figures {
   LinkFigures link;
 };
 
-// The model's figures for the host path of the machine the run measured. Throws
+// The model's figures for the host path of the machine the run measured. The links' β is the
+// smaller of what the ring's and halving-doubling's large runs imply, each by its own bytes
+// on the wire: the daemons run the cheaper of the two, and what makes the other slower (its
+// messages' rendezvous and wake-ups on shared cores) is no property of the wire. Throws
 // std::invalid_argument when the run's timings cannot be fitted (a large allreduce no slower
 // than a small one).
 Figures fit_figures(const CalibrationRun& run);
