@@ -83,7 +83,8 @@ void resolve_settings(ClientIdentity& who, ipc::wire::Hello::Reader hello,
   if (!parse_wire_codec(who.wire_codec)) {
     throw Refusal{
         GRADSYNC_ERR_INVALID_ARGUMENT,
-        fmt::format("GRADSYNC_WIRE_CODEC must be none or bf16, not '{}'", who.wire_codec)};
+        fmt::format("GRADSYNC_WIRE_CODEC must be none, bf16, topk or topk:PERCENT, not '{}'",
+                    who.wire_codec)};
   }
 }
 

@@ -138,8 +138,8 @@ void validate(const DaemonConfig& config) {
                     "must be auto, ring or rhd, not '" + config.allreduce_algorithm + "'");
   }
   if (!parse_wire_codec(config.allreduce_wire_codec)) {
-    throw key_error("allreduce_wire_codec",
-                    "must be none or bf16, not '" + config.allreduce_wire_codec + "'");
+    throw key_error("allreduce_wire_codec", "must be none, bf16, topk or topk:PERCENT, not '" +
+                                                config.allreduce_wire_codec + "'");
   }
   if ((config.ring_entries & (config.ring_entries - 1)) != 0) {
     throw key_error("ring_entries", "must be a power of two");

@@ -212,7 +212,7 @@ void Engine::handle(AttachSession& command) {
           who.job, NodeLayout{who.nodes, who.node_rank, who.world_size}, *mesh_,
           NodeJobSettings{std::chrono::seconds(config_.peer_timeout_seconds),
                           config_.response_cache_capacity, who.algorithm,
-                          parse_wire_codec(who.wire_codec).value_or(WireCodec::kNone),
+                          parse_wire_codec(who.wire_codec).value_or(WireCodecSpec{}),
                           config_.fusion_threshold_bytes,
                           // The engine spins no longer than this after work: it must not
                           // sleep through a hold.

@@ -17,8 +17,8 @@ namespace {
 constexpr std::array<const char*, static_cast<size_t>(CollectiveKind::kCount)> kKindNames = {
     "allreduce", "broadcast", "allgather", "barrier"};
 // How a collective ran: on one node, or across nodes by one of the rest.
-constexpr std::array<const char*, 5> kAlgorithms = {"local", "ring", "rhd", "negotiation",
-                                                    "direct"};
+constexpr std::array<const char*, 6> kAlgorithms = {"local",       "ring",   "rhd",
+                                                    "negotiation", "direct", "topk"};
 // Collective sizes (payload bytes per rank) the duration histogram keeps apart.
 constexpr std::array<uint64_t, 4> kSizeBounds = {4ull << 10, 64ull << 10, 1ull << 20, 16ull << 20};
 constexpr std::array<const char*, kSizeBounds.size() + 1> kSizeNames = {
@@ -156,7 +156,8 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
           .Help(
               "Collectives completed on this node (one per tensor, not per rank), by op and "
               "algorithm: local (one node), ring or rhd (allreduce across nodes), negotiation "
-              "(data carried by the negotiation), direct (broadcast and allgather across nodes)")
+              "(data carried by the negotiation), direct (broadcast and allgather across nodes), "
+              "topk (allreduce across nodes through the top-k wire codec)")
           .Register(registry);
   auto& duration = prometheus::BuildHistogram()
                        .Name("gradsync_collective_duration_seconds")
@@ -329,7 +330,7 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                                      .Name("gradsync_internode_allreduces_total")
                                      .Help("Allreduces run across nodes, by algorithm")
                                      .Register(registry);
-  for (const char* algorithm : {"ring", "rhd"}) {
+  for (const char* algorithm : {"ring", "rhd", "topk"}) {
     impl_->internode_allreduce_by[algorithm_index(algorithm)] =
         &impl_->internode_allreduces->Add({{"algorithm", algorithm}});
   }

@@ -64,6 +64,12 @@ class AllreduceOperand {
   // Both ends of a message cut a range the same way: the blocks depend on the layout only.
   template <typename Fn>
   void for_each_block(uint64_t begin, uint64_t end, Fn&& fn) const;
+  // Calls fn(collective, from) for each tensor in the work, in order: its elements are work
+  // [from, from + its count), in one block (at()).
+  template <typename Fn>
+  void for_each_tensor(Fn&& fn) const {
+    for (const Member& m : members()) fn(*m.collective, m.begin);
+  }
   // The most blocks a range can have.
   size_t max_blocks() const { return layout_ == Layout::kInPlace ? members().size() : 1; }
   size_t element_bytes() const { return element_bytes_; }

@@ -8,11 +8,13 @@
 #pragma once
 
 #include "daemon/collectives/allreduce_operand.h"
+#include "daemon/collectives/carried_gradients.h"
 #include "daemon/job.h"
 #include "daemon/node/cost_model.h"
 #include "daemon/node/links.h"
 #include "daemon/node/node_task.h"
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,12 +31,25 @@ struct NodeStep {
   WireCodec codec = WireCodec::kNone;  // the job's: the ring applies it to f32 allreduces
 };
 
-// The algorithms use scratch slots 0 and 1 (and the ring's codec 3 and 4); a fused allreduce's
-// buffer is this one.
+// The algorithms use scratch slots 0 and 1 (the ring's codec 3 and 4, top-k 5 to 8); a fused
+// allreduce's buffer is this one.
 inline constexpr size_t kFusionScratchSlot = 2;
 
 NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand);
 NodeTask node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand& operand);
+// One of the two.
+NodeTask run_allreduce(NodeStep& step, const AllreduceOperand& operand,
+                       AllreduceAlgorithm algorithm);
+
+// The top-k wire codec around an f32 sum or average (node_topk_allreduce.cpp): collectives
+// `step.sequence` and the one after.
+struct TopKRun {
+  double percent;             // of each tensor's chunks sent, rounded up (at least one)
+  CarriedGradients& carried;  // the job's
+  // The algorithm for a dense allreduce of so many bytes (the energies, the chosen chunks).
+  std::function<AllreduceAlgorithm(uint64_t bytes)> choose;
+};
+NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, TopKRun topk);
 NodeTask node_broadcast(NodeStep& step, const ReadyCollective& collective);
 NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective);
 

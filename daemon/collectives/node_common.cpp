@@ -1,6 +1,14 @@
 #include "daemon/collectives/node_collectives.h"
 
-namespace gradsync::daemon::node_detail {
+namespace gradsync::daemon {
+
+NodeTask run_allreduce(NodeStep& step, const AllreduceOperand& operand,
+                       AllreduceAlgorithm algorithm) {
+  return algorithm == AllreduceAlgorithm::kRing ? node_ring_allreduce(step, operand)
+                                                : node_halving_doubling_allreduce(step, operand);
+}
+
+namespace node_detail {
 
 std::vector<std::shared_ptr<const void>> rank_memory(const ReadyCollective& collective) {
   std::vector<std::shared_ptr<const void>> memory;
@@ -8,4 +16,5 @@ std::vector<std::shared_ptr<const void>> rank_memory(const ReadyCollective& coll
   return memory;
 }
 
-}  // namespace gradsync::daemon::node_detail
+}  // namespace node_detail
+}  // namespace gradsync::daemon

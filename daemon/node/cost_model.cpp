@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <cstdint>
 
 namespace gradsync::daemon {
@@ -16,14 +17,42 @@ const char* algorithm_name(AllreduceAlgorithm algorithm) {
   return algorithm == AllreduceAlgorithm::kRing ? "ring" : "rhd";
 }
 
-std::optional<WireCodec> parse_wire_codec(std::string_view name) {
-  if (name == "none") return WireCodec::kNone;
-  if (name == "bf16") return WireCodec::kBf16;
-  return std::nullopt;
+std::optional<WireCodecSpec> parse_wire_codec(std::string_view name) {
+  if (name == "none") return WireCodecSpec{};
+  if (name == "bf16") return WireCodecSpec{WireCodec::kBf16};
+  constexpr std::string_view kTopK = "topk";
+  if (!name.starts_with(kTopK)) return std::nullopt;
+  WireCodecSpec spec{WireCodec::kTopK};
+  name.remove_prefix(kTopK.size());
+  if (name.empty()) return spec;
+  if (name.front() != ':') return std::nullopt;
+  name.remove_prefix(1);
+  double percent = 0;
+  const auto [end, error] = std::from_chars(name.data(), name.data() + name.size(), percent);
+  if (error != std::errc{} || end != name.data() + name.size() || !(percent > 0) || percent > 100) {
+    return std::nullopt;
+  }
+  spec.topk_percent = percent;
+  return spec;
+}
+
+std::string wire_codec_name(const WireCodecSpec& spec) {
+  if (spec.codec != WireCodec::kTopK) return wire_codec_name(spec.codec);
+  char percent[32];  // the shortest text that reads back as the same double
+  const auto end = std::to_chars(percent, percent + sizeof(percent), spec.topk_percent).ptr;
+  return "topk:" + std::string(percent, end);
 }
 
 const char* wire_codec_name(WireCodec codec) {
-  return codec == WireCodec::kBf16 ? "bf16" : "none";
+  switch (codec) {
+    case WireCodec::kBf16:
+      return "bf16";
+    case WireCodec::kTopK:
+      return "topk";
+    case WireCodec::kNone:
+      break;
+  }
+  return "none";
 }
 
 double predict_ring(const LinkFigures& link, uint32_t nodes, uint64_t bytes, WireCodec codec) {

@@ -40,16 +40,30 @@ struct LinkFigures {
 
 enum class AllreduceAlgorithm { kRing, kHalvingDoubling };
 
-// What a job's f32 allreduces send between nodes (kernels/codec.h): the values themselves, or
-// rounded to bf16 (half the bytes; the ring only, see node_ring_allreduce.cpp).
-enum class WireCodec { kNone, kBf16 };
+// What a job's f32 allreduces send between nodes (kernels/codec.h, kernels/sparse.h): the
+// values themselves; rounded to bf16 (half the bytes; the ring only, see
+// node_ring_allreduce.cpp); or, for sums and averages, the chunks of each tensor with the most
+// energy, the rest held back and added to the tensor's next allreduce (top-k chunk
+// sparsification with error feedback, node_topk_allreduce.cpp).
+enum class WireCodec { kNone, kBf16, kTopK };
+
+// A wire codec with its parameter: the share of each tensor's chunks that top-k sends.
+struct WireCodecSpec {
+  WireCodec codec = WireCodec::kNone;
+  double topk_percent = 1;  // of each tensor's chunks, rounded up to whole chunks; (0, 100]
+  bool operator==(const WireCodecSpec&) const = default;
+};
+// Top-k's unit of selection: 32 KiB of f32, a copy and a norm worth their bookkeeping.
+inline constexpr uint64_t kTopKChunkElements = 8192;
 
 // "ring", "rhd"; nullopt for "auto" or "".
 std::optional<AllreduceAlgorithm> parse_algorithm(std::string_view name);
 const char* algorithm_name(AllreduceAlgorithm algorithm);
-// "none", "bf16"; nullopt for any other name.
-std::optional<WireCodec> parse_wire_codec(std::string_view name);
-const char* wire_codec_name(WireCodec codec);
+// "none", "bf16", "topk" or "topk:PERCENT" (say "topk:0.5"); nullopt for anything else.
+std::optional<WireCodecSpec> parse_wire_codec(std::string_view name);
+// The name parse_wire_codec reads back: "none", "bf16", "topk:1".
+std::string wire_codec_name(const WireCodecSpec& spec);
+const char* wire_codec_name(WireCodec codec);  // without the parameter: "topk"
 
 // Predicted seconds for an allreduce of `bytes` among `nodes` nodes.
 //  ring: 2(n-1) steps of a 1/n slice; bandwidth-optimal, latency linear in n.

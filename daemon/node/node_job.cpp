@@ -79,7 +79,7 @@ std::optional<std::string> NodeJob::form() {
     if (node != links_.me() && !joined_[node]) return std::nullopt;
   }
   if (links_.me() == 0) agreed_ = settings_;
-  if (agreed_.wire_codec != WireCodec::kNone && !without_codecs_.empty()) {
+  if (agreed_.wire_codec.codec != WireCodec::kNone && !without_codecs_.empty()) {
     return fmt::format(
         "job '{}' asks for the {} wire codec, which node {}'s gradsyncd does not "
         "know: upgrade it, or run the job without GRADSYNC_WIRE_CODEC",

@@ -38,7 +38,7 @@ struct NodeJobSettings {
   std::chrono::seconds peer_timeout{60};
   uint32_t cache_capacity = 1024;
   std::string algorithm = "auto";  // "auto", "ring" or "rhd"
-  WireCodec wire_codec = WireCodec::kNone;
+  WireCodecSpec wire_codec;
   uint64_t fusion_threshold_bytes = 64ull << 20;
   // How long this node holds back an empty part of a peer's negotiation cycle (Negotiator,
   // "holding a join"); 0: joins at once. This node's own: not agreed.
@@ -176,6 +176,14 @@ class NodeJob {
   // With the codec the ring would apply to allreduces of `dtype`.
   AllreduceAlgorithm choose(uint64_t bytes, gradsync_dtype dtype, const LinkFigures& link) const;
   WireCodec codec_for(gradsync_dtype dtype) const;
+  // The job's wire codec is top-k and `collective` (or a batch it leads) is an f32 sum or
+  // average it applies to: on host memory, or on device memory staged whole. Agreed on every
+  // node, as everything it looks at is.
+  bool topk_applies(const ReadyCollective& collective) const;
+  // The job's collective numbers `collective` takes (start()): one per staging piece; top-k's
+  // two allreduces.
+  uint64_t sequences_of(const ReadyCollective& collective) const;
+  TopKRun topk_run(const LinkFigures& link);
   // Learns from an allreduce that ran without error: a β lower than this node's (cost_model.h,
   // implied_beta) replaces it, in the next cycles and the metrics.
   void refine_beta(AllreduceAlgorithm algorithm, uint64_t bytes, WireCodec codec,
@@ -185,7 +193,9 @@ class NodeJob {
   NodeTask run_unit(InFlight& work);
   // One collective of a unit, on host memory (a device collective's staged copy), as collective
   // `sequence` of the job.
-  NodeTask run_collective(InFlight& work, const ReadyCollective& collective, uint32_t sequence);
+  // `topk`: through the top-k wire codec (topk_applies: not for a piece of a staged one).
+  NodeTask run_collective(InFlight& work, const ReadyCollective& collective, uint32_t sequence,
+                          bool topk);
   // One on device memory, staged through host memory (device_staging.h): in pieces, collectives
   // `sequence` on, where it is large.
   NodeTask run_staged(InFlight& work, const ReadyCollective& collective, uint32_t sequence);
@@ -221,7 +231,9 @@ class NodeJob {
     bool warned = false;
   };
   std::vector<UnitWait> unit_waits_;  // by cookie, as units_
-  std::deque<Batch> queued_;          // agreed, not started
+  // What the top-k codec held back, by tensor name; before in_flight_, whose tasks use it.
+  CarriedGradients carried_;
+  std::deque<Batch> queued_;  // agreed, not started
   std::list<std::unique_ptr<InFlight>> in_flight_;
   std::vector<std::unique_ptr<Scratch>> spare_scratch_;
   uint64_t next_sequence_ = 0;

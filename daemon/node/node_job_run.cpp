@@ -253,10 +253,10 @@ void NodeJob::start(Batch batch) {
   work->first_sequence = next_sequence_;
   if (trace_ != nullptr) work->started = Clock::now();
   if (batch.fused) {
-    next_sequence_ += 1;
+    next_sequence_ += topk_applies(work->units.front().collectives.front()) ? 2 : 1;
   } else {
     for (const auto& collective : work->units.front().collectives) {
-      next_sequence_ += staging_pieces(collective).count;
+      next_sequence_ += sequences_of(collective);
     }
   }
   InFlight& placed = *work;
@@ -290,9 +290,26 @@ void NodeJob::refine_beta(AllreduceAlgorithm algorithm, uint64_t bytes, WireCode
               bytes, algorithm_name(algorithm), seconds * 1e3, 1e-9 / *beta);
 }
 
+bool NodeJob::topk_applies(const ReadyCollective& collective) const {
+  const Submission& lead = collective.first();
+  return agreed_.wire_codec.codec == WireCodec::kTopK && links_.nodes() > 1 &&
+         lead.collective == ipc::Collective::kAllreduce && lead.dtype == GRADSYNC_FLOAT32 &&
+         (lead.op == GRADSYNC_SUM || lead.op == GRADSYNC_AVG) &&
+         staging_pieces(collective).count == 1;
+}
+
+uint64_t NodeJob::sequences_of(const ReadyCollective& collective) const {
+  return topk_applies(collective) ? 2 : staging_pieces(collective).count;
+}
+
+TopKRun NodeJob::topk_run(const LinkFigures& link) {
+  return TopKRun{agreed_.wire_codec.topk_percent, carried_,
+                 [this, link](uint64_t bytes) { return choose(bytes, GRADSYNC_FLOAT32, link); }};
+}
+
 WireCodec NodeJob::codec_for(gradsync_dtype dtype) const {
   // Only f32 has bytes to spare that bf16 keeps the range of.
-  return dtype == GRADSYNC_FLOAT32 ? agreed_.wire_codec : WireCodec::kNone;
+  return dtype == GRADSYNC_FLOAT32 ? agreed_.wire_codec.codec : WireCodec::kNone;
 }
 
 AllreduceAlgorithm NodeJob::choose(uint64_t bytes, gradsync_dtype dtype,
@@ -307,9 +324,9 @@ NodeTask NodeJob::run_unit(InFlight& work) {
   auto sequence = static_cast<uint32_t>(work.first_sequence);
   for (const ReadyCollective& collective : unit.collectives) {
     NodeTask task = collective.first().device == kHostMemory
-                        ? run_collective(work, collective, sequence)
+                        ? run_collective(work, collective, sequence, topk_applies(collective))
                         : run_staged(work, collective, sequence);
-    sequence += static_cast<uint32_t>(staging_pieces(collective).count);
+    sequence += static_cast<uint32_t>(sequences_of(collective));
     if (auto error = co_await finish(task)) co_return error;
   }
   co_return std::nullopt;
@@ -327,7 +344,7 @@ NodeTask NodeJob::run_staged(InFlight& work, const ReadyCollective& collective, 
   const StagingPieces pieces = staging_pieces(collective);
   if (pieces.count == 1) {
     if (auto error = co_await stage->to_host()) co_return error;
-    NodeTask task = run_collective(work, stage->host(), sequence);
+    NodeTask task = run_collective(work, stage->host(), sequence, topk_applies(collective));
     if (auto error = co_await finish(task)) co_return error;
     co_return co_await stage->to_devices();
   }
@@ -347,7 +364,7 @@ NodeTask NodeJob::run_staged(InFlight& work, const ReadyCollective& collective, 
     const uint64_t end = std::min(count, begin + pieces.elements);
     if (auto error = co_await in[p]) co_return error;
     const ReadyCollective piece = stage->piece(begin, end);
-    NodeTask task = run_collective(work, piece, sequence + static_cast<uint32_t>(p));
+    NodeTask task = run_collective(work, piece, sequence + static_cast<uint32_t>(p), false);
     if (auto error = co_await finish(task)) co_return error;
     out.push_back(stage->to_devices(begin, end));
   }
@@ -358,13 +375,19 @@ NodeTask NodeJob::run_staged(InFlight& work, const ReadyCollective& collective, 
 }
 
 NodeTask NodeJob::run_collective(InFlight& work, const ReadyCollective& collective,
-                                 uint32_t sequence) {
+                                 uint32_t sequence, bool topk) {
   NodeStep step{links_, *work.scratch, sequence, layout().world_size,
                 codec_for(collective.first().dtype)};
   switch (collective.first().collective) {
     case ipc::Collective::kAllreduce: {
       AllreduceOperand operand(collective);
       if (trace_ != nullptr) operand.time_into(&work.times);
+      if (topk) {
+        metrics_.internode_allreduce("topk");
+        work.allreduce_algorithm = "topk";
+        NodeTask task = node_topk_allreduce(step, operand, topk_run(work.link));
+        co_return co_await finish(task);
+      }
       const AllreduceAlgorithm algorithm =
           choose(collective.bytes(), collective.first().dtype, work.link);
       metrics_.internode_allreduce(algorithm_name(algorithm));
@@ -373,9 +396,7 @@ NodeTask NodeJob::run_collective(InFlight& work, const ReadyCollective& collecti
                   collective.first().name, collective.bytes(), step.sequence,
                   algorithm_name(algorithm));
       const auto started = std::chrono::steady_clock::now();
-      NodeTask task = algorithm == AllreduceAlgorithm::kRing
-                          ? node_ring_allreduce(step, operand)
-                          : node_halving_doubling_allreduce(step, operand);
+      NodeTask task = run_allreduce(step, operand, algorithm);
       if (auto error = co_await finish(task)) co_return error;
       refine_beta(algorithm, collective.bytes(), step.codec, started);
       co_return std::nullopt;
@@ -406,16 +427,21 @@ NodeTask NodeJob::run_fused(InFlight& work) {
   const auto start = std::chrono::steady_clock::now();
   const gradsync_dtype dtype = fused.front()->first().dtype;
   const AllreduceAlgorithm algorithm = choose(bytes, dtype, work.link);
+  const bool topk = topk_applies(*fused.front());
+  const bool on_device = fused.front()->first().device != kHostMemory;
   // In place only where halving-doubling runs it (take_cycle makes sure it does): the ring
-  // needs the work in one block.
-  const AllreduceOperand::Layout members_layout = algorithm == AllreduceAlgorithm::kHalvingDoubling
-                                                      ? work.layout
-                                                      : AllreduceOperand::Layout::kPacked;
+  // needs the work in one block. Top-k packs what it sends itself: host members stay in place.
+  AllreduceOperand::Layout members_layout = AllreduceOperand::Layout::kPacked;
+  if (topk && !on_device) {
+    members_layout = AllreduceOperand::Layout::kInPlace;
+  } else if (!topk && algorithm == AllreduceAlgorithm::kHalvingDoubling) {
+    members_layout = work.layout;
+  }
   const bool in_place = members_layout == AllreduceOperand::Layout::kInPlace;
   // On device memory (always packed): each member reduced on the devices into its place in one
   // pinned host buffer, which the batch then runs in.
   std::optional<DeviceStage> stage;
-  if (fused.front()->first().device != kHostMemory) {
+  if (on_device) {
     try {
       stage.emplace(fused, device_streams_, layout().world_size);
     } catch (const DeviceError& e) {
@@ -432,17 +458,17 @@ NodeTask NodeJob::run_fused(InFlight& work) {
   if (trace_ != nullptr) operand.time_into(&work.times);
   NodeStep step{links_, *work.scratch, static_cast<uint32_t>(work.first_sequence),
                 layout().world_size, codec_for(dtype)};
-  metrics_.internode_allreduce(algorithm_name(algorithm));
-  work.allreduce_algorithm = algorithm_name(algorithm);
+  const char* by = topk ? "topk" : algorithm_name(algorithm);
+  metrics_.internode_allreduce(by);
+  work.allreduce_algorithm = by;
   log_->debug("job '{}': {} tensors fused ({} bytes, {}) as collective {} by {}", links_.job_name(),
-              fused.size(), bytes, in_place ? "in place" : "packed", step.sequence,
-              algorithm_name(algorithm));
+              fused.size(), bytes, in_place ? "in place" : "packed", step.sequence, by);
   const auto network_started = std::chrono::steady_clock::now();
-  NodeTask task = algorithm == AllreduceAlgorithm::kRing
-                      ? node_ring_allreduce(step, operand)
-                      : node_halving_doubling_allreduce(step, operand);
+  NodeTask task = topk ? node_topk_allreduce(step, operand, topk_run(work.link))
+                       : run_allreduce(step, operand, algorithm);
   NodeResult error = co_await finish(task);
-  if (!error) refine_beta(algorithm, bytes, step.codec, network_started);
+  // Top-k's wire bytes are not the batch's: its time says nothing of β.
+  if (!error && !topk) refine_beta(algorithm, bytes, step.codec, network_started);
   if (!error && stage) error = co_await stage->to_devices();
   metrics_.batch_executed(
       bytes, fused.size(),

@@ -135,6 +135,22 @@ TEST_P(WireCodecTest, EncodedAllreducesAreCloseAndTheSameOnEveryRank) {
 INSTANTIATE_TEST_SUITE_P(Shapes, WireCodecTest, ::testing::Values(Shape{2, 1}, Shape{3, 2}),
                          shape_name);
 
+// The top-k wire codec, asked for by the job: steps of two tensors (fused or not) whose results
+// and held-back remainders follow the reference's, on 2 and 3 nodes with 1 and 2 ranks each;
+// the job's other allreduces stay exact.
+class TopKCodecTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(TopKCodecTest, SparseAllreducesFollowTheReference) {
+  LoopbackCluster cluster(GetParam().nodes);
+  auto ranks = cluster.spawn(
+      "topk", std::vector<int>(static_cast<size_t>(GetParam().nodes), GetParam().ranks_per_node),
+      {"topk", "25"}, {{"GRADSYNC_WIRE_CODEC", "topk:25"}});
+  expect_all_succeed(ranks, cluster);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, TopKCodecTest, ::testing::Values(Shape{2, 1}, Shape{3, 2}),
+                         shape_name);
+
 // The same training-shaped steps through a warm response cache, through one too small for the
 // step (entries evicted and renegotiated all the time), and with no cache at all: every result
 // is checked against the reference.

@@ -1,6 +1,7 @@
 // gradsync-test-rank: one rank of an integration test, a real client process. Identity comes
 // from the environment, as for any rank. The scenario is argv[1]; the exit status is the result
 // (0: every check passed; for the fault scenarios, the gradsync_result the rank ended with).
+#include "tests/integration/topk_scenario.h"
 #include "tools/common/reference.h"
 
 #include <gradsync/gradsync.hpp>
@@ -569,6 +570,10 @@ int main(int argc, char** argv) {
     }
     if (scenario == "large") return scenario_large(comm, std::stoul(args.at(1)));
     if (scenario == "encoded") return scenario_encoded(comm, std::stoul(args.at(1)));
+    if (scenario == "topk") {
+      return gradsync::testing::scenario_topk(comm, g_rank, g_ranks, options.local_world_size,
+                                              std::stod(args.at(1)));
+    }
     if (scenario == "loop" || scenario == "loop_polling") {
       return scenario_loop(comm, args.size() > 1 ? std::stoul(args[1]) : 4096,
                            scenario == "loop_polling");

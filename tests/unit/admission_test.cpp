@@ -112,8 +112,12 @@ TEST(Admission, NodesAreCheckedAgainstThisDaemon) {
   Hello codec(1, 2, 0, 1);
   codec.nodes({"10.0.0.2:9478", "10.0.0.1:9478"});
   codec.hello.setWireCodec("fp8");
-  EXPECT_NE(refusal([&] { codec.admit(); }).find("GRADSYNC_WIRE_CODEC must be none or bf16"),
+  EXPECT_NE(refusal([&] {
+              codec.admit();
+            }).find("GRADSYNC_WIRE_CODEC must be none, bf16, topk or topk:PERCENT"),
             std::string::npos);
+  codec.hello.setWireCodec("topk:200");
+  EXPECT_NE(refusal([&] { codec.admit(); }).find("not 'topk:200'"), std::string::npos);
   // Unset: the daemon's default; set: the job's own.
   Hello fallback(1, 2, 0, 1);
   fallback.nodes({"10.0.0.2:9478", "10.0.0.1:9478"});

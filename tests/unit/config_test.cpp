@@ -96,7 +96,8 @@ TEST(Config, RejectsUnknownTcpBulkProtocol) {
   expect_error("tcp_bulk_protocol = \"fast\"", "eager or rendezvous");
 }
 TEST(Config, RejectsUnknownWireCodec) {
-  expect_error("allreduce_wire_codec = \"fp8\"", "none or bf16");
+  expect_error("allreduce_wire_codec = \"fp8\"", "none, bf16, topk or topk:PERCENT");
+  expect_error("allreduce_wire_codec = \"topk:0\"", "not 'topk:0'");
 }
 TEST(Config, RejectsUnknownLogLevel) {
   expect_error("log_level = \"loud\"", "log_level");

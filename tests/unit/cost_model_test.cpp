@@ -41,11 +41,29 @@ TEST(CostModel, TheBf16CodecHalvesTheWireAndAddsItsPasses) {
 }
 
 TEST(CostModel, WireCodecsHaveNames) {
-  EXPECT_EQ(parse_wire_codec("bf16"), WireCodec::kBf16);
-  EXPECT_EQ(parse_wire_codec("none"), WireCodec::kNone);
+  EXPECT_EQ(parse_wire_codec("bf16"), WireCodecSpec{WireCodec::kBf16});
+  EXPECT_EQ(parse_wire_codec("none"), WireCodecSpec{});
   EXPECT_EQ(parse_wire_codec("fp8"), std::nullopt);
   EXPECT_STREQ(wire_codec_name(WireCodec::kBf16), "bf16");
   EXPECT_STREQ(wire_codec_name(WireCodec::kNone), "none");
+  EXPECT_STREQ(wire_codec_name(WireCodec::kTopK), "topk");
+}
+
+TEST(CostModel, TopKNamesItsShareOfChunks) {
+  EXPECT_EQ(parse_wire_codec("topk"), (WireCodecSpec{WireCodec::kTopK, 1}));
+  EXPECT_EQ(parse_wire_codec("topk:0.5"), (WireCodecSpec{WireCodec::kTopK, 0.5}));
+  EXPECT_EQ(parse_wire_codec("topk:100"), (WireCodecSpec{WireCodec::kTopK, 100}));
+  for (const char* bad : {"topk:", "topk:0", "topk:-1", "topk:101", "topk:1%", "topk:nan",
+                          "topk:inf", "topk1", "topk:1:2"}) {
+    EXPECT_EQ(parse_wire_codec(bad), std::nullopt) << bad;
+  }
+  // What a node sends in its Joined message reads back as the same codec.
+  for (const double percent : {1.0, 0.5, 12.5, 0.1, 100.0}) {
+    const WireCodecSpec spec{WireCodec::kTopK, percent};
+    EXPECT_EQ(parse_wire_codec(wire_codec_name(spec)), spec) << wire_codec_name(spec);
+  }
+  EXPECT_EQ(wire_codec_name(WireCodecSpec{WireCodec::kTopK, 0.5}), "topk:0.5");
+  EXPECT_EQ(wire_codec_name(WireCodecSpec{WireCodec::kBf16}), "bf16");
 }
 
 TEST(CostModel, HalvingDoublingNeedsLogarithmicallyManySteps) {

@@ -90,7 +90,7 @@ int predict(const Options& o) {
   std::string basis;
   const Figures figures = resolve_figures(o, basis);
   const uint64_t bytes = gradsync::tools::parse_size(o.bytes);
-  const auto codec = gradsync::daemon::parse_wire_codec(o.wire_codec).value();
+  const auto codec = gradsync::daemon::parse_wire_codec(o.wire_codec).value().codec;
   const auto allreduce =
       gradsync::model::predict_allreduce(o.layout, figures.node, figures.link, bytes, codec);
   std::optional<gradsync::model::ScalingPrediction> scaling;

@@ -1,0 +1,52 @@
+// What the top-k wire codec held back of each tensor of a job (error feedback): per tensor
+// name, added to that tensor's next allreduce. An allreduce takes its tensors' values out for
+// as long as it runs and gives them back; a later allreduce of the same name (the next step's,
+// started while this one still runs) waits for them, so that each step adds what the step
+// before it held back.
+#pragma once
+
+#include "daemon/node/node_task.h"
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace gradsync::daemon {
+
+class CarriedGradients {
+ public:
+  // None of `names` is taken out.
+  bool available(std::span<const std::string* const> names) const;
+  // The values held back for `name`, `count` of them: zeros for a tensor not seen before, or
+  // whose size changed. The name is taken out until give_back(); it must be available.
+  std::vector<float> take(const std::string& name, uint64_t count);
+  void give_back(const std::string& name, std::vector<float> values);
+  // Held for the job, taken out or not.
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  struct Entry {
+    std::vector<float> values;
+    bool taken = false;
+  };
+  std::unordered_map<std::string, Entry> entries_;
+  uint64_t bytes_ = 0;
+};
+
+// Until every one of `names` is available (co_await in a NodeTask). Bounded by the allreduces
+// that hold them, which the peer timeout bounds.
+class CarriedWait final : public NodeWait {
+ public:
+  CarriedWait(const CarriedGradients& carried, std::span<const std::string* const> names)
+      : carried_(&carried), names_(names) {}
+  bool ready() override { return carried_->available(names_); }
+  NodeResult take_result() { return std::nullopt; }
+
+ private:
+  const CarriedGradients* carried_;
+  std::span<const std::string* const> names_;
+};
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,185 @@
+// Top-k chunk sparsification with error feedback around the allreduce across nodes
+// (GradientFlow's coarse-grained sparse communication; kernels/sparse.h). For a sum or an
+// average of f32 gradients, with the job's wire codec set to topk:
+//  1. each node reduces its local ranks' inputs into the work, as any allreduce does, adds
+//     what it held back of each tensor last time, and measures each chunk's energy;
+//  2. the energies are summed across the nodes (an allreduce of one float per chunk), so that
+//     every node holds the same figures, to the bit, and chooses the same chunks;
+//  3. each tensor sends its `percent` of chunks with the most energy (at least one), packed
+//     end to end, in one allreduce; what it does not send, it keeps for its next allreduce;
+//  4. the result is the sum (or average) over the nodes of the chosen chunks, and zero in the
+//     others, delivered to the local ranks as any allreduce's.
+// Each tensor is chunked and chosen on its own, so what it sends does not depend on what it was
+// fused with. The two allreduces are collectives `sequence` and `sequence + 1` of the job.
+#include "daemon/collectives/node_collectives.h"
+#include "kernels/sparse.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace gradsync::daemon {
+namespace {
+
+// A scratch buffer of floats as the one rank of an allreduce: its own input and output.
+ReadyCollective scratch_allreduce(const std::string& name, float* data, uint64_t count,
+                                  gradsync_op op) {
+  ReadyCollective collective;
+  Submission& s = collective.ranks.emplace_back();
+  s.name = name;
+  s.collective = ipc::Collective::kAllreduce;
+  s.dtype = GRADSYNC_FLOAT32;
+  s.op = op;
+  s.count = count;
+  s.send = reinterpret_cast<const uint8_t*>(data);
+  s.recv = reinterpret_cast<uint8_t*>(data);
+  return collective;
+}
+
+// One tensor of the work, and where its chunks lie among the batch's.
+struct Tensor {
+  const std::string* name;
+  uint64_t from;   // its first element in the work
+  uint64_t count;  // its elements
+  uint64_t first_chunk;
+  uint64_t chunks;
+  uint64_t first_chosen;  // in the batch's list of chosen chunks
+  uint64_t chosen;
+  bool carries;  // false for a second tensor of the same name in one batch: nothing kept
+};
+
+// Scratch slots beside the algorithms' (node_collectives.h).
+constexpr size_t kEnergySlot = 5;
+constexpr size_t kPackedSlot = 6;
+constexpr size_t kChosenSlot = 7;
+constexpr size_t kOrderSlot = 8;
+
+}  // namespace
+
+NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, TopKRun topk) {
+  constexpr uint64_t kChunk = kTopKChunkElements;
+  std::vector<Tensor> tensors;
+  std::vector<const std::string*> names;
+  uint64_t chunks = 0;
+  uint64_t chosen_chunks = 0;
+  uint64_t largest = 0;  // the most chunks of one tensor
+  operand.for_each_tensor([&](const ReadyCollective& collective, uint64_t from) {
+    const Submission& lead = collective.first();
+    const uint64_t tensor_chunks = (lead.count + kChunk - 1) / kChunk;
+    const auto wanted =
+        static_cast<uint64_t>(std::ceil(static_cast<double>(tensor_chunks) * topk.percent / 100.0));
+    const uint64_t chosen =
+        std::clamp<uint64_t>(wanted, std::min<uint64_t>(1, tensor_chunks), tensor_chunks);
+    const bool repeated = std::any_of(names.begin(), names.end(),
+                                      [&lead](const std::string* n) { return *n == lead.name; });
+    tensors.push_back(
+        {&lead.name, from, lead.count, chunks, tensor_chunks, chosen_chunks, chosen, !repeated});
+    if (!repeated) names.push_back(&lead.name);
+    chunks += tensor_chunks;
+    chosen_chunks += chosen;
+    largest = std::max(largest, tensor_chunks);
+  });
+  if (chunks == 0) co_return std::nullopt;  // every node has the same (agreed) sizes
+  // The next step's allreduce of a tensor may start while this one runs: it waits here until
+  // this one has given back what it held back.
+  co_await NodeAwait<CarriedWait>{CarriedWait(topk.carried, names)};
+  std::vector<std::vector<float>> carried(tensors.size());
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    carried[t] = tensors[t].carries ? topk.carried.take(*tensors[t].name, tensors[t].count)
+                                    : std::vector<float>(tensors[t].count, 0.0f);
+  }
+  auto work_of = [&operand](const Tensor& t) {
+    return reinterpret_cast<float*>(operand.at(t.from, t.from + t.count));
+  };
+
+  // 1. This node's sum, with what it held back, and each chunk's energy.
+  operand.reduce_into(node_detail::network_op(operand.op()), 0, operand.count(), nullptr);
+  auto* energy = reinterpret_cast<float*>(step.scratch.get(kEnergySlot, chunks * sizeof(float)));
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    float* work = work_of(tensors[t]);
+    kernels::take_carried(work, carried[t].data(), tensors[t].count);
+    kernels::chunk_energy(work, tensors[t].count, kChunk, energy + tensors[t].first_chunk);
+  }
+
+  // 2. The energies summed over the nodes.
+  NodeStep inner{step.links, step.scratch, step.sequence, step.world_size, WireCodec::kNone};
+  {
+    const ReadyCollective sums = scratch_allreduce(operand.name(), energy, chunks, GRADSYNC_SUM);
+    const AllreduceOperand summed(sums);
+    NodeTask task = run_allreduce(inner, summed, topk.choose(chunks * sizeof(float)));
+    if (auto error = co_await finish(task)) co_return error;
+  }
+
+  // 3. The chunks each tensor sends, packed; the others kept (take_carried left zeros where
+  // the chosen ones are).
+  auto* chosen =
+      reinterpret_cast<uint32_t*>(step.scratch.get(kChosenSlot, chosen_chunks * sizeof(uint32_t)));
+  auto* order =
+      reinterpret_cast<uint32_t*>(step.scratch.get(kOrderSlot, largest * sizeof(uint32_t)));
+  uint64_t packed_count = 0;
+  for (const Tensor& t : tensors) {
+    kernels::choose_chunks(std::span(energy + t.first_chunk, t.chunks),
+                           std::span(chosen + t.first_chosen, t.chosen),
+                           std::span(order, t.chunks));
+    for (uint64_t c = 0; c < t.chosen; ++c) {
+      const uint64_t begin = chosen[t.first_chosen + c] * kChunk;
+      packed_count += std::min(t.count, begin + kChunk) - begin;
+    }
+  }
+  auto* packed =
+      reinterpret_cast<float*>(step.scratch.get(kPackedSlot, packed_count * sizeof(float)));
+  // Walks each tensor's chunks in order: fn(work range, elements, chosen?).
+  auto for_each_chunk = [&](const Tensor& t, auto&& fn) {
+    float* work = work_of(t);
+    const uint32_t* next = chosen + t.first_chosen;
+    const uint32_t* const last = next + t.chosen;
+    for (uint64_t c = 0; c < t.chunks; ++c) {
+      const uint64_t begin = c * kChunk;
+      const bool sent = next != last && *next == c;
+      if (sent) ++next;
+      fn(work + begin, begin, std::min(t.count, begin + kChunk) - begin, sent);
+    }
+  };
+  {
+    float* to = packed;
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      float* kept = carried[t].data();
+      for_each_chunk(tensors[t], [&](float* work, uint64_t begin, uint64_t elements, bool sent) {
+        if (sent) {
+          std::memcpy(to, work, elements * sizeof(float));
+          to += elements;
+        } else {
+          std::memcpy(kept + begin, work, elements * sizeof(float));
+        }
+      });
+    }
+  }
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    if (tensors[t].carries) topk.carried.give_back(*tensors[t].name, std::move(carried[t]));
+  }
+
+  // 4. The chosen chunks across the nodes (an average divides there), then into place.
+  inner.sequence = step.sequence + 1;
+  {
+    const ReadyCollective sent =
+        scratch_allreduce(operand.name(), packed, packed_count, operand.op());
+    const AllreduceOperand reduced(sent);
+    NodeTask task = run_allreduce(inner, reduced, topk.choose(packed_count * sizeof(float)));
+    if (auto error = co_await finish(task)) co_return error;
+  }
+  const float* from = packed;
+  for (const Tensor& t : tensors) {
+    for_each_chunk(t, [&](float* work, uint64_t, uint64_t elements, bool sent) {
+      if (sent) {
+        std::memcpy(work, from, elements * sizeof(float));
+        from += elements;
+      } else {
+        std::memset(work, 0, elements * sizeof(float));
+      }
+    });
+  }
+  operand.deliver(0, operand.count());
+  co_return std::nullopt;
+}
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,28 @@
+// Top-k chunk sparsification (GradientFlow's coarse-grained sparse communication): a tensor is
+// cut into chunks of a fixed number of elements, each chunk's energy (the sum of its squares)
+// says how much it would move the model, and only the chunks with the most energy travel. What
+// stays behind is kept and added to the tensor's next allreduce (error feedback), so nothing
+// of a gradient is lost, only delayed. Pure functions over pointers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace gradsync::kernels {
+
+// data[i] += carried[i], and carried[i] = 0: what was held back joins the new gradient.
+void take_carried(float* data, float* carried, size_t count);
+
+// energy[c] = the sum of data[i]^2 over chunk c, [c * chunk_elements, (c + 1) * chunk_elements)
+// cut at `count`: ceil(count / chunk_elements) chunks.
+void chunk_energy(const float* data, size_t count, size_t chunk_elements, float* energy);
+
+// The `chosen.size()` chunks with the most energy, their indices in ascending order. A NaN
+// energy counts as the most (a NaN in a gradient travels, as it would without the codec);
+// equal energies go to the lower index, so that every node that holds the same energies
+// chooses the same chunks. `order` is scratch of energy.size() entries.
+void choose_chunks(std::span<const float> energy, std::span<uint32_t> chosen,
+                   std::span<uint32_t> order);
+
+}  // namespace gradsync::kernels
