@@ -18,6 +18,7 @@ NETNS = os.path.join(ROOT, "scripts", "netns-cluster")
 PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch and python3-mpi4py
 DAEMON_PORT = 9478
 UCX_ACROSS_NODES = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}
+TOPK_CODEC = "topk:1"  # gradsync_topk's: 1% of each tensor's chunks cross the nodes
 
 
 def node_cpu(node):
@@ -128,8 +129,8 @@ class Place:
     # -- ranks --------------------------------------------------------------------------
     def run_ranks(self, system, args, timeout):
         """Runs one rank per (node, local rank) of `system` ("gradsync", "gradsync_bf16": the
-        job with the bf16 wire codec, "gloo", "mpi") with the benchmark arguments `args`;
-        returns rank 0's JSON (--json)."""
+        job with the bf16 wire codec, "gradsync_topk": with the top-k codec at TOPK_CODEC,
+        "gloo", "mpi") with the benchmark arguments `args`; returns rank 0's JSON (--json)."""
         out = os.path.join(self.dir, f"{system}-{random.getrandbits(32)}.json")
         args = list(args) + ["--json", out]
         if system == "mpi":
@@ -138,6 +139,10 @@ class Place:
             self._run_gradsync_ranks(["--check"] + args, timeout)
         elif system == "gradsync_bf16":
             self._run_gradsync_ranks(["--check"] + args, timeout, {"GRADSYNC_WIRE_CODEC": "bf16"})
+        elif system == "gradsync_topk":
+            # Unchecked: a sparse result is no allreduce's reference (the cluster test checks
+            # the codec's rules).
+            self._run_gradsync_ranks(args, timeout, {"GRADSYNC_WIRE_CODEC": TOPK_CODEC})
         elif system == "gloo":
             port = str(29500 + random.randrange(1000))
             command = [PYTHON, os.path.join(ROOT, "bench", "gloo_allreduce.py")] + args

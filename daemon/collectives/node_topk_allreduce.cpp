@@ -92,13 +92,21 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
     return reinterpret_cast<float*>(operand.at(t.from, t.from + t.count));
   };
 
-  // 1. This node's sum, with what it held back, and each chunk's energy.
-  operand.reduce_into(node_detail::network_op(operand.op()), 0, operand.count(), nullptr);
+  // 1. This node's sum added to what it held back, in the held-back buffer (what is not sent
+  // stays there, with no copy), and each chunk's energy. A lone local rank's input is read
+  // where it lies.
   auto* energy = reinterpret_cast<float*>(step.scratch.get(kEnergySlot, chunks * sizeof(float)));
   for (size_t t = 0; t < tensors.size(); ++t) {
-    float* work = work_of(tensors[t]);
-    kernels::take_carried(work, carried[t].data(), tensors[t].count);
-    kernels::chunk_energy(work, tensors[t].count, kChunk, energy + tensors[t].first_chunk);
+    const Tensor& tensor = tensors[t];
+    const auto* gradient =
+        reinterpret_cast<const float*>(operand.sole_input(tensor.from, tensor.from + tensor.count));
+    if (gradient == nullptr) {
+      operand.reduce_into(node_detail::network_op(operand.op()), tensor.from,
+                          tensor.from + tensor.count, nullptr);
+      gradient = work_of(tensor);
+    }
+    kernels::carry_and_measure(carried[t].data(), gradient, tensor.count, kChunk,
+                               energy + tensor.first_chunk);
   }
 
   // 2. The energies summed over the nodes.
@@ -110,8 +118,7 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
     if (auto error = co_await finish(task)) co_return error;
   }
 
-  // 3. The chunks each tensor sends, packed; the others kept (take_carried left zeros where
-  // the chosen ones are).
+  // 3. The chunks each tensor sends, packed and cleared from what it keeps.
   auto* chosen =
       reinterpret_cast<uint32_t*>(step.scratch.get(kChosenSlot, chosen_chunks * sizeof(uint32_t)));
   auto* order =
@@ -128,30 +135,17 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
   }
   auto* packed =
       reinterpret_cast<float*>(step.scratch.get(kPackedSlot, packed_count * sizeof(float)));
-  // Walks each tensor's chunks in order: fn(work range, elements, chosen?).
-  auto for_each_chunk = [&](const Tensor& t, auto&& fn) {
-    float* work = work_of(t);
-    const uint32_t* next = chosen + t.first_chosen;
-    const uint32_t* const last = next + t.chosen;
-    for (uint64_t c = 0; c < t.chunks; ++c) {
-      const uint64_t begin = c * kChunk;
-      const bool sent = next != last && *next == c;
-      if (sent) ++next;
-      fn(work + begin, begin, std::min(t.count, begin + kChunk) - begin, sent);
-    }
-  };
   {
     float* to = packed;
     for (size_t t = 0; t < tensors.size(); ++t) {
       float* kept = carried[t].data();
-      for_each_chunk(tensors[t], [&](float* work, uint64_t begin, uint64_t elements, bool sent) {
-        if (sent) {
-          std::memcpy(to, work, elements * sizeof(float));
-          to += elements;
-        } else {
-          std::memcpy(kept + begin, work, elements * sizeof(float));
-        }
-      });
+      for (uint64_t c = 0; c < tensors[t].chosen; ++c) {
+        const uint64_t begin = chosen[tensors[t].first_chosen + c] * kChunk;
+        const uint64_t elements = std::min(tensors[t].count, begin + kChunk) - begin;
+        std::memcpy(to, kept + begin, elements * sizeof(float));
+        std::memset(kept + begin, 0, elements * sizeof(float));
+        to += elements;
+      }
     }
   }
   for (size_t t = 0; t < tensors.size(); ++t) {
@@ -167,19 +161,22 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
     NodeTask task = run_allreduce(inner, reduced, topk.choose(packed_count * sizeof(float)));
     if (auto error = co_await finish(task)) co_return error;
   }
+  // The result: the chosen chunks' sums, zeros between them.
   const float* from = packed;
   for (const Tensor& t : tensors) {
-    for_each_chunk(t, [&](float* work, uint64_t, uint64_t elements, bool sent) {
-      if (sent) {
-        std::memcpy(work, from, elements * sizeof(float));
-        from += elements;
-      } else {
-        std::memset(work, 0, elements * sizeof(float));
-      }
-    });
+    float* work = work_of(t);
+    uint64_t done = 0;  // elements of the tensor written
+    for (uint64_t c = 0; c < t.chosen; ++c) {
+      const uint64_t begin = chosen[t.first_chosen + c] * kChunk;
+      const uint64_t elements = std::min(t.count, begin + kChunk) - begin;
+      std::memset(work + done, 0, (begin - done) * sizeof(float));
+      std::memcpy(work + begin, from, elements * sizeof(float));
+      from += elements;
+      done = begin + elements;
+    }
+    std::memset(work + done, 0, (t.count - done) * sizeof(float));
   }
   operand.deliver(0, operand.count());
   co_return std::nullopt;
 }
-
 }  // namespace gradsync::daemon

@@ -7,19 +7,13 @@
 
 namespace gradsync::kernels {
 
-void take_carried(float* __restrict data, float* __restrict carried, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    data[i] += carried[i];
-    carried[i] = 0;
-  }
-}
-
 namespace {
 
-// Sum of squares of data[0, count): eight float lanes side by side (which the compiler turns
-// into vector registers without reordering anything), each lane spilled into double every
-// few thousand elements, so that a long chunk's rounding error stays that of a short one.
-double sum_of_squares(const float* __restrict data, size_t count) {
+// carried[i] += gradient[i] over [0, count), and the sum of squares of the results: eight float
+// lanes side by side (which the compiler turns into vector registers without reordering anything),
+// each lane spilled into double every few thousand elements, so that a long chunk's rounding error
+// stays that of a short one.
+double carry_chunk(float* __restrict carried, const float* __restrict gradient, size_t count) {
   constexpr size_t kLanes = 8;
   constexpr size_t kSpill = 4096;  // elements per lane between spills
   double total = 0;
@@ -28,20 +22,28 @@ double sum_of_squares(const float* __restrict data, size_t count) {
     std::array<float, kLanes> lanes{};
     const size_t stop = std::min(count - (count - i) % kLanes, i + kLanes * kSpill);
     for (; i < stop; i += kLanes) {
-      for (size_t l = 0; l < kLanes; ++l) lanes[l] += data[i + l] * data[i + l];
+      for (size_t l = 0; l < kLanes; ++l) {
+        const float value = carried[i + l] + gradient[i + l];
+        carried[i + l] = value;
+        lanes[l] += value * value;
+      }
     }
     for (const float lane : lanes) total += lane;
   }
-  for (; i < count; ++i) total += static_cast<double>(data[i]) * data[i];
+  for (; i < count; ++i) {
+    carried[i] += gradient[i];
+    total += static_cast<double>(carried[i]) * carried[i];
+  }
   return total;
 }
 
 }  // namespace
 
-void chunk_energy(const float* data, size_t count, size_t chunk_elements, float* energy) {
+void carry_and_measure(float* carried, const float* gradient, size_t count, size_t chunk_elements,
+                       float* energy) {
   for (size_t begin = 0, c = 0; begin < count; begin += chunk_elements, ++c) {
-    energy[c] =
-        static_cast<float>(sum_of_squares(data + begin, std::min(chunk_elements, count - begin)));
+    energy[c] = static_cast<float>(
+        carry_chunk(carried + begin, gradient + begin, std::min(chunk_elements, count - begin)));
   }
 }
 

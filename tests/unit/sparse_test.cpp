@@ -1,5 +1,5 @@
-// The top-k codec's kernels (kernels/sparse.h): what a chunk's energy is, which chunks are
-// chosen (the same on every node that holds the same energies), and what is carried.
+// The top-k codec's kernels (kernels/sparse.h): what is carried, what a chunk's energy is, and
+// which chunks are chosen (the same on every node that holds the same energies).
 #include "kernels/sparse.h"
 
 #include <gtest/gtest.h>
@@ -12,17 +12,24 @@
 namespace gradsync::kernels {
 namespace {
 
-TEST(Sparse, ChunkEnergyIsEachChunksSumOfSquares) {
+TEST(Sparse, CarryAddsTheGradientAndMeasuresEachChunk) {
   // 3 chunks of 1000, the last one cut to 37; lengths not a multiple of the lanes.
   const size_t chunk = 1000;
-  std::vector<float> data(2037);
-  for (size_t i = 0; i < data.size(); ++i) data[i] = 0.5f * static_cast<float>(i % 7) - 1.0f;
+  std::vector<float> gradient(2037);
+  std::vector<float> carried(gradient.size());
+  for (size_t i = 0; i < gradient.size(); ++i) {
+    gradient[i] = 0.5f * static_cast<float>(i % 7) - 1.0f;
+    carried[i] = 0.25f * static_cast<float>(i % 3);
+  }
+  std::vector<float> sum(gradient.size());
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = carried[i] + gradient[i];
   std::vector<float> energy(3, -1.0f);
-  chunk_energy(data.data(), data.size(), chunk, energy.data());
+  carry_and_measure(carried.data(), gradient.data(), gradient.size(), chunk, energy.data());
+  EXPECT_EQ(carried, sum);
   for (size_t c = 0; c < 3; ++c) {
     double expected = 0;
-    for (size_t i = c * chunk; i < std::min(data.size(), (c + 1) * chunk); ++i) {
-      expected += static_cast<double>(data[i]) * data[i];
+    for (size_t i = c * chunk; i < std::min(sum.size(), (c + 1) * chunk); ++i) {
+      expected += static_cast<double>(sum[i]) * sum[i];
     }
     EXPECT_NEAR(energy[c], expected, 1e-6 * expected) << "chunk " << c;
   }
@@ -50,14 +57,6 @@ TEST(Sparse, TiesGoToTheLowerIndexAndNaNCountsAsTheMost) {
   const float inf = std::numeric_limits<float>::infinity();
   EXPECT_EQ(choose({3, nan, 5, 1}, 1), (std::vector<uint32_t>{1}));
   EXPECT_EQ(choose({inf, 1, nan, 2}, 2), (std::vector<uint32_t>{0, 2}));
-}
-
-TEST(Sparse, TakeCarriedAddsAndClears) {
-  std::vector<float> data = {1, 2, 3, 4, 5};
-  std::vector<float> carried = {0.5f, -2, 0, 1, 10};
-  take_carried(data.data(), carried.data(), data.size());
-  EXPECT_EQ(data, (std::vector<float>{1.5f, 0, 3, 5, 15}));
-  EXPECT_EQ(carried, (std::vector<float>(5, 0.0f)));
 }
 
 }  // namespace
