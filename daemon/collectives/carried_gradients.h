@@ -3,6 +3,10 @@
 // as long as it runs and gives them back; a later allreduce of the same name (the next step's,
 // started while this one still runs) waits for them, so that each step adds what the step
 // before it held back.
+//
+// Bounded: past `max_tensors` names, the least recently used one goes, with what it held
+// (a tensor name that recurs is what error feedback is for; one that never comes back, such as
+// a job's unnamed collectives, would otherwise hold its values for the job's life).
 #pragma once
 
 #include "daemon/node/node_task.h"
@@ -17,6 +21,9 @@ namespace gradsync::daemon {
 
 class CarriedGradients {
  public:
+  explicit CarriedGradients(size_t max_tensors = kDefaultMaxTensors) : max_tensors_(max_tensors) {}
+  static constexpr size_t kDefaultMaxTensors = 4096;
+
   // None of `names` is taken out.
   bool available(std::span<const std::string* const> names) const;
   // The values held back for `name`, `count` of them: zeros for a tensor not seen before, or
@@ -25,14 +32,23 @@ class CarriedGradients {
   void give_back(const std::string& name, std::vector<float> values);
   // Held for the job, taken out or not.
   uint64_t bytes() const { return bytes_; }
+  size_t tensors() const { return entries_.size(); }
+  // Names dropped, with what they held, to stay within max_tensors.
+  uint64_t evicted() const { return evicted_; }
 
  private:
   struct Entry {
     std::vector<float> values;
     bool taken = false;
+    uint64_t last_use = 0;
   };
+  bool evict_least_recent();  // false: every entry is taken out
+
+  size_t max_tensors_;
   std::unordered_map<std::string, Entry> entries_;
   uint64_t bytes_ = 0;
+  uint64_t uses_ = 0;
+  uint64_t evicted_ = 0;
 };
 
 // Until every one of `names` is available (co_await in a NodeTask). Bounded by the allreduces

@@ -1,12 +1,13 @@
 // Top-k chunk sparsification with error feedback around the allreduce across nodes
 // (GradientFlow's coarse-grained sparse communication; kernels/sparse.h). For a sum or an
 // average of f32 gradients, with the job's wire codec set to topk:
-//  1. each node reduces its local ranks' inputs into the work, as any allreduce does, adds
-//     what it held back of each tensor last time, and measures each chunk's energy;
+//  1. each node adds its local ranks' inputs (their sum) to what it held back of each tensor
+//     last time, in the buffer that holds it back, and measures each chunk's energy;
 //  2. the energies are summed across the nodes (an allreduce of one float per chunk), so that
 //     every node holds the same figures, to the bit, and chooses the same chunks;
 //  3. each tensor sends its `percent` of chunks with the most energy (at least one), packed
-//     end to end, in one allreduce; what it does not send, it keeps for its next allreduce;
+//     end to end, in one allreduce; what it does not send stays where it is, for its next
+//     allreduce (CarriedGradients);
 //  4. the result is the sum (or average) over the nodes of the chosen chunks, and zero in the
 //     others, delivered to the local ranks as any allreduce's.
 // Each tensor is chunked and chosen on its own, so what it sends does not depend on what it was

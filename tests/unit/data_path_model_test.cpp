@@ -40,7 +40,7 @@ TEST(DataPathModel, HostStagesAddUpAcrossNodes) {
 
 TEST(DataPathModel, TheCodecIsTheRingsStage) {
   const uint64_t bytes = 64 << 20;
-  const auto p = predict_allreduce({4, 1}, kHost, kLink, bytes, WireCodec::kBf16);
+  const auto p = predict_allreduce({4, 1}, kHost, kLink, bytes, {WireCodec::kBf16});
   ASSERT_EQ(p.algorithms.size(), 2U);
   EXPECT_EQ(p.algorithms[0].algorithm, "ring+bf16");
   const double local = 2.0 * bytes / 10e9;
@@ -49,6 +49,27 @@ TEST(DataPathModel, TheCodecIsTheRingsStage) {
   // Halving-doubling sends the values either way.
   EXPECT_DOUBLE_EQ(p.algorithms[1].seconds,
                    predict_allreduce({4, 1}, kHost, kLink, bytes).algorithms[1].seconds);
+}
+
+TEST(DataPathModel, TopKIsACarryPassAndTwoSmallAllreduces) {
+  const uint64_t bytes = 64 << 20;
+  const auto p = predict_allreduce({4, 1}, kHost, kLink, bytes, {WireCodec::kTopK, 1});
+  ASSERT_EQ(p.algorithms.size(), 3U);
+  EXPECT_EQ(p.best().algorithm, "topk:1");
+  auto cheaper = [](uint64_t b) {
+    return std::min(daemon::predict_ring(kLink, 4, b),
+                    daemon::predict_halving_doubling(kLink, 4, b));
+  };
+  const double local = 2.0 * bytes / 10e9;
+  const double carry = 4.0 * bytes / 10e9;
+  // 2048 chunks of 32 KiB: 8 KiB of energies; 1% of the bytes chosen.
+  EXPECT_DOUBLE_EQ(p.best().seconds, 5e-6 + local + carry + cheaper(8192) +
+                                         cheaper(static_cast<uint64_t>(0.01 * bytes)));
+  EXPECT_LT(p.best().seconds, p.algorithms[0].seconds);
+  // At least one chunk, at most everything.
+  const auto tiny = predict_allreduce({4, 1}, kHost, kLink, 4096, {WireCodec::kTopK, 1});
+  EXPECT_DOUBLE_EQ(tiny.best().seconds,
+                   5e-6 + 2.0 * 4096 / 10e9 + 4.0 * 4096 / 10e9 + cheaper(4) + cheaper(4096));
 }
 
 TEST(DataPathModel, OverlappingStagesArePacedByTheSlowerOne) {

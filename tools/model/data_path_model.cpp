@@ -37,7 +37,8 @@ Prediction make_prediction(const Layout& layout, std::string algorithm, double s
 }  // namespace
 
 AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& node,
-                                      const LinkFigures& link, uint64_t bytes, WireCodec codec) {
+                                      const LinkFigures& link, uint64_t bytes,
+                                      const WireCodecSpec& spec) {
   if (layout.nodes == 0 || layout.ranks_per_node == 0) {
     throw std::invalid_argument("a layout needs at least one node and one rank per node");
   }
@@ -49,6 +50,7 @@ AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& n
         make_prediction(layout, "local", node.overhead_seconds + local, bytes));
     return out;
   }
+  const WireCodec codec = spec.codec;
   const double ring = daemon::predict_ring(link, layout.nodes, bytes, codec);
   const double rhd = daemon::predict_halving_doubling(link, layout.nodes, bytes);
   out.algorithms.push_back(
@@ -60,12 +62,30 @@ AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& n
                        daemon::AllreduceAlgorithm::kRing
                    ? 0
                    : 1;
+  if (codec == WireCodec::kTopK) {
+    auto cheaper = [&](uint64_t b) {
+      return std::min(daemon::predict_ring(link, layout.nodes, b),
+                      daemon::predict_halving_doubling(link, layout.nodes, b));
+    };
+    const uint64_t chunk_bytes = daemon::kTopKChunkElements * 4;
+    const uint64_t energies = (bytes + chunk_bytes - 1) / chunk_bytes * 4;
+    const auto chosen =
+        static_cast<uint64_t>(std::min(1.0, spec.topk_percent / 100) * static_cast<double>(bytes));
+    // The pass through the held-back buffer (3S), the result's zeros (S).
+    const double carry = 4.0 * static_cast<double>(bytes) / node.local_bytes_per_second;
+    out.algorithms.push_back(
+        make_prediction(layout, daemon::wire_codec_name(spec),
+                        node.overhead_seconds + local + carry + cheaper(energies) +
+                            cheaper(std::min(bytes, std::max(chosen, chunk_bytes))),
+                        bytes));
+    out.picked = 2;  // the daemons run every f32 sum through it
+  }
   return out;
 }
 
 ScalingPrediction predict_scaling(const Layout& layout, const NodeFigures& node,
                                   const LinkFigures& link, const TrainingStep& step,
-                                  WireCodec codec) {
+                                  const WireCodecSpec& codec) {
   if (step.compute_seconds <= 0) throw std::invalid_argument("the compute time must be positive");
   if (step.overlap_fraction < 0 || step.overlap_fraction > 1) {
     throw std::invalid_argument("the overlap fraction lies between 0 and 1");

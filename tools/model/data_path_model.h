@@ -7,7 +7,12 @@
 //   inter-node ring or recursive halving-doubling among the N node daemons, exactly as the
 //              daemons' own chooser predicts it (daemon/node/cost_model.h);
 //   codec      with the bf16 wire codec, the ring's bytes on the wire halve and its encode
-//              and decode passes are added, as the daemons' chooser prices them.
+//              and decode passes are added, as the daemons' chooser prices them. With top-k
+//              at P%, the node's sum passes once more through the held-back buffer (read it
+//              and the sum, write it: 3S) and the result's zeros are written (S), and two
+//              allreduces run one after the other, each
+//              by the cheaper algorithm: the chunk energies (4 bytes per 32 KiB chunk) and
+//              the chosen chunks (P% of S); nothing overlaps.
 //
 // The stages are pipelined in pieces. Where they run on separate engines (a GPU's copy and
 // compute units beside the NIC) they overlap, and the slower stage sets the pace; where they
@@ -42,25 +47,28 @@ struct NodeFigures {
 using LinkFigures = daemon::LinkFigures;
 
 struct Prediction {
-  std::string algorithm;  // "local" (one node), "ring" ("ring+bf16" with the codec), "rhd"
+  // "local" (one node), "ring" ("ring+bf16" with the codec), "rhd", "topk:P" (the codec)
+  std::string algorithm;
   double seconds = 0;
   double algbw_gbytes_per_second = 0;  // S / time
   double busbw_gbytes_per_second = 0;  // nccl-tests: algbw * 2(n-1)/n over all ranks
 };
 
 struct AllreducePrediction {
-  std::vector<Prediction> algorithms;  // one on one node; ring and rhd across nodes
-  size_t picked = 0;                   // the one the daemons would run (their chooser)
+  // One on one node; ring and rhd across nodes, and top-k with that codec.
+  std::vector<Prediction> algorithms;
+  size_t picked = 0;  // the one the daemons would run (their chooser)
   const Prediction& best() const { return algorithms[picked]; }
 };
 
 using daemon::kPipelinePieceBytes;
 
 using daemon::WireCodec;
+using daemon::WireCodecSpec;
 
 AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& node,
                                       const LinkFigures& link, uint64_t bytes,
-                                      WireCodec codec = WireCodec::kNone);
+                                      const WireCodecSpec& codec = {});
 
 // A training step: compute, then the gradients' allreduce, of which `overlap_fraction` of the
 // compute time can hide behind the backward pass.
@@ -79,6 +87,6 @@ struct ScalingPrediction {
 
 ScalingPrediction predict_scaling(const Layout& layout, const NodeFigures& node,
                                   const LinkFigures& link, const TrainingStep& step,
-                                  WireCodec codec = WireCodec::kNone);
+                                  const WireCodecSpec& codec = {});
 
 }  // namespace gradsync::model

@@ -90,7 +90,7 @@ int predict(const Options& o) {
   std::string basis;
   const Figures figures = resolve_figures(o, basis);
   const uint64_t bytes = gradsync::tools::parse_size(o.bytes);
-  const auto codec = gradsync::daemon::parse_wire_codec(o.wire_codec).value().codec;
+  const auto codec = gradsync::daemon::parse_wire_codec(o.wire_codec).value();
   const auto allreduce =
       gradsync::model::predict_allreduce(o.layout, figures.node, figures.link, bytes, codec);
   std::optional<gradsync::model::ScalingPrediction> scaling;
@@ -182,8 +182,15 @@ int run(int argc, char** argv) {
   app.add_option("--validate-from", o.validate_from,
                  "with --validate: validate only sizes from this one (K/M/G suffixes)");
   app.add_option("--wire-codec", o.wire_codec,
-                 "what f32 allreduces send between nodes: none, or bf16 (half the bytes)")
-      ->check(CLI::IsMember({"none", "bf16"}));
+                 "what f32 allreduces send between nodes: none, bf16 (half the bytes), or "
+                 "topk:PERCENT (that share of each tensor's chunks)")
+      ->check(CLI::Validator(
+          [](const std::string& name) {
+            return gradsync::daemon::parse_wire_codec(name)
+                       ? std::string()
+                       : "must be none, bf16, topk or topk:PERCENT, not '" + name + "'";
+          },
+          "CODEC"));
   app.add_flag("--json", o.json, "JSON instead of a table");
   CLI11_PARSE(app, argc, argv);
   if (!o.validate.empty()) {
