@@ -33,8 +33,9 @@ float input(int rank, int step, size_t tensor, size_t i) {
   const double scale =
       1.0 + fraction +
       static_cast<double>((chunk * 5 + static_cast<size_t>(step) * 3 + tensor) % chunks);
-  return static_cast<float>(scale * (1.0 + 0.01 * static_cast<double>((rank * 7 + i) % 13)) *
-                            ((i % 2 == 0) ? 1.0 : -1.0));
+  return static_cast<float>(
+      scale * (1.0 + 0.01 * static_cast<double>((static_cast<size_t>(rank) * 7 + i) % 13)) *
+      ((i % 2 == 0) ? 1.0 : -1.0));
 }
 
 int fail(int rank, const char* what, int step, size_t tensor, size_t i, double got,
