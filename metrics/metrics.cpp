@@ -85,6 +85,8 @@ struct Metrics::Impl {
   prometheus::Counter* mappings_released = nullptr;
   prometheus::Gauge* mapped_buffers = nullptr;
   prometheus::Gauge* mapped_bytes = nullptr;
+  prometheus::Gauge* topk_held_bytes = nullptr;
+  prometheus::Counter* topk_evicted = nullptr;
   prometheus::Family<prometheus::Counter>* rejected = nullptr;
   prometheus::Counter* handshakes_accepted = nullptr;
   prometheus::Counter* handshakes_refused = nullptr;
@@ -237,6 +239,19 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
   impl_->mapped_bytes = &prometheus::BuildGauge()
                              .Name("gradsync_mapped_bytes")
                              .Help("Bytes of registered client buffers mapped in the daemon")
+                             .Register(registry)
+                             .Add({});
+  impl_->topk_held_bytes =
+      &prometheus::BuildGauge()
+           .Name("gradsync_topk_held_bytes")
+           .Help("What the top-k wire codec holds back for tensors' next allreduces, all jobs")
+           .Register(registry)
+           .Add({});
+  impl_->topk_evicted = &prometheus::BuildCounter()
+                             .Name("gradsync_topk_evicted_tensors_total")
+                             .Help(
+                                 "Tensor names whose held-back values the top-k codec dropped, "
+                                 "least recently used past a job's bound")
                              .Register(registry)
                              .Add({});
   impl_->rejected = &prometheus::BuildCounter()
@@ -428,6 +443,11 @@ void Metrics::mappings_released(uint64_t buffers) {
 void Metrics::set_mappings(uint64_t buffers, uint64_t bytes) {
   impl_->mapped_buffers->Set(static_cast<double>(buffers));
   impl_->mapped_bytes->Set(static_cast<double>(bytes));
+}
+
+void Metrics::topk_held(int64_t bytes_delta, uint64_t evicted_tensors) {
+  impl_->topk_held_bytes->Increment(static_cast<double>(bytes_delta));
+  if (evicted_tensors > 0) impl_->topk_evicted->Increment(static_cast<double>(evicted_tensors));
 }
 
 void Metrics::ring_drained(uint64_t entries) {

@@ -67,6 +67,9 @@ class Metrics {
                         uint64_t errors);
   void negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cycles);  // increments
   void internode_allreduce(const char* algorithm);                               // "ring" or "rhd"
+  // The top-k codec's held-back values, all jobs together: what a job's holding changed by,
+  // and tensor names it dropped past its bound (increments).
+  void topk_held(int64_t bytes_delta, uint64_t evicted_tensors);
 
   // Per job (jobs are few and end: their series go with them), sampled.
   struct JobProgress {

@@ -21,6 +21,11 @@ NodeJob::NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh
       log_(logger("nodes")),
       joined_(links_.nodes(), false) {}
 
+NodeJob::~NodeJob() {
+  // What the job held back goes with it.
+  metrics_.topk_held(-static_cast<int64_t>(reported_held_bytes_), 0);
+}
+
 void NodeJob::on_local_formed(std::string ranks) {
   if (local_formed_ || failed_) return;
   local_formed_ = true;

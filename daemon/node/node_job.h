@@ -50,6 +50,9 @@ class NodeJob {
   // `device_streams`: where collectives on device memory are staged (device_staging.h).
   NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
           NodeJobSettings settings, metrics::Metrics& metrics, DeviceStreams& device_streams);
+  ~NodeJob();
+  NodeJob(const NodeJob&) = delete;
+  NodeJob& operator=(const NodeJob&) = delete;
 
   const NodeLayout& layout() const { return links_.layout(); }
   bool has_peer(transport::PeerId peer) const { return links_.has_peer(peer); }
@@ -184,6 +187,8 @@ class NodeJob {
   // two allreduces.
   uint64_t sequences_of(const ReadyCollective& collective) const;
   TopKRun topk_run(const LinkFigures& link);
+  // Tells the metrics what carried_ holds now, by the difference from the last call.
+  void report_topk();
   // Learns from an allreduce that ran without error: a β lower than this node's (cost_model.h,
   // implied_beta) replaces it, in the next cycles and the metrics.
   void refine_beta(AllreduceAlgorithm algorithm, uint64_t bytes, WireCodec codec,
@@ -233,6 +238,8 @@ class NodeJob {
   std::vector<UnitWait> unit_waits_;  // by cookie, as units_
   // What the top-k codec held back, by tensor name; before in_flight_, whose tasks use it.
   CarriedGradients carried_;
+  uint64_t reported_held_bytes_ = 0;  // carried_'s, as the metrics were last told
+  uint64_t reported_evicted_ = 0;
   std::deque<Batch> queued_;  // agreed, not started
   std::list<std::unique_ptr<InFlight>> in_flight_;
   std::vector<std::unique_ptr<Scratch>> spare_scratch_;

@@ -226,6 +226,7 @@ std::optional<std::string> NodeJob::progress(bool& ran) {
     work.task.reset();
     spare_scratch_.push_back(std::move(work.scratch));
     it = in_flight_.erase(it);
+    if (agreed_.wire_codec.codec == WireCodec::kTopK) report_topk();
   }
   // Start what was agreed, in the agreed order, up to the window.
   while (!queued_.empty() && in_flight_.size() < kMaxInFlight) {
@@ -305,6 +306,16 @@ uint64_t NodeJob::sequences_of(const ReadyCollective& collective) const {
 TopKRun NodeJob::topk_run(const LinkFigures& link) {
   return TopKRun{agreed_.wire_codec.topk_percent, carried_,
                  [this, link](uint64_t bytes) { return choose(bytes, GRADSYNC_FLOAT32, link); }};
+}
+
+void NodeJob::report_topk() {
+  const uint64_t held = carried_.bytes();
+  const uint64_t evicted = carried_.evicted();
+  if (held == reported_held_bytes_ && evicted == reported_evicted_) return;
+  metrics_.topk_held(static_cast<int64_t>(held) - static_cast<int64_t>(reported_held_bytes_),
+                     evicted - reported_evicted_);
+  reported_held_bytes_ = held;
+  reported_evicted_ = evicted;
 }
 
 WireCodec NodeJob::codec_for(gradsync_dtype dtype) const {

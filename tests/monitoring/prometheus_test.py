@@ -53,9 +53,11 @@ def wait_until(what, predicate, timeout=30):
     raise SystemExit(f"FAIL: {what} within {timeout} s")
 
 
-def rank(socket_path, job, rank_, world, local, local_world, args, nodes=None, node_rank=None):
+def rank(socket_path, job, rank_, world, local, local_world, args, nodes=None, node_rank=None,
+         extra_env=None):
     env = dict(os.environ, GRADSYNC_SOCKET=socket_path, GRADSYNC_JOB=job, RANK=str(rank_),
-               WORLD_SIZE=str(world), LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(local_world))
+               WORLD_SIZE=str(world), LOCAL_RANK=str(local), LOCAL_WORLD_SIZE=str(local_world),
+               **(extra_env or {}))
     if nodes:
         env.update(GRADSYNC_NODES=nodes, GRADSYNC_NODE_RANK=str(node_rank))
     return subprocess.Popen([f"{BUILD}/gradsync-test-rank", *args], env=env,
@@ -152,6 +154,17 @@ def main():
                 wait_until(f"{series} > 0", lambda: (value(series) or 0) > 0)
             assert value(f'gradsync_peer_errors_total{{{node0},{peer}}}') == 0
             assert value(f'gradsync_jobs{{{node0},state="running"}}') == 1
+
+            # A second job, through the top-k codec: what it holds back shows (its 64 KiB
+            # tensor's values), and its allreduces by their algorithm.
+            for n in range(2):
+                processes.append(rank(sockets[n], "sparse", n, 2, 0, 1, ["loop", "65536"],
+                                      nodes, n, {"GRADSYNC_WIRE_CODEC": "topk:1"}))
+            held = f'gradsync_topk_held_bytes{{{node0}}}'
+            wait_until(f"{held} = 65536", lambda: value(held) == 65536)
+            topk = f'gradsync_internode_allreduces_total{{{node0},algorithm="topk"}}'
+            wait_until(f"{topk} > 0", lambda: (value(topk) or 0) > 0)
+            assert value(f'gradsync_topk_evicted_tensors_total{{{node0}}}') == 0
 
             with open(f"{SOURCE}/monitoring/grafana/gradsync.json") as f:
                 dashboard = json.load(f)
