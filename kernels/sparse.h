@@ -11,12 +11,12 @@
 
 namespace gradsync::kernels {
 
-// carried[i] += gradient[i]: the new gradient joins what was held back, in the one buffer that
-// keeps whatever is not sent (so keeping it costs no copy). Then energy[c] = the sum of
-// carried[i]^2 over chunk c, [c * chunk_elements, (c + 1) * chunk_elements) cut at `count`:
-// ceil(count / chunk_elements) chunks. One pass.
-void carry_and_measure(float* carried, const float* gradient, size_t count, size_t chunk_elements,
-                       float* energy);
+// carried[i] += the sum of gradients[g][i] (at least one): the new gradient joins what was held
+// back, in the one buffer that keeps whatever is not sent (so keeping it costs no copy). Then
+// energy[c] = the sum of carried[i]^2 over chunk c, [c * chunk_elements, (c + 1) *
+// chunk_elements) cut at `count`: ceil(count / chunk_elements) chunks. One pass over memory.
+void carry_and_measure(float* carried, std::span<const float* const> gradients, size_t count,
+                       size_t chunk_elements, float* energy);
 
 // The `chosen.size()` chunks with the most energy, their indices in ascending order. A NaN
 // energy counts as the most (a NaN in a gradient travels, as it would without the codec);

@@ -39,6 +39,7 @@ ReadyCollective scratch_allreduce(const std::string& name, float* data, uint64_t
 
 // One tensor of the work, and where its chunks lie among the batch's.
 struct Tensor {
+  const ReadyCollective* collective;
   const std::string* name;
   uint64_t from;   // its first element in the work
   uint64_t count;  // its elements
@@ -73,8 +74,8 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
         std::clamp<uint64_t>(wanted, std::min<uint64_t>(1, tensor_chunks), tensor_chunks);
     const bool repeated = std::any_of(names.begin(), names.end(),
                                       [&lead](const std::string* n) { return *n == lead.name; });
-    tensors.push_back(
-        {&lead.name, from, lead.count, chunks, tensor_chunks, chosen_chunks, chosen, !repeated});
+    tensors.push_back({&collective, &lead.name, from, lead.count, chunks, tensor_chunks,
+                       chosen_chunks, chosen, !repeated});
     if (!repeated) names.push_back(&lead.name);
     chunks += tensor_chunks;
     chosen_chunks += chosen;
@@ -93,21 +94,18 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
     return reinterpret_cast<float*>(operand.at(t.from, t.from + t.count));
   };
 
-  // 1. This node's sum added to what it held back, in the held-back buffer (what is not sent
-  // stays there, with no copy), and each chunk's energy. A lone local rank's input is read
-  // where it lies.
+  // 1. The local ranks' inputs added to what this node held back, in the held-back buffer
+  // (what is not sent stays there, with no copy), and each chunk's energy: one pass, the
+  // inputs read where they lie.
   auto* energy = reinterpret_cast<float*>(step.scratch.get(kEnergySlot, chunks * sizeof(float)));
+  std::vector<const float*> inputs;
   for (size_t t = 0; t < tensors.size(); ++t) {
-    const Tensor& tensor = tensors[t];
-    const auto* gradient =
-        reinterpret_cast<const float*>(operand.sole_input(tensor.from, tensor.from + tensor.count));
-    if (gradient == nullptr) {
-      operand.reduce_into(node_detail::network_op(operand.op()), tensor.from,
-                          tensor.from + tensor.count, nullptr);
-      gradient = work_of(tensor);
+    inputs.clear();
+    for (const Submission& rank : tensors[t].collective->ranks) {
+      inputs.push_back(reinterpret_cast<const float*>(rank.send));
     }
-    kernels::carry_and_measure(carried[t].data(), gradient, tensor.count, kChunk,
-                               energy + tensor.first_chunk);
+    kernels::carry_and_measure(carried[t].data(), inputs, tensors[t].count, kChunk,
+                               energy + tensors[t].first_chunk);
   }
 
   // 2. The energies summed over the nodes.

@@ -37,13 +37,27 @@ double carry_chunk(float* __restrict carried, const float* __restrict gradient, 
   return total;
 }
 
+void add_into(float* __restrict carried, const float* __restrict gradient, size_t count) {
+  for (size_t i = 0; i < count; ++i) carried[i] += gradient[i];
+}
+
 }  // namespace
 
-void carry_and_measure(float* carried, const float* gradient, size_t count, size_t chunk_elements,
-                       float* energy) {
+void carry_and_measure(float* carried, std::span<const float* const> gradients, size_t count,
+                       size_t chunk_elements, float* energy) {
+  // Several gradients (a node's local ranks) are added a block at a time, the block staying in
+  // L1 between them, so that the held-back values are read and written once.
+  constexpr size_t kBlock = 2048;
+  const size_t n = gradients.size();
   for (size_t begin = 0, c = 0; begin < count; begin += chunk_elements, ++c) {
-    energy[c] = static_cast<float>(
-        carry_chunk(carried + begin, gradient + begin, std::min(chunk_elements, count - begin)));
+    const size_t end = std::min(count, begin + chunk_elements);
+    double total = 0;
+    for (size_t block = begin; block < end; block += kBlock) {
+      const size_t elements = std::min(kBlock, end - block);
+      for (size_t g = 0; g + 1 < n; ++g) add_into(carried + block, gradients[g] + block, elements);
+      total += carry_chunk(carried + block, gradients[n - 1] + block, elements);
+    }
+    energy[c] = static_cast<float>(total);
   }
 }
 

@@ -25,7 +25,8 @@ TEST(Sparse, CarryAddsTheGradientAndMeasuresEachChunk) {
   std::vector<float> sum(gradient.size());
   for (size_t i = 0; i < sum.size(); ++i) sum[i] = carried[i] + gradient[i];
   std::vector<float> energy(3, -1.0f);
-  carry_and_measure(carried.data(), gradient.data(), gradient.size(), chunk, energy.data());
+  const float* gradients[] = {gradient.data()};
+  carry_and_measure(carried.data(), gradients, gradient.size(), chunk, energy.data());
   EXPECT_EQ(carried, sum);
   for (size_t c = 0; c < 3; ++c) {
     double expected = 0;
@@ -34,6 +35,33 @@ TEST(Sparse, CarryAddsTheGradientAndMeasuresEachChunk) {
     }
     EXPECT_NEAR(energy[c], expected, 1e-6 * expected) << "chunk " << c;
   }
+}
+
+TEST(Sparse, CarryAddsEveryLocalRanksGradient) {
+  // Chunks longer than the kernel's block, three gradients.
+  const size_t count = 5000;
+  const size_t chunk = 4500;
+  std::vector<std::vector<float>> gradient(3, std::vector<float>(count));
+  std::vector<float> carried(count);
+  std::vector<double> sum(count);
+  for (size_t i = 0; i < count; ++i) {
+    carried[i] = static_cast<float>(i % 5) - 2.0f;
+    sum[i] = carried[i];
+    for (size_t g = 0; g < 3; ++g) {
+      gradient[g][i] = 0.25f * static_cast<float>((i + g) % 9);
+      sum[i] += gradient[g][i];
+    }
+  }
+  const float* gradients[] = {gradient[0].data(), gradient[1].data(), gradient[2].data()};
+  std::vector<float> energy(2);
+  carry_and_measure(carried.data(), gradients, count, chunk, energy.data());
+  std::vector<double> expected(2, 0.0);
+  for (size_t i = 0; i < count; ++i) {
+    EXPECT_EQ(carried[i], static_cast<float>(sum[i])) << i;  // small integers over 4: exact
+    expected[i / chunk] += sum[i] * sum[i];
+  }
+  EXPECT_NEAR(energy[0], expected[0], 1e-6 * expected[0]);
+  EXPECT_NEAR(energy[1], expected[1], 1e-6 * expected[1]);
 }
 
 std::vector<uint32_t> choose(const std::vector<float>& energy, size_t k) {
