@@ -40,17 +40,19 @@ TEST_P(IntruderTest, IsRefusedLoggedCountedAndItsJobFailsEverywhere) {
     EXPECT_EQ(*status, 100 + GRADSYNC_ERR_PEER_FAILED) << "rank " << r;
   }
   // The ranks can hear of the failure (from node 2, or in node 1's abort) before node 0 has
-  // finished its own side of the refused handshake: give node 0 the same bound to count it.
-  const std::string refused = "gradsync_peer_handshakes_total{result=\"refused\"}";
+  // finished its own side of the handshakes, the refused one and node 1's to it: give node 0
+  // the same bound to count them.
   const auto deadline = std::chrono::steady_clock::now() + kRefusalBound;
-  while (sample(scrape(cluster.metrics_port()), refused) < 1.0 &&
-         std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_GE(sample(scrape(cluster.metrics_port()), refused), 1.0);
-  EXPECT_GE(
-      sample(scrape(cluster.metrics_port()), "gradsync_peer_handshakes_total{result=\"accepted\"}"),
-      2.0)
+  auto counted = [&](const std::string& series, double at_least) {
+    double value = 0;
+    while ((value = sample(scrape(cluster.metrics_port()), series)) < at_least &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return value;
+  };
+  EXPECT_GE(counted("gradsync_peer_handshakes_total{result=\"refused\"}", 1.0), 1.0);
+  EXPECT_GE(counted("gradsync_peer_handshakes_total{result=\"accepted\"}", 2.0), 2.0)
       << "node 0 and node 1 accepted each other both ways";
   const std::string log0 = cluster.log(0);
   EXPECT_THAT(log0, HasSubstr(cluster.address(2)));
