@@ -40,14 +40,15 @@ ReadyCollective scratch_allreduce(const std::string& name, float* data, uint64_t
 // One tensor of the work, and where its chunks lie among the batch's.
 struct Tensor {
   const ReadyCollective* collective;
-  const std::string* name;
-  uint64_t from;   // its first element in the work
-  uint64_t count;  // its elements
+  uint64_t from;  // its first element in the work
   uint64_t first_chunk;
   uint64_t chunks;
   uint64_t first_chosen;  // in the batch's list of chosen chunks
   uint64_t chosen;
   bool carries;  // false for a second tensor of the same name in one batch: nothing kept
+
+  const std::string& name() const { return collective->first().name; }
+  uint64_t count() const { return collective->first().count; }
 };
 
 // Scratch slots beside the algorithms' (node_collectives.h).
@@ -74,8 +75,7 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
         std::clamp<uint64_t>(wanted, std::min<uint64_t>(1, tensor_chunks), tensor_chunks);
     const bool repeated = std::any_of(names.begin(), names.end(),
                                       [&lead](const std::string* n) { return *n == lead.name; });
-    tensors.push_back({&collective, &lead.name, from, lead.count, chunks, tensor_chunks,
-                       chosen_chunks, chosen, !repeated});
+    tensors.push_back({&collective, from, chunks, tensor_chunks, chosen_chunks, chosen, !repeated});
     if (!repeated) names.push_back(&lead.name);
     chunks += tensor_chunks;
     chosen_chunks += chosen;
@@ -87,11 +87,11 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
   co_await NodeAwait<CarriedWait>{CarriedWait(topk.carried, names)};
   std::vector<std::vector<float>> carried(tensors.size());
   for (size_t t = 0; t < tensors.size(); ++t) {
-    carried[t] = tensors[t].carries ? topk.carried.take(*tensors[t].name, tensors[t].count)
-                                    : std::vector<float>(tensors[t].count, 0.0f);
+    carried[t] = tensors[t].carries ? topk.carried.take(tensors[t].name(), tensors[t].count())
+                                    : std::vector<float>(tensors[t].count(), 0.0f);
   }
   auto work_of = [&operand](const Tensor& t) {
-    return reinterpret_cast<float*>(operand.at(t.from, t.from + t.count));
+    return reinterpret_cast<float*>(operand.at(t.from, t.from + t.count()));
   };
 
   // 1. The local ranks' inputs added to what this node held back, in the held-back buffer
@@ -104,7 +104,7 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
     for (const Submission& rank : tensors[t].collective->ranks) {
       inputs.push_back(reinterpret_cast<const float*>(rank.send));
     }
-    kernels::carry_and_measure(carried[t].data(), inputs, tensors[t].count, kChunk,
+    kernels::carry_and_measure(carried[t].data(), inputs, tensors[t].count(), kChunk,
                                energy + tensors[t].first_chunk);
   }
 
@@ -129,7 +129,7 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
                            std::span(order, t.chunks));
     for (uint64_t c = 0; c < t.chosen; ++c) {
       const uint64_t begin = chosen[t.first_chosen + c] * kChunk;
-      packed_count += std::min(t.count, begin + kChunk) - begin;
+      packed_count += std::min(t.count(), begin + kChunk) - begin;
     }
   }
   auto* packed =
@@ -140,7 +140,7 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
       float* kept = carried[t].data();
       for (uint64_t c = 0; c < tensors[t].chosen; ++c) {
         const uint64_t begin = chosen[tensors[t].first_chosen + c] * kChunk;
-        const uint64_t elements = std::min(tensors[t].count, begin + kChunk) - begin;
+        const uint64_t elements = std::min(tensors[t].count(), begin + kChunk) - begin;
         std::memcpy(to, kept + begin, elements * sizeof(float));
         std::memset(kept + begin, 0, elements * sizeof(float));
         to += elements;
@@ -148,7 +148,7 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
     }
   }
   for (size_t t = 0; t < tensors.size(); ++t) {
-    if (tensors[t].carries) topk.carried.give_back(*tensors[t].name, std::move(carried[t]));
+    if (tensors[t].carries) topk.carried.give_back(tensors[t].name(), std::move(carried[t]));
   }
 
   // 4. The chosen chunks across the nodes (an average divides there), then into place.
@@ -167,13 +167,13 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
     uint64_t done = 0;  // elements of the tensor written
     for (uint64_t c = 0; c < t.chosen; ++c) {
       const uint64_t begin = chosen[t.first_chosen + c] * kChunk;
-      const uint64_t elements = std::min(t.count, begin + kChunk) - begin;
+      const uint64_t elements = std::min(t.count(), begin + kChunk) - begin;
       std::memset(work + done, 0, (begin - done) * sizeof(float));
       std::memcpy(work + begin, from, elements * sizeof(float));
       from += elements;
       done = begin + elements;
     }
-    std::memset(work + done, 0, (t.count - done) * sizeof(float));
+    std::memset(work + done, 0, (t.count() - done) * sizeof(float));
   }
   operand.deliver(0, operand.count());
   co_return std::nullopt;

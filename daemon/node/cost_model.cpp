@@ -109,9 +109,12 @@ AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uin
              : AllreduceAlgorithm::kRing;
 }
 
+double predict_cheaper(const LinkFigures& link, uint32_t nodes, uint64_t bytes) {
+  return std::min(predict_ring(link, nodes, bytes), predict_halving_doubling(link, nodes, bytes));
+}
+
 uint64_t fusion_cutoff_bytes(const LinkFigures& link, uint32_t nodes) {
-  const double saved =
-      std::min(predict_ring(link, nodes, 0), predict_halving_doubling(link, nodes, 0));
+  const double saved = predict_cheaper(link, nodes, 0);
   const double copy_cost = 2 * link.gamma_seconds_per_byte;
   if (copy_cost <= 0) return UINT64_MAX;
   return static_cast<uint64_t>(std::min(saved / copy_cost, 0x1p62));
@@ -122,8 +125,7 @@ uint64_t eager_max_bytes(const LinkFigures& link, uint32_t nodes) {
   const double per_byte =
       (nodes - 1.0) * (link.beta_seconds_per_byte + link.gamma_seconds_per_byte);
   for (uint64_t bytes = kEagerCapBytes; bytes > kEagerMinBytes; bytes /= 2) {
-    const double separate =
-        std::min(predict_ring(link, nodes, bytes), predict_halving_doubling(link, nodes, bytes));
+    const double separate = predict_cheaper(link, nodes, bytes);
     if (per_byte * static_cast<double>(bytes) < separate) return bytes;
   }
   return kEagerMinBytes;

@@ -90,6 +90,9 @@ double predict_allreduce(AllreduceAlgorithm algorithm, const LinkFigures& link, 
 std::optional<double> implied_beta(AllreduceAlgorithm algorithm, const LinkFigures& link,
                                    uint32_t nodes, uint64_t bytes, WireCodec codec, double seconds);
 
+// The time of the cheaper of the two.
+double predict_cheaper(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
+
 // The cheaper of the two; ring when they tie (or nothing was measured). `codec`: what the
 // ring would send (halving-doubling always sends the values).
 AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uint64_t bytes,

@@ -23,7 +23,7 @@ NodeJob::NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh
 
 NodeJob::~NodeJob() {
   // What the job held back goes with it.
-  metrics_.topk_held(-static_cast<int64_t>(reported_held_bytes_), 0);
+  if (reported_held_bytes_ != 0) metrics_.topk_held(-static_cast<int64_t>(reported_held_bytes_), 0);
 }
 
 void NodeJob::on_local_formed(std::string ranks) {

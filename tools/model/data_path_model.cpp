@@ -63,10 +63,7 @@ AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& n
                    ? 0
                    : 1;
   if (codec == WireCodec::kTopK) {
-    auto cheaper = [&](uint64_t b) {
-      return std::min(daemon::predict_ring(link, layout.nodes, b),
-                      daemon::predict_halving_doubling(link, layout.nodes, b));
-    };
+    auto cheaper = [&](uint64_t b) { return daemon::predict_cheaper(link, layout.nodes, b); };
     const uint64_t chunk_bytes = daemon::kTopKChunkElements * 4;
     const uint64_t energies = (bytes + chunk_bytes - 1) / chunk_bytes * 4;
     const auto chosen =
