@@ -128,9 +128,10 @@ void validate(const DaemonConfig& config) {
   bool level_known = false;
   for (const char* level : kLevels) level_known = level_known || config.log_level == level;
   if (!level_known) throw key_error("log_level", "unknown level '" + config.log_level + "'");
-  if (config.tcp_bulk_protocol != "eager" && config.tcp_bulk_protocol != "rendezvous") {
+  if (config.tcp_bulk_protocol != "auto" && config.tcp_bulk_protocol != "eager" &&
+      config.tcp_bulk_protocol != "rendezvous") {
     throw key_error("tcp_bulk_protocol",
-                    "must be eager or rendezvous, not '" + config.tcp_bulk_protocol + "'");
+                    "must be auto, eager or rendezvous, not '" + config.tcp_bulk_protocol + "'");
   }
   if (config.allreduce_algorithm != "auto" && config.allreduce_algorithm != "ring" &&
       config.allreduce_algorithm != "rhd") {

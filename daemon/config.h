@@ -30,10 +30,11 @@ struct DaemonConfig {
   uint32_t stall_shutdown_seconds = 0;  // and this long: fail its job (0: never)
   uint32_t tcp_keepalive_idle_seconds = 10;     // a silent peer host is probed after this
   uint32_t tcp_keepalive_interval_seconds = 2;  // then every this; 3 unanswered: it failed
-  // Bulk data to other nodes over a TCP-only network: eager (no handshake per message) or
-  // rendezvous (UCX's choice, as on RDMA networks, where it is always kept). See README, "TCP
-  // networks".
-  std::string tcp_bulk_protocol = "rendezvous";
+  // Bulk data to other nodes over a TCP-only network: eager (no handshake per message),
+  // rendezvous (UCX's choice, as on RDMA networks, where it is always kept), or auto (per job:
+  // eager where the measured link is slow next to this host's copies, else rendezvous). See
+  // README, "TCP networks".
+  std::string tcp_bulk_protocol = "auto";
   uint64_t tcp_rendezvous_min_bytes = 256 << 10;  // with rendezvous: smaller messages go eager
   uint32_t response_cache_capacity = 1024;        // collectives per multi-node job; 0: no cache
   std::string allreduce_algorithm = "auto";       // across nodes: auto, ring, rhd

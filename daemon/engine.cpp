@@ -217,7 +217,9 @@ void Engine::handle(AttachSession& command) {
                           // The engine spins no longer than this after work: it must not
                           // sleep through a hold.
                           std::chrono::microseconds(
-                              std::min(config_.negotiation_hold_us, config_.engine_spin_us))},
+                              std::min(config_.negotiation_hold_us, config_.engine_spin_us)),
+                          config_.tcp_bulk_protocol == "auto" ? mesh_->largest_eager_message()
+                                                              : 0},
           metrics_, device_streams_));
       ++network_jobs_;
       if (auto early = early_messages_.extract(who.job)) {

@@ -5,6 +5,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <stdexcept>
@@ -32,6 +33,19 @@ struct sockaddr_in parse_host_port(const std::string& host_port) {
 }
 
 namespace {
+
+// A buffer sent as messages of at most `max_bytes` each (0: one message), in order.
+struct MessageCut {
+  MessageCut(size_t bytes, size_t max_bytes)
+      : total(bytes),
+        each(max_bytes == 0 || max_bytes >= bytes ? bytes : max_bytes),
+        messages(each == 0 ? 1 : (bytes + each - 1) / each) {}
+  size_t offset(size_t message) const { return message * each; }
+  size_t bytes(size_t message) const { return std::min(each, total - offset(message)); }
+  size_t total;
+  size_t each;
+  size_t messages;
+};
 
 std::vector<std::pair<std::string, std::string>> ucx_settings(const MeshOptions& options,
                                                               uint64_t rendezvous_min_bytes) {
@@ -266,23 +280,34 @@ void Mesh::open(PeerId id) {
   send_handshake(endpoint, hello);
 }
 
-Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t bytes) {
+size_t Mesh::largest_eager_message() const {
+  if (rendezvous_min_bytes_ < 2 || rendezvous_min_bytes_ == MeshOptions::kEveryMessageEager) {
+    return 0;
+  }
+  // A power of two, so that the messages of a buffer start aligned.
+  return std::bit_floor(rendezvous_min_bytes_ - 1);
+}
+
+Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t bytes,
+                     size_t max_message_bytes) {
   auto state = std::make_unique<Operation::State>();
   Peer& peer = peers_.at(peer_id);
   if (peer.failed || peer.endpoint == nullptr || !peer.accepted) {
     ++peer.stats.errors;
     const ucs_status_t status =
         peer.accepted || peer.failed ? UCS_ERR_CONNECTION_RESET : UCS_ERR_NOT_CONNECTED;
-    return Operation::started(worker_.get(), UCS_STATUS_PTR(status), std::move(state), false);
+    return Operation::start(worker_.get(), std::move(state), false, 1,
+                            [&](size_t, ucp_request_param_t&) { return UCS_STATUS_PTR(status); });
   }
   peer.stats.bytes_sent += bytes;
-  ucp_request_param_t params = send_params(state.get());
-  const ucs_status_ptr_t request = ucp_tag_send_nbx(peer.endpoint, data, bytes, tag, &params);
-  if (UCS_PTR_IS_PTR(request)) {
-    state->unfinished_sends = &unfinished_sends_;
-    ++unfinished_sends_;
-  }
-  return Operation::started(worker_.get(), request, std::move(state), false);
+  state->unfinished_sends = &unfinished_sends_;
+  const auto* first = static_cast<const uint8_t*>(data);
+  const MessageCut cut(bytes, max_message_bytes);
+  return Operation::start(worker_.get(), std::move(state), false, cut.messages,
+                          [&](size_t m, ucp_request_param_t& params) {
+                            return ucp_tag_send_nbx(peer.endpoint, first + cut.offset(m),
+                                                    cut.bytes(m), tag, &params);
+                          });
 }
 
 void Mesh::post(PeerId peer_id, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes) {
@@ -301,21 +326,24 @@ void Mesh::post(PeerId peer_id, uint64_t tag, std::shared_ptr<const std::vector<
 }
 
 Operation Mesh::receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes,
-                        std::optional<PeerId> from) {
+                        std::optional<PeerId> from, size_t max_message_bytes) {
   auto state = std::make_unique<Operation::State>();
   state->source = from.value_or(Operation::kAnySource);
-  ucp_request_param_t params = receive_params(state.get());
-  return Operation::started(worker_.get(),
-                            ucp_tag_recv_nbx(worker_.get(), data, bytes, tag, tag_mask, &params),
-                            std::move(state), true);
+  auto* first = static_cast<uint8_t*>(data);
+  const MessageCut cut(bytes, max_message_bytes);
+  return Operation::start(worker_.get(), std::move(state), true, cut.messages,
+                          [&](size_t m, ucp_request_param_t& params) {
+                            return ucp_tag_recv_nbx(worker_.get(), first + cut.offset(m),
+                                                    cut.bytes(m), tag, tag_mask, &params);
+                          });
 }
 
 Operation Mesh::receive_probed(ucp_tag_message_h handle, void* data, size_t bytes) {
-  auto state = std::make_unique<Operation::State>();
-  ucp_request_param_t params = receive_params(state.get());
-  return Operation::started(worker_.get(),
-                            ucp_tag_msg_recv_nbx(worker_.get(), data, bytes, handle, &params),
-                            std::move(state), true);
+  return Operation::start(worker_.get(), std::make_unique<Operation::State>(), true, 1,
+                          [&](size_t, ucp_request_param_t& params) {
+                            return ucp_tag_msg_recv_nbx(worker_.get(), data, bytes, handle,
+                                                        &params);
+                          });
 }
 
 std::optional<Mesh::Message> Mesh::poll_message(uint64_t tag, uint64_t tag_mask) {

@@ -104,8 +104,17 @@ class Mesh {
   }
   void set_link(PeerId peer, double latency_seconds, double bytes_per_second);
 
-  // Fails at once (UCS_ERR_NOT_CONNECTED) before the peer accepted the handshake.
-  Operation send(PeerId peer, uint64_t tag, const void* data, size_t bytes);
+  // The largest message that goes without a rendezvous where the rendezvous threshold is
+  // set (TCP only, rendezvous_min_bytes() not 0 and not kEveryMessageEager); else 0.
+  size_t largest_eager_message() const;
+
+  // Fails at once (UCS_ERR_NOT_CONNECTED) before the peer accepted the handshake. With
+  // `max_message_bytes` (0: no limit), a larger buffer goes as several messages of that size
+  // and the rest, in order, with the same tag: the receive must be posted with the same limit.
+  // Operation is done when all of them are. Cutting a buffer into messages below the
+  // rendezvous threshold sends it without a rendezvous (see largest_eager_message()).
+  Operation send(PeerId peer, uint64_t tag, const void* data, size_t bytes,
+                 size_t max_message_bytes = 0);
   // Sends without waiting: held until the handshake is done, then until UCX is done with it.
   // A failure shows as a failed peer.
   void post(PeerId peer, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes);
@@ -127,8 +136,9 @@ class Mesh {
   std::vector<uint64_t> take_lost_messages() { return std::move(lost_tags_); }
   // `from`: the peer whose data it waits for (nullopt: any). retire() needs it to know when a
   // receive cut off half-way can no longer be written.
+  // `max_message_bytes`: as the sender's (send()); the messages then come from one sender.
   Operation receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes,
-                    std::optional<PeerId> from = std::nullopt);
+                    std::optional<PeerId> from = std::nullopt, size_t max_message_bytes = 0);
 
   // Operations nobody waits for (sends left to finish on their own, or operations of a
   // collective that failed), with whatever memory they read or write: kept until UCX is done

@@ -5,24 +5,28 @@ namespace {
 
 // The callbacks release the request themselves: a completed Operation holds no UCX resource
 // and may outlive its worker.
-void on_send(void* request, ucs_status_t status, void* user_data) {
-  auto* state = static_cast<Operation::State*>(user_data);
-  if (state->unfinished_sends != nullptr) --*state->unfinished_sends;
-  state->status = status;
-  state->done = true;
+void finish_part(Operation::Part* part, void* request, ucs_status_t status) {
+  Operation::State* state = part->state;
   ucp_request_free(request);
+  part->request = nullptr;
+  if (status != UCS_OK && state->status == UCS_OK) state->status = status;
+  if (--state->pending > 0) return;
+  if (state->unfinished_sends != nullptr) --*std::exchange(state->unfinished_sends, nullptr);
+  state->done = true;
+}
+
+void on_send(void* request, ucs_status_t status, void* user_data) {
+  finish_part(static_cast<Operation::Part*>(user_data), request, status);
 }
 
 void on_receive(void* request, ucs_status_t status, const ucp_tag_recv_info_t* info,
                 void* user_data) {
-  auto* state = static_cast<Operation::State*>(user_data);
-  state->status = status;
+  auto* part = static_cast<Operation::Part*>(user_data);
   if (status == UCS_OK && info != nullptr) {
-    state->received = info->length;
-    state->sender_tag = info->sender_tag;
+    part->state->received += info->length;
+    part->state->sender_tag = info->sender_tag;
   }
-  state->done = true;
-  ucp_request_free(request);
+  finish_part(part, request, status);
 }
 
 }  // namespace
@@ -65,63 +69,71 @@ Operation& Operation::operator=(Operation&& other) noexcept {
   if (this != &other) {
     release();
     worker_ = std::exchange(other.worker_, nullptr);
-    request_ = std::exchange(other.request_, nullptr);
     receive_ = other.receive_;
     state_ = std::move(other.state_);
   }
   return *this;
 }
 
-Operation Operation::started(ucp_worker_h worker, ucs_status_ptr_t request,
-                             std::unique_ptr<State> state, bool receive) {
-  Operation operation;
-  operation.worker_ = worker;
-  operation.receive_ = receive;
-  if (request == nullptr) {  // completed at once
-    state->done = true;
-  } else if (UCS_PTR_IS_ERR(request)) {
-    state->done = true;
-    state->status = UCS_PTR_STATUS(request);
+Operation::Operation(ucp_worker_h worker, std::unique_ptr<State> state, bool receive,
+                     size_t parts)
+    : worker_(worker), receive_(receive), state_(std::move(state)) {
+  // Reserved, never grown: UCX holds pointers to the parts.
+  state_->parts.reserve(parts);
+}
+
+ucp_request_param_t Operation::add_part() {
+  Part& slot = state_->parts.emplace_back();
+  slot.state = state_.get();
+  ucp_request_param_t params{};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  if (receive_) {
+    params.cb.recv = on_receive;
   } else {
-    operation.request_ = request;
+    params.cb.send = on_send;
   }
-  operation.state_ = std::move(state);
-  return operation;
+  params.user_data = &slot;
+  return params;
+}
+
+void Operation::part_started(ucs_status_ptr_t request) {
+  if (UCS_PTR_IS_ERR(request)) {
+    state_->status = UCS_PTR_STATUS(request);
+  } else if (request != nullptr) {  // null: completed at once
+    state_->parts.back().request = request;
+    ++state_->pending;
+  }
+}
+
+void Operation::all_started() {
+  // No callback runs before the worker's next progress, so nothing has finished yet.
+  if (state_->pending == 0) {
+    state_->done = true;
+    state_->unfinished_sends = nullptr;
+  } else if (state_->unfinished_sends != nullptr && !receive_) {
+    ++*state_->unfinished_sends;
+  }
 }
 
 void Operation::cancel() {
-  if (request_ != nullptr && receive_ && !state_->done) ucp_request_cancel(worker_, request_);
+  if (!receive_ || state_ == nullptr) return;
+  // A cancel may complete its part on the spot, callback (and its free) included.
+  for (Part& part : state_->parts) {
+    if (part.request != nullptr) ucp_request_cancel(worker_, part.request);
+  }
 }
 
 void Operation::release() {
-  if (request_ != nullptr && !state_->done) {
+  if (state_ != nullptr && !state_->done) {
     // A pending send is only released: UCX finishes (or fails) it on its own.
-    if (receive_) ucp_request_cancel(worker_, request_);
-    // The cancel may have completed it on the spot, callback (and its free) included.
-    // Otherwise free it now: once freed, UCX never calls back, so state_ may go.
-    if (!state_->done) {
-      if (state_->unfinished_sends != nullptr) --*state_->unfinished_sends;
-      ucp_request_free(request_);
+    cancel();
+    // Free what the cancels did not finish: once freed, UCX never calls back, so state_ may go.
+    for (Part& part : state_->parts) {
+      if (part.request != nullptr) ucp_request_free(std::exchange(part.request, nullptr));
     }
+    if (state_->unfinished_sends != nullptr) --*state_->unfinished_sends;
   }
-  request_ = nullptr;
   state_.reset();
-}
-
-ucp_request_param_t send_params(Operation::State* state) {
-  ucp_request_param_t params{};
-  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  params.cb.send = on_send;
-  params.user_data = state;
-  return params;
-}
-
-ucp_request_param_t receive_params(Operation::State* state) {
-  ucp_request_param_t params{};
-  params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  params.cb.recv = on_receive;
-  params.user_data = state;
-  return params;
 }
 
 }  // namespace gradsync::transport

@@ -51,16 +51,18 @@ using Listener = std::unique_ptr<std::remove_pointer_t<ucp_listener_h>, Listener
 Context create_context(const std::vector<std::pair<std::string, std::string>>& settings = {});
 Worker create_worker(ucp_context_h context);
 
-// One send or receive in flight. Move-only. Destroying it while pending cancels a receive and
-// releases the request: UCX never calls back into it again, though a receive already matched
-// may still be writing its buffer, so a buffer must outlive the worker's progress, not only
-// the Operation. A pending Operation must not outlive its worker; a completed one may.
+// One send or receive in flight: one message, or a run of messages with the same tag between
+// the same two endpoints, which UCX's tag matching delivers in order (a large buffer sent as
+// several eager messages, Mesh::send). Move-only. Destroying it while pending cancels a
+// receive's requests and releases them all: UCX never calls back into them again, though a
+// receive already matched may still be writing its buffer, so a buffer must outlive the
+// worker's progress, not only the Operation. A pending Operation must not outlive its worker;
+// a completed one may.
 class Operation {
  public:
   Operation() = default;
   Operation(Operation&& other) noexcept
       : worker_(std::exchange(other.worker_, nullptr)),
-        request_(std::exchange(other.request_, nullptr)),
         receive_(other.receive_),
         state_(std::move(other.state_)) {}
   Operation& operator=(Operation&& other) noexcept;
@@ -74,36 +76,56 @@ class Operation {
   size_t received_bytes() const { return state_->received; }
   uint64_t sender_tag() const { return state_->sender_tag; }  // of a completed receive
   bool is_receive() const { return receive_; }
-  // A receive not matched yet completes now, cancelled (UCX will not write its buffer); one
-  // already matched finishes on its own. Does nothing to a send.
+  // A receive's requests not matched yet complete now, cancelled (UCX will not write their
+  // buffers); those already matched finish on their own. Does nothing to a send.
   void cancel();
 
   static constexpr uint32_t kAnySource = UINT32_MAX;
-  // The state UCX's callback writes; public for the callbacks in ucx.cpp.
+  struct State;
+  // One UCX request of the operation; its callback clears `request` as it frees it.
+  struct Part {
+    State* state = nullptr;
+    void* request = nullptr;  // pending while not null
+  };
+  // The state UCX's callbacks write; public for the callbacks in ucx.cpp.
   struct State {
     bool done = false;
-    ucs_status_t status = UCS_OK;
-    size_t received = 0;
+    ucs_status_t status = UCS_OK;  // the first error of any part
+    size_t received = 0;           // by every part of a receive
     uint64_t sender_tag = 0;
-    // A send UCX has not finished counts here until it finishes or is released (Mesh).
+    // A send UCX has not finished counts here until it finishes or is released (Mesh): set
+    // before start(), cleared once the send no longer counts.
     size_t* unfinished_sends = nullptr;
     // For a receive: the peer (the mesh's id) whose data it waits for, or any peer.
     uint32_t source = kAnySource;
+    std::vector<Part> parts;
+    size_t pending = 0;  // parts UCX has not finished
   };
   uint32_t source() const { return state_->source; }
-  static Operation started(ucp_worker_h worker, ucs_status_ptr_t request,
-                           std::unique_ptr<State> state, bool receive);
 
+  // Starts an operation of `parts` UCX requests (a send or a receive, as `receive` says):
+  // `issue(part, params)` starts each, with `params` set for its callback (add to them, keep
+  // what is there), and returns what UCX returned. An error stops the rest.
+  template <typename Issue>
+  static Operation start(ucp_worker_h worker, std::unique_ptr<State> state, bool receive,
+                         size_t parts, Issue&& issue) {
+    Operation operation(worker, std::move(state), receive, parts);
+    for (size_t part = 0; part < parts && operation.state_->status == UCS_OK; ++part) {
+      ucp_request_param_t params = operation.add_part();
+      operation.part_started(issue(part, params));
+    }
+    operation.all_started();
+    return operation;
+  }
  private:
+  Operation(ucp_worker_h worker, std::unique_ptr<State> state, bool receive, size_t parts);
+  ucp_request_param_t add_part();  // the parameters of the next part's request
+  void part_started(ucs_status_ptr_t request);
+  void all_started();
   void release();
   ucp_worker_h worker_ = nullptr;
-  void* request_ = nullptr;
   bool receive_ = false;  // only receives can be cancelled
   std::unique_ptr<State> state_;
 };
-
-// Request parameters whose callback completes an Operation::State.
-ucp_request_param_t send_params(Operation::State* state);
-ucp_request_param_t receive_params(Operation::State* state);
 
 }  // namespace gradsync::transport

@@ -21,7 +21,7 @@ NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective) {
   uint8_t* staging = step.scratch.get(0, std::max<uint64_t>(block * world, 1));
   for (uint32_t slot = 0; slot < world; ++slot) {
     if (local[slot] == nullptr) {
-      flight.add(links.receive(links.tag(tags::kData, 0, step.sequence, slot), std::nullopt,
+      flight.add(step.receive(links.tag(tags::kData, 0, step.sequence, slot), std::nullopt,
                                staging + slot * block, block));
     }
   }
@@ -30,7 +30,7 @@ NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective) {
     for (uint32_t node = 0; node < links.nodes(); ++node) {
       if (node == links.me()) continue;
       flight.add(
-          links.send(node, links.tag(tags::kData, links.me(), step.sequence, slot), s.send, block));
+          step.send(node, links.tag(tags::kData, links.me(), step.sequence, slot), s.send, block));
     }
   }
   if (auto error = co_await flight.wait_all()) co_return error;

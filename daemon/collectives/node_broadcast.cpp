@@ -21,7 +21,7 @@ NodeTask node_broadcast(NodeStep& step, const ReadyCollective& collective) {
   if (root != nullptr) {
     for (uint32_t node = 0; node < links.nodes(); ++node) {
       if (node == links.me()) continue;
-      flight.add(links.send(node, links.tag(tags::kData, links.me(), step.sequence, 0), root->send,
+      flight.add(step.send(node, links.tag(tags::kData, links.me(), step.sequence, 0), root->send,
                             bytes));
     }
     source = root->send;
@@ -29,7 +29,7 @@ NodeTask node_broadcast(NodeStep& step, const ReadyCollective& collective) {
     uint8_t* staging = step.scratch.get(0, std::max<uint64_t>(bytes, 1));
     // From whichever node holds the root.
     flight.add(
-        links.receive(links.tag(tags::kData, 0, step.sequence, 0), std::nullopt, staging, bytes));
+        step.receive(links.tag(tags::kData, 0, step.sequence, 0), std::nullopt, staging, bytes));
     if (auto error = co_await flight.wait_all()) co_return error;
     source = staging;
   }

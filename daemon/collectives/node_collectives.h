@@ -29,6 +29,18 @@ struct NodeStep {
   uint32_t sequence;  // the collective's place in the job's agreed order
   int32_t world_size;
   WireCodec codec = WireCodec::kNone;  // the job's: the ring applies it to f32 allreduces
+  // Bulk data goes in messages of at most this many bytes (0: a buffer is one message), the
+  // same on every node: eagerly, below UCX's rendezvous, where the link is slow (NodeJob).
+  uint64_t max_message_bytes = 0;
+
+  // The collective's bulk data, over `links` in messages of max_message_bytes.
+  transport::Operation send(uint32_t node, uint64_t tag, const void* data, size_t bytes) const {
+    return links.send(node, tag, data, bytes, max_message_bytes);
+  }
+  transport::Operation receive(uint64_t tag, std::optional<uint32_t> sender, void* data,
+                               size_t bytes) const {
+    return links.receive(tag, sender, data, bytes, max_message_bytes);
+  }
 };
 
 // The algorithms use scratch slots 0 and 1 (the ring's codec 3 and 4, top-k 5 to 8); a fused

@@ -67,7 +67,7 @@ NodeTask node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand&
   auto send_range = [&](uint32_t to, uint32_t part, uint64_t begin, uint64_t end) {
     operand.for_each_block(begin, end, [&](uint64_t b, uint64_t e, size_t block) {
       const uint8_t* from = input_is_work ? operand.at(b, e) : operand.sole_input(b, e);
-      flight.add(links.send(to, tag(me, part, block), from, (e - b) * element));
+      flight.add(step.send(to, tag(me, part, block), from, (e - b) * element));
     });
   };
   // A range from a partner, into `into` (one block, the range's first element first) or, when
@@ -79,7 +79,7 @@ NodeTask node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand&
     operand.for_each_block(begin, end, [&](uint64_t b, uint64_t e, size_t block) {
       uint8_t* where = into != nullptr ? into + (b - begin) * element : operand.at(b, e);
       receives.push_back(
-          flight.add(links.receive(tag(from, part, block), from, where, (e - b) * element)));
+          flight.add(step.receive(tag(from, part, block), from, where, (e - b) * element)));
     });
   };
   const uint64_t all_bytes = count * element;

@@ -186,7 +186,7 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
     const uint64_t chunk_begin = count * chunk / n;
     for (uint32_t j = 0; j < pieces; ++j) {
       const Range r = piece(chunk, j);
-      ops.push_back(flight.add(links.receive(
+      ops.push_back(flight.add(step.receive(
           tag(left, s, j), left, received_at(s, r.begin - chunk_begin), wire.bytes(r))));
     }
   };
@@ -196,7 +196,7 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
   for (uint32_t j = 0; j < pieces; ++j) {
     const Range r = piece(me, j);
     reduce_scatter_sends.push_back(flight.add(
-        links.send(right, tag(me, 0, j), wire.first_outgoing(operand, op, r), wire.bytes(r))));
+        step.send(right, tag(me, 0, j), wire.first_outgoing(operand, op, r), wire.bytes(r))));
   }
   for (uint32_t s = 0; s < steps; ++s) {
     if (s + 1 < steps) post_reduce_scatter_receives(s + 1);
@@ -209,7 +209,7 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
       wire.reduce_arrived(operand, op, r, received_at(s, r.begin - chunk_begin), forward);
       if (forward) {
         reduce_scatter_sends.push_back(
-            flight.add(links.send(right, tag(me, s + 1, j), wire.travelling(r), wire.bytes(r))));
+            flight.add(step.send(right, tag(me, s + 1, j), wire.travelling(r), wire.bytes(r))));
         continue;
       }
       // This node's finished chunk: the average's one division happens here, then it goes out
@@ -219,7 +219,7 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
                         static_cast<uint64_t>(step.world_size));
       }
       wire.finish(r);
-      flight.add(links.send(right, tag(me, s + 1, j), wire.travelling(r), wire.bytes(r)));
+      flight.add(step.send(right, tag(me, s + 1, j), wire.travelling(r), wire.bytes(r)));
     }
   }
   // Allgather step s receives chunk me-s into place (or into its wire image), where the
@@ -236,7 +236,7 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
     for (uint32_t j = 0; j < pieces; ++j) {
       const Range r = piece(chunk, j);
       gathers[s].push_back(flight.add(
-          links.receive(tag(left, steps + s, j), left, wire.travelling(r), wire.bytes(r))));
+          step.receive(tag(left, steps + s, j), left, wire.travelling(r), wire.bytes(r))));
     }
   }
   // The chunk finished here goes to the local ranks while the first receives arrive.
@@ -248,7 +248,7 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
       if (auto error = co_await flight.wait(gathers[s][j])) co_return error;
       const Range r = piece(chunk, j);
       if (s + 1 < steps) {
-        flight.add(links.send(right, tag(me, steps + s + 1, j), wire.travelling(r), wire.bytes(r)));
+        flight.add(step.send(right, tag(me, steps + s + 1, j), wire.travelling(r), wire.bytes(r)));
       }
       wire.landed(r);
       operand.deliver(r.begin, r.end);

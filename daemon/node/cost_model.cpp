@@ -7,6 +7,11 @@
 
 namespace gradsync::daemon {
 
+bool eager_bulk_pays(const LinkFigures& link) {
+  return link.beta_seconds_per_byte > 0 && link.gamma_seconds_per_byte > 0 &&
+         link.beta_seconds_per_byte >= kEagerBulkMinWireOverReduce * link.gamma_seconds_per_byte;
+}
+
 std::optional<AllreduceAlgorithm> parse_algorithm(std::string_view name) {
   if (name == "ring") return AllreduceAlgorithm::kRing;
   if (name == "rhd") return AllreduceAlgorithm::kHalvingDoubling;

@@ -56,6 +56,18 @@ struct WireCodecSpec {
 // Top-k's unit of selection: 32 KiB of f32, a copy and a norm worth their bookkeeping.
 inline constexpr uint64_t kTopKChunkElements = 8192;
 
+// Where UCX reaches the other nodes over TCP only, it sends a large message after a
+// rendezvous: the receiver answers an announcement before the data moves, so that no copy is
+// made on either side. On a slow link the answer waits behind the data already queued on the
+// receiver's own link (a shaper's queue, a switch's buffer), and the sender's link idles for
+// it; an eager message needs no answer and costs a copy on each side, which a slow wire hides.
+// Eager pays where the wire is this many times slower per byte than a reduce (β ≥ 16γ): two
+// namespace nodes measured rendezvous 1.2-1.9x faster at β ≈ 6γ (unshaped) and eager 1-2%
+// faster at β ≈ 250γ (1 Gbit/s links).
+inline constexpr double kEagerBulkMinWireOverReduce = 16;
+// The link is slow next to this node's copies, as above; false where either is not measured.
+bool eager_bulk_pays(const LinkFigures& link);
+
 // "ring", "rhd"; nullopt for "auto" or "".
 std::optional<AllreduceAlgorithm> parse_algorithm(std::string_view name);
 const char* algorithm_name(AllreduceAlgorithm algorithm);

@@ -13,6 +13,12 @@ struct Joined {
   # same batches).
   fusionThresholdBytes @2 :UInt64;
   wireCodec @3 :Text;   # "none" or "bf16": what f32 allreduces send between nodes
+  # Where a link is slow, bulk data goes in messages of at most this many bytes (0: never
+  # cut): node 0's is agreed.
+  slowLinkMessageBytes @4 :UInt64;
+  # Set by every daemon that cuts messages as node 0 says: a daemon from before leaves it
+  # false, and then no node cuts (it would post one receive for a buffer sent in several).
+  cutsMessages @5 :Bool;
 }
 
 # A collective (or a group, named by its first member) ready on the sending node and not in

@@ -68,15 +68,16 @@ uint64_t NodeLinks::tag(uint64_t kind, uint32_t sender, uint32_t sequence, uint3
   return tags::make(kind, sender, job_tag_, ((sequence & 0xffffu) << 16) | (part & 0xffffu));
 }
 
-transport::Operation NodeLinks::send(uint32_t node, uint64_t tag, const void* data, size_t bytes) {
-  return mesh_.send(peers_[node], tag, data, bytes);
+transport::Operation NodeLinks::send(uint32_t node, uint64_t tag, const void* data, size_t bytes,
+                                     size_t max_message_bytes) {
+  return mesh_.send(peers_[node], tag, data, bytes, max_message_bytes);
 }
 
 transport::Operation NodeLinks::receive(uint64_t tag, std::optional<uint32_t> sender, void* data,
-                                        size_t bytes) {
+                                        size_t bytes, size_t max_message_bytes) {
   const uint64_t mask = sender ? tags::kAll : tags::kAll & ~tags::kNodeMask;
   return mesh_.receive(tag, mask, data, bytes,
-                       sender ? std::optional(peers_[*sender]) : std::nullopt);
+                       sender ? std::optional(peers_[*sender]) : std::nullopt, max_message_bytes);
 }
 
 void NodeLinks::count_received(uint64_t sender_tag, uint64_t bytes) {

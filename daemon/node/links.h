@@ -76,10 +76,12 @@ class NodeLinks {
   // flight, started in the agreed order, so 16 bits are plenty), `part` the messages of one.
   uint64_t tag(uint64_t kind, uint32_t sender, uint32_t sequence, uint32_t part) const;
 
-  transport::Operation send(uint32_t node, uint64_t tag, const void* data, size_t bytes);
-  // From `sender` exactly, or from any node when sender is nullopt.
+  // `max_message_bytes`: see transport::Mesh::send (0: one message).
+  transport::Operation send(uint32_t node, uint64_t tag, const void* data, size_t bytes,
+                            size_t max_message_bytes = 0);
+  // From `sender` exactly, or from any node when sender is nullopt (a tag only one node sends).
   transport::Operation receive(uint64_t tag, std::optional<uint32_t> sender, void* data,
-                               size_t bytes);
+                               size_t bytes, size_t max_message_bytes = 0);
 
   // Counts what a message with `sender_tag` brought in its sender's statistics.
   void count_received(uint64_t sender_tag, uint64_t bytes);

@@ -36,6 +36,8 @@ void NodeJob::on_local_formed(std::string ranks) {
   joined.setAlgorithm(settings_.algorithm);
   joined.setFusionThresholdBytes(settings_.fusion_threshold_bytes);
   joined.setWireCodec(wire_codec_name(settings_.wire_codec));
+  joined.setSlowLinkMessageBytes(settings_.slow_link_message_bytes);
+  joined.setCutsMessages(true);
   for (uint32_t node = 0; node < links_.nodes(); ++node) {
     if (node != links_.me()) links_.send_control(node, message);
   }
@@ -48,7 +50,9 @@ void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined) {
   // A daemon from before the wire codec leaves the field out: it would send the values
   // themselves where the others expect them encoded.
   if (!joined.hasWireCodec()) without_codecs_.push_back(node);
+  if (!joined.getCutsMessages()) without_message_cuts_ = true;
   if (node == 0) {
+    agreed_.slow_link_message_bytes = joined.getSlowLinkMessageBytes();
     agreed_.cache_capacity = joined.getCacheCapacity();
     agreed_.algorithm = joined.getAlgorithm();
     agreed_.fusion_threshold_bytes = joined.getFusionThresholdBytes();
@@ -84,6 +88,7 @@ std::optional<std::string> NodeJob::form() {
     if (node != links_.me() && !joined_[node]) return std::nullopt;
   }
   if (links_.me() == 0) agreed_ = settings_;
+  if (without_message_cuts_) agreed_.slow_link_message_bytes = 0;
   if (agreed_.wire_codec.codec != WireCodec::kNone && !without_codecs_.empty()) {
     return fmt::format(
         "job '{}' asks for the {} wire codec, which node {}'s gradsyncd does not "
@@ -103,13 +108,14 @@ std::optional<std::string> NodeJob::finish_forming() {
   if (error) return error;
   log_->info(
       "job '{}' formed on {} nodes; link to node {}: alpha {:.1f} us, beta {:.3f} GB/s; reduce "
-      "{:.2f} GB/s; response cache {} entries, algorithm {}, wire codec {}, fusion up to {} bytes",
+      "{:.2f} GB/s; response cache {} entries, algorithm {}, wire codec {}, fusion up to {} bytes, "
+      "bulk data on slow links in messages of {} bytes",
       links_.job_name(), links_.nodes(), (links_.me() + links_.nodes() - 1) % links_.nodes(),
       own_link_.alpha_seconds * 1e6,
       own_link_.beta_seconds_per_byte > 0 ? 1e-9 / own_link_.beta_seconds_per_byte : 0.0,
       own_link_.gamma_seconds_per_byte > 0 ? 1e-9 / own_link_.gamma_seconds_per_byte : 0.0,
       agreed_.cache_capacity, agreed_.algorithm, wire_codec_name(agreed_.wire_codec),
-      agreed_.fusion_threshold_bytes);
+      agreed_.fusion_threshold_bytes, agreed_.slow_link_message_bytes);
   publish_own_link();
   negotiator_.emplace(
       links_.job_name(), links_.nodes(), links_.me(), ranks_, agreed_.cache_capacity, own_link_,

@@ -43,6 +43,10 @@ struct NodeJobSettings {
   // How long this node holds back an empty part of a peer's negotiation cycle (Negotiator,
   // "holding a join"); 0: joins at once. This node's own: not agreed.
   std::chrono::microseconds join_hold{0};
+  // Where a link is slow (eager_bulk_pays), bulk data goes in messages of at most this many
+  // bytes, which UCX sends without a rendezvous (transport::Mesh::largest_eager_message); 0:
+  // never cut. Node 0's is agreed.
+  uint64_t slow_link_message_bytes = 0;
 };
 
 class NodeJob {
@@ -178,6 +182,9 @@ class NodeJob {
   void start(Batch batch);
   // With the codec the ring would apply to allreduces of `dtype`.
   AllreduceAlgorithm choose(uint64_t bytes, gradsync_dtype dtype, const LinkFigures& link) const;
+  // The step of a collective of `work`: bulk data cut into eager messages where the link its
+  // cycle agreed on is slow.
+  NodeStep step_for(InFlight& work, uint32_t sequence, gradsync_dtype dtype);
   WireCodec codec_for(gradsync_dtype dtype) const;
   // The job's wire codec is top-k and `collective` (or a batch it leads) is an f32 sum or
   // average it applies to: on host memory, or on device memory staged whole. Agreed on every
@@ -222,6 +229,8 @@ class NodeJob {
   std::string ranks_;         // this node's, in words
   std::vector<bool> joined_;  // by node
   std::vector<uint32_t> without_codecs_;  // nodes whose daemon predates the wire codec
+  bool without_message_cuts_ = false;      // a node's daemon predates cutting messages
+  bool cutting_messages_ = false;          // the last step's bulk data went in eager messages
   NodeJobSettings agreed_;                // node 0's
   LinkFigures own_link_;
   std::optional<Negotiator> negotiator_;

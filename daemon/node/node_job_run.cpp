@@ -330,6 +330,23 @@ AllreduceAlgorithm NodeJob::choose(uint64_t bytes, gradsync_dtype dtype,
   return choose_allreduce(link, links_.nodes(), bytes, codec_for(dtype));
 }
 
+NodeStep NodeJob::step_for(InFlight& work, uint32_t sequence, gradsync_dtype dtype) {
+  const bool cut = agreed_.slow_link_message_bytes > 0 && eager_bulk_pays(work.link);
+  if (cut != cutting_messages_) {
+    cutting_messages_ = cut;
+    const LinkFigures& link = work.link;
+    log_->info(
+        "job '{}': wire {:.3f} GB/s, reduce {:.2f} GB/s: bulk data goes {}", links_.job_name(),
+        link.beta_seconds_per_byte > 0 ? 1e-9 / link.beta_seconds_per_byte : 0.0,
+        link.gamma_seconds_per_byte > 0 ? 1e-9 / link.gamma_seconds_per_byte : 0.0,
+        cut ? fmt::format("eagerly, in messages of {} bytes (the link is slow)",
+                          agreed_.slow_link_message_bytes)
+            : std::string("as UCX chooses again"));
+  }
+  return NodeStep{links_,           *work.scratch,    sequence,
+                  layout().world_size, codec_for(dtype), cut ? agreed_.slow_link_message_bytes : 0};
+}
+
 NodeTask NodeJob::run_unit(InFlight& work) {
   const ReadyUnit& unit = work.units.front();
   auto sequence = static_cast<uint32_t>(work.first_sequence);
@@ -387,8 +404,7 @@ NodeTask NodeJob::run_staged(InFlight& work, const ReadyCollective& collective, 
 
 NodeTask NodeJob::run_collective(InFlight& work, const ReadyCollective& collective,
                                  uint32_t sequence, bool topk) {
-  NodeStep step{links_, *work.scratch, sequence, layout().world_size,
-                codec_for(collective.first().dtype)};
+  NodeStep step = step_for(work, sequence, collective.first().dtype);
   switch (collective.first().collective) {
     case ipc::Collective::kAllreduce: {
       AllreduceOperand operand(collective);
@@ -467,8 +483,7 @@ NodeTask NodeJob::run_fused(InFlight& work) {
                                : work.scratch->get(kFusionScratchSlot, bytes);
   AllreduceOperand operand(fused, packed, members_layout);
   if (trace_ != nullptr) operand.time_into(&work.times);
-  NodeStep step{links_, *work.scratch, static_cast<uint32_t>(work.first_sequence),
-                layout().world_size, codec_for(dtype)};
+  NodeStep step = step_for(work, static_cast<uint32_t>(work.first_sequence), dtype);
   const char* by = topk ? "topk" : algorithm_name(algorithm);
   metrics_.internode_allreduce(by);
   work.allreduce_algorithm = by;

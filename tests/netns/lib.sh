@@ -1,7 +1,8 @@
 # Shared by the namespace-cluster tests: sourced after setting `build`, `source`, `nodes`,
 # `ranks_per_node` and GRADSYNC_NETNS_PREFIX; exits 77 (skipped) without root. Brings the
 # cluster up with one gradsyncd per node (UCX over TCP on the node's veth, a shared cluster
-# key, extra daemon flags in `daemon_flags`), and tears it all down on exit.
+# key, extra daemon flags in `daemon_flags`; links shaped to `cluster_rate` when it is set,
+# say 1gbit), and tears it all down on exit.
 #
 #   start_cluster              namespaces, key, daemons; waits for every socket
 #   run_ranks JOB SCENARIO...  ranks_per_node ranks per node; returns their worst status
@@ -17,6 +18,7 @@ work=$(mktemp -d)
 daemons=()
 addresses=""
 [[ -n "${daemon_flags+set}" ]] || daemon_flags=()
+cluster_rate=${cluster_rate:-}
 
 cleanup() {
   for pid in "${daemons[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
@@ -27,7 +29,7 @@ cleanup() {
 trap cleanup EXIT
 
 start_cluster() {
-  "$cluster" up "$nodes"
+  "$cluster" up "$nodes" ${cluster_rate:+--rate "$cluster_rate"}
   for ((n = 0; n < nodes; n++)); do
     addresses+="${addresses:+,}$("$cluster" address "$n"):9478"
   done
