@@ -5,17 +5,20 @@
 # come), nodes 0 and 1 must keep serving a job of their own meanwhile, and once the link is
 # back a new job across all three nodes must run, every result checked.
 #
-#   tests/netns/link_fault_test.sh BUILD_DIR SOURCE_DIR [eager|rendezvous]
+#   tests/netns/link_fault_test.sh BUILD_DIR SOURCE_DIR [eager|rendezvous|auto [RATE]]
 #
-# The last argument is tcp_bulk_protocol (default eager). With eager, a node cut off
-# mid-transfer holds receives UCX never finishes (an eager message cut off between fragments):
-# their buffers must still go once the connections that could finish them have closed.
+# The third argument is tcp_bulk_protocol (default eager), the fourth shapes the links (say
+# 1gbit: with auto, bulk data then goes in eager messages of 128 KiB). With eager, a node cut
+# off mid-transfer holds receives UCX never finishes (an eager message cut off between
+# fragments): their buffers must still go once the connections that could finish them have
+# closed.
 #
 # Needs root; exits 77 (skipped) without it. CI runs as root.
 set -euo pipefail
 build=$1
 source=$2
 bulk_protocol=${3:-eager}
+cluster_rate=${4:-}
 nodes=3
 ranks_per_node=1
 export GRADSYNC_NETNS_PREFIX="gslf$$"
@@ -124,3 +127,7 @@ for ((n = 0; n < nodes; n++)); do
     fail "node $n's daemon did not return to its baseline within 20 s: $usage"
   fi
 done
+if [[ $bulk_protocol == auto && -n $cluster_rate ]]; then
+  node_log 0 | grep -q "job 'cut': .* bulk data goes eagerly" ||
+    fail "the cut job did not send its bulk data in eager messages on $cluster_rate links"
+fi

@@ -93,7 +93,7 @@ TEST(Config, RejectsNonPowerOfTwoRings) {
   expect_error("ring_entries = 100", "power of two");
 }
 TEST(Config, RejectsUnknownTcpBulkProtocol) {
-  expect_error("tcp_bulk_protocol = \"fast\"", "eager or rendezvous");
+  expect_error("tcp_bulk_protocol = \"fast\"", "auto, eager or rendezvous");
 }
 TEST(Config, RejectsUnknownWireCodec) {
   expect_error("allreduce_wire_codec = \"fp8\"", "none, bf16, topk or topk:PERCENT");

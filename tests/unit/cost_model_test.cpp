@@ -40,6 +40,19 @@ TEST(CostModel, TheBf16CodecHalvesTheWireAndAddsItsPasses) {
   EXPECT_GT(predict_ring(fast, 4, bytes, WireCodec::kBf16), predict_ring(fast, 4, bytes));
 }
 
+TEST(CostModel, EagerBulkDataPaysOnlyWhereTheWireIsSlowNextToTheCopies) {
+  const double gamma = 1 / 30e9;  // a reduce at 30 GB/s
+  auto link = [&](double wire_bytes_per_second) {
+    return LinkFigures{10e-6, 1 / wire_bytes_per_second, gamma};
+  };
+  EXPECT_TRUE(eager_bulk_pays(link(0.125e9)));  // 1 Gbit/s
+  EXPECT_FALSE(eager_bulk_pays(link(5e9)));     // unshaped namespace nodes
+  EXPECT_TRUE(eager_bulk_pays(link(30e9 / kEagerBulkMinWireOverReduce)));
+  EXPECT_FALSE(eager_bulk_pays(link(30e9 / kEagerBulkMinWireOverReduce * 1.01)));
+  EXPECT_FALSE(eager_bulk_pays(LinkFigures{10e-6, 1 / 0.125e9, 0})) << "γ not measured";
+  EXPECT_FALSE(eager_bulk_pays(LinkFigures{}));
+}
+
 TEST(CostModel, WireCodecsHaveNames) {
   EXPECT_EQ(parse_wire_codec("bf16"), WireCodecSpec{WireCodec::kBf16});
   EXPECT_EQ(parse_wire_codec("none"), WireCodecSpec{});

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <vector>
 
 namespace gradsync::transport {
@@ -108,6 +109,101 @@ TEST_F(EagerMeshTest, LargeMessageLandsInTheReceiveBuffer) {
 TEST_F(MeshTest, LargeMessageLandsInTheReceiveBuffer) {
   EXPECT_EQ(a_->rendezvous_min_bytes(), 0U);
   expect_large_message_lands(*a_, a_to_b_, *b_, [this](auto ops) { drive(ops); });
+}
+
+// The same meshes with the daemon's default rendezvous threshold (tcp_rendezvous_min_bytes),
+// as where a job cuts its bulk data into eager messages on a slow link.
+class ThresholdMeshTest : public MeshTest {
+ protected:
+  static constexpr uint64_t kThreshold = 256 << 10;
+  MeshOptions options() const override {
+    MeshOptions options{"127.0.0.1:0"};
+    options.tcp_rendezvous_min_bytes = kThreshold;
+    return options;
+  }
+  // Progresses both meshes for `duration`, or until `done`.
+  template <typename Done>
+  void drive_for(std::chrono::milliseconds duration, Done done) {
+    const auto until = Clock::now() + duration;
+    while (!done() && Clock::now() < until) {
+      a_->progress();
+      b_->progress();
+    }
+  }
+};
+
+TEST_F(ThresholdMeshTest, LargestEagerMessageIsBelowTheThreshold) {
+  ASSERT_EQ(a_->rendezvous_min_bytes(), kThreshold) << "UCX here has TCP only";
+  EXPECT_EQ(a_->largest_eager_message(), kThreshold / 2);
+}
+
+// A buffer that is not a multiple of the cut, sent as messages of 128 KiB and the rest, lands
+// whole in a receive posted with the same cut, from that sender or from any.
+TEST_F(ThresholdMeshTest, CutBufferLandsWhole) {
+  const size_t cut = a_->largest_eager_message();
+  for (const bool from_any : {false, true}) {
+    std::vector<uint8_t> source(8 * cut + 100);
+    std::iota(source.begin(), source.end(), static_cast<uint8_t>(from_any ? 3 : 1));
+    std::vector<uint8_t> target(source.size(), 0);
+    Operation receive =
+        b_->receive(45, ~uint64_t{0}, target.data(), target.size(),
+                    from_any ? std::nullopt : std::optional<PeerId>(b_to_a_), cut);
+    Operation send = a_->send(a_to_b_, 45, source.data(), source.size(), cut);
+    drive({&send, &receive});
+    EXPECT_EQ(send.status(), UCS_OK);
+    EXPECT_EQ(receive.status(), UCS_OK);
+    EXPECT_EQ(receive.received_bytes(), source.size());
+    EXPECT_EQ(target, source);
+  }
+  EXPECT_EQ(a_->unfinished_sends(), 0u);
+}
+
+// Cut below the threshold, a buffer goes without a rendezvous: the send finishes before any
+// receive is posted (UCX holds the messages as unexpected), which a rendezvous never does.
+TEST_F(ThresholdMeshTest, CutBufferGoesWithoutRendezvous) {
+  const size_t cut = a_->largest_eager_message();
+  std::vector<uint8_t> source(4 * cut, 9);
+  std::vector<uint8_t> target(source.size(), 0);
+  Operation whole = a_->send(a_to_b_, 46, source.data(), source.size());
+  drive_for(std::chrono::milliseconds(300), [&] { return whole.done(); });
+  EXPECT_FALSE(whole.done()) << "one message above the threshold waits for its receive";
+  Operation cut_send = a_->send(a_to_b_, 47, source.data(), source.size(), cut);
+  drive_for(std::chrono::seconds(10), [&] { return cut_send.done(); });
+  ASSERT_TRUE(cut_send.done()) << "eager messages went out with no receive posted";
+  EXPECT_EQ(cut_send.status(), UCS_OK);
+  Operation cut_receive =
+      b_->receive(47, ~uint64_t{0}, target.data(), target.size(), std::nullopt, cut);
+  drive({&cut_receive});
+  EXPECT_EQ(target, source);
+  std::vector<uint8_t> drained(source.size(), 0);
+  Operation drain = b_->receive(46, ~uint64_t{0}, drained.data(), drained.size());
+  drive({&whole, &drain});
+  EXPECT_EQ(drained, source);
+}
+
+// A cut send released before it finished stops counting; a cut receive dropped before any of
+// its messages came is cancelled whole, and the messages land in the next receive instead.
+TEST_F(ThresholdMeshTest, ReleasedCutOperationsLeaveNothingBehind) {
+  const size_t cut = a_->largest_eager_message();
+  std::vector<uint8_t> source(64 * cut, 5);  // more than the sockets hold
+  std::vector<uint8_t> target(source.size(), 0);
+  {
+    Operation dropped = b_->receive(48, ~uint64_t{0}, target.data(), target.size(),
+                                    std::nullopt, cut);
+    EXPECT_FALSE(dropped.done());
+  }
+  {
+    Operation released = a_->send(a_to_b_, 48, source.data(), source.size(), cut);
+    ASSERT_FALSE(released.done());
+    EXPECT_EQ(a_->unfinished_sends(), 1u) << "a cut send counts once";
+  }
+  EXPECT_EQ(a_->unfinished_sends(), 0u) << "a released send no longer counts";
+  Operation receive =
+      b_->receive(48, ~uint64_t{0}, target.data(), target.size(), std::nullopt, cut);
+  drive({&receive});
+  EXPECT_EQ(receive.received_bytes(), source.size());
+  EXPECT_EQ(target, source);
+  drive_for(std::chrono::seconds(10), [&] { return a_->unfinished_sends() == 0; });
 }
 
 // A send UCX holds back is counted until it finishes, or until its Operation lets it go: the
