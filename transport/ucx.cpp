@@ -78,12 +78,11 @@ Operation& Operation::operator=(Operation&& other) noexcept {
 Operation::Operation(ucp_worker_h worker, std::unique_ptr<State> state, bool receive,
                      size_t parts)
     : worker_(worker), receive_(receive), state_(std::move(state)) {
-  // Reserved, never grown: UCX holds pointers to the parts.
-  state_->parts.reserve(parts);
+  if (parts > 1) state_->more.resize(parts - 1);
 }
 
 ucp_request_param_t Operation::add_part() {
-  Part& slot = state_->parts.emplace_back();
+  Part& slot = state_->part(state_->started++);
   slot.state = state_.get();
   ucp_request_param_t params{};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -100,7 +99,7 @@ void Operation::part_started(ucs_status_ptr_t request) {
   if (UCS_PTR_IS_ERR(request)) {
     state_->status = UCS_PTR_STATUS(request);
   } else if (request != nullptr) {  // null: completed at once
-    state_->parts.back().request = request;
+    state_->part(state_->started - 1).request = request;
     ++state_->pending;
   }
 }
@@ -118,8 +117,8 @@ void Operation::all_started() {
 void Operation::cancel() {
   if (!receive_ || state_ == nullptr) return;
   // A cancel may complete its part on the spot, callback (and its free) included.
-  for (Part& part : state_->parts) {
-    if (part.request != nullptr) ucp_request_cancel(worker_, part.request);
+  for (size_t i = 0; i < state_->started; ++i) {
+    if (void* request = state_->part(i).request) ucp_request_cancel(worker_, request);
   }
 }
 
@@ -128,7 +127,8 @@ void Operation::release() {
     // A pending send is only released: UCX finishes (or fails) it on its own.
     cancel();
     // Free what the cancels did not finish: once freed, UCX never calls back, so state_ may go.
-    for (Part& part : state_->parts) {
+    for (size_t i = 0; i < state_->started; ++i) {
+      Part& part = state_->part(i);
       if (part.request != nullptr) ucp_request_free(std::exchange(part.request, nullptr));
     }
     if (state_->unfinished_sends != nullptr) --*state_->unfinished_sends;

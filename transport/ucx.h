@@ -98,8 +98,13 @@ class Operation {
     size_t* unfinished_sends = nullptr;
     // For a receive: the peer (the mesh's id) whose data it waits for, or any peer.
     uint32_t source = kAnySource;
-    std::vector<Part> parts;
+    // The parts: most operations have one, kept here without an allocation; the others
+    // reserve theirs up front and never grow, since UCX holds pointers to them.
+    Part first;
+    std::vector<Part> more;
+    size_t started = 0;  // parts started
     size_t pending = 0;  // parts UCX has not finished
+    Part& part(size_t index) { return index == 0 ? first : more[index - 1]; }
   };
   uint32_t source() const { return state_->source; }
 
