@@ -61,10 +61,11 @@ inline constexpr uint64_t kTopKChunkElements = 8192;
 // made on either side. On a slow link the answer waits behind the data already queued on the
 // receiver's own link (a shaper's queue, a switch's buffer), and the sender's link idles for
 // it; an eager message needs no answer and costs a copy on each side, which a slow wire hides.
-// Eager pays where the wire is this many times slower per byte than a reduce (β ≥ 16γ): two
+// Eager pays where the wire is this many times slower per byte than a reduce (β ≥ 64γ): two
 // namespace nodes measured rendezvous 1.2-1.9x faster at β ≈ 6γ (unshaped) and eager 1-2%
-// faster at β ≈ 250γ (1 Gbit/s links).
-inline constexpr double kEagerBulkMinWireOverReduce = 16;
+// faster at β ≈ 250γ (1 Gbit/s links). Room on both sides: a probe on busy cores measures the
+// wire slower than it is (an unshaped link at 19γ while tests ran beside it).
+inline constexpr double kEagerBulkMinWireOverReduce = 64;
 // The link is slow next to this node's copies, as above; false where either is not measured.
 bool eager_bulk_pays(const LinkFigures& link);
 

@@ -4,8 +4,7 @@
 # to the nodes' copies, and sends its bulk data eagerly, every buffer cut into messages below
 # UCX's rendezvous threshold, which every receiving node must post alike. Every collective,
 # dtype and op, and training-shaped steps, each result checked against the reference; the
-# daemons must say that they cut the messages. On the unshaped links of
-# netns.three_node_cluster they must not (that test checks it).
+# daemons must say that they cut the messages.
 #
 #   tests/netns/slow_links_test.sh BUILD_DIR SOURCE_DIR
 #
