@@ -35,7 +35,7 @@ struct DaemonConfig {
   // eager where the measured link is slow next to this host's copies, else rendezvous). See
   // README, "TCP networks".
   std::string tcp_bulk_protocol = "auto";
-  uint64_t tcp_rendezvous_min_bytes = 256 << 10;  // with rendezvous: smaller messages go eager
+  uint64_t tcp_rendezvous_min_bytes = 256 << 10;  // rendezvous, auto: smaller messages go eager
   uint32_t response_cache_capacity = 1024;        // collectives per multi-node job; 0: no cache
   std::string allreduce_algorithm = "auto";       // across nodes: auto, ring, rhd
   // What f32 allreduces send between nodes: none (the values) or bf16 (rounded, half the
