@@ -214,14 +214,14 @@ void Mesh::on_goodbye(const Delivery& delivery) {
 
 Operation Mesh::start_handshake_send(ucp_ep_h endpoint, const std::vector<uint8_t>& bytes,
                                      bool reply) {
-  return Operation::start(
-      worker_.get(), std::make_unique<Operation::State>(), false, 1,
-      [&](size_t, ucp_request_param_t& params) {
-        params.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
-        params.flags = UCP_AM_SEND_FLAG_EAGER | (reply ? UCP_AM_SEND_FLAG_REPLY : 0);
-        return ucp_am_send_nbx(endpoint, kHandshakeAm, nullptr, 0, bytes.data(), bytes.size(),
-                               &params);
-      });
+  return Operation::start(worker_.get(), std::make_unique<Operation::State>(), false, 1,
+                          [&](size_t, ucp_request_param_t& params) {
+                            params.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+                            params.flags =
+                                UCP_AM_SEND_FLAG_EAGER | (reply ? UCP_AM_SEND_FLAG_REPLY : 0);
+                            return ucp_am_send_nbx(endpoint, kHandshakeAm, nullptr, 0, bytes.data(),
+                                                   bytes.size(), &params);
+                          });
 }
 
 void Mesh::send_handshake(ucp_ep_h endpoint, const HandshakeMessage& message) {

@@ -75,8 +75,7 @@ Operation& Operation::operator=(Operation&& other) noexcept {
   return *this;
 }
 
-Operation::Operation(ucp_worker_h worker, std::unique_ptr<State> state, bool receive,
-                     size_t parts)
+Operation::Operation(ucp_worker_h worker, std::unique_ptr<State> state, bool receive, size_t parts)
     : worker_(worker), receive_(receive), state_(std::move(state)) {
   if (parts > 1) state_->more.resize(parts - 1);
 }

@@ -122,6 +122,7 @@ class Operation {
     operation.all_started();
     return operation;
   }
+
  private:
   Operation(ucp_worker_h worker, std::unique_ptr<State> state, bool receive, size_t parts);
   ucp_request_param_t add_part();  // the parameters of the next part's request

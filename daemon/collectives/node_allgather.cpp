@@ -22,7 +22,7 @@ NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective) {
   for (uint32_t slot = 0; slot < world; ++slot) {
     if (local[slot] == nullptr) {
       flight.add(step.receive(links.tag(tags::kData, 0, step.sequence, slot), std::nullopt,
-                               staging + slot * block, block));
+                              staging + slot * block, block));
     }
   }
   for (const auto& s : collective.ranks) {

@@ -21,8 +21,8 @@ NodeTask node_broadcast(NodeStep& step, const ReadyCollective& collective) {
   if (root != nullptr) {
     for (uint32_t node = 0; node < links.nodes(); ++node) {
       if (node == links.me()) continue;
-      flight.add(step.send(node, links.tag(tags::kData, links.me(), step.sequence, 0), root->send,
-                            bytes));
+      flight.add(
+          step.send(node, links.tag(tags::kData, links.me(), step.sequence, 0), root->send, bytes));
     }
     source = root->send;
   } else {

@@ -186,8 +186,8 @@ NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
     const uint64_t chunk_begin = count * chunk / n;
     for (uint32_t j = 0; j < pieces; ++j) {
       const Range r = piece(chunk, j);
-      ops.push_back(flight.add(step.receive(
-          tag(left, s, j), left, received_at(s, r.begin - chunk_begin), wire.bytes(r))));
+      ops.push_back(flight.add(step.receive(tag(left, s, j), left,
+                                            received_at(s, r.begin - chunk_begin), wire.bytes(r))));
     }
   };
   // Step 0 sends this node's own chunk, reduced over the local ranks.

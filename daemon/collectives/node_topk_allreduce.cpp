@@ -109,8 +109,8 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
   }
 
   // 2. The energies summed over the nodes.
-  NodeStep inner{step.links, step.scratch, step.sequence, step.world_size, WireCodec::kNone,
-                 step.max_message_bytes};
+  NodeStep inner{step.links,      step.scratch,     step.sequence,
+                 step.world_size, WireCodec::kNone, step.max_message_bytes};
   {
     const ReadyCollective sums = scratch_allreduce(operand.name(), energy, chunks, GRADSYNC_SUM);
     const AllreduceOperand summed(sums);

@@ -82,7 +82,8 @@ NodeTask probe_links(NodeLinks& links, Scratch& scratch, LinkFigures& figures) {
     flight.add(links.send(right, links.tag(tags::kProbe, me, 0, round), out, bytes));
     if (auto error = co_await flight.wait_all()) co_return error;
     if (timed) {
-      (latency ? small : large).push_back(std::chrono::duration<double>(Clock::now() - start).count());
+      (latency ? small : large)
+          .push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
   }
   const LinkFigures wire = link_figures_from_rounds(small, large, kBandwidthBytes);

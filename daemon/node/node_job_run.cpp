@@ -335,16 +335,17 @@ NodeStep NodeJob::step_for(InFlight& work, uint32_t sequence, gradsync_dtype dty
   if (cut != cutting_messages_) {
     cutting_messages_ = cut;
     const LinkFigures& link = work.link;
-    log_->info(
-        "job '{}': wire {:.3f} GB/s, reduce {:.2f} GB/s: bulk data goes {}", links_.job_name(),
-        link.beta_seconds_per_byte > 0 ? 1e-9 / link.beta_seconds_per_byte : 0.0,
-        link.gamma_seconds_per_byte > 0 ? 1e-9 / link.gamma_seconds_per_byte : 0.0,
-        cut ? fmt::format("eagerly, in messages of {} bytes (the link is slow)",
-                          agreed_.slow_link_message_bytes)
-            : std::string("as UCX chooses again"));
+    log_->info("job '{}': wire {:.3f} GB/s, reduce {:.2f} GB/s: bulk data goes {}",
+               links_.job_name(),
+               link.beta_seconds_per_byte > 0 ? 1e-9 / link.beta_seconds_per_byte : 0.0,
+               link.gamma_seconds_per_byte > 0 ? 1e-9 / link.gamma_seconds_per_byte : 0.0,
+               cut ? fmt::format("eagerly, in messages of {} bytes (the link is slow)",
+                                 agreed_.slow_link_message_bytes)
+                   : std::string("as UCX chooses again"));
   }
-  return NodeStep{links_,           *work.scratch,    sequence,
-                  layout().world_size, codec_for(dtype), cut ? agreed_.slow_link_message_bytes : 0};
+  return NodeStep{links_,           *work.scratch,
+                  sequence,         layout().world_size,
+                  codec_for(dtype), cut ? agreed_.slow_link_message_bytes : 0};
 }
 
 NodeTask NodeJob::run_unit(InFlight& work) {

@@ -145,9 +145,8 @@ TEST_F(ThresholdMeshTest, CutBufferLandsWhole) {
     std::vector<uint8_t> source(8 * cut + 100);
     std::iota(source.begin(), source.end(), static_cast<uint8_t>(from_any ? 3 : 1));
     std::vector<uint8_t> target(source.size(), 0);
-    Operation receive =
-        b_->receive(45, ~uint64_t{0}, target.data(), target.size(),
-                    from_any ? std::nullopt : std::optional<PeerId>(b_to_a_), cut);
+    Operation receive = b_->receive(45, ~uint64_t{0}, target.data(), target.size(),
+                                    from_any ? std::nullopt : std::optional<PeerId>(b_to_a_), cut);
     Operation send = a_->send(a_to_b_, 45, source.data(), source.size(), cut);
     drive({&send, &receive});
     EXPECT_EQ(send.status(), UCS_OK);
@@ -188,8 +187,8 @@ TEST_F(ThresholdMeshTest, ReleasedCutOperationsLeaveNothingBehind) {
   std::vector<uint8_t> source(64 * cut, 5);  // more than the sockets hold
   std::vector<uint8_t> target(source.size(), 0);
   {
-    Operation dropped = b_->receive(48, ~uint64_t{0}, target.data(), target.size(),
-                                    std::nullopt, cut);
+    Operation dropped =
+        b_->receive(48, ~uint64_t{0}, target.data(), target.size(), std::nullopt, cut);
     EXPECT_FALSE(dropped.done());
   }
   {
