@@ -4,7 +4,8 @@
 # to the nodes' copies, and sends its bulk data eagerly, every buffer cut into messages below
 # UCX's rendezvous threshold, which every receiving node must post alike. Every collective,
 # dtype and op, and training-shaped steps, each result checked against the reference; the
-# daemons must say that they cut the messages.
+# daemons must say that they cut the messages (unless GRADSYNC_TEST_EXPECT_EAGER=0: a build
+# whose reduce is slow, instrumented by sanitizers, rightly keeps the rendezvous).
 #
 #   tests/netns/slow_links_test.sh BUILD_DIR SOURCE_DIR
 #
@@ -22,6 +23,7 @@ start_cluster
 expect_ranks_pass every_collective cluster
 expect_ranks_pass training_steps steps 10
 
+[[ ${GRADSYNC_TEST_EXPECT_EAGER:-1} == 1 ]] || exit 0
 for ((n = 0; n < nodes; n++)); do
   if ! node_log "$n" | grep -q "bulk data goes eagerly, in messages of"; then
     fail "node $n did not cut its bulk data into eager messages on a 1 Gbit/s link"
