@@ -104,6 +104,10 @@ class Communicator {
   explicit Communicator(const gradsync_options& options) {
     check(gradsync_connect(&options, &comm_), nullptr);
   }
+  // With these job settings, whatever the environment says.
+  Communicator(const gradsync_options& options, const gradsync_job_settings& settings) {
+    check(gradsync_connect_with(&options, &settings, &comm_), nullptr);
+  }
   Communicator(Communicator&& other) noexcept : comm_(std::exchange(other.comm_, nullptr)) {}
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;

@@ -72,6 +72,18 @@ TEST(DataPathModel, TopKIsACarryPassAndTwoSmallAllreduces) {
                    5e-6 + 2.0 * 4096 / 10e9 + 4.0 * 4096 / 10e9 + cheaper(4) + cheaper(4096));
 }
 
+// A calibrated pass replaces the pass priced from the local stages' bandwidth.
+TEST(DataPathModel, TopKPassesComeFromTheCalibrationWhenItTimedThem) {
+  const uint64_t bytes = 64 << 20;
+  NodeFigures node = kHost;
+  node.topk_pass_seconds_per_byte = 1 / 5e9;
+  const auto uncalibrated = predict_allreduce({2, 1}, kHost, kLink, bytes, {WireCodec::kTopK, 1});
+  const auto calibrated = predict_allreduce({2, 1}, node, kLink, bytes, {WireCodec::kTopK, 1});
+  EXPECT_DOUBLE_EQ(calibrated.best().seconds - uncalibrated.best().seconds,
+                   bytes / 5e9 - topk_passes({2, 1}, kHost, bytes));
+  EXPECT_DOUBLE_EQ(topk_passes({2, 1}, node, bytes), bytes / 5e9);
+}
+
 TEST(DataPathModel, OverlappingStagesArePacedByTheSlowerOne) {
   const NodeFigures gpu{5e-6, 100e9, true, true};
   const uint64_t large = 256 << 20;
@@ -134,6 +146,10 @@ CalibrationRun run_of(const Layout& layout, const NodeFigures& node, const LinkF
         predict_allreduce(layout, node, link, kCalibrationSmallBytes).algorithms[0].seconds,
         large.algorithms[0].seconds};
     run.cluster_halving_doubling_large_seconds = large.algorithms[1].seconds;
+    run.cluster_topk_large_seconds = predict_allreduce(layout, node, link, run.large_bytes,
+                                                       {WireCodec::kTopK, kCalibrationTopKPercent})
+                                         .best()
+                                         .seconds;
   }
   return run;
 }
@@ -148,6 +164,11 @@ TEST(Calibration, FittingTheModelsOwnTimingsGivesItsFiguresBack) {
     EXPECT_NEAR(fitted.link.beta_seconds_per_byte / kLink.beta_seconds_per_byte, 1, 1e-3);
     EXPECT_DOUBLE_EQ(fitted.link.gamma_seconds_per_byte, kLink.gamma_seconds_per_byte);
     EXPECT_FALSE(fitted.node.stages_overlap);
+    // The top-k run's passes, per byte: what the model priced them at from the local stages.
+    EXPECT_NEAR(
+        fitted.node.topk_pass_seconds_per_byte * (32 << 20) / topk_passes(layout, kHost, 32 << 20),
+        1, 1e-3)
+        << layout.nodes;
   }
 }
 
@@ -188,6 +209,13 @@ TEST(Calibration, SurvivesItsJsonAndNamesWhatIsMissing) {
   EXPECT_NEAR(back.cluster->large_seconds, run.cluster->large_seconds, 1e-12);
   EXPECT_NEAR(*back.cluster_halving_doubling_large_seconds,
               *run.cluster_halving_doubling_large_seconds, 1e-12);
+  EXPECT_NEAR(*back.cluster_topk_large_seconds, *run.cluster_topk_large_seconds, 1e-12);
+  nlohmann::json other_percent = to_json(run);
+  other_percent["cluster"]["topk_percent"] = 5;
+  EXPECT_THROW(calibration_from_json(other_percent), std::invalid_argument);
+  nlohmann::json older = to_json(run);
+  older["cluster"].erase("topk_large_us");
+  EXPECT_FALSE(calibration_from_json(older).cluster_topk_large_seconds);
   EXPECT_NEAR(back.copy_bytes_per_second, run.copy_bytes_per_second, 1e-3);
 
   nlohmann::json missing = to_json(run);

@@ -12,6 +12,7 @@
 #include "tools/bench/runner.h"
 #include "tools/model/calibration.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 #include <nlohmann/json.hpp>
 
@@ -98,14 +99,24 @@ double time_allreduce(Communicator& comm, uint64_t bytes, int iterations, int wa
   return median(slowest_rank_times_us(comm, scratch, iterations, warmup, once)) / 1e6;
 }
 
+// A calibration job's settings: the wire codec as given, never the environment's (a sweep run
+// with GRADSYNC_WIRE_CODEC set calibrates the exact path all the same).
+gradsync_job_settings with_codec(const char* codec) {
+  gradsync_job_settings settings{};
+  settings.struct_bytes = sizeof(settings);
+  std::snprintf(settings.wire_codec, sizeof(settings.wire_codec), "%s", codec);
+  return settings;
+}
+
 model::TimedPair time_pair(const gradsync_options& options, uint64_t large_bytes) {
-  Communicator comm(options);
+  Communicator comm(options, with_codec("none"));
   return {time_allreduce(comm, model::kCalibrationSmallBytes, kSmallIterations, kSmallWarmup),
           time_allreduce(comm, large_bytes, kLargeIterations, kLargeWarmup)};
 }
 
-double time_large(const gradsync_options& options, uint64_t large_bytes) {
-  Communicator comm(options);
+double time_large(const gradsync_options& options, uint64_t large_bytes,
+                  const char* codec = "none") {
+  Communicator comm(options, with_codec(codec));
   return time_allreduce(comm, large_bytes, kLargeIterations, kLargeWarmup);
 }
 
@@ -168,6 +179,9 @@ void run_calibration(const BenchOptions& o, Communicator& comm, const gradsync_o
   if (run.layout.nodes > 1) {
     run.cluster = time_pair(forcing(who, "ring"), run.large_bytes);
     run.cluster_halving_doubling_large_seconds = time_large(forcing(who, "rhd"), run.large_bytes);
+    const std::string topk = fmt::format("topk:{}", model::kCalibrationTopKPercent);
+    run.cluster_topk_large_seconds =
+        time_large(sibling_job(who, ".calibrate-topk"), run.large_bytes, topk.c_str());
   }
   if (who.rank != 0) return;
 
@@ -185,9 +199,12 @@ void run_calibration(const BenchOptions& o, Communicator& comm, const gradsync_o
   }
   std::printf("\n");
   if (run.cluster) {
-    std::printf("  across the nodes, %llu bytes: ring %.2f ms, halving-doubling %.2f ms\n",
-                static_cast<unsigned long long>(run.large_bytes), run.cluster->large_seconds * 1e3,
-                run.cluster_halving_doubling_large_seconds.value_or(0) * 1e3);
+    std::printf(
+        "  across the nodes, %llu bytes: ring %.2f ms, halving-doubling %.2f ms, top-k at %g%% "
+        "%.2f ms\n",
+        static_cast<unsigned long long>(run.large_bytes), run.cluster->large_seconds * 1e3,
+        run.cluster_halving_doubling_large_seconds.value_or(0) * 1e3,
+        model::kCalibrationTopKPercent, run.cluster_topk_large_seconds.value_or(0) * 1e3);
   }
 }
 

@@ -83,6 +83,15 @@ Figures fit_figures(const CalibrationRun& run) {
         figures.link.beta_seconds_per_byte, beta_of(daemon::AllreduceAlgorithm::kHalvingDoubling,
                                                     *run.cluster_halving_doubling_large_seconds));
   }
+  if (run.cluster_topk_large_seconds) {
+    auto cheaper = [&](uint64_t b) {
+      return daemon::predict_cheaper(figures.link, run.layout.nodes, b);
+    };
+    const double passes = *run.cluster_topk_large_seconds - figures.node.overhead_seconds -
+                          cheaper(topk_energies_bytes(run.large_bytes)) -
+                          cheaper(topk_chosen_bytes(run.large_bytes, kCalibrationTopKPercent));
+    figures.node.topk_pass_seconds_per_byte = std::max(kNegligibleSecondsPerByte, passes / large);
+  }
   return figures;
 }
 
@@ -99,6 +108,10 @@ nlohmann::json to_json(const CalibrationRun& run) {
   if (run.cluster) out["cluster"] = pair_json(*run.cluster);
   if (run.cluster && run.cluster_halving_doubling_large_seconds) {
     out["cluster"]["halving_doubling_large_us"] = *run.cluster_halving_doubling_large_seconds * 1e6;
+  }
+  if (run.cluster && run.cluster_topk_large_seconds) {
+    out["cluster"]["topk_large_us"] = *run.cluster_topk_large_seconds * 1e6;
+    out["cluster"]["topk_percent"] = kCalibrationTopKPercent;
   }
   return out;
 }
@@ -131,6 +144,13 @@ CalibrationRun calibration_from_json(const nlohmann::json& in) {
     if (cluster.contains("halving_doubling_large_us")) {
       run.cluster_halving_doubling_large_seconds =
           number(cluster, "halving_doubling_large_us", "calibration.cluster") / 1e6;
+    }
+    if (cluster.contains("topk_large_us")) {
+      if (number(cluster, "topk_percent", "calibration.cluster") != kCalibrationTopKPercent) {
+        throw std::invalid_argument("calibration.cluster: top-k timed at another percent");
+      }
+      run.cluster_topk_large_seconds =
+          number(cluster, "topk_large_us", "calibration.cluster") / 1e6;
     }
   } else if (run.layout.nodes > 1) {
     throw std::invalid_argument("calibration: a run on several nodes needs 'cluster'");

@@ -2,9 +2,10 @@
 // from it. The run times gradsync's own collectives, each at two sizes: once among one node's
 // ranks (the fixed cost of a collective and the bandwidth of the local stages), and once
 // across the nodes with the ring forced (what the links add per step and per byte), the large
-// size again with halving-doubling forced. Fitting the model's terms to gradsync's own
-// timings, rather than to a raw transport test, keeps in them what a transport test leaves
-// out: the daemon's copies, and the cores the stages share.
+// size again with halving-doubling forced, and again with the top-k wire codec at
+// kCalibrationTopKPercent (what its passes over the data cost beside its two allreduces). Fitting
+// the model's terms to gradsync's own timings, rather than to a raw transport test, keeps in them
+// what a transport test leaves out: the daemon's copies, and the cores the stages share.
 #pragma once
 
 #include "tools/model/data_path_model.h"
@@ -23,6 +24,7 @@ struct TimedPair {
 };
 
 inline constexpr uint64_t kCalibrationSmallBytes = 8;
+inline constexpr double kCalibrationTopKPercent = 1;
 
 struct CalibrationRun {
   Layout layout;
@@ -38,6 +40,9 @@ struct CalibrationRun {
   // The large allreduce across the nodes by halving-doubling; absent on one node, and in
   // calibrations older than it.
   std::optional<double> cluster_halving_doubling_large_seconds;
+  // The large allreduce across the nodes with the top-k codec at kCalibrationTopKPercent;
+  // absent on one node, and in calibrations older than it.
+  std::optional<double> cluster_topk_large_seconds;
 };
 
 struct Figures {
@@ -50,7 +55,8 @@ struct Figures {
 // on the wire: the daemons run the cheaper of the two, and what makes the other slower (its
 // messages' rendezvous and wake-ups on shared cores) is no property of the wire. Throws
 // std::invalid_argument when the run's timings cannot be fitted (a large allreduce no slower
-// than a small one).
+// than a small one). With a top-k run, the codec's passes cost per byte what that run took
+// beyond its two allreduces and a collective's fixed cost.
 Figures fit_figures(const CalibrationRun& run);
 
 nlohmann::json to_json(const CalibrationRun& run);

@@ -36,6 +36,25 @@ Prediction make_prediction(const Layout& layout, std::string algorithm, double s
 
 }  // namespace
 
+uint64_t topk_energies_bytes(uint64_t bytes) {
+  const uint64_t chunk_bytes = daemon::kTopKChunkElements * 4;
+  return (bytes + chunk_bytes - 1) / chunk_bytes * 4;
+}
+
+uint64_t topk_chosen_bytes(uint64_t bytes, double percent) {
+  const uint64_t chunk_bytes = daemon::kTopKChunkElements * 4;
+  const auto chosen =
+      static_cast<uint64_t>(std::min(1.0, percent / 100) * static_cast<double>(bytes));
+  return std::min(bytes, std::max(chosen, chunk_bytes));
+}
+
+double topk_passes(const Layout& layout, const NodeFigures& node, uint64_t bytes) {
+  const double s = static_cast<double>(bytes);
+  if (node.topk_pass_seconds_per_byte > 0) return s * node.topk_pass_seconds_per_byte;
+  // The local stages, the pass through the held-back buffer (3S) and the result's zeros (S).
+  return local_seconds(layout, node, bytes) + 4.0 * s / node.local_bytes_per_second;
+}
+
 AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& node,
                                       const LinkFigures& link, uint64_t bytes,
                                       const WireCodecSpec& spec) {
@@ -64,17 +83,12 @@ AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& n
                    : 1;
   if (codec == WireCodec::kTopK) {
     auto cheaper = [&](uint64_t b) { return daemon::predict_cheaper(link, layout.nodes, b); };
-    const uint64_t chunk_bytes = daemon::kTopKChunkElements * 4;
-    const uint64_t energies = (bytes + chunk_bytes - 1) / chunk_bytes * 4;
-    const auto chosen =
-        static_cast<uint64_t>(std::min(1.0, spec.topk_percent / 100) * static_cast<double>(bytes));
-    // The pass through the held-back buffer (3S), the result's zeros (S).
-    const double carry = 4.0 * static_cast<double>(bytes) / node.local_bytes_per_second;
-    out.algorithms.push_back(
-        make_prediction(layout, daemon::wire_codec_name(spec),
-                        node.overhead_seconds + local + carry + cheaper(energies) +
-                            cheaper(std::min(bytes, std::max(chosen, chunk_bytes))),
-                        bytes));
+    const uint64_t energies = topk_energies_bytes(bytes);
+    out.algorithms.push_back(make_prediction(
+        layout, daemon::wire_codec_name(spec),
+        node.overhead_seconds + topk_passes(layout, node, bytes) + cheaper(energies) +
+            cheaper(topk_chosen_bytes(bytes, spec.topk_percent)),
+        bytes));
     out.picked = 2;  // the daemons run every f32 sum through it
   }
   return out;

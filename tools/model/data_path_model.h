@@ -41,6 +41,10 @@ struct NodeFigures {
   // moves every rank's 2S.
   bool local_per_device = false;
   bool stages_overlap = false;
+  // The top-k codec's passes over a tensor (its local sums into the held-back values, the
+  // choice, the result's zeros), per byte of it, as a calibration timed them; 0: priced from
+  // the local stages' bandwidth instead.
+  double topk_pass_seconds_per_byte = 0;
 };
 
 // The network between nodes; gamma is the reduction of what arrives.
@@ -65,6 +69,12 @@ using daemon::kPipelinePieceBytes;
 
 using daemon::WireCodec;
 using daemon::WireCodecSpec;
+
+// The top-k codec's stages for a tensor of `bytes`: the chunk energies' allreduce, the chosen
+// chunks' allreduce (PERCENT of them, at least one chunk), and its passes over the data.
+uint64_t topk_energies_bytes(uint64_t bytes);
+uint64_t topk_chosen_bytes(uint64_t bytes, double percent);
+double topk_passes(const Layout& layout, const NodeFigures& node, uint64_t bytes);
 
 AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& node,
                                       const LinkFigures& link, uint64_t bytes,

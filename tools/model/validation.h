@@ -35,14 +35,18 @@ struct ValidationRow {
   bool validated() const { return regime != Regime::kTransition; }
 };
 
-// Predicts each of `result`'s gradsync rows on its layout ("layout", "systems.gradsync.rows").
+// Predicts each of `result`'s rows of `system` on its layout ("layout",
+// "systems.<system>.rows"), its allreduces sending what `codec` says.
 std::vector<ValidationRow> predict_measurements(const Figures& figures,
                                                 uint64_t last_level_cache_bytes,
-                                                const nlohmann::json& result);
+                                                const nlohmann::json& result,
+                                                const std::string& system = "gradsync",
+                                                const WireCodecSpec& codec = {});
 
 // gradsync-model --validate: the rows of the result at `result_path` against the model fitted
-// to `calibration_path` (empty: the result's own calibration). Prints them; returns the exit
-// status (0: every validated row within `tolerance`).
+// to `calibration_path` (empty: the result's own calibration), and its top-k rows where the
+// calibration timed the codec. Prints them; returns the exit status (0: every validated row
+// within `tolerance`).
 // Rows under `from_bytes` are shown, not validated.
 int validate(const std::string& result_path, const std::string& calibration_path, double tolerance,
              uint64_t from_bytes, bool json);
