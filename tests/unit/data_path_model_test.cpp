@@ -66,10 +66,14 @@ TEST(DataPathModel, TopKIsACarryPassAndTwoSmallAllreduces) {
   EXPECT_DOUBLE_EQ(p.best().seconds, 5e-6 + local + carry + cheaper(8192) +
                                          cheaper(static_cast<uint64_t>(0.01 * bytes)));
   EXPECT_LT(p.best().seconds, p.algorithms[0].seconds);
-  // At least one chunk, at most everything.
+  // At least one chunk: 64 KiB is two chunks, one of them sent.
+  const auto small = predict_allreduce({4, 1}, kHost, kLink, 65536, {WireCodec::kTopK, 1});
+  EXPECT_DOUBLE_EQ(small.best().seconds,
+                   5e-6 + 2.0 * 65536 / 10e9 + 4.0 * 65536 / 10e9 + cheaper(8) + cheaper(32768));
+  // Small enough to ride with the negotiation: exact.
   const auto tiny = predict_allreduce({4, 1}, kHost, kLink, 4096, {WireCodec::kTopK, 1});
   EXPECT_DOUBLE_EQ(tiny.best().seconds,
-                   5e-6 + 2.0 * 4096 / 10e9 + 4.0 * 4096 / 10e9 + cheaper(4) + cheaper(4096));
+                   predict_allreduce({4, 1}, kHost, kLink, 4096).best().seconds);
 }
 
 // A calibrated pass replaces the pass priced from the local stages' bandwidth.
