@@ -85,12 +85,13 @@ AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& n
     auto cheaper = [&](uint64_t b) { return daemon::predict_cheaper(link, layout.nodes, b); };
     const uint64_t energies = topk_energies_bytes(bytes);
     // An allreduce small enough to ride with the negotiation stays exact (negotiator.h).
-    const double seconds =
-        bytes <= daemon::eager_max_bytes(link, layout.nodes)
-            ? out.best().seconds
-            : node.overhead_seconds + topk_passes(layout, node, bytes) + cheaper(energies) +
-                  cheaper(topk_chosen_bytes(bytes, spec.topk_percent));
-    out.algorithms.push_back(make_prediction(layout, daemon::wire_codec_name(spec), seconds, bytes));
+    const double seconds = bytes <= daemon::eager_max_bytes(link, layout.nodes)
+                               ? out.best().seconds
+                               : node.overhead_seconds + topk_passes(layout, node, bytes) +
+                                     cheaper(energies) +
+                                     cheaper(topk_chosen_bytes(bytes, spec.topk_percent));
+    out.algorithms.push_back(
+        make_prediction(layout, daemon::wire_codec_name(spec), seconds, bytes));
     out.picked = 2;  // the daemons run every f32 sum through it
   }
   return out;
