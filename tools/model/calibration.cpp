@@ -84,12 +84,9 @@ Figures fit_figures(const CalibrationRun& run) {
                                                     *run.cluster_halving_doubling_large_seconds));
   }
   if (run.cluster_topk_large_seconds) {
-    auto cheaper = [&](uint64_t b) {
-      return daemon::predict_cheaper(figures.link, run.layout.nodes, b);
-    };
-    const double passes = *run.cluster_topk_large_seconds - figures.node.overhead_seconds -
-                          cheaper(topk_energies_bytes(run.large_bytes)) -
-                          cheaper(topk_chosen_bytes(run.large_bytes, kCalibrationTopKPercent));
+    const double passes = *run.cluster_topk_large_seconds -
+                          topk_fixed_seconds(run.layout, figures.node, figures.link,
+                                             run.large_bytes, kCalibrationTopKPercent);
     figures.node.topk_pass_seconds_per_byte = std::max(kNegligibleSecondsPerByte, passes / large);
   }
   return figures;

@@ -36,16 +36,15 @@ Prediction make_prediction(const Layout& layout, std::string algorithm, double s
 
 }  // namespace
 
-uint64_t topk_energies_bytes(uint64_t bytes) {
+double topk_fixed_seconds(const Layout& layout, const NodeFigures& node, const LinkFigures& link,
+                          uint64_t bytes, double percent) {
+  auto cheaper = [&](uint64_t b) { return daemon::predict_cheaper(link, layout.nodes, b); };
   const uint64_t chunk_bytes = daemon::kTopKChunkElements * 4;
-  return (bytes + chunk_bytes - 1) / chunk_bytes * 4;
-}
-
-uint64_t topk_chosen_bytes(uint64_t bytes, double percent) {
-  const uint64_t chunk_bytes = daemon::kTopKChunkElements * 4;
+  const uint64_t energies = (bytes + chunk_bytes - 1) / chunk_bytes * 4;
   const auto chosen =
       static_cast<uint64_t>(std::min(1.0, percent / 100) * static_cast<double>(bytes));
-  return std::min(bytes, std::max(chosen, chunk_bytes));
+  return node.overhead_seconds + cheaper(energies) +
+         cheaper(std::min(bytes, std::max(chosen, chunk_bytes)));
 }
 
 double topk_passes(const Layout& layout, const NodeFigures& node, uint64_t bytes) {
@@ -82,14 +81,11 @@ AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& n
                    ? 0
                    : 1;
   if (codec == WireCodec::kTopK) {
-    auto cheaper = [&](uint64_t b) { return daemon::predict_cheaper(link, layout.nodes, b); };
-    const uint64_t energies = topk_energies_bytes(bytes);
     // An allreduce small enough to ride with the negotiation stays exact (negotiator.h).
     const double seconds = bytes <= daemon::eager_max_bytes(link, layout.nodes)
                                ? out.best().seconds
-                               : node.overhead_seconds + topk_passes(layout, node, bytes) +
-                                     cheaper(energies) +
-                                     cheaper(topk_chosen_bytes(bytes, spec.topk_percent));
+                               : topk_fixed_seconds(layout, node, link, bytes, spec.topk_percent) +
+                                     topk_passes(layout, node, bytes);
     out.algorithms.push_back(
         make_prediction(layout, daemon::wire_codec_name(spec), seconds, bytes));
     out.picked = 2;  // the daemons run every f32 sum through it

@@ -8,11 +8,12 @@
 //              daemons' own chooser predicts it (daemon/node/cost_model.h);
 //   codec      with the bf16 wire codec, the ring's bytes on the wire halve and its encode
 //              and decode passes are added, as the daemons' chooser prices them. With top-k
-//              at P%, the node's sum passes once more through the held-back buffer (read it
-//              and the sum, write it: 3S) and the result's zeros are written (S), and two
-//              allreduces run one after the other, each
+//              at P%, the codec's passes over the data (as a calibration timed them, or the
+//              local stages, a pass through the held-back buffer and the result's zeros at
+//              the local stages' bandwidth) and two allreduces, one after the other, each
 //              by the cheaper algorithm: the chunk energies (4 bytes per 32 KiB chunk) and
-//              the chosen chunks (P% of S); nothing overlaps.
+//              the chosen chunks (P% of S); nothing overlaps. An allreduce small enough to
+//              ride with the negotiation stays exact.
 //
 // The stages are pipelined in pieces. Where they run on separate engines (a GPU's copy and
 // compute units beside the NIC) they overlap, and the slower stage sets the pace; where they
@@ -70,10 +71,12 @@ using daemon::kPipelinePieceBytes;
 using daemon::WireCodec;
 using daemon::WireCodecSpec;
 
-// The top-k codec's stages for a tensor of `bytes`: the chunk energies' allreduce, the chosen
-// chunks' allreduce (PERCENT of them, at least one chunk), and its passes over the data.
-uint64_t topk_energies_bytes(uint64_t bytes);
-uint64_t topk_chosen_bytes(uint64_t bytes, double percent);
+// A top-k allreduce of `bytes` at `percent` is these two, one after the other: a collective's
+// fixed cost and its two allreduces (the chunk energies, 4 bytes per 32 KiB chunk; the chosen
+// chunks, at least one), and its passes over the data (node.topk_pass_seconds_per_byte, or
+// priced from the local stages' bandwidth where no calibration timed them).
+double topk_fixed_seconds(const Layout& layout, const NodeFigures& node, const LinkFigures& link,
+                          uint64_t bytes, double percent);
 double topk_passes(const Layout& layout, const NodeFigures& node, uint64_t bytes);
 
 AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& node,
