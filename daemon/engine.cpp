@@ -229,10 +229,8 @@ void Engine::handle(AttachSession& command) {
   job->attach(session);
   if (job->locally_formed() && job->network()) {
     // Every local rank is here: the other nodes may now count this one in.
-    job->network()->on_local_formed(job->ranks_in_words());
-    if (auto error = job->network()->form()) {
-      fail_job(*job, GRADSYNC_ERR_PEER_FAILED, *error, true);
-    }
+    job->network()->on_local_formed(job->ranks());
+    if (auto error = job->network()->form()) fail_job(*job, error->status, error->message, true);
   }
   struct epoll_event event {};
   event.events = EPOLLIN;

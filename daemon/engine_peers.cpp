@@ -92,7 +92,7 @@ bool Engine::take_handshakes() {
   // A job that was waiting only for its handshakes forms now.
   for (auto& [name, job] : jobs_) {
     if (!accepted || job->failure() || !job->network() || job->network()->formed()) continue;
-    if (auto error = job->network()->form()) fail_job(*job, GRADSYNC_ERR_PEER_FAILED, *error, true);
+    if (auto error = job->network()->form()) fail_job(*job, error->status, error->message, true);
   }
   return !outcomes.empty();
 }
@@ -151,7 +151,7 @@ void Engine::handle_node_message(std::span<const uint8_t> payload, uint64_t tag)
     }
     if (tag != 0) job->second->network()->count_received(tag, payload.size());
     if (auto error = job->second->network()->on_message(message)) {
-      fail_job(*job->second, GRADSYNC_ERR_PEER_FAILED, *error, true);
+      fail_job(*job->second, error->status, error->message, true);
     }
   } catch (const std::exception& e) {
     drop_malformed(e.what());

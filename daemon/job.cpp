@@ -69,14 +69,12 @@ void Job::detach(Session& session, const std::string& reason) {
   fail(GRADSYNC_ERR_PEER_FAILED, reason);
 }
 
-std::string Job::ranks_in_words() const {
-  std::string words;
+std::vector<int32_t> Job::ranks() const {
+  std::vector<int32_t> ranks;
   for (const Session* s : sessions_) {
-    if (s != nullptr) {
-      words += fmt::format("{}{}", words.empty() ? "ranks " : ", ", s->identity().rank);
-    }
+    if (s != nullptr) ranks.push_back(s->identity().rank);
   }
-  return words;
+  return ranks;
 }
 
 int32_t Job::world_size() const {

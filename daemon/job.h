@@ -48,8 +48,8 @@ class Job {
   // Detaches and fails the job: the others' collectives cannot complete without this rank.
   void detach(Session& session, const std::string& reason);
   bool empty() const;
-  // The job ranks of the local ranks connected now, in words: "ranks 2, 3".
-  std::string ranks_in_words() const;
+  // The job ranks of the local ranks connected now.
+  std::vector<int32_t> ranks() const;
   int32_t connected_ranks() const;
   // Collectives each local rank has submitted and had completed (0 for a rank not connected).
   void rank_progress(std::vector<uint64_t>& submitted, std::vector<uint64_t>& completed) const;

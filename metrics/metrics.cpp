@@ -17,8 +17,8 @@ namespace {
 constexpr std::array<const char*, static_cast<size_t>(CollectiveKind::kCount)> kKindNames = {
     "allreduce", "broadcast", "allgather", "barrier"};
 // How a collective ran: on one node, or across nodes by one of the rest.
-constexpr std::array<const char*, 6> kAlgorithms = {"local",       "ring",   "rhd",
-                                                    "negotiation", "direct", "topk"};
+constexpr std::array<const char*, 7> kAlgorithms = {"local",  "ring", "rhd",  "negotiation",
+                                                    "direct", "topk", "chain"};
 // Collective sizes (payload bytes per rank) the duration histogram keeps apart.
 constexpr std::array<uint64_t, 4> kSizeBounds = {4ull << 10, 64ull << 10, 1ull << 20, 16ull << 20};
 constexpr std::array<const char*, kSizeBounds.size() + 1> kSizeNames = {
@@ -158,8 +158,9 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
           .Help(
               "Collectives completed on this node (one per tensor, not per rank), by op and "
               "algorithm: local (one node), ring or rhd (allreduce across nodes), negotiation "
-              "(data carried by the negotiation), direct (broadcast and allgather across nodes), "
-              "topk (allreduce across nodes through the top-k wire codec)")
+              "(data carried by the negotiation), direct (broadcast and allgather across nodes, "
+              "sent from each node to every other), chain (broadcast along a pipelined chain of "
+              "nodes), topk (allreduce across nodes through the top-k wire codec)")
           .Register(registry);
   auto& duration = prometheus::BuildHistogram()
                        .Name("gradsync_collective_duration_seconds")

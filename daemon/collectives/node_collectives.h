@@ -62,7 +62,15 @@ struct TopKRun {
   std::function<AllreduceAlgorithm(uint64_t bytes)> choose;
 };
 NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, TopKRun topk);
-NodeTask node_broadcast(NodeStep& step, const ReadyCollective& collective);
+// Broadcasts, from the root rank on `root_node` (nullopt: not known, a node's daemon predates
+// the rank map; only the direct broadcast runs then).
+NodeTask node_direct_broadcast(NodeStep& step, const ReadyCollective& collective,
+                               std::optional<uint32_t> root_node);
+NodeTask node_chain_broadcast(NodeStep& step, const ReadyCollective& collective,
+                              uint32_t root_node);
+// One of the two.
+NodeTask run_broadcast(NodeStep& step, const ReadyCollective& collective,
+                       std::optional<uint32_t> root_node, BroadcastAlgorithm algorithm);
 NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective);
 
 // Shared by the algorithms.
@@ -70,6 +78,9 @@ namespace node_detail {
 
 // Everything of the ranks' that UCX may touch: handed to the mesh when a collective fails.
 std::vector<std::shared_ptr<const void>> rank_memory(const ReadyCollective& collective);
+
+// The submission of the broadcast's root rank, where it is on this node; nullptr elsewhere.
+const Submission* root_of(const ReadyCollective& collective);
 
 // The op the network runs: an average is a sum divided once at the end.
 inline gradsync_op network_op(gradsync_op op) {

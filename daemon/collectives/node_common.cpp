@@ -8,7 +8,21 @@ NodeTask run_allreduce(NodeStep& step, const AllreduceOperand& operand,
                                                 : node_halving_doubling_allreduce(step, operand);
 }
 
+NodeTask run_broadcast(NodeStep& step, const ReadyCollective& collective,
+                       std::optional<uint32_t> root_node, BroadcastAlgorithm algorithm) {
+  return algorithm == BroadcastAlgorithm::kChain && root_node
+             ? node_chain_broadcast(step, collective, *root_node)
+             : node_direct_broadcast(step, collective, root_node);
+}
+
 namespace node_detail {
+
+const Submission* root_of(const ReadyCollective& collective) {
+  for (const auto& s : collective.ranks) {
+    if (s.session->identity().rank == collective.first().root) return &s;
+  }
+  return nullptr;
+}
 
 std::vector<std::shared_ptr<const void>> rank_memory(const ReadyCollective& collective) {
   std::vector<std::shared_ptr<const void>> memory;

@@ -118,6 +118,31 @@ double predict_cheaper(const LinkFigures& link, uint32_t nodes, uint64_t bytes) 
   return std::min(predict_ring(link, nodes, bytes), predict_halving_doubling(link, nodes, bytes));
 }
 
+const char* broadcast_algorithm_name(BroadcastAlgorithm algorithm) {
+  return algorithm == BroadcastAlgorithm::kChain ? "chain" : "direct";
+}
+
+uint32_t chain_broadcast_pieces(uint64_t bytes) {
+  return static_cast<uint32_t>(
+      std::clamp<uint64_t>(bytes / kPipelinePieceBytes, 1, kMaxBroadcastPieces));
+}
+
+double predict_broadcast(BroadcastAlgorithm algorithm, const LinkFigures& link, uint32_t nodes,
+                         uint64_t bytes) {
+  if (nodes <= 1) return 0;
+  const double wire = link.beta_seconds_per_byte * static_cast<double>(bytes);
+  if (algorithm == BroadcastAlgorithm::kDirect) return link.alpha_seconds + (nodes - 1.0) * wire;
+  const double pieces = chain_broadcast_pieces(bytes);
+  return (pieces + nodes - 2.0) * (link.alpha_seconds + wire / pieces);
+}
+
+BroadcastAlgorithm choose_broadcast(const LinkFigures& link, uint32_t nodes, uint64_t bytes) {
+  return predict_broadcast(BroadcastAlgorithm::kChain, link, nodes, bytes) <
+                 predict_broadcast(BroadcastAlgorithm::kDirect, link, nodes, bytes)
+             ? BroadcastAlgorithm::kChain
+             : BroadcastAlgorithm::kDirect;
+}
+
 uint64_t fusion_cutoff_bytes(const LinkFigures& link, uint32_t nodes) {
   const double saved = predict_cheaper(link, nodes, 0);
   const double copy_cost = 2 * link.gamma_seconds_per_byte;

@@ -111,6 +111,24 @@ double predict_cheaper(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
 AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uint64_t bytes,
                                     WireCodec codec = WireCodec::kNone);
 
+// Broadcast across nodes (node_direct_broadcast.cpp, node_chain_broadcast.cpp):
+//  direct: the root's node sends the whole buffer to every other node at once. One step, but
+//    n-1 copies leave on the root's link: α + (n-1)Sβ.
+//  chain: the buffer travels in P pieces along the ring from the root's node, each node sending
+//    every piece on as it lands (NCCL's ring broadcast). Every link carries S once, wherever
+//    the root is, and the pipeline fills in n-2 pieces' time: (P+n-2)(α + Sβ/P). Pieces are
+//    kPipelinePieceBytes, as the ring's, and at most kMaxBroadcastPieces.
+// The chain pays from 3 nodes and 2 pieces; on 2 nodes it is the direct broadcast's message in
+// pieces.
+enum class BroadcastAlgorithm { kDirect, kChain };
+inline constexpr uint32_t kMaxBroadcastPieces = 64;
+const char* broadcast_algorithm_name(BroadcastAlgorithm algorithm);  // "direct", "chain"
+uint32_t chain_broadcast_pieces(uint64_t bytes);
+double predict_broadcast(BroadcastAlgorithm algorithm, const LinkFigures& link, uint32_t nodes,
+                         uint64_t bytes);
+// The cheaper of the two; direct when they tie (or nothing was measured).
+BroadcastAlgorithm choose_broadcast(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
+
 // Allreduces smaller than this are worth fusing. Fusing one into a shared buffer saves the
 // messages of an allreduce of its own (the latency term of the cheaper algorithm) and costs a
 // copy in and a copy out (about 2γ per byte): below the size where the two are equal, fusion

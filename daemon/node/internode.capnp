@@ -19,6 +19,10 @@ struct Joined {
   # Set by every daemon that cuts messages as node 0 says: a daemon from before leaves it
   # false, and then no node cuts (it would post one receive for a buffer sent in several).
   cutsMessages @5 :Bool;
+  # The job ranks of the sending node's ranks: with every node's, each node knows where every
+  # rank is (a broadcast's chain starts at its root's node). A daemon from before leaves it
+  # out, and then every node broadcasts directly.
+  ranks @6 :List(Int32);
 }
 
 # A collective (or a group, named by its first member) ready on the sending node and not in

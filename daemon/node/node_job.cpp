@@ -7,6 +7,7 @@
 #include "kernels/reduce.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <stdexcept>
@@ -19,6 +20,7 @@ NodeJob::NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh
       metrics_(metrics),
       device_streams_(device_streams),
       log_(logger("nodes")),
+      rank_nodes_(links_.nodes(), links_.layout().world_size),
       joined_(links_.nodes(), false) {}
 
 NodeJob::~NodeJob() {
@@ -26,10 +28,12 @@ NodeJob::~NodeJob() {
   if (reported_held_bytes_ != 0) metrics_.topk_held(-static_cast<int64_t>(reported_held_bytes_), 0);
 }
 
-void NodeJob::on_local_formed(std::string ranks) {
+void NodeJob::on_local_formed(std::vector<int32_t> ranks) {
   if (local_formed_ || failed_) return;
   local_formed_ = true;
-  ranks_ = std::move(ranks);
+  std::sort(ranks.begin(), ranks.end());
+  ranks_ = fmt::format("ranks {}", fmt::join(ranks, ", "));
+  rank_nodes_.add(links_.me(), ranks);
   capnp::MallocMessageBuilder message;
   auto joined = start_node_message(message, links_.job_name(), links_.me()).initJoined();
   joined.setCacheCapacity(settings_.cache_capacity);
@@ -38,6 +42,8 @@ void NodeJob::on_local_formed(std::string ranks) {
   joined.setWireCodec(wire_codec_name(settings_.wire_codec));
   joined.setSlowLinkMessageBytes(settings_.slow_link_message_bytes);
   joined.setCutsMessages(true);
+  auto own_ranks = joined.initRanks(static_cast<unsigned>(ranks.size()));
+  for (unsigned i = 0; i < ranks.size(); ++i) own_ranks.set(i, ranks[i]);
   for (uint32_t node = 0; node < links_.nodes(); ++node) {
     if (node != links_.me()) links_.send_control(node, message);
   }
@@ -51,6 +57,17 @@ void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined) {
   // themselves where the others expect them encoded.
   if (!joined.hasWireCodec()) without_codecs_.push_back(node);
   if (!joined.getCutsMessages()) without_message_cuts_ = true;
+  if (joined.hasRanks()) {
+    // No node has more ranks than the job: more is some other fault, which the map names as a
+    // rank outside WORLD_SIZE or one on two nodes.
+    const auto list = joined.getRanks();
+    std::vector<int32_t> ranks;
+    const auto world = static_cast<unsigned>(std::max(links_.layout().world_size, 0));
+    for (unsigned i = 0; i < list.size() && i <= world; ++i) ranks.push_back(list[i]);
+    rank_nodes_.add(node, ranks);
+  } else {
+    rank_nodes_.add(node, std::nullopt);
+  }
   if (node == 0) {
     agreed_.slow_link_message_bytes = joined.getSlowLinkMessageBytes();
     agreed_.cache_capacity = joined.getCacheCapacity();
@@ -77,7 +94,7 @@ std::string NodeJob::missing_nodes() const {
   return missing;
 }
 
-std::optional<std::string> NodeJob::form() {
+std::optional<NodeJobError> NodeJob::form() {
   // Measuring the links sends data, which waits for every handshake to end. A job that failed
   // (a last local rank may attach, or a peer's join arrive, after that) never forms: it would
   // measure against peers that ended it.
@@ -86,6 +103,12 @@ std::optional<std::string> NodeJob::form() {
   }
   for (uint32_t node = 0; node < joined_.size(); ++node) {
     if (node != links_.me() && !joined_[node]) return std::nullopt;
+  }
+  if (auto problem = rank_nodes_.problem()) {
+    return NodeJobError(GRADSYNC_ERR_INVALID_ARGUMENT,
+                        fmt::format("job '{}': {}: every rank needs a RANK of its own, below "
+                                    "WORLD_SIZE, on one of GRADSYNC_NODES",
+                                    links_.job_name(), *problem));
   }
   if (links_.me() == 0) agreed_ = settings_;
   if (without_message_cuts_) agreed_.slow_link_message_bytes = 0;
@@ -123,7 +146,9 @@ std::optional<std::string> NodeJob::finish_forming() {
       settings_.join_hold.count() > 0);
   try {
     for (auto& early : early_) {
-      if (auto error = on_message(early->getRoot<wire::NodeMessage>().asReader())) return error;
+      if (auto error = on_message(early->getRoot<wire::NodeMessage>().asReader())) {
+        return error->message;
+      }
     }
     early_.clear();
     for (auto& proposal : unproposed_) negotiator_->propose(std::move(proposal));
@@ -178,7 +203,7 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
   }
 }
 
-std::optional<std::string> NodeJob::on_message(wire::NodeMessage::Reader message) {
+std::optional<NodeJobError> NodeJob::on_message(wire::NodeMessage::Reader message) {
   const uint32_t node = message.getNode();
   if (node >= links_.nodes() || node == links_.me()) {
     return fmt::format("job '{}': a control message claims to be from node {}", links_.job_name(),
@@ -206,7 +231,7 @@ std::optional<std::string> NodeJob::on_message(wire::NodeMessage::Reader message
         return std::nullopt;  // handled by the engine, which fails the whole job
     }
   } catch (const std::invalid_argument& e) {
-    return e.what();
+    return std::string(e.what());
   }
   return std::nullopt;
 }

@@ -15,6 +15,7 @@
 #include "daemon/node/internode.capnp.h"
 #include "daemon/node/links.h"
 #include "daemon/node/negotiator.h"
+#include "daemon/node/rank_map.h"
 #include "metrics/metrics.h"
 
 #include <capnp/message.h>
@@ -49,6 +50,15 @@ struct NodeJobSettings {
   uint64_t slow_link_message_bytes = 0;
 };
 
+// Why a job cannot go on across nodes, and the status its ranks get.
+struct NodeJobError {
+  NodeJobError(std::string message) : message(std::move(message)) {}  // NOLINT: a peer's fault
+  NodeJobError(gradsync_result status, std::string message)
+      : status(status), message(std::move(message)) {}
+  gradsync_result status = GRADSYNC_ERR_PEER_FAILED;
+  std::string message;
+};
+
 class NodeJob {
  public:
   // `device_streams`: where collectives on device memory are staged (device_staging.h).
@@ -61,13 +71,13 @@ class NodeJob {
   const NodeLayout& layout() const { return links_.layout(); }
   bool has_peer(transport::PeerId peer) const { return links_.has_peer(peer); }
 
-  // Every local rank has connected (`ranks`: their job ranks, in words): tell the other nodes.
-  void on_local_formed(std::string ranks);
+  // Every local rank has connected (`ranks`: their job ranks): tell the other nodes.
+  void on_local_formed(std::vector<int32_t> ranks);
   // Once every node (this one included) has joined and accepted this daemon's handshake:
   // starts measuring the links, and negotiating once that is done (run_decided drives it).
   // Does nothing before, while measuring, after it succeeded, or once the job failed; an error
-  // if the measuring failed.
-  std::optional<std::string> form();
+  // if the nodes' settings or ranks do not fit together, or the measuring failed.
+  std::optional<NodeJobError> form();
   // Every node has joined and the links are measured.
   bool formed() const { return negotiator_.has_value(); }
   // Node 0's once formed, this node's until then.
@@ -79,7 +89,7 @@ class NodeJob {
   void on_locally_ready(ReadyUnit unit, bool more_coming = false);
   // A control message for this job from another node. Returns an error when the job cannot
   // go on (a peer broke the protocol, or the links could not be measured).
-  std::optional<std::string> on_message(wire::NodeMessage::Reader message);
+  std::optional<NodeJobError> on_message(wire::NodeMessage::Reader message);
   // Drives what the nodes have agreed on: completes what needs no network (mismatches, small
   // allreduces whose data came with the negotiation), starts the rest in the agreed order, a
   // few at a time, resumes what is in flight and completes it on every local rank. Never
@@ -167,7 +177,7 @@ class NodeJob {
   void trace_completed(const InFlight& work) const;
   // Counts a unit that completed well, at `now`, in the metrics and the step meter.
   void count_completed(const ReadyUnit& unit, const char* allreduce_algorithm,
-                       std::chrono::steady_clock::time_point now);
+                       const LinkFigures& link, std::chrono::steady_clock::time_point now);
   // Completes one cycle's decisions that need no network; queues the others as batches.
   std::optional<std::string> take_cycle(const CycleDecisions& cycle);
   // How `unit` may be fused, if it may: allreduces of one dtype and op within the fusion
@@ -182,6 +192,9 @@ class NodeJob {
   void start(Batch batch);
   // With the codec the ring would apply to allreduces of `dtype`.
   AllreduceAlgorithm choose(uint64_t bytes, gradsync_dtype dtype, const LinkFigures& link) const;
+  // Chain or direct, as the cost model or the job's forced algorithm (ring: chain; rhd:
+  // direct) says.
+  BroadcastAlgorithm choose_broadcast_for(uint64_t bytes, const LinkFigures& link) const;
   // The step of a collective of `work`: bulk data cut into eager messages where the link its
   // cycle agreed on is slow.
   NodeStep step_for(InFlight& work, uint32_t sequence, gradsync_dtype dtype);
@@ -227,6 +240,7 @@ class NodeJob {
   bool local_formed_ = false;
   bool failed_ = false;       // the job failed (fail_waiting): it neither joins nor forms any more
   std::string ranks_;         // this node's, in words
+  RankMap rank_nodes_;        // every node's ranks, as they joined
   std::vector<bool> joined_;  // by node
   std::vector<uint32_t> without_codecs_;  // nodes whose daemon predates the wire codec
   bool without_message_cuts_ = false;     // a node's daemon predates cutting messages

@@ -40,12 +40,16 @@ void NodeJob::trace_completed(const InFlight& work) const {
 }
 
 void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algorithm,
-                              Clock::time_point now) {
+                              const LinkFigures& link, Clock::time_point now) {
   for (const auto& c : unit.collectives) {
     const ipc::Collective kind = c.first().collective;
-    const char* algorithm = kind == ipc::Collective::kAllreduce ? allreduce_algorithm
-                            : kind == ipc::Collective::kBarrier ? "negotiation"
-                                                                : "direct";
+    const char* algorithm = "direct";  // allgathers
+    if (kind == ipc::Collective::kAllreduce) algorithm = allreduce_algorithm;
+    if (kind == ipc::Collective::kBarrier) algorithm = "negotiation";
+    if (kind == ipc::Collective::kBroadcast) {
+      // What run_collective chose, from the same figures (for a staged one, its pieces').
+      algorithm = broadcast_algorithm_name(choose_broadcast_for(c.bytes(), link));
+    }
     metrics_.collective_completed(static_cast<metrics::CollectiveKind>(kind), c.bytes(), algorithm,
                                   std::chrono::duration<double>(now - c.times.ready).count());
     if (steps_ != nullptr) {
@@ -123,7 +127,7 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
       if (!bad) {
         // One clock read for the cycle's completions: they finish within microseconds.
         if (completed == Clock::time_point{}) completed = Clock::now();
-        count_completed(unit, "negotiation", completed);
+        count_completed(unit, "negotiation", cycle.link, completed);
       }
       complete(unit, bad ? GRADSYNC_ERR_PROTOCOL : GRADSYNC_OK, bad.value_or(""));
       recycle(std::move(unit));
@@ -217,7 +221,7 @@ std::optional<std::string> NodeJob::progress(bool& ran) {
     if (trace_ != nullptr && !error) trace_completed(work);
     const auto completed = Clock::now();
     for (auto& unit : work.units) {
-      if (!error) count_completed(unit, work.allreduce_algorithm, completed);
+      if (!error) count_completed(unit, work.allreduce_algorithm, work.link, completed);
       complete(unit, error ? GRADSYNC_ERR_PEER_FAILED : GRADSYNC_OK, error.value_or(""));
       recycle(std::move(unit));
     }
@@ -330,6 +334,18 @@ AllreduceAlgorithm NodeJob::choose(uint64_t bytes, gradsync_dtype dtype,
   return choose_allreduce(link, links_.nodes(), bytes, codec_for(dtype));
 }
 
+BroadcastAlgorithm NodeJob::choose_broadcast_for(uint64_t bytes, const LinkFigures& link) const {
+  // Where a node did not say where its ranks are, no node knows where a chain starts.
+  if (!rank_nodes_.node_of(0)) return BroadcastAlgorithm::kDirect;
+  // A forced algorithm names the family: bandwidth-optimal (the ring, the chain) or
+  // latency-optimal (halving-doubling, the direct broadcast's one step).
+  if (const auto forced = parse_algorithm(agreed_.algorithm)) {
+    return *forced == AllreduceAlgorithm::kRing ? BroadcastAlgorithm::kChain
+                                                : BroadcastAlgorithm::kDirect;
+  }
+  return choose_broadcast(link, links_.nodes(), bytes);
+}
+
 NodeStep NodeJob::step_for(InFlight& work, uint32_t sequence, gradsync_dtype dtype) {
   const bool cut = agreed_.slow_link_message_bytes > 0 && eager_bulk_pays(work.link);
   if (cut != cutting_messages_) {
@@ -430,7 +446,12 @@ NodeTask NodeJob::run_collective(InFlight& work, const ReadyCollective& collecti
       co_return std::nullopt;
     }
     case ipc::Collective::kBroadcast: {
-      NodeTask task = node_broadcast(step, collective);
+      const BroadcastAlgorithm algorithm = choose_broadcast_for(collective.bytes(), work.link);
+      log_->debug("job '{}': broadcast '{}' ({} bytes) as collective {} by {}", links_.job_name(),
+                  collective.first().name, collective.bytes(), step.sequence,
+                  broadcast_algorithm_name(algorithm));
+      NodeTask task =
+          run_broadcast(step, collective, rank_nodes_.node_of(collective.first().root), algorithm);
       co_return co_await finish(task);
     }
     case ipc::Collective::kAllgather: {

@@ -295,6 +295,65 @@ TEST(Cluster, RanksPerNodeMayDiffer) {
   expect_all_succeed(ranks, cluster);
 }
 
+// Large broadcasts from every root, on nodes with different numbers of ranks: along a chain
+// that starts at the root's node, as node 0's metrics count them; on 2 nodes, direct.
+TEST(Cluster, LargeBroadcastsGoAlongAChainFromEveryRoot) {
+  LoopbackCluster cluster(3, "", true);
+  // 3 Mi + 5 floats: 12 MiB, 3 pieces; roots on every node, the chain's first, middle and last.
+  auto ranks = cluster.spawn("chain", {1, 2, 1}, {"broadcasts", std::to_string((3u << 20) + 5)});
+  expect_all_succeed(ranks, cluster);
+  const std::string text = scrape(cluster.metrics_port());
+  EXPECT_EQ(
+      sample(text, "gradsync_collectives_completed_total{algorithm=\"chain\",op=\"broadcast\"}"),
+      4 * 2)
+      << text;
+}
+
+TEST(Cluster, BroadcastsBetweenTwoNodesGoDirect) {
+  LoopbackCluster cluster(2, "", true);
+  auto ranks = cluster.spawn("pair", {2, 1}, {"broadcasts", std::to_string((3u << 20) + 5)});
+  expect_all_succeed(ranks, cluster);
+  const std::string text = scrape(cluster.metrics_port());
+  EXPECT_EQ(
+      sample(text, "gradsync_collectives_completed_total{algorithm=\"direct\",op=\"broadcast\"}"),
+      3 * 2)
+      << text;
+}
+
+// Every broadcast along the chain (the ring forced): sizes down to one element, roots on
+// every node.
+TEST(Cluster, EveryCollectiveIsRightWithBroadcastsAlongTheChain) {
+  LoopbackCluster cluster(4, "", true);
+  auto ranks =
+      cluster.spawn("forced_chain", {1, 1, 1, 1}, {"cluster"}, {{"GRADSYNC_ALGO", "ring"}});
+  expect_all_succeed(ranks, cluster);
+  const std::string text = scrape(cluster.metrics_port());
+  EXPECT_GT(
+      sample(text, "gradsync_collectives_completed_total{algorithm=\"chain\",op=\"broadcast\"}"), 0)
+      << text;
+  EXPECT_LE(
+      sample(text, "gradsync_collectives_completed_total{algorithm=\"direct\",op=\"broadcast\"}"),
+      0)
+      << "no broadcast went direct (-1: no such series)";
+}
+
+// Two nodes' ranks with one RANK: an error for every rank that says so, before any collective
+// runs with the wrong ranks.
+TEST(Cluster, ARankOnTwoNodesIsAnErrorNamingIt) {
+  LoopbackCluster cluster(2);
+  auto first = cluster.spawn("twice", {1, 1}, {"steps", "1"}, {{"RANK", "0"}}, 0);
+  auto second = cluster.spawn("twice", {1, 1}, {"steps", "1"}, {{"RANK", "0"}}, 1);
+  for (auto* rank : {&first.at(0), &second.at(0)}) {
+    const auto status = rank->wait_for(std::chrono::seconds(20));
+    ASSERT_TRUE(status) << "a rank waited on a job whose ranks cannot be right";
+    EXPECT_EQ(*status, 100 + GRADSYNC_ERR_INVALID_ARGUMENT);
+  }
+  for (int n = 0; n < cluster.nodes(); ++n) {
+    EXPECT_THAT(cluster.log(n), ::testing::HasSubstr("rank 0 is on node 0 and on node 1"))
+        << "node " << n;
+  }
+}
+
 TEST(Cluster, MismatchAcrossNodesIsAnErrorForEveryRank) {
   // The last rank (on the last node) submits a different count.
   LoopbackCluster cluster(2);

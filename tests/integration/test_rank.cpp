@@ -430,6 +430,29 @@ int scenario_large(Communicator& comm, size_t count) {
   return 0;
 }
 
+// Broadcasts of `count` floats from every root, out of place and in place (the root's buffer
+// is its result), each checked against the reference: large enough, the nodes pass them along
+// a chain in pieces (cost_model.h).
+int scenario_broadcasts(Communicator& comm, size_t count) {
+  SharedBuffer a = comm.allocate(count * 4);
+  SharedBuffer b = comm.allocate(count * 4);
+  uint64_t seed = 2000;
+  for (int root = 0; root < g_ranks; ++root) {
+    for (const bool in_place : {false, true}) {
+      ++seed;
+      reference::fill_input(a.data(), count, GRADSYNC_FLOAT32, g_rank, GRADSYNC_SUM, seed);
+      void* out = in_place && g_rank == root ? a.data() : b.data();
+      comm.wait(comm.broadcast("big", a.data(), out, count, GRADSYNC_FLOAT32, root));
+      const size_t wrong =
+          reference::count_wrong(reference::Kind::kBroadcast, out, count, GRADSYNC_FLOAT32,
+                                 GRADSYNC_SUM, g_ranks, root, seed);
+      EXPECT_OR_FAIL(wrong == 0, "broadcast of %zu floats from rank %d, %s: %zu wrong", count, root,
+                     in_place ? "in place" : "out of place", wrong);
+    }
+  }
+  return 0;
+}
+
 // f32 allreduces through the bf16 wire codec (GRADSYNC_WIRE_CODEC=bf16) on inputs bf16 cannot
 // hold: every element within the codec's error of the exact result, every element a bf16
 // value (the result travelled encoded, and the node that finished it kept what it sent), and
@@ -569,6 +592,7 @@ int main(int argc, char** argv) {
                             args.size() > 3 ? std::stoul(args[3]) : 40000);
     }
     if (scenario == "large") return scenario_large(comm, std::stoul(args.at(1)));
+    if (scenario == "broadcasts") return scenario_broadcasts(comm, std::stoul(args.at(1)));
     if (scenario == "encoded") return scenario_encoded(comm, std::stoul(args.at(1)));
     if (scenario == "topk") {
       return gradsync::testing::scenario_topk(comm, g_rank, g_ranks, options.local_world_size,

@@ -96,6 +96,35 @@ TEST(CostModel, ChoosesHalvingDoublingForSmallAndRingForLargeTensors) {
   EXPECT_EQ(choose_allreduce(LinkFigures{}, 8, 1024), AllreduceAlgorithm::kRing);
 }
 
+TEST(CostModel, BroadcastsMatchTheirClosedForms) {
+  const uint64_t bytes = 64 << 20;
+  const double wire = bytes * kLink.beta_seconds_per_byte;
+  EXPECT_DOUBLE_EQ(predict_broadcast(BroadcastAlgorithm::kDirect, kLink, 4, bytes),
+                   kLink.alpha_seconds + 3 * wire);
+  const double pieces = chain_broadcast_pieces(bytes);
+  EXPECT_EQ(pieces, 16);  // of kPipelinePieceBytes
+  EXPECT_DOUBLE_EQ(predict_broadcast(BroadcastAlgorithm::kChain, kLink, 4, bytes),
+                   (pieces + 2) * (kLink.alpha_seconds + wire / pieces));
+  EXPECT_EQ(predict_broadcast(BroadcastAlgorithm::kChain, kLink, 1, bytes), 0);
+  EXPECT_EQ(chain_broadcast_pieces(1), 1u);
+  EXPECT_EQ(chain_broadcast_pieces(uint64_t{1} << 40), kMaxBroadcastPieces);
+}
+
+TEST(CostModel, BroadcastsGoAlongAChainWhereItSavesTheRootsLink) {
+  // Large broadcasts on 3 nodes and more: the chain, whose links carry the buffer once.
+  EXPECT_EQ(choose_broadcast(kLink, 3, 64 << 20), BroadcastAlgorithm::kChain);
+  EXPECT_EQ(choose_broadcast(kLink, 16, 8 << 20), BroadcastAlgorithm::kChain);
+  // A buffer of one piece: its chain is n-1 steps of the whole, the direct one a step.
+  EXPECT_EQ(choose_broadcast(kLink, 16, kPipelinePieceBytes), BroadcastAlgorithm::kDirect);
+  EXPECT_EQ(choose_broadcast(kLink, 4, 4096), BroadcastAlgorithm::kDirect);
+  // On 2 nodes the chain is the direct message in pieces: never cheaper.
+  EXPECT_EQ(choose_broadcast(kLink, 2, 256 << 20), BroadcastAlgorithm::kDirect);
+  EXPECT_EQ(choose_broadcast(LinkFigures{}, 4, 64 << 20), BroadcastAlgorithm::kDirect)
+      << "nothing measured";
+  EXPECT_STREQ(broadcast_algorithm_name(BroadcastAlgorithm::kChain), "chain");
+  EXPECT_STREQ(broadcast_algorithm_name(BroadcastAlgorithm::kDirect), "direct");
+}
+
 TEST(CostModel, FusesTensorsWhoseMessagesCostMoreThanTheirCopies) {
   // Two nodes: an allreduce of its own costs 2 alpha in messages; fused, a tensor costs a copy
   // in and a copy out, 2 gamma per byte.

@@ -1,5 +1,6 @@
-// Broadcast across nodes: the root's node sends the root's buffer straight to every other node
-// (no staging copy on the send side); each node then copies it to its local ranks.
+// Broadcast across nodes, direct: the root's node sends the root's buffer straight to every
+// other node (no staging copy on the send side), and each node copies it to its local ranks.
+// One step: the latency-optimal broadcast, with n-1 copies on the root's link (cost_model.h).
 #include "daemon/collectives/node_collectives.h"
 #include "kernels/reduce.h"
 
@@ -7,14 +8,11 @@
 
 namespace gradsync::daemon {
 
-NodeTask node_broadcast(NodeStep& step, const ReadyCollective& collective) {
+NodeTask node_direct_broadcast(NodeStep& step, const ReadyCollective& collective,
+                               std::optional<uint32_t> root_node) {
   NodeLinks& links = step.links;
-  const Submission& lead = collective.first();
-  const uint64_t bytes = lead.send_bytes();
-  const Submission* root = nullptr;
-  for (const auto& s : collective.ranks) {
-    if (s.session->identity().rank == lead.root) root = &s;
-  }
+  const uint64_t bytes = collective.first().send_bytes();
+  const Submission* root = node_detail::root_of(collective);
   Flight flight(links, &step.scratch, node_detail::rank_memory(collective),
                 root != nullptr ? "broadcasting to other nodes" : "receiving a broadcast");
   const uint8_t* source = nullptr;
@@ -27,9 +25,9 @@ NodeTask node_broadcast(NodeStep& step, const ReadyCollective& collective) {
     source = root->send;
   } else {
     uint8_t* staging = step.scratch.get(0, std::max<uint64_t>(bytes, 1));
-    // From whichever node holds the root.
-    flight.add(
-        step.receive(links.tag(tags::kData, 0, step.sequence, 0), std::nullopt, staging, bytes));
+    // From the root's node; where it is not known, from whichever node sends the tag.
+    flight.add(step.receive(links.tag(tags::kData, root_node.value_or(0), step.sequence, 0),
+                            root_node, staging, bytes));
     if (auto error = co_await flight.wait_all()) co_return error;
     source = staging;
   }
