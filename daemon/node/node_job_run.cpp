@@ -47,7 +47,8 @@ void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algor
     if (kind == ipc::Collective::kAllreduce) algorithm = allreduce_algorithm;
     if (kind == ipc::Collective::kBarrier) algorithm = "negotiation";
     if (kind == ipc::Collective::kBroadcast) {
-      // What run_collective chose, from the same figures (for a staged one, its pieces').
+      // What run_collective chose, from the same figures (a device broadcast staged in pieces
+      // chose per piece, and is counted by its whole size).
       algorithm = broadcast_algorithm_name(choose_broadcast_for(c.bytes(), link));
     }
     metrics_.collective_completed(static_cast<metrics::CollectiveKind>(kind), c.bytes(), algorithm,
