@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""PyTorch's Gloo allreduce measured the way gradsync-bench measures: per-iteration time of the
-slowest rank, median over iterations, nccl-tests' algbw/busbw. One process per rank, identity
+"""PyTorch's Gloo allreduce (or, with -c broadcast, broadcast from rank 0) measured the way
+gradsync-bench measures: per-iteration time of the slowest rank, median over iterations,
+nccl-tests' algbw/busbw. One process per rank, identity
 from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torch.distributed's env:// rendezvous):
 
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=198.18.0.1 MASTER_PORT=29500 \\
@@ -21,26 +22,33 @@ def main():
     rank, ranks = dist.get_rank(), dist.get_world_size()
     rows = []
     if rank == 0:
-        peer_common.print_header(f"# PyTorch {torch.__version__} Gloo allreduce, {ranks} ranks, "
+        peer_common.print_header(f"# PyTorch {torch.__version__} Gloo {args.c}, {ranks} ranks, "
                                  f"float, sum, {args.n} iterations")
+    if args.c == "broadcast":
+        def collective(data):
+            dist.broadcast(data, src=0)
+        expected = 1  # rank 0's value
+    else:
+        def collective(data):
+            dist.all_reduce(data)
+        expected = ranks * (ranks + 1) / 2
     for count in peer_common.counts(args):
         data = torch.empty(count, dtype=torch.float32)
         for _ in range(args.w):
             data.fill_(rank + 1)
-            dist.all_reduce(data)
+            collective(data)
         dist.barrier()
         times = []
         for _ in range(args.n):
             data.fill_(rank + 1)
             start = time.perf_counter()
-            dist.all_reduce(data)
+            collective(data)
             times.append((time.perf_counter() - start) * 1e6)
         slowest = torch.tensor(times, dtype=torch.float64)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        expected = ranks * (ranks + 1) / 2
         wrong = torch.tensor([int(torch.count_nonzero(data != expected))])
         dist.all_reduce(wrong)
-        rows.append(peer_common.row(count, slowest.tolist(), ranks, int(wrong)))
+        rows.append(peer_common.row(count, slowest.tolist(), ranks, int(wrong), args.c))
         if rank == 0:
             peer_common.print_row(rows[-1])
     if rank == 0 and args.json:

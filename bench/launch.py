@@ -9,6 +9,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import statistics
 import sys
 import tempfile
 import time
@@ -29,6 +30,34 @@ def node_cpu(node):
     for tens of seconds at a time). Every system's processes of a node get the same core.
     bench/netns-rsh pins Open MPI's remote daemons, and so their ranks, the same way."""
     return node % os.cpu_count()
+
+
+def parse_scenario(name):
+    """nodeNxK (one node, K ranks) or nsNxK[_RATE] (N namespace nodes, K ranks each, links
+    shaped to RATE): (nodes, ranks per node, rate or None)."""
+    shape, _, rate = name.partition("_")
+    kind, _, per_node = shape.partition("x")
+    if kind.startswith("node") and kind[4:] == "1" and not rate:
+        return 1, int(per_node), None
+    if kind.startswith("ns") and kind[2:].isdigit() and int(kind[2:]) >= 2:
+        return int(kind[2:]), int(per_node), rate or None
+    raise SystemExit(f"unknown scenario '{name}' (nodes 1 has no namespaces and no rate)")
+
+
+def median_rows(rounds_of_rows, bus_factor):
+    """Per size, the median over rounds of the time; bandwidths from that median, bus
+    bandwidth as algbw x bus_factor (nccl-tests': 2(n-1)/n for an allreduce, 1 for a
+    broadcast)."""
+    out = []
+    for i, row in enumerate(rounds_of_rows[0]):
+        times = [rows[i]["time_us"] for rows in rounds_of_rows]
+        time_us = statistics.median(times)
+        algbw = row["bytes"] / time_us / 1e3
+        out.append({"bytes": row["bytes"], "time_us": time_us, "algbw_gbps": algbw,
+                    "busbw_gbps": algbw * bus_factor,
+                    "wrong": sum(rows[i]["wrong"] for rows in rounds_of_rows),
+                    "rounds_us": times})
+    return out
 
 
 class RunFailed(RuntimeError):
@@ -130,7 +159,8 @@ class Place:
     def run_ranks(self, system, args, timeout):
         """Runs one rank per (node, local rank) of `system` ("gradsync", "gradsync_bf16": the
         job with the bf16 wire codec, "gradsync_topk": with the top-k codec at TOPK_CODEC,
-        "gloo", "mpi") with the benchmark arguments `args`; returns rank 0's JSON (--json)."""
+        "gradsync_direct": with the direct broadcast forced, "gloo", "mpi") with the benchmark
+        arguments `args`; returns rank 0's JSON (--json)."""
         out = os.path.join(self.dir, f"{system}-{random.getrandbits(32)}.json")
         args = list(args) + ["--json", out]
         if system == "mpi":
@@ -139,6 +169,9 @@ class Place:
             self._run_gradsync_ranks(["--check"] + args, timeout)
         elif system == "gradsync_bf16":
             self._run_gradsync_ranks(["--check"] + args, timeout, {"GRADSYNC_WIRE_CODEC": "bf16"})
+        elif system == "gradsync_direct":
+            # A forced algorithm names the family: rhd's broadcast is the direct one.
+            self._run_gradsync_ranks(["--check"] + args, timeout, {"GRADSYNC_ALGO": "rhd"})
         elif system == "gradsync_topk":
             # Unchecked: a sparse result is no allreduce's reference (the cluster test checks
             # the codec's rules).

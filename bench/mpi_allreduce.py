@@ -1,6 +1,7 @@
 #!/usr/bin/python3
-"""Open MPI's MPI_Allreduce measured the way gradsync-bench measures: per-iteration time of the
-slowest rank, median over iterations, nccl-tests' algbw/busbw. Run under mpirun:
+"""Open MPI's MPI_Allreduce (or, with -c broadcast, MPI_Bcast from rank 0) measured the way
+gradsync-bench measures: per-iteration time of the slowest rank, median over iterations,
+nccl-tests' algbw/busbw. Run under mpirun:
 
     mpirun -np 2 /usr/bin/python3 bench/mpi_allreduce.py -b 8 -e 64M -f 4 -n 20 -w 5 --json out.json
 """
@@ -20,23 +21,31 @@ def main():
     rows = []
     if rank == 0:
         peer_common.print_header(
-            f"# Open MPI MPI_Allreduce, {ranks} ranks, float, sum, {args.n} iterations")
+            f"# Open MPI {args.c}, {ranks} ranks, float, sum, {args.n} iterations")
+    broadcast = args.c == "broadcast"
+    expected = 1 if broadcast else ranks * (ranks + 1) / 2  # rank 0's value, or the sum
     for count in peer_common.counts(args):
         send = np.full(count, rank + 1, dtype=np.float32)
-        recv = np.empty(count, dtype=np.float32)
+        recv = send if broadcast else np.empty(count, dtype=np.float32)
+
+        def collective():
+            if broadcast:
+                comm.Bcast(send, root=0)
+            else:
+                comm.Allreduce(send, recv, op=MPI.SUM)
         for _ in range(args.w):
-            comm.Allreduce(send, recv, op=MPI.SUM)
+            collective()
         comm.Barrier()
         times = []
         for _ in range(args.n):
+            send.fill(rank + 1)  # a broadcast's result must come from the root again
             start = time.perf_counter()
-            comm.Allreduce(send, recv, op=MPI.SUM)
+            collective()
             times.append((time.perf_counter() - start) * 1e6)
         slowest = np.array(times)
         comm.Allreduce(MPI.IN_PLACE, slowest, op=MPI.MAX)
-        expected = ranks * (ranks + 1) / 2
         wrong = int(comm.allreduce(int(np.count_nonzero(recv != expected)), op=MPI.SUM))
-        rows.append(peer_common.row(count, slowest.tolist(), ranks, wrong))
+        rows.append(peer_common.row(count, slowest.tolist(), ranks, wrong, args.c))
         if rank == 0:
             peer_common.print_row(rows[-1])
     if rank == 0 and args.json:

@@ -1,7 +1,7 @@
 """What the peer benchmarks (mpi_allreduce.py, gloo_allreduce.py) share, so that every peer is
-measured and reported exactly as gradsync-bench does: sizes in bytes with K/M/G suffixes, per
-size the median over iterations of the slowest rank's time, nccl-tests' algbw and busbw, and
-the same JSON rows."""
+measured and reported exactly as gradsync-bench does: sizes in bytes with K/M/G suffixes, the
+collective (-c allreduce, or broadcast from rank 0), per size the median over iterations of the
+slowest rank's time, nccl-tests' algbw and busbw, and the same JSON rows."""
 import argparse
 import json
 import statistics
@@ -15,6 +15,7 @@ def size(text):
 
 def parse_args():
     parser = argparse.ArgumentParser()
+    parser.add_argument("-c", choices=["allreduce", "broadcast"], default="allreduce")
     parser.add_argument("-b", type=size, default=8)
     parser.add_argument("-e", type=size, default=64 << 20)
     parser.add_argument("-f", type=int, default=2)
@@ -37,11 +38,12 @@ def print_header(title):
     print(f"# {'size':>10} {'count':>12} {'time':>10} {'algbw':>8} {'busbw':>8} {'#wrong':>7}")
 
 
-def row(count, slowest_us, ranks, wrong):
-    """One size's row from the per-iteration times of the slowest rank (µs)."""
+def row(count, slowest_us, ranks, wrong, collective="allreduce"):
+    """One size's row from the per-iteration times of the slowest rank (µs). Bus bandwidth as
+    nccl-tests: algbw x 2(n-1)/n for an allreduce, algbw for a broadcast."""
     median = statistics.median(slowest_us)
     algbw = count * 4 / median / 1e3
-    busbw = algbw * 2 * (ranks - 1) / ranks
+    busbw = algbw * 2 * (ranks - 1) / ranks if collective == "allreduce" else algbw
     return {"bytes": count * 4, "count": count, "time_us": median, "algbw_gbps": algbw,
             "busbw_gbps": busbw, "wrong": wrong}
 
