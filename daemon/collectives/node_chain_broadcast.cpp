@@ -41,8 +41,8 @@ NodeTask node_chain_broadcast(NodeStep& step, const ReadyCollective& collective,
   std::vector<size_t> arrivals;
   if (root == nullptr) {
     for (uint32_t j = 0; j < pieces; ++j) {
-      arrivals.push_back(flight.add(
-          step.receive(tag(previous, j), previous, landing + begin(j), length(j))));
+      arrivals.push_back(
+          flight.add(step.receive(tag(previous, j), previous, landing + begin(j), length(j))));
     }
   }
   const bool forwards = next != root_node;  // the chain ends on the node before the root's
@@ -53,7 +53,8 @@ NodeTask node_chain_broadcast(NodeStep& step, const ReadyCollective& collective,
     }
     if (forwards) flight.add(step.send(next, tag(me, j), source + begin(j), length(j)));
     for (const auto& s : collective.ranks) {
-      if (s.recv != source) kernels::copy(s.recv + begin(j), source + begin(j), length(j), streaming);
+      if (s.recv != source)
+        kernels::copy(s.recv + begin(j), source + begin(j), length(j), streaming);
     }
   }
   co_return co_await flight.wait_all();

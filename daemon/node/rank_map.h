@@ -21,15 +21,17 @@ class RankMap {
   // Once every node was added: what is wrong with the job's ranks, in words (a rank on two
   // nodes, outside WORLD_SIZE, or on none), if anything.
   std::optional<std::string> problem() const;
+  // Every node said where its ranks are (once every node was added): the same on every node.
+  bool complete() const { return !incomplete_; }
   // The node `rank` is on; nullopt where a node did not say (every node then knows as little).
   std::optional<uint32_t> node_of(int32_t rank) const;
 
  private:
   static constexpr uint32_t kNowhere = UINT32_MAX;
   int32_t world_size_;
-  std::vector<uint32_t> node_of_;  // by rank; kNowhere until a node claims it
-  std::vector<bool> added_;        // by node
-  bool incomplete_ = false;        // a node did not say
+  std::vector<uint32_t> node_of_;       // by rank; kNowhere until a node claims it
+  std::vector<bool> added_;             // by node
+  bool incomplete_ = false;             // a node did not say
   std::optional<std::string> problem_;  // the first found
 };
 

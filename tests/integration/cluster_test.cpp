@@ -390,6 +390,26 @@ TEST(Cluster, KilledPeerDaemonFailsSurvivingRanksWithinTenSeconds) {
 // A rank SIGKILLed in the middle of training-shaped steps, on one node of three: every other
 // rank, on every node, gets an error within a bound, and the next job on the same daemons runs
 // right. Repeated, since where the kill lands (negotiation, transfer, between steps) varies.
+// The middle of a broadcast's chain (0 -> 1 -> 2) dies: node 2, which waits on a live node's
+// receive, hears of it too.
+TEST(Cluster, ADaemonKilledMidChainBroadcastFailsEveryOtherRankWithinTenSeconds) {
+  LoopbackCluster cluster(3);
+  // 16 MiB: 4 pieces along the chain.
+  auto ranks =
+      cluster.spawn("chain_victim", {1, 1, 1}, {"loop_broadcast", std::to_string(16 << 20)},
+                    {{"GRADSYNC_ALGO", "ring"}});
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  cluster.daemon(1).process().signal(SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  for (size_t r = 0; r < 3; ++r) {
+    const auto status = ranks[r].wait_for(std::chrono::seconds(10));
+    ASSERT_TRUE(status) << "rank " << r << " hung after node 1's daemon died";
+    EXPECT_EQ(*status, r == 1 ? GRADSYNC_ERR_DAEMON_GONE : GRADSYNC_ERR_PEER_FAILED)
+        << "rank " << r;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(10));
+}
+
 TEST(Cluster, ARankKilledMidStepFailsEveryOtherRankOnEveryNode) {
   LoopbackCluster cluster(3);
   auto warm = cluster.spawn("warm", {2, 2, 2}, {"steps", "2"});

@@ -518,14 +518,17 @@ int scenario_encoded(Communicator& comm, size_t count) {
 
 // Allreduce in a loop until something fails; the exit status is the failure's result code.
 // `polling` waits with gradsync_test instead of gradsync_wait.
-int scenario_loop(Communicator& comm, size_t bytes, bool polling) {
+int scenario_loop(Communicator& comm, size_t bytes, bool polling, bool broadcast) {
   SharedBuffer buf = comm.allocate(bytes);
   std::printf("ready\n");
   std::fflush(stdout);
   while (true) {
     gradsync_request r = 0;
-    gradsync_result result = gradsync_allreduce(comm.get(), "loop", buf.data(), buf.data(),
-                                                bytes / 4, GRADSYNC_FLOAT32, GRADSYNC_SUM, &r);
+    gradsync_result result =
+        broadcast ? gradsync_broadcast(comm.get(), "loop", buf.data(), buf.data(), bytes / 4,
+                                       GRADSYNC_FLOAT32, 0, &r)
+                  : gradsync_allreduce(comm.get(), "loop", buf.data(), buf.data(), bytes / 4,
+                                       GRADSYNC_FLOAT32, GRADSYNC_SUM, &r);
     if (result == GRADSYNC_OK && polling) {
       do {
         result = gradsync_test(comm.get(), r);
@@ -598,9 +601,9 @@ int main(int argc, char** argv) {
       return gradsync::testing::scenario_topk(comm, g_rank, g_ranks, options.local_world_size,
                                               std::stod(args.at(1)));
     }
-    if (scenario == "loop" || scenario == "loop_polling") {
+    if (scenario == "loop" || scenario == "loop_polling" || scenario == "loop_broadcast") {
       return scenario_loop(comm, args.size() > 1 ? std::stoul(args[1]) : 4096,
-                           scenario == "loop_polling");
+                           scenario == "loop_polling", scenario == "loop_broadcast");
     }
     std::fprintf(stderr, "unknown scenario %s\n", scenario.c_str());
     return 64;

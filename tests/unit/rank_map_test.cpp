@@ -9,7 +9,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::vector<int32_t> ranks(std::initializer_list<int32_t> list) { return list; }
+std::vector<int32_t> ranks(std::initializer_list<int32_t> list) {
+  return list;
+}
 
 TEST(RankMap, KnowsEveryRanksNodeOnceEveryNodeSaid) {
   RankMap map(3, 5);
@@ -18,6 +20,7 @@ TEST(RankMap, KnowsEveryRanksNodeOnceEveryNodeSaid) {
   EXPECT_EQ(map.node_of(4), std::nullopt) << "node 2 has not said yet";
   map.add(2, ranks({4}));
   EXPECT_EQ(map.problem(), std::nullopt);
+  EXPECT_TRUE(map.complete());
   EXPECT_EQ(map.node_of(0), 0u);
   EXPECT_EQ(map.node_of(1), 1u);
   EXPECT_EQ(map.node_of(3), 1u);
@@ -62,6 +65,7 @@ TEST(RankMap, ANodeThatDoesNotSayLeavesEveryRankUnknownAndNothingToCheck) {
   map.add(0, ranks({0, 1}));
   map.add(1, std::nullopt);
   EXPECT_EQ(map.problem(), std::nullopt);
+  EXPECT_FALSE(map.complete());
   EXPECT_EQ(map.node_of(0), std::nullopt);
 }
 
