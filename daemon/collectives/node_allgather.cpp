@@ -1,10 +1,9 @@
 // Allgather across nodes: every node sends its ranks' blocks straight from their buffers to
-// every other node, and receives the others' blocks into place in a staging buffer; then each
-// local rank gets every block.
+// every other node, and receives the others' blocks in place in its first local rank's
+// buffer (no staging copy); then the node's own blocks join them there, and the other local
+// ranks get the whole.
 #include "daemon/collectives/node_collectives.h"
 #include "kernels/reduce.h"
-
-#include <algorithm>
 
 namespace gradsync::daemon {
 
@@ -18,11 +17,11 @@ NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective) {
     local[static_cast<uint32_t>(s.session->identity().rank)] = &s;
   Flight flight(links, &step.scratch, node_detail::rank_memory(collective),
                 "gathering from other nodes");
-  uint8_t* staging = step.scratch.get(0, std::max<uint64_t>(block * world, 1));
+  uint8_t* landing = collective.ranks.front().recv;
   for (uint32_t slot = 0; slot < world; ++slot) {
     if (local[slot] == nullptr) {
       flight.add(step.receive(links.tag(tags::kData, 0, step.sequence, slot), std::nullopt,
-                              staging + slot * block, block));
+                              landing + slot * block, block));
     }
   }
   for (const auto& s : collective.ranks) {
@@ -33,15 +32,16 @@ NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective) {
           step.send(node, links.tag(tags::kData, links.me(), step.sequence, slot), s.send, block));
     }
   }
+  // Every send must be done before a local rank's buffer is written: in place, a rank sends
+  // its block from inside its result.
   if (auto error = co_await flight.wait_all()) co_return error;
   const bool streaming = block * world >= kernels::kStreamingMinBytes;
+  for (const auto& s : collective.ranks) {
+    uint8_t* destination = landing + static_cast<uint32_t>(s.session->identity().rank) * block;
+    if (destination != s.send) kernels::copy(destination, s.send, block, streaming);
+  }
   for (const auto& target : collective.ranks) {
-    for (uint32_t slot = 0; slot < world; ++slot) {
-      uint8_t* destination = target.recv + slot * block;
-      const uint8_t* source = local[slot] != nullptr ? local[slot]->send : staging + slot * block;
-      // In place, a rank's own slot is already there.
-      if (destination != source) kernels::copy(destination, source, block, streaming);
-    }
+    if (target.recv != landing) kernels::copy(target.recv, landing, block * world, streaming);
   }
   co_return std::nullopt;
 }
