@@ -218,7 +218,8 @@ void Engine::handle(AttachSession& command) {
                           // sleep through a hold.
                           std::chrono::microseconds(
                               std::min(config_.negotiation_hold_us, config_.engine_spin_us)),
-                          config_.tcp_bulk_protocol == "auto" ? mesh_->largest_eager_message() : 0},
+                          config_.tcp_bulk_protocol == "auto" ? mesh_->largest_eager_message() : 0,
+                          config_.negotiation_relay_min_nodes},
           metrics_, device_streams_));
       ++network_jobs_;
       if (auto early = early_messages_.extract(who.job)) {

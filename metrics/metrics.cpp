@@ -118,6 +118,7 @@ struct Metrics::Impl {
   prometheus::Counter* cache_hits = nullptr;
   prometheus::Counter* cache_misses = nullptr;
   prometheus::Counter* cycles = nullptr;
+  prometheus::Counter* cycle_messages = nullptr;
   prometheus::Family<prometheus::Counter>* internode_allreduces = nullptr;
   prometheus::Family<prometheus::Gauge>* config_info = nullptr;
   prometheus::Gauge* config_now = nullptr;
@@ -342,6 +343,14 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                        .Help("Negotiation cycles among node daemons")
                        .Register(registry)
                        .Add({});
+  impl_->cycle_messages =
+      &prometheus::BuildCounter()
+           .Name("gradsync_negotiation_messages_total")
+           .Help(
+               "Messages with this node's parts of negotiation cycles (its own, and others' it "
+               "relays) sent to other node daemons")
+           .Register(registry)
+           .Add({});
   impl_->internode_allreduces = &prometheus::BuildCounter()
                                      .Name("gradsync_internode_allreduces_total")
                                      .Help("Allreduces run across nodes, by algorithm")
@@ -527,10 +536,12 @@ void Metrics::job_ended(const std::string& job) {
   impl_->job_series.erase(it);
 }
 
-void Metrics::negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cycles) {
+void Metrics::negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cycles,
+                         uint64_t cycle_messages) {
   impl_->cache_hits->Increment(static_cast<double>(cache_hits));
   impl_->cache_misses->Increment(static_cast<double>(cache_misses));
   impl_->cycles->Increment(static_cast<double>(cycles));
+  impl_->cycle_messages->Increment(static_cast<double>(cycle_messages));
 }
 
 void Metrics::internode_allreduce(const char* algorithm) {

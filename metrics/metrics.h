@@ -65,8 +65,11 @@ class Metrics {
   // Totals so far; the counters move by the difference from the last call.
   void set_peer_traffic(const std::string& peer, uint64_t bytes_sent, uint64_t bytes_received,
                         uint64_t errors);
-  void negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cycles);  // increments
-  void internode_allreduce(const char* algorithm);                               // "ring" or "rhd"
+  // Increments. `cycle_messages`: this node's parts of cycles sent to other nodes, direct or
+  // relayed (the coordinator's answers not counted).
+  void negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cycles,
+                  uint64_t cycle_messages);
+  void internode_allreduce(const char* algorithm);  // "ring" or "rhd"
   // The top-k codec's held-back values, all jobs together: what a job's holding changed by,
   // and tensor names it dropped past its bound (increments).
   void topk_held(int64_t bytes_delta, uint64_t evicted_tensors);

@@ -23,6 +23,10 @@ struct Joined {
   # rank is (a broadcast's chain starts at its root's node). A daemon from before leaves it
   # out, and then every node broadcasts directly.
   ranks @6 :List(Int32);
+  # Jobs of at least this many nodes relay their negotiation cycles (RelayedCycle): node 0's is
+  # agreed. A daemon from before leaves it 0, and then every node sends its cycles to every
+  # other node.
+  relayMinNodes @7 :UInt32;
 }
 
 # A collective (or a group, named by its first member) ready on the sending node and not in
@@ -39,7 +43,8 @@ struct Ready {
   onDevice @8 :Bool;   # on GPU memory: staged, fused only with its kind, never sent eagerly
 }
 
-# One negotiation cycle, sent by every node to every other node. The AND of readyBits over
+# One node's part of a negotiation cycle, sent to every other node (or relayed: RelayedCycle).
+# The AND of readyBits over
 # all nodes says which cached collectives run; the OR of invalidBits which cache entries are
 # evicted (a node has that name with another size or type). The link figures feed the
 # algorithm chooser: every node uses the largest of each, so every node chooses the same.
@@ -61,6 +66,12 @@ struct Cycle {
   eagerBits @8 :List(UInt32);
   eagerSizes @9 :List(UInt32);
   eagerData @10 :Data;
+}
+
+# A node's cycle passed on by another (recursive doubling, negotiator.h): `origin` wrote it.
+struct RelayedCycle {
+  origin @0 :UInt32;
+  cycle @1 :Cycle;
 }
 
 struct Contribution {
@@ -88,6 +99,7 @@ struct NodeMessage {
     cycle @3 :Cycle;
     response @4 :CycleResponse;
     abort @5 :Text;   # the job failed on the sender: fail it here too
+    relay @8 :List(RelayedCycle);   # the cycles of one number the sender knows and passes on
   }
   # With abort: the sender gave up collectives every node had agreed on and it had not finished
   # (the receiver cannot finish them either: fail at once). Without: it finished all it agreed

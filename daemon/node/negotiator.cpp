@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <stdexcept>
 
@@ -89,7 +90,7 @@ const Negotiator::EagerSet::Entry* Negotiator::EagerSet::seek(uint32_t bit, size
 
 Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string ranks,
                        uint32_t cache_capacity, LinkFigures own_link, SendFn send,
-                       bool hold_empty_joins)
+                       bool hold_empty_joins, CycleRoute route)
     : job_(std::move(job)),
       last_cycles_(nodes, 0),
       nodes_(nodes),
@@ -100,7 +101,10 @@ Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string
       agreed_eager_max_bytes_(eager_max_bytes(own_link, nodes)),
       send_(std::move(send)),
       cache_(cache_capacity),
-      hold_empty_joins_(hold_empty_joins) {}
+      hold_empty_joins_(hold_empty_joins),
+      route_(route),
+      relay_width_(std::bit_floor(std::max(nodes, 1u))),
+      relay_levels_(static_cast<uint32_t>(std::countr_zero(relay_width_))) {}
 
 void Negotiator::release_hold() {
   if (!holding_) return;
@@ -179,6 +183,23 @@ Negotiator::CycleState& Negotiator::cycle_state(uint64_t number) {
 }
 
 void Negotiator::on_cycle(uint32_t node, wire::Cycle::Reader cycle) {
+  take_part(node, cycle);
+  advance();
+}
+
+void Negotiator::on_relay(uint32_t node, capnp::List<wire::RelayedCycle>::Reader parts) {
+  for (const auto part : parts) {
+    const uint32_t origin = part.getOrigin();
+    if (origin >= nodes_ || origin == me_) {
+      throw std::invalid_argument(
+          fmt::format("job '{}': node {} passed on a cycle of node {}", job_, node, origin));
+    }
+    take_part(origin, part.getCycle());
+  }
+  advance();
+}
+
+void Negotiator::take_part(uint32_t node, wire::Cycle::Reader cycle) {
   const uint64_t number = cycle.getNumber();
   // A peer can be at most one cycle ahead: it cannot finish a cycle without our message.
   if (number != cycle_ + 1 && !(in_cycle_ && number == cycle_)) {
@@ -209,7 +230,6 @@ void Negotiator::on_cycle(uint32_t node, wire::Cycle::Reader cycle) {
   state.from[node] = std::move(from);
   ++state.received;
   last_cycles_[node] = number;
-  advance();
 }
 
 void Negotiator::read_eager(wire::Cycle::Reader cycle, EagerSet& eager, uint32_t node,
@@ -335,39 +355,111 @@ bool Negotiator::start_cycle_if_due() {
     ++reported_count_;
     ++counters_.cache_misses;
   }
-  capnp::MallocMessageBuilder message;
-  auto cycle = start_node_message(message, job_, me_).initCycle();
-  cycle.setNumber(cycle_);
-  auto ready = cycle.initReadyBits(static_cast<unsigned>(state.ready_bits.size()));
-  for (unsigned i = 0; i < ready.size(); ++i) ready.set(i, state.ready_bits[i]);
-  auto invalid = cycle.initInvalidBits(static_cast<unsigned>(state.invalid_bits.size()));
-  for (unsigned i = 0; i < invalid.size(); ++i) invalid.set(i, state.invalid_bits[i]);
-  auto uncached = cycle.initUncached(static_cast<unsigned>(state.uncached.size()));
-  for (unsigned i = 0; i < uncached.size(); ++i) {
-    write_proposal(state.uncached[i], ranks_, uncached[i]);
-  }
-  cycle.setAlphaSeconds(own_link_.alpha_seconds);
-  cycle.setBetaSecondsPerByte(own_link_.beta_seconds_per_byte);
-  cycle.setGammaSecondsPerByte(own_link_.gamma_seconds_per_byte);
-  const auto eager_count = static_cast<unsigned>(state.eager.entries.size());
-  auto eager_bits = cycle.initEagerBits(eager_count);
-  auto eager_sizes = cycle.initEagerSizes(eager_count);
-  for (unsigned e = 0; e < eager_count; ++e) {
-    eager_bits.set(e, state.eager.entries[e].bit);
-    eager_sizes.set(e, static_cast<uint32_t>(state.eager.entries[e].size));
-  }
-  cycle.setEagerData(kj::arrayPtr(state.eager.bytes.data(), state.eager.bytes.size()));
-  for (uint32_t node = 0; node < nodes_; ++node) {
-    if (node != me_) send_(node, message);
-  }
   CycleState& own = cycle_state(cycle_);
   own.from[me_] = std::move(state);
   ++own.received;
+  if (route_ == CycleRoute::kRelayed) {
+    relay(own);
+    return true;
+  }
+  capnp::MallocMessageBuilder message;
+  write_part(me_, *own.from[me_], cycle_, start_node_message(message, job_, me_).initCycle());
+  for (uint32_t node = 0; node < nodes_; ++node) {
+    if (node != me_) send_(node, message);
+  }
+  counters_.cycle_messages += nodes_ - 1;
   return true;
+}
+
+void Negotiator::write_part(uint32_t origin, const NodeCycle& part, uint64_t number,
+                            wire::Cycle::Builder cycle) const {
+  cycle.setNumber(number);
+  auto ready = cycle.initReadyBits(static_cast<unsigned>(part.ready_bits.size()));
+  for (unsigned i = 0; i < ready.size(); ++i) ready.set(i, part.ready_bits[i]);
+  auto invalid = cycle.initInvalidBits(static_cast<unsigned>(part.invalid_bits.size()));
+  for (unsigned i = 0; i < invalid.size(); ++i) invalid.set(i, part.invalid_bits[i]);
+  auto uncached = cycle.initUncached(static_cast<unsigned>(part.uncached.size()));
+  for (unsigned i = 0; i < uncached.size(); ++i) {
+    // This node's own proposals leave their ranks to it (Proposal::ranks).
+    const Proposal& p = part.uncached[i];
+    write_proposal(p, origin == me_ ? ranks_ : p.ranks, uncached[i]);
+  }
+  cycle.setAlphaSeconds(part.link.alpha_seconds);
+  cycle.setBetaSecondsPerByte(part.link.beta_seconds_per_byte);
+  cycle.setGammaSecondsPerByte(part.link.gamma_seconds_per_byte);
+  const auto eager_count = static_cast<unsigned>(part.eager.entries.size());
+  auto eager_bits = cycle.initEagerBits(eager_count);
+  auto eager_sizes = cycle.initEagerSizes(eager_count);
+  for (unsigned e = 0; e < eager_count; ++e) {
+    eager_bits.set(e, part.eager.entries[e].bit);
+    eager_sizes.set(e, static_cast<uint32_t>(part.eager.entries[e].size));
+  }
+  cycle.setEagerData(kj::arrayPtr(part.eager.bytes.data(), part.eager.bytes.size()));
+}
+
+template <typename Include>
+void Negotiator::send_parts(uint32_t to, const CycleState& state, Include include) {
+  unsigned count = 0;
+  for (uint32_t node = 0; node < nodes_; ++node) count += include(node) ? 1 : 0;
+  capnp::MallocMessageBuilder message;
+  auto parts = start_node_message(message, job_, me_).initRelay(count);
+  unsigned i = 0;
+  for (uint32_t node = 0; node < nodes_; ++node) {
+    if (!include(node)) continue;
+    parts[i].setOrigin(node);
+    write_part(node, *state.from[node], cycle_, parts[i].initCycle());
+    ++i;
+  }
+  send_(to, message);
+  ++counters_.cycle_messages;
+}
+
+void Negotiator::relay(CycleState& state) {
+  if (!state.from[me_]) return;  // not started here: nothing of this node's to pass on yet
+  if (me_ >= relay_width_) {
+    // Past the p nodes that exchange: hand this node's part to its partner among them, which
+    // sends every other part back once it has them all.
+    if (state.relays_sent == 0) {
+      send_parts(me_ - relay_width_, state, [this](uint32_t node) { return node == me_; });
+      state.relays_sent = 1;
+    }
+    return;
+  }
+  const uint32_t handed_in = me_ + relay_width_;
+  if (handed_in < nodes_ && !state.from[handed_in] && !state.told_handed_in) {
+    // The node that hands its part in hears of cycles from this node only: without a word it
+    // would not join one it has nothing new for, and every other node would wait for it.
+    send_parts(handed_in, state, [this](uint32_t node) { return node == me_; });
+    state.told_handed_in = true;
+  }
+  // Hop h goes to the node 2^h away with the parts of this node's block of 2^h nodes (and of
+  // the nodes past p that handed theirs to one of them): all of them must be here first.
+  auto in_block = [this](uint32_t node, uint32_t hop) {
+    return (relay_slot(node) >> hop) == (me_ >> hop);
+  };
+  auto block_known = [&](uint32_t hop) {
+    for (uint32_t node = 0; node < nodes_; ++node) {
+      if (in_block(node, hop) && !state.from[node]) return false;
+    }
+    return true;
+  };
+  while (state.relays_sent < relay_levels_ && block_known(state.relays_sent)) {
+    const uint32_t hop = state.relays_sent;
+    send_parts(me_ ^ (1u << hop), state, [&](uint32_t node) { return in_block(node, hop); });
+    ++state.relays_sent;
+  }
+  if (state.relays_sent == relay_levels_ && handed_in < nodes_ && state.received == nodes_) {
+    send_parts(handed_in, state, [&](uint32_t node) {
+      return node != handed_in && !(node == me_ && state.told_handed_in);
+    });
+    ++state.relays_sent;
+  }
 }
 
 bool Negotiator::complete_cycle() {
   CycleState& state = cycle_state(cycle_);
+  // What this node passes on goes before the cycle's parts are used up (apply).
+  if (route_ == CycleRoute::kRelayed) relay(state);
   if (state.received < nodes_) return false;
   const bool any_uncached = std::any_of(state.from.begin(), state.from.end(),
                                         [](const auto& n) { return !n->uncached.empty(); });

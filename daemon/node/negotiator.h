@@ -16,6 +16,14 @@
 // Only the oldest ready instance of a name takes part (ranks may be a step ahead), so the
 // instances of a name are decided in order. Pure logic over messages: the caller sends them.
 //
+// Routes. Sent straight to every other node, a cycle takes one hop and costs every node n-1
+// messages a cycle, which grows with the job. Relayed (recursive doubling, as an allreduce of
+// the parts), it takes log2(p) hops among p = bit_floor(n) nodes, each node sending one message
+// a hop with every part it knows so far; each of the n-p other nodes hands its part to a node
+// of the p first and gets every other part back from it at the end (two hops more); it hears
+// of a cycle another node started from that node only, which sends it its own part first. Every
+// node ends with every node's part, as by the direct route, and decides alike.
+//
 // Holding a join. A node with nothing at all to propose that joins a peer's cycle at once
 // makes that cycle decide nothing; its own proposal, a moment later, then needs a cycle of its
 // own, and the nodes fall into a rhythm of two cycles per collective (the first node's ranks
@@ -101,6 +109,12 @@ inline constexpr size_t kMaxUncachedPerCycle = 2048;
 // (eager data, 2048 reports with names of up to 256 bytes, the bit vectors).
 inline constexpr uint64_t kNodeMessageLimitWords = 2ull << 20;  // 16 MiB
 
+// How a node's part of a cycle reaches the others (see above).
+enum class CycleRoute {
+  kDirect,   // to every other node: one hop, n-1 messages per node and cycle
+  kRelayed,  // by recursive doubling: log2 n hops, about one message per node and hop
+};
+
 class Negotiator {
  public:
   using SendFn = std::function<void(uint32_t node, capnp::MessageBuilder& message)>;
@@ -108,7 +122,7 @@ class Negotiator {
   // `ranks`: this node's ranks in words ("ranks 2, 3"), for the coordinator's errors.
   Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string ranks,
              uint32_t cache_capacity, LinkFigures own_link, SendFn send,
-             bool hold_empty_joins = false);
+             bool hold_empty_joins = false, CycleRoute route = CycleRoute::kDirect);
 
   // A collective ready on this node, named by proposal.key. With `more_coming`, the caller has
   // more ready right now: the next cycle waits for them (one cycle for the lot instead of one
@@ -124,6 +138,8 @@ class Negotiator {
   // Messages from node `node` (already checked to be another node of this job). Throw
   // std::invalid_argument for messages no correct peer sends.
   void on_cycle(uint32_t node, wire::Cycle::Reader cycle);
+  // Node `node` passes on the parts it knows of one cycle (CycleRoute::kRelayed).
+  void on_relay(uint32_t node, capnp::List<wire::RelayedCycle>::Reader parts);
   void on_response(uint32_t node, wire::CycleResponse::Reader response);
 
   // A peer's cycle waits for this node, which holds back its (empty) part: see above.
@@ -148,6 +164,7 @@ class Negotiator {
     uint64_t cache_hits = 0;    // decided through the bit vector
     uint64_t cache_misses = 0;  // reported to the coordinator
     uint64_t cycles = 0;
+    uint64_t cycle_messages = 0;  // sent with parts of cycles (not the coordinator's answers)
   };
   const Counters& counters() const { return counters_; }
   // By node: the last cycle heard from it (this node's own: the last it started).
@@ -199,6 +216,10 @@ class Negotiator {
     std::vector<std::optional<NodeCycle>> from;  // by node
     size_t received = 0;
     std::optional<std::vector<Ruling>> response;
+    // CycleRoute::kRelayed: the hops this node has sent its parts on, and whether it told the
+    // node past p that hands its part to it of the cycle (with its own part).
+    uint32_t relays_sent = 0;
+    bool told_handed_in = false;
   };
   struct CoordinatorEntry {
     std::vector<bool> reported;  // by node
@@ -234,6 +255,21 @@ class Negotiator {
   // The contributions that ride with a peer's cycle. Throws std::invalid_argument for a layout
   // no correct peer sends.
   void read_eager(wire::Cycle::Reader cycle, EagerSet& eager, uint32_t node, uint64_t number) const;
+  // A part of cycle `number` from node `origin` (sent or relayed by another). Throws
+  // std::invalid_argument for a part no correct peer sends.
+  void take_part(uint32_t origin, wire::Cycle::Reader cycle);
+  void write_part(uint32_t origin, const NodeCycle& part, uint64_t number,
+                  wire::Cycle::Builder cycle) const;
+  // CycleRoute::kRelayed: sends on what `state`'s cycle has ready to go (see Routes above).
+  void relay(CycleState& state);
+  // The parts of `state` from the nodes `include` names, to `to`, in one message.
+  template <typename Include>
+  void send_parts(uint32_t to, const CycleState& state, Include include);
+  // Where node `node` sits among the p nodes that exchange: itself, or for one of the nodes
+  // past them, the node it hands its part to.
+  uint32_t relay_slot(uint32_t node) const {
+    return node < relay_width_ ? node : node - relay_width_;
+  }
   // Runs cycles for as long as there is something to do without waiting for a peer.
   void advance();
   bool start_cycle_if_due();
@@ -281,6 +317,9 @@ class Negotiator {
   uint64_t cycle_ = 0;  // the last cycle this node took part in
   bool in_cycle_ = false;
   bool hold_empty_joins_ = false;
+  CycleRoute route_;
+  uint32_t relay_width_;   // p: the largest power of two up to the node count
+  uint32_t relay_levels_;  // log2(p)
   bool holding_ = false;
   bool hold_released_ = false;
   std::vector<uint64_t> last_ready_bits_;

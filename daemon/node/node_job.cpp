@@ -42,6 +42,7 @@ void NodeJob::on_local_formed(std::vector<int32_t> ranks) {
   joined.setWireCodec(wire_codec_name(settings_.wire_codec));
   joined.setSlowLinkMessageBytes(settings_.slow_link_message_bytes);
   joined.setCutsMessages(true);
+  joined.setRelayMinNodes(settings_.relay_min_nodes);
   auto own_ranks = joined.initRanks(static_cast<unsigned>(ranks.size()));
   for (unsigned i = 0; i < ranks.size(); ++i) own_ranks.set(i, ranks[i]);
   for (uint32_t node = 0; node < links_.nodes(); ++node) {
@@ -57,6 +58,7 @@ void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined) {
   // themselves where the others expect them encoded.
   if (!joined.hasWireCodec()) without_codecs_.push_back(node);
   if (!joined.getCutsMessages()) without_message_cuts_ = true;
+  if (joined.getRelayMinNodes() == 0) without_relay_ = true;
   if (joined.hasRanks()) {
     // No node has more ranks than the job: more is some other fault, which the map names as a
     // rank outside WORLD_SIZE or one on two nodes.
@@ -70,6 +72,7 @@ void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined) {
   }
   if (node == 0) {
     agreed_.slow_link_message_bytes = joined.getSlowLinkMessageBytes();
+    agreed_.relay_min_nodes = joined.getRelayMinNodes();
     agreed_.cache_capacity = joined.getCacheCapacity();
     agreed_.algorithm = joined.getAlgorithm();
     agreed_.fusion_threshold_bytes = joined.getFusionThresholdBytes();
@@ -129,21 +132,25 @@ std::optional<std::string> NodeJob::finish_forming() {
   NodeResult error = probe_->result();
   probe_.reset();
   if (error) return error;
+  // Every node relays, or none: a daemon from before would take a relayed cycle for an error.
+  const bool relay =
+      !without_relay_ && agreed_.relay_min_nodes > 0 && links_.nodes() >= agreed_.relay_min_nodes;
   log_->info(
       "job '{}' formed on {} nodes; link to node {}: alpha {:.1f} us, beta {:.3f} GB/s; reduce "
       "{:.2f} GB/s; response cache {} entries, algorithm {}, wire codec {}, fusion up to {} bytes, "
-      "bulk data on slow links in messages of {} bytes",
+      "bulk data on slow links in messages of {} bytes, negotiation cycles {}",
       links_.job_name(), links_.nodes(), (links_.me() + links_.nodes() - 1) % links_.nodes(),
       own_link_.alpha_seconds * 1e6,
       own_link_.beta_seconds_per_byte > 0 ? 1e-9 / own_link_.beta_seconds_per_byte : 0.0,
       own_link_.gamma_seconds_per_byte > 0 ? 1e-9 / own_link_.gamma_seconds_per_byte : 0.0,
       agreed_.cache_capacity, agreed_.algorithm, wire_codec_name(agreed_.wire_codec),
-      agreed_.fusion_threshold_bytes, agreed_.slow_link_message_bytes);
+      agreed_.fusion_threshold_bytes, agreed_.slow_link_message_bytes,
+      relay ? "relayed" : "to every node");
   publish_own_link();
   negotiator_.emplace(
       links_.job_name(), links_.nodes(), links_.me(), ranks_, agreed_.cache_capacity, own_link_,
       [this](uint32_t node, capnp::MessageBuilder& message) { links_.send_control(node, message); },
-      settings_.join_hold.count() > 0);
+      settings_.join_hold.count() > 0, relay ? CycleRoute::kRelayed : CycleRoute::kDirect);
   try {
     for (auto& early : early_) {
       if (auto error = on_message(early->getRoot<wire::NodeMessage>().asReader())) {
@@ -215,6 +222,7 @@ std::optional<NodeJobError> NodeJob::on_message(wire::NodeMessage::Reader messag
         on_joined(node, message.getJoined());
         return form();
       case wire::NodeMessage::CYCLE:
+      case wire::NodeMessage::RELAY:
       case wire::NodeMessage::RESPONSE:
         if (!negotiator_) {
           // A node that formed first has started negotiating: keep it for when we have.
@@ -223,6 +231,8 @@ std::optional<NodeJobError> NodeJob::on_message(wire::NodeMessage::Reader messag
           early_.push_back(std::move(copy));
         } else if (message.isCycle()) {
           negotiator_->on_cycle(node, message.getCycle());
+        } else if (message.isRelay()) {
+          negotiator_->on_relay(node, message.getRelay());
         } else {
           negotiator_->on_response(node, message.getResponse());
         }

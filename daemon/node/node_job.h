@@ -48,6 +48,9 @@ struct NodeJobSettings {
   // bytes, which UCX sends without a rendezvous (transport::Mesh::largest_eager_message); 0:
   // never cut. Node 0's is agreed.
   uint64_t slow_link_message_bytes = 0;
+  // Jobs of at least this many nodes relay their negotiation cycles (CycleRoute::kRelayed);
+  // smaller ones send them to every node. Node 0's is agreed.
+  uint32_t relay_min_nodes = 8;
 };
 
 // Why a job cannot go on across nodes, and the status its ranks get.
@@ -244,6 +247,7 @@ class NodeJob {
   std::vector<bool> joined_;  // by node
   std::vector<uint32_t> without_codecs_;  // nodes whose daemon predates the wire codec
   bool without_message_cuts_ = false;     // a node's daemon predates cutting messages
+  bool without_relay_ = false;            // a node's daemon predates relayed cycles
   bool cutting_messages_ = false;         // the last step's bulk data went in eager messages
   NodeJobSettings agreed_;                // node 0's
   LinkFigures own_link_;

@@ -63,10 +63,12 @@ void NodeJob::report_negotiation() {
   const Negotiator::Counters& counters = negotiator_->counters();
   if (counters.cycles != reported_counters_.cycles ||
       counters.cache_hits != reported_counters_.cache_hits ||
-      counters.cache_misses != reported_counters_.cache_misses) {
+      counters.cache_misses != reported_counters_.cache_misses ||
+      counters.cycle_messages != reported_counters_.cycle_messages) {
     metrics_.negotiated(counters.cache_hits - reported_counters_.cache_hits,
                         counters.cache_misses - reported_counters_.cache_misses,
-                        counters.cycles - reported_counters_.cycles);
+                        counters.cycles - reported_counters_.cycles,
+                        counters.cycle_messages - reported_counters_.cycle_messages);
     reported_counters_ = counters;
   }
 }

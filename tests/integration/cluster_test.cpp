@@ -165,6 +165,32 @@ TEST_P(ResponseCacheTest, ManyStepsOfTheSameNamesAreRight) {
 INSTANTIATE_TEST_SUITE_P(Capacities, ResponseCacheTest, ::testing::Values(1024, 5, 0),
                          [](const auto& info) { return "capacity" + std::to_string(info.param); });
 
+// Negotiation cycles relayed by recursive doubling (forced from 2 nodes; jobs of 8 and more
+// relay by default): every collective on a node count that is a power of two and one that is
+// not (node 4 hands its part to node 0 and gets the rest back), and many steps with a cache
+// small enough to evict and renegotiate all the time, through the coordinator.
+TEST(Cluster, EveryCollectiveIsRightWithRelayedNegotiation) {
+  for (const Shape shape : {Shape{4, 1}, Shape{5, 1}}) {
+    SCOPED_TRACE(shape.nodes);
+    LoopbackCluster cluster(shape.nodes, "negotiation_relay_min_nodes = 2", true);
+    auto ranks = cluster.spawn("relayed", std::vector<int>(static_cast<size_t>(shape.nodes), 1),
+                               {"cluster"});
+    expect_all_succeed(ranks, cluster);
+    if (shape.nodes != 4) continue;
+    // Of 4 nodes, node 0 sends two messages a cycle (hops to nodes 1 and 2), not three; the
+    // job's last cycle may have ended before node 0 sent all of its part.
+    const std::string text = scrape(cluster.metrics_port());
+    const double cycles = sample(text, "gradsync_negotiation_cycles_total");
+    const double messages = sample(text, "gradsync_negotiation_messages_total");
+    EXPECT_GT(cycles, 10) << text;
+    EXPECT_LE(messages, 2 * cycles);
+    EXPECT_GE(messages, 2 * cycles - 2);
+  }
+  LoopbackCluster cluster(3, "negotiation_relay_min_nodes = 2\nresponse_cache_capacity = 5");
+  auto ranks = cluster.spawn("relayed_steps", {2, 1, 1}, {"steps", "30"});
+  expect_all_succeed(ranks, cluster);
+}
+
 // Hundreds of small tensors ready at once: more than one cycle message may carry (names and
 // contributions), so negotiation spreads them over several cycles.
 TEST(Cluster, HundredsOfSmallTensorsPerStep) {
@@ -385,6 +411,24 @@ TEST(Cluster, KilledPeerDaemonFailsSurvivingRanksWithinTenSeconds) {
                                            {"WORLD_SIZE", "1"}});
   }
   expect_all_succeed(after, cluster);
+}
+
+// Relayed, node 0 never talks to node 3 in a cycle of 4 nodes (its partners are 1 and 2):
+// small allreduces, which ride with the cycles, still fail everywhere within the bound when
+// node 3's daemon dies.
+TEST(Cluster, APeerKilledUnderRelayedNegotiationFailsEveryOtherRankWithinTenSeconds) {
+  LoopbackCluster cluster(4, "negotiation_relay_min_nodes = 2");
+  auto ranks = cluster.spawn("relay_victim", {1, 1, 1, 1}, {"loop", "8"});
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  cluster.daemon(3).process().signal(SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  for (size_t r = 0; r < 4; ++r) {
+    const auto status = ranks[r].wait_for(std::chrono::seconds(10));
+    ASSERT_TRUE(status) << "rank " << r << " hung after node 3's daemon died";
+    EXPECT_EQ(*status, r == 3 ? GRADSYNC_ERR_DAEMON_GONE : GRADSYNC_ERR_PEER_FAILED)
+        << "rank " << r;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(10));
 }
 
 // A rank SIGKILLed in the middle of training-shaped steps, on one node of three: every other

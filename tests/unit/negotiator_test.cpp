@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <deque>
 #include <functional>
 #include <map>
@@ -32,23 +33,31 @@ class Network {
  public:
   // Node n measured link_of(n); by default, figures that differ only in latency.
   Network(uint32_t nodes, uint32_t capacity, uint64_t seed, bool hold = false,
-          const std::function<LinkFigures(uint32_t)>& link_of = {})
-      : random_(seed) {
+          const std::function<LinkFigures(uint32_t)>& link_of = {},
+          CycleRoute route = CycleRoute::kDirect)
+      : random_(seed), sent_(nodes, 0) {
     for (uint32_t n = 0; n < nodes; ++n) {
       negotiators_.push_back(std::make_unique<Negotiator>(
           "job", nodes, n, "ranks " + std::to_string(n), capacity,
           link_of ? link_of(n) : LinkFigures{1e-5 * (n + 1), 1e-9, 1e-10},
           [this, n](uint32_t to, capnp::MessageBuilder& message) {
+            EXPECT_NE(to, n) << "a node sent itself a message";
             queues_[{n, to}].push_back(ipc::encode(message));
-            if (message.getRoot<wire::NodeMessage>().isResponse()) ++responses_;
+            if (message.getRoot<wire::NodeMessage>().isResponse()) {
+              ++responses_;
+            } else {
+              ++sent_[n];
+            }
           },
-          hold));
+          hold, route));
     }
   }
 
   Negotiator& node(uint32_t n) { return *negotiators_[n]; }
   uint32_t nodes() const { return static_cast<uint32_t>(negotiators_.size()); }
   uint64_t responses() const { return responses_; }
+  // The cycle messages (direct or relayed) node `n` has sent.
+  uint64_t cycle_messages_sent(uint32_t n) const { return sent_[n]; }
 
   // Delivers every message, one at a time from a random non-empty sender queue; when none is
   // left, releases the holds.
@@ -112,6 +121,7 @@ class Network {
     ipc::DecodedMessage decoded(bytes);
     const auto message = decoded.root<wire::NodeMessage>();
     if (message.isCycle()) node(to).on_cycle(from, message.getCycle());
+    if (message.isRelay()) node(to).on_relay(from, message.getRelay());
     if (message.isResponse()) node(to).on_response(from, message.getResponse());
   }
 
@@ -119,6 +129,7 @@ class Network {
   std::vector<std::unique_ptr<Negotiator>> negotiators_;
   std::map<std::pair<uint32_t, uint32_t>, std::deque<std::vector<uint8_t>>> queues_;
   uint64_t responses_ = 0;
+  std::vector<uint64_t> sent_;  // by node
 };
 
 Proposal allreduce(const std::string& name, uint64_t count) {
@@ -161,16 +172,17 @@ std::vector<std::string> tensor_names(int count) {
   return names;
 }
 
-// Node counts, each with joins held and not.
-class NegotiatorTest : public ::testing::TestWithParam<std::tuple<uint32_t, bool>> {
+// Node counts, each with joins held and not, each with cycles sent to every node and relayed.
+class NegotiatorTest : public ::testing::TestWithParam<std::tuple<uint32_t, bool, CycleRoute>> {
  protected:
   static uint32_t nodes() { return std::get<0>(GetParam()); }
   static bool hold() { return std::get<1>(GetParam()); }
+  static CycleRoute route() { return std::get<2>(GetParam()); }
 };
 
 TEST_P(NegotiatorTest, FirstStepThroughTheCoordinatorLaterStepsFromTheCache) {
   std::mt19937_64 random(nodes());
-  Network net(nodes(), 1024, nodes(), hold());
+  Network net(nodes(), 1024, nodes(), hold(), {}, route());
   const auto names = tensor_names(40);
   auto first = run_step(net, names, random);
   ASSERT_EQ(first.size(), names.size());
@@ -196,7 +208,7 @@ TEST_P(NegotiatorTest, FirstStepThroughTheCoordinatorLaterStepsFromTheCache) {
 
 TEST_P(NegotiatorTest, AChangedSizeIsRenegotiatedEverywhere) {
   std::mt19937_64 random(nodes());
-  Network net(nodes(), 1024, nodes(), hold());
+  Network net(nodes(), 1024, nodes(), hold(), {}, route());
   const auto names = tensor_names(8);
   run_step(net, names, random, 100);
   run_step(net, names, random, 100);
@@ -209,7 +221,7 @@ TEST_P(NegotiatorTest, AChangedSizeIsRenegotiatedEverywhere) {
 }
 
 TEST_P(NegotiatorTest, AMismatchFailsOnEveryNodeNamingTheNodes) {
-  Network net(nodes(), 1024, nodes(), hold());
+  Network net(nodes(), 1024, nodes(), hold(), {}, route());
   const uint32_t last = nodes() - 1;
   for (uint32_t n = 0; n < net.nodes(); ++n) net.node(n).propose(allreduce("w", n == last ? 7 : 5));
   net.deliver_all();
@@ -229,7 +241,7 @@ TEST_P(NegotiatorTest, AMismatchFailsOnEveryNodeNamingTheNodes) {
 // Device collectives are staged and never fused or sent eagerly: the nodes must agree that a
 // tensor is on device memory, as on its size (it crosses the wire with the proposal).
 TEST_P(NegotiatorTest, DeviceMemoryOnOneNodeAndHostMemoryOnAnotherIsAMismatch) {
-  Network net(nodes(), 1024, nodes(), hold());
+  Network net(nodes(), 1024, nodes(), hold(), {}, route());
   const uint32_t last = nodes() - 1;
   for (uint32_t n = 0; n < net.nodes(); ++n) {
     Proposal p = allreduce("w", 5);
@@ -264,7 +276,7 @@ TEST_P(NegotiatorTest, DeviceMemoryOnOneNodeAndHostMemoryOnAnotherIsAMismatch) {
 
 TEST_P(NegotiatorTest, ASmallCacheEvictsAndStaysConsistent) {
   std::mt19937_64 random(uint64_t{nodes()} * 7);
-  Network net(nodes(), 3, nodes(), hold());
+  Network net(nodes(), 3, nodes(), hold(), {}, route());
   const auto names = tensor_names(10);
   for (int step = 0; step < 6; ++step) EXPECT_EQ(run_step(net, names, random).size(), names.size());
   EXPECT_LE(net.node(0).cache().size(), 3u);
@@ -282,7 +294,7 @@ TEST_P(NegotiatorTest, ASmallCacheEvictsAndStaysConsistent) {
 
 TEST_P(NegotiatorTest, NoCacheSendsEverythingThroughTheCoordinator) {
   std::mt19937_64 random(nodes());
-  Network net(nodes(), 0, nodes(), hold());
+  Network net(nodes(), 0, nodes(), hold(), {}, route());
   const auto names = tensor_names(12);
   for (int step = 0; step < 3; ++step) EXPECT_EQ(run_step(net, names, random).size(), names.size());
   EXPECT_EQ(net.node(0).counters().cache_hits, 0u);
@@ -290,7 +302,7 @@ TEST_P(NegotiatorTest, NoCacheSendsEverythingThroughTheCoordinator) {
 }
 
 TEST_P(NegotiatorTest, ANodeAStepAheadHasItsInstancesDecidedInOrder) {
-  Network net(nodes(), 1024, nodes(), hold());
+  Network net(nodes(), 1024, nodes(), hold(), {}, route());
   // Node 0 proposes the same name for two steps before the others have the first.
   net.node(0).propose(allreduce("a", 1));
   net.node(0).propose(allreduce("a", 1));
@@ -307,7 +319,7 @@ TEST_P(NegotiatorTest, ANodeAStepAheadHasItsInstancesDecidedInOrder) {
 
 TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrderAligned) {
   std::mt19937_64 random(nodes());
-  Network net(nodes(), 1024, nodes(), hold());
+  Network net(nodes(), 1024, nodes(), hold(), {}, route());
   const auto names = tensor_names(6);
   run_step(net, names, random);  // through the coordinator: no data rides along yet
   for (const auto& name : names) {
@@ -364,7 +376,7 @@ void expect_own_cookies(Network& net, const std::vector<std::string>& order, uin
 }
 
 TEST_P(NegotiatorTest, DecisionsHandBackEachNodesOwnCookie) {
-  Network net(nodes(), 1024, nodes(), hold());
+  Network net(nodes(), 1024, nodes(), hold(), {}, route());
   const auto names = tensor_names(5);
   // Step 0 goes through the coordinator, step 1 through the cache.
   for (uint64_t step = 0; step < 2; ++step) expect_own_cookies(net, names, step);
@@ -374,7 +386,7 @@ TEST_P(NegotiatorTest, DecisionsHandBackEachNodesOwnCookie) {
 // (Negotiator::intern): the guess must never stand in for another name, whether steps keep
 // their order, reverse it, or bring a name not seen before.
 TEST_P(NegotiatorTest, NamesKeepTheirProposalsWhateverTheOrderOfTheSteps) {
-  Network net(nodes(), 1024, nodes(), hold());
+  Network net(nodes(), 1024, nodes(), hold(), {}, route());
   const auto names = tensor_names(8);
   std::vector<std::vector<std::string>> orders(3, names);
   std::reverse(orders[1].begin(), orders[1].end());
@@ -387,11 +399,81 @@ TEST_P(NegotiatorTest, NamesKeepTheirProposalsWhateverTheOrderOfTheSteps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Nodes, NegotiatorTest,
-                         ::testing::Combine(::testing::Values(2u, 3u, 5u), ::testing::Bool()),
+                         ::testing::Combine(::testing::Values(2u, 3u, 5u, 8u), ::testing::Bool(),
+                                            ::testing::Values(CycleRoute::kDirect,
+                                                              CycleRoute::kRelayed)),
                          [](const auto& info) {
                            return std::to_string(std::get<0>(info.param)) + "nodes" +
-                                  (std::get<1>(info.param) ? "HoldingJoins" : "");
+                                  (std::get<1>(info.param) ? "HoldingJoins" : "") +
+                                  (std::get<2>(info.param) == CycleRoute::kRelayed ? "Relayed"
+                                                                                   : "");
                          });
+
+// One cycle's messages per node: n-1 sent straight to every node; relayed, one per hop of
+// recursive doubling among the p = bit_floor(n) first nodes, two more for each of those that
+// takes the part of a node past them (it tells that node of the cycle, and sends it the rest),
+// one for each such node.
+TEST(Negotiator, RelayedCyclesCostEachNodeAMessageAHop) {
+  for (const uint32_t nodes : {2u, 3u, 4u, 6u, 8u, 13u, 16u}) {
+    for (const CycleRoute route : {CycleRoute::kDirect, CycleRoute::kRelayed}) {
+      Network net(nodes, 1024, nodes, false, {}, route);
+      for (uint32_t n = 0; n < nodes; ++n) net.node(n).propose(allreduce("w", 2));
+      net.deliver_all();  // through the coordinator: "w" is cached now
+      ASSERT_EQ(net.take_decisions()[0].size(), 1U);
+      std::vector<uint64_t> before(nodes);
+      for (uint32_t n = 0; n < nodes; ++n) before[n] = net.cycle_messages_sent(n);
+      const uint64_t cycles = net.node(0).counters().cycles;
+      // Every node proposes before any message moves: one cycle decides it.
+      for (uint32_t n = 0; n < nodes; ++n) net.node(n).propose(allreduce("w", 2));
+      net.deliver_all();
+      const auto decided = net.take_decisions();
+      const uint32_t p = std::bit_floor(nodes);
+      const auto hops = static_cast<uint64_t>(std::countr_zero(p));
+      for (uint32_t n = 0; n < nodes; ++n) {
+        SCOPED_TRACE(testing::Message() << nodes << " nodes, node " << n << ", "
+                                        << (route == CycleRoute::kRelayed ? "relayed" : "direct"));
+        EXPECT_EQ(keys(decided[n]), std::vector<std::string>{"w"});
+        EXPECT_EQ(net.node(n).counters().cycles - cycles, 1U);
+        uint64_t expected = nodes - 1;
+        if (route == CycleRoute::kRelayed) expected = n >= p ? 1 : hops + (n + p < nodes ? 2 : 0);
+        EXPECT_EQ(net.cycle_messages_sent(n) - before[n], expected);
+        EXPECT_EQ(net.node(n).counters().cycle_messages, net.cycle_messages_sent(n));
+      }
+    }
+  }
+}
+
+// Relayed cycles under many interleavings, on node counts with nodes past p (which hear of a
+// cycle from one node only), with a cache small enough to evict: every step's names are
+// decided within the step, alike on every node.
+TEST(Negotiator, RelayedCyclesDecideEveryStepUnderAnyDelivery) {
+  for (const uint32_t nodes : {3u, 6u, 7u}) {
+    for (uint64_t seed = 0; seed < 40; ++seed) {
+      for (const bool hold : {false, true}) {
+        SCOPED_TRACE(testing::Message() << nodes << " nodes, seed " << seed << ", hold " << hold);
+        std::mt19937_64 random(seed);
+        Network net(nodes, 3, seed, hold, {}, CycleRoute::kRelayed);
+        const auto names = tensor_names(6);
+        for (int step = 0; step < 4; ++step) {
+          ASSERT_EQ(run_step(net, names, random).size(), names.size()) << "step " << step;
+        }
+      }
+    }
+  }
+}
+
+// A relayed part claims a node of the job other than the receiver.
+TEST(Negotiator, RejectsRelayedPartsOfNoOtherNode) {
+  auto ignore = [](uint32_t, capnp::MessageBuilder&) {};
+  Negotiator node1("job", 4, 1, "ranks 1", 16, {}, ignore, false, CycleRoute::kRelayed);
+  for (const uint32_t origin : {1u, 4u}) {
+    capnp::MallocMessageBuilder message;
+    auto parts = message.initRoot<wire::NodeMessage>().initRelay(1);
+    parts[0].setOrigin(origin);
+    parts[0].initCycle().setNumber(1);
+    EXPECT_THROW(node1.on_relay(0, parts.asReader()), std::invalid_argument) << origin;
+  }
+}
 
 // Node 0's rank is a step ahead: its cycle reaches node 1 before node 1's rank submits.
 // Joining at once, node 1 makes that cycle decide nothing and the collective needs a second;
