@@ -150,14 +150,10 @@ CalibrationRun run_of(const Layout& layout, const NodeFigures& node, const LinkF
         predict_allreduce(layout, node, link, kCalibrationSmallBytes).algorithms[0].seconds,
         large.algorithms[0].seconds};
     run.cluster_halving_doubling_large_seconds = large.algorithms[1].seconds;
-    auto topk = [&](uint64_t bytes) {
-      return predict_allreduce(layout, node, link, bytes,
-                               {WireCodec::kTopK, kCalibrationTopKPercent})
-          .best()
-          .seconds;
-    };
-    run.cluster_topk_large_seconds = topk(run.large_bytes);
-    run.cluster_topk_double_seconds = topk(2 * run.large_bytes);
+    run.cluster_topk_large_seconds = predict_allreduce(layout, node, link, run.large_bytes,
+                                                       {WireCodec::kTopK, kCalibrationTopKPercent})
+                                         .best()
+                                         .seconds;
   }
   return run;
 }
@@ -202,37 +198,6 @@ TEST(Calibration, FitsTheWireToTheFasterAlgorithm) {
   }
 }
 
-// Timed at two sizes, the top-k codec's passes cost what the first run implies per byte up to
-// its size, and beyond it what the second took more: passes with a part that does not grow
-// with the size (4 namespace nodes ran so) are priced right beyond the calibration, and never
-// above the first run's rate below it. A second run no cheaper per byte keeps one rate.
-TEST(Calibration, TopKTimedAtTwoSizesPricesTheBytesBeyondTheFirstAtTheirOwnRate) {
-  const Layout layout{4, 2};
-  CalibrationRun run = run_of(layout, kHost, kLink);
-  const uint64_t large = run.large_bytes;
-  const double fixed_part = 5e-3;
-  const double per_byte = 0.4e-9;
-  auto passes = [&](uint64_t bytes) { return fixed_part + per_byte * static_cast<double>(bytes); };
-  auto timed = [&](uint64_t bytes) {
-    return topk_fixed_seconds(layout, kHost, kLink, bytes, kCalibrationTopKPercent) +
-           passes(bytes);
-  };
-  run.cluster_topk_large_seconds = timed(large);
-  run.cluster_topk_double_seconds = timed(2 * large);
-  const NodeFigures node = fit_figures(run).node;
-  EXPECT_EQ(node.topk_pass_knee_bytes, large);
-  for (const uint64_t bytes : {large, 2 * large, 8 * large}) {
-    EXPECT_NEAR(topk_passes(layout, node, bytes) / passes(bytes), 1, 1e-3) << bytes;
-  }
-  EXPECT_NEAR(topk_passes(layout, node, large / 2) / (passes(large) / 2), 1, 1e-3);
-
-  // Twice the passes at twice the size: no cheaper per byte.
-  run.cluster_topk_double_seconds =
-      topk_fixed_seconds(layout, kHost, kLink, 2 * large, kCalibrationTopKPercent) +
-      2 * passes(large);
-  EXPECT_EQ(fit_figures(run).node.topk_pass_knee_bytes, 0U);
-}
-
 TEST(Calibration, RefusesTimingsThatCannotBeFitted) {
   CalibrationRun run = run_of({2, 1}, kHost, kLink);
   run.local.large_seconds = run.local.small_seconds;
@@ -249,7 +214,6 @@ TEST(Calibration, SurvivesItsJsonAndNamesWhatIsMissing) {
   EXPECT_NEAR(*back.cluster_halving_doubling_large_seconds,
               *run.cluster_halving_doubling_large_seconds, 1e-12);
   EXPECT_NEAR(*back.cluster_topk_large_seconds, *run.cluster_topk_large_seconds, 1e-12);
-  EXPECT_NEAR(*back.cluster_topk_double_seconds, *run.cluster_topk_double_seconds, 1e-12);
   nlohmann::json other_percent = to_json(run);
   other_percent["cluster"]["topk_percent"] = 5;
   EXPECT_THROW(calibration_from_json(other_percent), std::invalid_argument);

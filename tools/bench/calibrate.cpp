@@ -182,8 +182,6 @@ void run_calibration(const BenchOptions& o, Communicator& comm, const gradsync_o
     const std::string topk = fmt::format("topk:{}", model::kCalibrationTopKPercent);
     run.cluster_topk_large_seconds =
         time_large(sibling_job(who, ".calibrate-topk"), run.large_bytes, topk.c_str());
-    run.cluster_topk_double_seconds =
-        time_large(sibling_job(who, ".calibrate-topk2"), 2 * run.large_bytes, topk.c_str());
   }
   if (who.rank != 0) return;
 
@@ -203,11 +201,10 @@ void run_calibration(const BenchOptions& o, Communicator& comm, const gradsync_o
   if (run.cluster) {
     std::printf(
         "  across the nodes, %llu bytes: ring %.2f ms, halving-doubling %.2f ms, top-k at %g%% "
-        "%.2f ms (%.2f ms at twice the size)\n",
+        "%.2f ms\n",
         static_cast<unsigned long long>(run.large_bytes), run.cluster->large_seconds * 1e3,
         run.cluster_halving_doubling_large_seconds.value_or(0) * 1e3,
-        model::kCalibrationTopKPercent, run.cluster_topk_large_seconds.value_or(0) * 1e3,
-        run.cluster_topk_double_seconds.value_or(0) * 1e3);
+        model::kCalibrationTopKPercent, run.cluster_topk_large_seconds.value_or(0) * 1e3);
   }
 }
 

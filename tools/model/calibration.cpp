@@ -84,22 +84,10 @@ Figures fit_figures(const CalibrationRun& run) {
                                                     *run.cluster_halving_doubling_large_seconds));
   }
   if (run.cluster_topk_large_seconds) {
-    // What a top-k run of `bytes` took beyond its two allreduces and the fixed cost.
-    auto passes = [&](double seconds, uint64_t bytes) {
-      return seconds - topk_fixed_seconds(run.layout, figures.node, figures.link, bytes,
-                                          kCalibrationTopKPercent);
-    };
-    const double at_large = passes(*run.cluster_topk_large_seconds, run.large_bytes);
-    figures.node.topk_pass_seconds_per_byte = std::max(kNegligibleSecondsPerByte, at_large / large);
-    const double per_byte =
-        run.cluster_topk_double_seconds
-            ? (passes(*run.cluster_topk_double_seconds, 2 * run.large_bytes) - at_large) / large
-            : 0;
-    // Where the second size costs as much per byte as the first or more (noise), one rate holds.
-    if (per_byte > kNegligibleSecondsPerByte && per_byte < figures.node.topk_pass_seconds_per_byte) {
-      figures.node.topk_pass_knee_bytes = run.large_bytes;
-      figures.node.topk_pass_seconds_per_byte_beyond_knee = per_byte;
-    }
+    const double passes = *run.cluster_topk_large_seconds -
+                          topk_fixed_seconds(run.layout, figures.node, figures.link,
+                                             run.large_bytes, kCalibrationTopKPercent);
+    figures.node.topk_pass_seconds_per_byte = std::max(kNegligibleSecondsPerByte, passes / large);
   }
   return figures;
 }
@@ -121,9 +109,6 @@ nlohmann::json to_json(const CalibrationRun& run) {
   if (run.cluster && run.cluster_topk_large_seconds) {
     out["cluster"]["topk_large_us"] = *run.cluster_topk_large_seconds * 1e6;
     out["cluster"]["topk_percent"] = kCalibrationTopKPercent;
-    if (run.cluster_topk_double_seconds) {
-      out["cluster"]["topk_double_us"] = *run.cluster_topk_double_seconds * 1e6;
-    }
   }
   return out;
 }
@@ -163,10 +148,6 @@ CalibrationRun calibration_from_json(const nlohmann::json& in) {
       }
       run.cluster_topk_large_seconds =
           number(cluster, "topk_large_us", "calibration.cluster") / 1e6;
-      if (cluster.contains("topk_double_us")) {
-        run.cluster_topk_double_seconds =
-            number(cluster, "topk_double_us", "calibration.cluster") / 1e6;
-      }
     }
   } else if (run.layout.nodes > 1) {
     throw std::invalid_argument("calibration: a run on several nodes needs 'cluster'");

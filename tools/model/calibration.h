@@ -41,11 +41,8 @@ struct CalibrationRun {
   // calibrations older than it.
   std::optional<double> cluster_halving_doubling_large_seconds;
   // The large allreduce across the nodes with the top-k codec at kCalibrationTopKPercent;
-  // absent on one node, and in calibrations older than it. The same at twice the large size:
-  // the passes cost less per byte beyond the large size than up to it (4 namespace nodes: one
-  // rate for all sizes took 256 MiB for 22-43% slower than it ran).
+  // absent on one node, and in calibrations older than it.
   std::optional<double> cluster_topk_large_seconds;
-  std::optional<double> cluster_topk_double_seconds;
 };
 
 struct Figures {
@@ -59,8 +56,7 @@ struct Figures {
 // messages' rendezvous and wake-ups on shared cores) is no property of the wire. Throws
 // std::invalid_argument when the run's timings cannot be fitted (a large allreduce no slower
 // than a small one). With a top-k run, the codec's passes cost per byte what that run took
-// beyond its two allreduces and a collective's fixed cost; with a second at twice the size,
-// their difference sets the rate beyond the first's size.
+// beyond its two allreduces and a collective's fixed cost.
 Figures fit_figures(const CalibrationRun& run);
 
 nlohmann::json to_json(const CalibrationRun& run);

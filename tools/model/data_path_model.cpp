@@ -49,14 +49,7 @@ double topk_fixed_seconds(const Layout& layout, const NodeFigures& node, const L
 
 double topk_passes(const Layout& layout, const NodeFigures& node, uint64_t bytes) {
   const double s = static_cast<double>(bytes);
-  if (node.topk_pass_seconds_per_byte > 0) {
-    if (node.topk_pass_knee_bytes == 0 || bytes <= node.topk_pass_knee_bytes) {
-      return s * node.topk_pass_seconds_per_byte;
-    }
-    const auto knee = static_cast<double>(node.topk_pass_knee_bytes);
-    return knee * node.topk_pass_seconds_per_byte +
-           (s - knee) * node.topk_pass_seconds_per_byte_beyond_knee;
-  }
+  if (node.topk_pass_seconds_per_byte > 0) return s * node.topk_pass_seconds_per_byte;
   // The local stages, the pass through the held-back buffer (3S) and the result's zeros (S).
   return local_seconds(layout, node, bytes) + 4.0 * s / node.local_bytes_per_second;
 }

@@ -44,11 +44,8 @@ struct NodeFigures {
   bool stages_overlap = false;
   // The top-k codec's passes over a tensor (its local sums into the held-back values, the
   // choice, the result's zeros), per byte of it, as a calibration timed them; 0: priced from
-  // the local stages' bandwidth instead. A calibration that timed two sizes sets the rate
-  // beyond the first (its large size, the knee) from their difference; 0: no knee.
+  // the local stages' bandwidth instead.
   double topk_pass_seconds_per_byte = 0;
-  uint64_t topk_pass_knee_bytes = 0;
-  double topk_pass_seconds_per_byte_beyond_knee = 0;
 };
 
 // The network between nodes; gamma is the reduction of what arrives.
