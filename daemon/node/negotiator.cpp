@@ -104,7 +104,13 @@ Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string
       hold_empty_joins_(hold_empty_joins),
       route_(route),
       relay_width_(std::bit_floor(std::max(nodes, 1u))),
-      relay_levels_(static_cast<uint32_t>(std::countr_zero(relay_width_))) {}
+      relay_levels_(static_cast<uint32_t>(std::countr_zero(relay_width_))),
+      uncached_per_part_(route == CycleRoute::kRelayed && nodes > 2
+                             ? std::max<size_t>(kMaxUncachedPerCycle / (nodes - 1), 1)
+                             : kMaxUncachedPerCycle),
+      eager_bytes_per_part_(route == CycleRoute::kRelayed && nodes > 2
+                                ? kEagerMaxTotalBytes / (nodes - 1)
+                                : kEagerMaxTotalBytes) {}
 
 void Negotiator::release_hold() {
   if (!holding_) return;
@@ -295,13 +301,13 @@ Negotiator::NodeCycle Negotiator::own_state() const {
       // so the look that starts a cycle writes the names it decides.
       if (bit_names_.size() <= bit) bit_names_.resize(cache_.bit_span(), kNoName);
       bit_names_[bit] = id;
-      if (!oldest.eager.empty() && eager_bytes + oldest.eager.size() <= kEagerMaxTotalBytes) {
+      if (!oldest.eager.empty() && eager_bytes + oldest.eager.size() <= eager_bytes_per_part_) {
         eager_bytes += oldest.eager.size();
         ++eager_count;
         if (eager_by_bit_.size() <= bit) eager_by_bit_.resize(cache_.bit_span(), nullptr);
         eager_by_bit_[bit] = &oldest.eager;
       }
-    } else if (state.uncached.size() < kMaxUncachedPerCycle) {
+    } else if (state.uncached.size() < uncached_per_part_) {
       Proposal& report = state.uncached.emplace_back();
       report.key = name.key;
       report.signature = oldest.signature;

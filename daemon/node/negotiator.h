@@ -105,6 +105,8 @@ inline constexpr size_t kEagerMaxTotalBytes = 256 << 10;
 // At most this many uncached collectives per cycle message (the rest go in the next cycles),
 // so that a cycle message stays well inside kNodeMessageLimitWords.
 inline constexpr size_t kMaxUncachedPerCycle = 2048;
+// Relayed, a message carries up to n-1 nodes' parts: each node's part gets 1/(n-1) of both
+// budgets (reports at least one), so that no message is larger than a part sent directly.
 // What a node daemon reads of one message from another: above the largest cycle message
 // (eager data, 2048 reports with names of up to 256 bytes, the bit vectors).
 inline constexpr uint64_t kNodeMessageLimitWords = 2ull << 20;  // 16 MiB
@@ -320,6 +322,10 @@ class Negotiator {
   CycleRoute route_;
   uint32_t relay_width_;   // p: the largest power of two up to the node count
   uint32_t relay_levels_;  // log2(p)
+  // What this node's part of a cycle holds at most: kMaxUncachedPerCycle reports and
+  // kEagerMaxTotalBytes of contributions, shared among the parts a relayed message carries.
+  size_t uncached_per_part_;
+  size_t eager_bytes_per_part_;
   bool holding_ = false;
   bool hold_released_ = false;
   std::vector<uint64_t> last_ready_bits_;

@@ -42,6 +42,7 @@ class Network {
           link_of ? link_of(n) : LinkFigures{1e-5 * (n + 1), 1e-9, 1e-10},
           [this, n](uint32_t to, capnp::MessageBuilder& message) {
             EXPECT_NE(to, n) << "a node sent itself a message";
+            measure(message.getRoot<wire::NodeMessage>().asReader());
             queues_[{n, to}].push_back(ipc::encode(message));
             if (message.getRoot<wire::NodeMessage>().isResponse()) {
               ++responses_;
@@ -58,6 +59,9 @@ class Network {
   uint64_t responses() const { return responses_; }
   // The cycle messages (direct or relayed) node `n` has sent.
   uint64_t cycle_messages_sent(uint32_t n) const { return sent_[n]; }
+  // The most reports of uncached names, and bytes of contributions, one message carried.
+  size_t most_reports() const { return most_reports_; }
+  size_t most_eager_bytes() const { return most_eager_bytes_; }
 
   // Delivers every message, one at a time from a random non-empty sender queue; when none is
   // left, releases the holds.
@@ -117,8 +121,23 @@ class Network {
   }
 
  private:
+  void measure(wire::NodeMessage::Reader message) {
+    size_t reports = 0;
+    size_t eager = 0;
+    auto add = [&](wire::Cycle::Reader cycle) {
+      reports += cycle.getUncached().size();
+      eager += cycle.getEagerData().size();
+    };
+    if (message.isCycle()) add(message.getCycle());
+    if (message.isRelay()) {
+      for (const auto part : message.getRelay()) add(part.getCycle());
+    }
+    most_reports_ = std::max(most_reports_, reports);
+    most_eager_bytes_ = std::max(most_eager_bytes_, eager);
+  }
+
   void dispatch(uint32_t from, uint32_t to, const std::vector<uint8_t>& bytes) {
-    ipc::DecodedMessage decoded(bytes);
+    ipc::DecodedMessage decoded(bytes, kNodeMessageLimitWords);  // as the engine reads them
     const auto message = decoded.root<wire::NodeMessage>();
     if (message.isCycle()) node(to).on_cycle(from, message.getCycle());
     if (message.isRelay()) node(to).on_relay(from, message.getRelay());
@@ -130,6 +149,8 @@ class Network {
   std::map<std::pair<uint32_t, uint32_t>, std::deque<std::vector<uint8_t>>> queues_;
   uint64_t responses_ = 0;
   std::vector<uint64_t> sent_;  // by node
+  size_t most_reports_ = 0;
+  size_t most_eager_bytes_ = 0;
 };
 
 Proposal allreduce(const std::string& name, uint64_t count) {
@@ -460,6 +481,33 @@ TEST(Negotiator, RelayedCyclesDecideEveryStepUnderAnyDelivery) {
       }
     }
   }
+}
+
+// A relayed message carries up to n-1 nodes' parts, each with its share of what one part sent
+// directly may hold: 600 new names on 9 nodes (a part reports 256 a cycle), then 600
+// contributions of 4 KiB each (32 KiB a part), all decided, and no message past a direct
+// part's bounds.
+TEST(Negotiator, RelayedMessagesHoldNoMoreThanAPartSentDirectly) {
+  const uint32_t nodes = 9;
+  Network net(nodes, 1024, 1, false, {}, CycleRoute::kRelayed);
+  const auto names = tensor_names(600);
+  for (const bool with_data : {false, true}) {
+    // Every name ready on every node before any message moves.
+    for (uint32_t n = 0; n < nodes; ++n) {
+      for (size_t i = 0; i < names.size(); ++i) {
+        Proposal p = allreduce(names[i], 100);
+        if (with_data) p.eager.assign(4096, static_cast<uint8_t>(n));
+        net.node(n).propose(std::move(p), i + 1 < names.size());
+      }
+    }
+    net.deliver_all();
+    const auto decided = net.take_decisions();
+    for (uint32_t n = 0; n < nodes; ++n) EXPECT_EQ(decided[n].size(), names.size()) << n;
+  }
+  EXPECT_GT(net.most_reports(), kMaxUncachedPerCycle / 2);
+  EXPECT_LE(net.most_reports(), kMaxUncachedPerCycle);
+  EXPECT_GT(net.most_eager_bytes(), kEagerMaxTotalBytes / 2);
+  EXPECT_LE(net.most_eager_bytes(), kEagerMaxTotalBytes);
 }
 
 // A relayed part claims a node of the job other than the receiver.
