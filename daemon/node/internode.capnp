@@ -44,10 +44,10 @@ struct Ready {
 }
 
 # One node's part of a negotiation cycle, sent to every other node (or relayed: RelayedCycle).
-# The AND of readyBits over
-# all nodes says which cached collectives run; the OR of invalidBits which cache entries are
-# evicted (a node has that name with another size or type). The link figures feed the
-# algorithm chooser: every node uses the largest of each, so every node chooses the same.
+# The AND of readyBits over all nodes says which cached collectives run; the OR of invalidBits
+# which cache entries are evicted (a node has that name with another size or type). The link
+# figures feed the algorithm chooser: every node uses the largest of each, so every node
+# chooses the same.
 struct Cycle {
   number @0 :UInt64;
   readyBits @1 :List(UInt64);

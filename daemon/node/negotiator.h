@@ -257,9 +257,9 @@ class Negotiator {
   // The contributions that ride with a peer's cycle. Throws std::invalid_argument for a layout
   // no correct peer sends.
   void read_eager(wire::Cycle::Reader cycle, EagerSet& eager, uint32_t node, uint64_t number) const;
-  // A part of cycle `number` from node `origin` (sent or relayed by another). Throws
+  // Node `node`'s part of a cycle (sent by it, or relayed by another). Throws
   // std::invalid_argument for a part no correct peer sends.
-  void take_part(uint32_t origin, wire::Cycle::Reader cycle);
+  void take_part(uint32_t node, wire::Cycle::Reader cycle);
   void write_part(uint32_t origin, const NodeCycle& part, uint64_t number,
                   wire::Cycle::Builder cycle) const;
   // CycleRoute::kRelayed: sends on what `state`'s cycle has ready to go (see Routes above).
