@@ -37,6 +37,24 @@ void expect_all_succeed(std::vector<tools::ChildProcess>& children,
   }
 }
 
+// Kills node `node`'s daemon with SIGKILL once the ranks (one per node, rank n on node n) are
+// under way: every rank ends within 10 s, the dead node's told its daemon is gone, every other
+// one that a peer failed.
+void kill_daemon_and_expect_every_rank_fails(LoopbackCluster& cluster,
+                                             std::vector<tools::ChildProcess>& ranks, int node) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  cluster.daemon(node).process().signal(SIGKILL);
+  const auto killed_at = std::chrono::steady_clock::now();
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const auto status = ranks[r].wait_for(std::chrono::seconds(10));
+    ASSERT_TRUE(status) << "rank " << r << " hung after node " << node << "'s daemon died";
+    EXPECT_EQ(*status,
+              r == static_cast<size_t>(node) ? GRADSYNC_ERR_DAEMON_GONE : GRADSYNC_ERR_PEER_FAILED)
+        << "rank " << r;
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(10));
+}
+
 struct Shape {
   int nodes;
   int ranks_per_node;
@@ -390,16 +408,7 @@ TEST(Cluster, MismatchAcrossNodesIsAnErrorForEveryRank) {
 TEST(Cluster, KilledPeerDaemonFailsSurvivingRanksWithinTenSeconds) {
   LoopbackCluster cluster(3);
   auto ranks = cluster.spawn("victim", {1, 1, 1}, {"loop", std::to_string(1 << 20)});
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
-  cluster.daemon(2).process().signal(SIGKILL);
-  const auto killed_at = std::chrono::steady_clock::now();
-  for (size_t r = 0; r < 3; ++r) {
-    const auto status = ranks[r].wait_for(std::chrono::seconds(10));
-    ASSERT_TRUE(status) << "rank " << r << " hung after node 2's daemon died";
-    EXPECT_EQ(*status, r == 2 ? GRADSYNC_ERR_DAEMON_GONE : GRADSYNC_ERR_PEER_FAILED)
-        << "rank " << r;
-  }
-  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(10));
+  ASSERT_NO_FATAL_FAILURE(kill_daemon_and_expect_every_rank_fails(cluster, ranks, 2));
   // The survivors keep serving other jobs.
   std::vector<tools::ChildProcess> after;
   for (int node : {0, 1}) {
@@ -419,16 +428,7 @@ TEST(Cluster, KilledPeerDaemonFailsSurvivingRanksWithinTenSeconds) {
 TEST(Cluster, APeerKilledUnderRelayedNegotiationFailsEveryOtherRankWithinTenSeconds) {
   LoopbackCluster cluster(4, "negotiation_relay_min_nodes = 2");
   auto ranks = cluster.spawn("relay_victim", {1, 1, 1, 1}, {"loop", "8"});
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
-  cluster.daemon(3).process().signal(SIGKILL);
-  const auto killed_at = std::chrono::steady_clock::now();
-  for (size_t r = 0; r < 4; ++r) {
-    const auto status = ranks[r].wait_for(std::chrono::seconds(10));
-    ASSERT_TRUE(status) << "rank " << r << " hung after node 3's daemon died";
-    EXPECT_EQ(*status, r == 3 ? GRADSYNC_ERR_DAEMON_GONE : GRADSYNC_ERR_PEER_FAILED)
-        << "rank " << r;
-  }
-  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(10));
+  kill_daemon_and_expect_every_rank_fails(cluster, ranks, 3);
 }
 
 // A rank SIGKILLed in the middle of training-shaped steps, on one node of three: every other
@@ -442,16 +442,7 @@ TEST(Cluster, ADaemonKilledMidChainBroadcastFailsEveryOtherRankWithinTenSeconds)
   auto ranks =
       cluster.spawn("chain_victim", {1, 1, 1}, {"loop_broadcast", std::to_string(16 << 20)},
                     {{"GRADSYNC_ALGO", "ring"}});
-  std::this_thread::sleep_for(std::chrono::milliseconds(700));
-  cluster.daemon(1).process().signal(SIGKILL);
-  const auto killed_at = std::chrono::steady_clock::now();
-  for (size_t r = 0; r < 3; ++r) {
-    const auto status = ranks[r].wait_for(std::chrono::seconds(10));
-    ASSERT_TRUE(status) << "rank " << r << " hung after node 1's daemon died";
-    EXPECT_EQ(*status, r == 1 ? GRADSYNC_ERR_DAEMON_GONE : GRADSYNC_ERR_PEER_FAILED)
-        << "rank " << r;
-  }
-  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, std::chrono::seconds(10));
+  kill_daemon_and_expect_every_rank_fails(cluster, ranks, 1);
 }
 
 TEST(Cluster, ARankKilledMidStepFailsEveryOtherRankOnEveryNode) {
