@@ -27,6 +27,9 @@ struct Joined {
   # agreed. A daemon from before leaves it 0, and then every node sends its cycles to every
   # other node.
   relayMinNodes @7 :UInt32;
+  # Set by every daemon that passes node 0's answers (CycleResponse) on down the relay's tree:
+  # a daemon from before waits for them from node 0, so then no node relays.
+  relaysAnswers @8 :Bool;
 }
 
 # A collective (or a group, named by its first member) ready on the sending node and not in

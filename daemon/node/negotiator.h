@@ -22,7 +22,9 @@
 // a hop with every part it knows so far; each of the n-p other nodes hands its part to a node
 // of the p first and gets every other part back from it at the end (two hops more); it hears
 // of a cycle another node started from that node only, which sends it its own part first. Every
-// node ends with every node's part, as by the direct route, and decides alike.
+// node ends with every node's part, as by the direct route, and decides alike. The
+// coordinator's answer goes the same way: from node 0 to every node, or relayed down a
+// binomial tree rooted at node 0 (ceil(log2 n) hops; a node sends it on at most log2 n times).
 //
 // Holding a join. A node with nothing at all to propose that joins a peer's cycle at once
 // makes that cycle decide nothing; its own proposal, a moment later, then needs a cycle of its
@@ -42,6 +44,7 @@
 #include <capnp/message.h>
 #include <gradsync/gradsync.h>
 
+#include <bit>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -262,6 +265,9 @@ class Negotiator {
   void take_part(uint32_t node, wire::Cycle::Reader cycle);
   void write_part(uint32_t origin, const NodeCycle& part, uint64_t number,
                   wire::Cycle::Builder cycle) const;
+  // Routes (negotiator_routes.cpp, through send_response). Sends this node's part of the
+  // cycle it just started, `own`, by the job's route.
+  void send_own_part(CycleState& own);
   // CycleRoute::kRelayed: sends on what `state`'s cycle has ready to go (see Routes above).
   void relay(CycleState& state);
   // The parts of `state` from the nodes `include` names, to `to`, in one message.
@@ -271,6 +277,15 @@ class Negotiator {
   // past them, the node it hands its part to.
   uint32_t relay_slot(uint32_t node) const {
     return node < relay_width_ ? node : node - relay_width_;
+  }
+  // Sends on the coordinator's answer (node 0's, or one this node received): to every node
+  // (CycleRoute::kDirect, node 0 only), or to this node's children in a binomial tree rooted at
+  // node 0 (kRelayed).
+  void send_response(capnp::MessageBuilder& message);
+  // The node this one hears the coordinator's answer from (not node 0 itself): node 0, or
+  // relayed, its parent in that tree.
+  uint32_t response_sender() const {
+    return route_ == CycleRoute::kRelayed ? me_ - std::bit_floor(me_) : 0;
   }
   // Runs cycles for as long as there is something to do without waiting for a peer.
   void advance();

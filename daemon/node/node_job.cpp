@@ -43,6 +43,7 @@ void NodeJob::on_local_formed(std::vector<int32_t> ranks) {
   joined.setSlowLinkMessageBytes(settings_.slow_link_message_bytes);
   joined.setCutsMessages(true);
   joined.setRelayMinNodes(settings_.relay_min_nodes);
+  joined.setRelaysAnswers(true);
   auto own_ranks = joined.initRanks(static_cast<unsigned>(ranks.size()));
   for (unsigned i = 0; i < ranks.size(); ++i) own_ranks.set(i, ranks[i]);
   for (uint32_t node = 0; node < links_.nodes(); ++node) {
@@ -58,7 +59,7 @@ void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined) {
   // themselves where the others expect them encoded.
   if (!joined.hasWireCodec()) without_codecs_.push_back(node);
   if (!joined.getCutsMessages()) without_message_cuts_ = true;
-  if (joined.getRelayMinNodes() == 0) without_relay_ = true;
+  if (joined.getRelayMinNodes() == 0 || !joined.getRelaysAnswers()) without_relay_ = true;
   if (joined.hasRanks()) {
     // No node has more ranks than the job: more is some other fault, which the map names as a
     // rank outside WORLD_SIZE or one on two nodes.

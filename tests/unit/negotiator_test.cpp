@@ -35,7 +35,7 @@ class Network {
   Network(uint32_t nodes, uint32_t capacity, uint64_t seed, bool hold = false,
           const std::function<LinkFigures(uint32_t)>& link_of = {},
           CycleRoute route = CycleRoute::kDirect)
-      : random_(seed), sent_(nodes, 0) {
+      : random_(seed), sent_(nodes, 0), responses_sent_(nodes, 0) {
     for (uint32_t n = 0; n < nodes; ++n) {
       negotiators_.push_back(std::make_unique<Negotiator>(
           "job", nodes, n, "ranks " + std::to_string(n), capacity,
@@ -46,6 +46,7 @@ class Network {
             queues_[{n, to}].push_back(ipc::encode(message));
             if (message.getRoot<wire::NodeMessage>().isResponse()) {
               ++responses_;
+              ++responses_sent_[n];
             } else {
               ++sent_[n];
             }
@@ -57,6 +58,8 @@ class Network {
   Negotiator& node(uint32_t n) { return *negotiators_[n]; }
   uint32_t nodes() const { return static_cast<uint32_t>(negotiators_.size()); }
   uint64_t responses() const { return responses_; }
+  // The coordinator's answers node `n` has sent (node 0's own, or passed on).
+  uint64_t responses_sent(uint32_t n) const { return responses_sent_[n]; }
   // The cycle messages (direct or relayed) node `n` has sent.
   uint64_t cycle_messages_sent(uint32_t n) const { return sent_[n]; }
   // The most reports of uncached names, and bytes of contributions, one message carried.
@@ -148,7 +151,8 @@ class Network {
   std::vector<std::unique_ptr<Negotiator>> negotiators_;
   std::map<std::pair<uint32_t, uint32_t>, std::deque<std::vector<uint8_t>>> queues_;
   uint64_t responses_ = 0;
-  std::vector<uint64_t> sent_;  // by node
+  std::vector<uint64_t> sent_;            // by node
+  std::vector<uint64_t> responses_sent_;  // by node
   size_t most_reports_ = 0;
   size_t most_eager_bytes_ = 0;
 };
@@ -462,6 +466,41 @@ TEST(Negotiator, RelayedCyclesCostEachNodeAMessageAHop) {
       }
     }
   }
+}
+
+// The coordinator's answer: node 0 sends it to every node directly; relayed, node c hears it
+// from node c - bit_floor(c) (the node that differs in c's highest bit), which passes it on.
+TEST(Negotiator, RelayedAnswersGoDownABinomialTreeFromTheCoordinator) {
+  for (const uint32_t nodes : {2u, 3u, 5u, 8u, 13u, 16u}) {
+    for (const CycleRoute route : {CycleRoute::kDirect, CycleRoute::kRelayed}) {
+      Network net(nodes, 1024, nodes, false, {}, route);
+      for (uint32_t n = 0; n < nodes; ++n) net.node(n).propose(allreduce("w", 2));
+      net.deliver_all();
+      const auto decided = net.take_decisions();
+      std::vector<uint64_t> expected(nodes, 0);
+      for (uint32_t c = 1; c < nodes; ++c) {
+        ++expected[route == CycleRoute::kRelayed ? c - std::bit_floor(c) : 0];
+      }
+      for (uint32_t n = 0; n < nodes; ++n) {
+        SCOPED_TRACE(testing::Message() << nodes << " nodes, node " << n << ", "
+                                        << (route == CycleRoute::kRelayed ? "relayed" : "direct"));
+        EXPECT_EQ(keys(decided[n]), std::vector<std::string>{"w"});
+        EXPECT_EQ(net.responses_sent(n), expected[n]);
+        if (route == CycleRoute::kRelayed) {
+          EXPECT_LE(net.responses_sent(n), static_cast<uint64_t>(std::bit_width(nodes - 1)));
+        }
+      }
+    }
+  }
+  // Relayed, an answer from any node but the parent is refused.
+  auto ignore = [](uint32_t, capnp::MessageBuilder&) {};
+  Negotiator node3("job", 4, 3, "ranks 3", 16, {}, ignore, false, CycleRoute::kRelayed);
+  node3.propose(allreduce("x", 1));  // starts cycle 1, reporting x
+  capnp::MallocMessageBuilder reply;
+  auto response = reply.initRoot<wire::NodeMessage>().initResponse();
+  response.setNumber(1);
+  EXPECT_THROW(node3.on_response(0, response.asReader()), std::invalid_argument);
+  EXPECT_NO_THROW(node3.on_response(1, response.asReader()));
 }
 
 // Relayed cycles under many interleavings, on node counts with nodes past p (which hear of a
