@@ -189,11 +189,21 @@ Negotiator::CycleState& Negotiator::cycle_state(uint64_t number) {
 }
 
 void Negotiator::on_cycle(uint32_t node, wire::Cycle::Reader cycle) {
+  // Each route has its own message: a part sent directly in a job that relays them (or the
+  // other way round) comes from a peer that took another route, and would be a part twice.
+  if (route_ != CycleRoute::kDirect) {
+    throw std::invalid_argument(fmt::format(
+        "job '{}': node {} sent its cycle directly in a job that relays them", job_, node));
+  }
   take_part(node, cycle);
   advance();
 }
 
 void Negotiator::on_relay(uint32_t node, capnp::List<wire::RelayedCycle>::Reader parts) {
+  if (route_ != CycleRoute::kRelayed) {
+    throw std::invalid_argument(fmt::format(
+        "job '{}': node {} relayed cycles in a job that sends them directly", job_, node));
+  }
   for (const auto part : parts) {
     const uint32_t origin = part.getOrigin();
     if (origin >= nodes_ || origin == me_) {

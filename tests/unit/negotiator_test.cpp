@@ -562,6 +562,26 @@ TEST(Negotiator, RejectsRelayedPartsOfNoOtherNode) {
   }
 }
 
+// A part that comes by the other route than the job's: from a peer that took that route, and
+// the same part would come twice.
+TEST(Negotiator, RejectsPartsByTheOtherRoute) {
+  auto ignore = [](uint32_t, capnp::MessageBuilder&) {};
+  Negotiator relaying("job", 4, 1, "ranks 1", 16, {}, ignore, false, CycleRoute::kRelayed);
+  Negotiator direct("job", 4, 1, "ranks 1", 16, {}, ignore, false, CycleRoute::kDirect);
+  capnp::MallocMessageBuilder sent;
+  sent.initRoot<wire::NodeMessage>().initCycle().setNumber(1);
+  capnp::MallocMessageBuilder relayed;
+  auto parts = relayed.initRoot<wire::NodeMessage>().initRelay(1);
+  parts[0].setOrigin(0);
+  parts[0].initCycle().setNumber(1);
+  const auto sent_part = sent.getRoot<wire::NodeMessage>().asReader().getCycle();
+  EXPECT_THROW(relaying.on_cycle(0, sent_part), std::invalid_argument);
+  EXPECT_THROW(direct.on_relay(0, parts.asReader()), std::invalid_argument);
+  // Each takes its own route's part.
+  EXPECT_NO_THROW(relaying.on_relay(0, parts.asReader()));
+  EXPECT_NO_THROW(direct.on_cycle(0, sent_part));
+}
+
 // Node 0's rank is a step ahead: its cycle reaches node 1 before node 1's rank submits.
 // Joining at once, node 1 makes that cycle decide nothing and the collective needs a second;
 // holding, node 1 joins with the collective and one cycle decides it.
