@@ -17,6 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
 namespace gradsync::fuzz {
 
-std::vector<std::vector<uint8_t>> seeds() { return seeds_for(kShape); }
+std::vector<std::vector<uint8_t>> seeds() {
+  return seeds_for(kShape);
+}
 
 }  // namespace gradsync::fuzz

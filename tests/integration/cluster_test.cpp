@@ -186,7 +186,8 @@ INSTANTIATE_TEST_SUITE_P(Capacities, ResponseCacheTest, ::testing::Values(1024, 
 // Negotiation cycles relayed by recursive doubling (forced from 2 nodes; jobs of 8 and more
 // relay by default): every collective on a node count that is a power of two and one that is
 // not (node 4 hands its part to node 0 and gets the rest back), and many steps with a cache
-// small enough to evict and renegotiate all the time, through the coordinator.
+// small enough to evict and renegotiate all the time, through the coordinator (whose answers
+// reach node 3 through node 1).
 TEST(Cluster, EveryCollectiveIsRightWithRelayedNegotiation) {
   for (const Shape shape : {Shape{4, 1}, Shape{5, 1}}) {
     SCOPED_TRACE(shape.nodes);
@@ -204,8 +205,8 @@ TEST(Cluster, EveryCollectiveIsRightWithRelayedNegotiation) {
     EXPECT_LE(messages, 2 * cycles);
     EXPECT_GE(messages, 2 * cycles - 2);
   }
-  LoopbackCluster cluster(3, "negotiation_relay_min_nodes = 2\nresponse_cache_capacity = 5");
-  auto ranks = cluster.spawn("relayed_steps", {2, 1, 1}, {"steps", "30"});
+  LoopbackCluster cluster(4, "negotiation_relay_min_nodes = 2\nresponse_cache_capacity = 5");
+  auto ranks = cluster.spawn("relayed_steps", {2, 1, 1, 1}, {"steps", "30"});
   expect_all_succeed(ranks, cluster);
 }
 

@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 
+#include <string>
 #include <vector>
 
 namespace gradsync::daemon {
@@ -29,35 +30,30 @@ TEST(RankMap, KnowsEveryRanksNodeOnceEveryNodeSaid) {
   EXPECT_EQ(map.node_of(-1), std::nullopt);
 }
 
-TEST(RankMap, ARankOnTwoNodesIsAProblemNamingBoth) {
-  RankMap map(2, 2);
-  map.add(1, ranks({0}));
-  map.add(0, ranks({0}));
+// What each node says, and the problem the map names.
+struct ProblemCase {
+  uint32_t nodes;
+  int32_t world_size;
+  std::vector<std::vector<int32_t>> ranks_by_node;  // added in reverse node order
+  std::string problem;
+};
+
+class RankMapProblems : public ::testing::TestWithParam<ProblemCase> {};
+
+TEST_P(RankMapProblems, AreNamedWithTheRankAndTheNodes) {
+  const ProblemCase& c = GetParam();
+  RankMap map(c.nodes, c.world_size);
+  for (uint32_t node = c.nodes; node-- > 0;) map.add(node, c.ranks_by_node[node]);
   ASSERT_TRUE(map.problem());
-  EXPECT_THAT(*map.problem(), HasSubstr("rank 0 is on node 0 and on node 1"));
+  EXPECT_THAT(*map.problem(), HasSubstr(c.problem));
 }
 
-TEST(RankMap, ARankTwiceOnOneNodeIsAProblem) {
-  RankMap map(2, 3);
-  map.add(0, ranks({0, 0}));
-  map.add(1, ranks({1}));
-  ASSERT_TRUE(map.problem());
-  EXPECT_THAT(*map.problem(), HasSubstr("node 0 has rank 0 twice"));
-}
-
-TEST(RankMap, RanksOutsideTheWorldOrMissingFromItAreProblems) {
-  RankMap outside(2, 2);
-  outside.add(0, ranks({0}));
-  outside.add(1, ranks({2}));
-  ASSERT_TRUE(outside.problem());
-  EXPECT_THAT(*outside.problem(), HasSubstr("node 1 has rank 2, outside WORLD_SIZE 2"));
-
-  RankMap missing(2, 4);
-  missing.add(0, ranks({0, 1}));
-  missing.add(1, ranks({3}));
-  ASSERT_TRUE(missing.problem());
-  EXPECT_THAT(*missing.problem(), HasSubstr("rank 2 is on no node"));
-}
+INSTANTIATE_TEST_SUITE_P(
+    RankMap, RankMapProblems,
+    ::testing::Values(ProblemCase{2, 2, {{0}, {0}}, "rank 0 is on node 0 and on node 1"},
+                      ProblemCase{2, 3, {{0, 0}, {1}}, "node 0 has rank 0 twice"},
+                      ProblemCase{2, 2, {{0}, {2}}, "node 1 has rank 2, outside WORLD_SIZE 2"},
+                      ProblemCase{2, 4, {{0, 1}, {3}}, "rank 2 is on no node"}));
 
 TEST(RankMap, ANodeThatDoesNotSayLeavesEveryRankUnknownAndNothingToCheck) {
   // Its daemon predates the map: every node then knows as little, and broadcasts directly.
