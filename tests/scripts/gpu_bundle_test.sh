@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# scripts/gpu-bundle: the folder it makes loads every library from itself but the C library's
+# own, its daemon starts from there and serves a rank of host memory, and its `run` either
+# passes (a GPU) or says that no device is usable (exit 77, as every gpu test does here).
+#   gpu_bundle_test.sh BUILD_DIR SOURCE_DIR
+set -euo pipefail
+build=$1
+source=$2
+dir="$(mktemp -d)"
+trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$dir"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+"$source/scripts/gpu-bundle" --build "$build" "$dir/bundle" >/dev/null
+export LD_LIBRARY_PATH="$dir/bundle/lib" UCX_MODULE_DIR="$dir/bundle/lib/ucx"
+outside="$(ldd "$dir"/bundle/bin/* | awk '/=> \// { print $3 }' | sort -u |
+  grep -v "^$dir/bundle/lib/" | grep -Ev '/(libc|libm)\.so' || true)"
+[[ -z "$outside" ]] || fail "libraries from outside the bundle: $outside"
+grep -q "not found" < <(ldd "$dir"/bundle/bin/*) && fail "a library the bundle lacks"
+
+# Its daemon and bench, one rank of host memory, checked.
+"$dir/bundle/bin/gradsyncd" --socket "$dir/d.sock" --metrics-listen "" --log-level warn &
+for _ in $(seq 100); do [[ -S "$dir/d.sock" ]] && break; sleep 0.1; done
+RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GRADSYNC_SOCKET="$dir/d.sock" \
+  timeout 60 "$dir/bundle/bin/gradsync-bench" -b 4 -e 64K -f 16 -n 2 -w 1 --check >"$dir/bench.log" 2>&1 ||
+  fail "the bundle's bench: $(cat "$dir/bench.log")"
+"$dir/bundle/bin/gradsyncctl" --socket "$dir/d.sock" status >/dev/null || fail "gradsyncctl status"
+
+status=0
+"$dir/bundle/run" "$dir/logs" >"$dir/run.log" 2>&1 || status=$?
+if [[ $status -eq 77 ]]; then
+  grep -q "no usable CUDA device" "$dir/run.log" || fail "exit 77 without saying why: $(cat "$dir/run.log")"
+  echo "gpu bundle: built and loads from itself; no usable CUDA device here, its checks skipped"
+  exit 0
+fi
+[[ $status -eq 0 ]] || fail "the bundle's checks: $(cat "$dir/run.log")"
+cat "$dir/run.log"
