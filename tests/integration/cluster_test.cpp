@@ -210,6 +210,20 @@ TEST(Cluster, EveryCollectiveIsRightWithRelayedNegotiation) {
   expect_all_succeed(ranks, cluster);
 }
 
+// The default configuration relays from 8 nodes (negotiation_relay_min_nodes): node 0 of 8
+// sends its part on 3 hops a cycle (to nodes 1, 2 and 4), not to 7 nodes.
+TEST(Cluster, JobsOfEightNodesRelayTheirCyclesByDefault) {
+  LoopbackCluster cluster(8, "", true);
+  auto ranks = cluster.spawn("eight_nodes", std::vector<int>(8, 1), {"steps", "5", "8", "4096"});
+  expect_all_succeed(ranks, cluster);
+  const std::string text = scrape(cluster.metrics_port());
+  const double cycles = sample(text, "gradsync_negotiation_cycles_total");
+  const double messages = sample(text, "gradsync_negotiation_messages_total");
+  EXPECT_GT(cycles, 4) << text;
+  EXPECT_LE(messages, 3 * cycles);
+  EXPECT_GE(messages, 3 * cycles - 3);  // the job's last cycle may end before all three hops
+}
+
 // Hundreds of small tensors ready at once: more than one cycle message may carry (names and
 // contributions), so negotiation spreads them over several cycles.
 TEST(Cluster, HundredsOfSmallTensorsPerStep) {
