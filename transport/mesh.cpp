@@ -423,15 +423,28 @@ void Mesh::retire(std::vector<Operation> operations,
 
 void Mesh::add_feeders(uint32_t source, std::vector<uint64_t>& feeders) const {
   const bool any = source == Operation::kAnySource || source >= peers_.size();
-  std::optional<struct sockaddr_in> source_daemon;
-  if (!any) source_daemon = parse_host_port(peers_[source].address);  // valid: connect() parsed it
+  std::vector<struct sockaddr_in> daemons;  // every peer's, by PeerId: connect() parsed each
+  if (!any) {
+    daemons.reserve(peers_.size());
+    for (const Peer& peer : peers_) daemons.push_back(parse_host_port(peer.address));
+  }
+  // Made by another of our peers, by the daemon its handshake named: it carries that peer's
+  // data only, even from the source's host (daemons of one machine).
+  auto made_by_another_peer = [&](const Accepted& accepted) {
+    for (size_t peer = 0; peer < daemons.size(); ++peer) {
+      if (peer != source && accepted.made_by(daemons[peer])) return true;
+    }
+    return false;
+  };
   for (const Accepted& accepted : inbound_accepted_) {
-    // The source's own connections (by the daemon their handshake named, or by host), and
-    // any whose origin is unknown. Once none is open, none of the rest of its message can come:
-    // its connections closed when we gave up on it (close_connections_from), and a healthy
-    // peer's connections carry nothing of the failed one's.
-    const bool may_carry = any || accepted.host == 0 || !accepted.daemon ||
-                           accepted.host == peers_[source].host || accepted.made_by(*source_daemon);
+    // The source's own connections (by the daemon their handshake named, or by host where
+    // that names no other peer: a daemon may be reached by another address than it claims),
+    // and any whose origin is unknown. Once none is open, none of the rest of its message can
+    // come: its connections closed when we gave up on it (close_connections_from), and a
+    // healthy peer's connections carry nothing of the failed one's.
+    const bool may_carry =
+        any || accepted.host == 0 || !accepted.daemon || accepted.made_by(daemons[source]) ||
+        (accepted.host == peers_[source].host && !made_by_another_peer(accepted));
     if (may_carry) feeders.push_back(accepted.serial);
   }
 }

@@ -319,8 +319,9 @@ class Mesh {
     std::vector<uint64_t> feeders;
   };
   // Adds to `feeders` the accepted connections that may carry data from `source`: those its
-  // daemon made (by the address their handshake named, or from its host; on one host, that is
-  // all of them) and those of unknown origin, or every one when the source is any peer.
+  // daemon made (by the address their handshake named, or from its host unless their
+  // handshake names another of our peers) and those of unknown origin, or every one when the
+  // source is any peer.
   void add_feeders(uint32_t source, std::vector<uint64_t>& feeders) const;
   bool accepted_alive(uint64_t serial) const;
   // UCX is done with it, or will never be: what is pending is receives whose feeders closed.

@@ -357,6 +357,40 @@ TEST_F(EagerMeshTest, AReceiveCutOffHalfWayGivesItsMemoryBackOnceTheSenderIsGone
   EXPECT_EQ(b_->retired_count(), 0u);
 }
 
+// The same with a third daemon on the same host, connected both ways and alive: its
+// connections carry its own data only, so the dead sender's cut-off receive still gives its
+// memory back (counted among the receive's feeders for sharing a host, they held it for good:
+// a loopback cluster's node kept a failed job's buffer mapped).
+TEST_F(EagerMeshTest, AHealthyPeerOnTheSameHostDoesNotHoldACutOffReceive) {
+  auto c = std::make_unique<Mesh>(options());
+  const PeerId c_to_b = c->connect("127.0.0.1:" + std::to_string(b_->port()));
+  const PeerId b_to_c = b_->connect("127.0.0.1:" + std::to_string(c->port()));
+  drive_until([&] {
+    c->progress();
+    return c->authenticated(c_to_b) && b_->authenticated(b_to_c);
+  });
+  std::vector<float> source(16 << 20, 1.0f);  // 64 MiB: many fragments
+  auto target = std::make_shared<std::vector<float>>(source.size(), 0.0f);
+  Operation receive =
+      b_->receive(12, ~uint64_t{0}, target->data(), target->size() * sizeof(float), b_to_a_);
+  Operation send = a_->send(a_to_b_, 12, source.data(), source.size() * sizeof(float));
+  drive_until_half_received(*a_, *b_, receive, *target);
+  std::weak_ptr<std::vector<float>> memory = target;
+  std::vector<Operation> operations;
+  operations.push_back(std::move(receive));
+  b_->retire(std::move(operations), {std::move(target)});
+  send = Operation();
+  a_.reset();  // the sender goes; c stays, connected to b
+  const auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (!memory.expired() && Clock::now() < deadline) {
+    b_->progress();
+    c->progress();
+  }
+  EXPECT_TRUE(memory.expired()) << "the healthy peer's connection held the receive's memory";
+  EXPECT_EQ(b_->retired_count(), 0u);
+  EXPECT_FALSE(b_->failed(b_to_c)) << "the healthy peer was given up on";
+}
+
 // The same cut in a control message: poll_message gives up on it within the liveness timeout
 // instead of waiting for ever, drops it, and names its tag, so that its job can be failed.
 TEST_F(EagerMeshTest, AControlMessageCutOffHalfWayIsDroppedWithinABound) {
