@@ -57,8 +57,8 @@ void append_frame(std::vector<uint8_t>& frames, const std::vector<uint8_t>& byte
   frames.insert(frames.end(), bytes.begin(), bytes.end());
 }
 
-}  // namespace
-
+// Runs the frames of `data` (each a 4-byte length, then that many bytes of a Cap'n Proto
+// message) through node `shape.me`, which has proposed the same collectives as in seeds_for.
 void read_frames(const NegotiationShape& shape, const uint8_t* data, size_t size) {
   auto node = make_node(shape, shape.me, [](uint32_t, capnp::MessageBuilder&) {});
   std::set<uint64_t> decided;
@@ -96,6 +96,9 @@ void read_frames(const NegotiationShape& shape, const uint8_t* data, size_t size
   }
 }
 
+// What node `shape.me` reads in a real exchange, every node proposing the same collectives and
+// the messages delivered until no node has more to say: the whole conversation, framed, and
+// its first message alone.
 std::vector<std::vector<uint8_t>> seeds_for(const NegotiationShape& shape) {
   std::map<std::pair<uint32_t, uint32_t>, std::deque<std::vector<uint8_t>>> queues;
   std::vector<std::unique_ptr<Negotiator>> nodes;
@@ -127,4 +130,15 @@ std::vector<std::vector<uint8_t>> seeds_for(const NegotiationShape& shape) {
   return seeds;
 }
 
+}  // namespace
+
+std::vector<std::vector<uint8_t>> seeds() {
+  return seeds_for(kFuzzedShape);
+}
+
 }  // namespace gradsync::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  gradsync::fuzz::read_frames(gradsync::fuzz::kFuzzedShape, data, size);
+  return 0;
+}

@@ -20,13 +20,8 @@ struct NegotiationShape {
   daemon::CycleRoute route;
 };
 
-// Runs the frames of `data` (each a 4-byte length, then that many bytes of a Cap'n Proto
-// message) through node `shape.me`, which has proposed the same collectives as in seeds_for.
-void read_frames(const NegotiationShape& shape, const uint8_t* data, size_t size);
-
-// What node `shape.me` reads in a real exchange, every node proposing the same collectives and
-// the messages delivered until no node has more to say: the whole conversation, framed, and
-// its first message alone.
-std::vector<std::vector<uint8_t>> seeds_for(const NegotiationShape& shape);
+// The job this target's node reads for: each target file defines it, and the harness
+// (negotiation_fuzzing.cpp) provides LLVMFuzzerTestOneInput and seeds() for it.
+extern const NegotiationShape kFuzzedShape;
 
 }  // namespace gradsync::fuzz

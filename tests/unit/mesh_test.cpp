@@ -319,17 +319,34 @@ TEST_F(MeshTest, AMessageWhoseSenderDiedIsDroppedAndCounted) {
   EXPECT_EQ(b_->lost_messages(), 1u);
 }
 
-// Drives both meshes until `receive` has started to fill `target` (its first fragments are in)
-// without finishing: a large eager message cut off half-way when the sender goes next.
-void drive_until_half_received(Mesh& a, Mesh& b, const Operation& receive,
-                               const std::vector<float>& target) {
+// A 64 MiB eager message (many fragments) from `a` to `b`, driven until its first fragments
+// are in and the rest are not; then `b` retires the receive with its memory: the message is
+// cut off half-way once the sender goes. `send` reads `source` until then.
+struct RetiredCutOff {
+  std::shared_ptr<std::vector<float>> source;
+  Operation send;
+  std::weak_ptr<std::vector<float>> memory;  // the retired receive's
+};
+
+RetiredCutOff retire_half_received(Mesh& a, PeerId a_to_b, Mesh& b, PeerId b_to_a, uint64_t tag) {
+  RetiredCutOff cut;
+  cut.source = std::make_shared<std::vector<float>>(16 << 20, 1.0f);
+  auto target = std::make_shared<std::vector<float>>(cut.source->size(), 0.0f);
+  const size_t bytes = target->size() * sizeof(float);
+  Operation receive = b.receive(tag, ~uint64_t{0}, target->data(), bytes, b_to_a);
+  cut.send = a.send(a_to_b, tag, cut.source->data(), bytes);
   const auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (target.front() == 0.0f) {
+  while (target->front() == 0.0f && Clock::now() < deadline) {
     a.progress();
     b.progress();
-    ASSERT_LT(Clock::now(), deadline) << "the first fragment did not arrive";
   }
-  ASSERT_FALSE(receive.done()) << "the whole message arrived before its sender went";
+  EXPECT_NE(target->front(), 0.0f) << "the first fragment did not arrive in 10 s";
+  EXPECT_FALSE(receive.done()) << "the whole message arrived before its sender went";
+  cut.memory = target;
+  std::vector<Operation> operations;
+  operations.push_back(std::move(receive));
+  b.retire(std::move(operations), {std::move(target)});
+  return cut;
 }
 
 // UCX never finishes a receive whose eager message was cut off half-way (the sender's
@@ -337,19 +354,11 @@ void drive_until_half_received(Mesh& a, Mesh& b, const Operation& receive,
 // go, once the connection that could bring the rest has closed: without that, a failed job's
 // buffers stayed mapped in the daemon for good (tests/netns/link_fault_test.sh).
 TEST_F(EagerMeshTest, AReceiveCutOffHalfWayGivesItsMemoryBackOnceTheSenderIsGone) {
-  std::vector<float> source(16 << 20, 1.0f);  // 64 MiB: many fragments
-  auto target = std::make_shared<std::vector<float>>(source.size(), 0.0f);
-  Operation receive =
-      b_->receive(11, ~uint64_t{0}, target->data(), target->size() * sizeof(float), b_to_a_);
-  Operation send = a_->send(a_to_b_, 11, source.data(), source.size() * sizeof(float));
-  drive_until_half_received(*a_, *b_, receive, *target);
-  std::weak_ptr<std::vector<float>> memory = target;
-  std::vector<Operation> operations;
-  operations.push_back(std::move(receive));
-  b_->retire(std::move(operations), {std::move(target)});
+  RetiredCutOff cut = retire_half_received(*a_, a_to_b_, *b_, b_to_a_, 11);
+  const std::weak_ptr<std::vector<float>> memory = cut.memory;
   for (int i = 0; i < 100; ++i) b_->progress();
   EXPECT_FALSE(memory.expired()) << "released while the sender could still send the rest";
-  send = Operation();
+  cut.send = Operation();
   a_.reset();  // the sender goes, its connection with it
   const auto deadline = Clock::now() + std::chrono::seconds(20);
   while (!memory.expired() && Clock::now() < deadline) b_->progress();
@@ -369,17 +378,9 @@ TEST_F(EagerMeshTest, AHealthyPeerOnTheSameHostDoesNotHoldACutOffReceive) {
     c->progress();
     return c->authenticated(c_to_b) && b_->authenticated(b_to_c);
   });
-  std::vector<float> source(16 << 20, 1.0f);  // 64 MiB: many fragments
-  auto target = std::make_shared<std::vector<float>>(source.size(), 0.0f);
-  Operation receive =
-      b_->receive(12, ~uint64_t{0}, target->data(), target->size() * sizeof(float), b_to_a_);
-  Operation send = a_->send(a_to_b_, 12, source.data(), source.size() * sizeof(float));
-  drive_until_half_received(*a_, *b_, receive, *target);
-  std::weak_ptr<std::vector<float>> memory = target;
-  std::vector<Operation> operations;
-  operations.push_back(std::move(receive));
-  b_->retire(std::move(operations), {std::move(target)});
-  send = Operation();
+  RetiredCutOff cut = retire_half_received(*a_, a_to_b_, *b_, b_to_a_, 12);
+  const std::weak_ptr<std::vector<float>> memory = cut.memory;
+  cut.send = Operation();
   a_.reset();  // the sender goes; c stays, connected to b
   const auto deadline = Clock::now() + std::chrono::seconds(20);
   while (!memory.expired() && Clock::now() < deadline) {
