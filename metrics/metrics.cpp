@@ -119,6 +119,7 @@ struct Metrics::Impl {
   prometheus::Counter* cache_misses = nullptr;
   prometheus::Counter* cycles = nullptr;
   prometheus::Counter* cycle_messages = nullptr;
+  prometheus::Counter* answer_messages = nullptr;
   prometheus::Family<prometheus::Counter>* internode_allreduces = nullptr;
   prometheus::Family<prometheus::Gauge>* config_info = nullptr;
   prometheus::Gauge* config_now = nullptr;
@@ -351,6 +352,15 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
                "relays) sent to other node daemons")
            .Register(registry)
            .Add({});
+  impl_->answer_messages =
+      &prometheus::BuildCounter()
+           .Name("gradsync_negotiation_answers_total")
+           .Help(
+               "Messages with node 0's answers to negotiation cycles (the order of names new to "
+               "the response cache) sent to other node daemons: node 0's own, and those a node "
+               "passes on")
+           .Register(registry)
+           .Add({});
   impl_->internode_allreduces = &prometheus::BuildCounter()
                                      .Name("gradsync_internode_allreduces_total")
                                      .Help("Allreduces run across nodes, by algorithm")
@@ -536,12 +546,12 @@ void Metrics::job_ended(const std::string& job) {
   impl_->job_series.erase(it);
 }
 
-void Metrics::negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cycles,
-                         uint64_t cycle_messages) {
-  impl_->cache_hits->Increment(static_cast<double>(cache_hits));
-  impl_->cache_misses->Increment(static_cast<double>(cache_misses));
-  impl_->cycles->Increment(static_cast<double>(cycles));
-  impl_->cycle_messages->Increment(static_cast<double>(cycle_messages));
+void Metrics::negotiated(const Negotiated& since_last) {
+  impl_->cache_hits->Increment(static_cast<double>(since_last.cache_hits));
+  impl_->cache_misses->Increment(static_cast<double>(since_last.cache_misses));
+  impl_->cycles->Increment(static_cast<double>(since_last.cycles));
+  impl_->cycle_messages->Increment(static_cast<double>(since_last.cycle_messages));
+  impl_->answer_messages->Increment(static_cast<double>(since_last.answer_messages));
 }
 
 void Metrics::internode_allreduce(const char* algorithm) {

@@ -65,10 +65,15 @@ class Metrics {
   // Totals so far; the counters move by the difference from the last call.
   void set_peer_traffic(const std::string& peer, uint64_t bytes_sent, uint64_t bytes_received,
                         uint64_t errors);
-  // Increments. `cycle_messages`: this node's parts of cycles sent to other nodes, direct or
-  // relayed (the coordinator's answers not counted).
-  void negotiated(uint64_t cache_hits, uint64_t cache_misses, uint64_t cycles,
-                  uint64_t cycle_messages);
+  // What one node's negotiation did since the last report (increments).
+  struct Negotiated {
+    uint64_t cache_hits = 0;
+    uint64_t cache_misses = 0;
+    uint64_t cycles = 0;
+    uint64_t cycle_messages = 0;   // parts of cycles sent to other nodes, direct or relayed
+    uint64_t answer_messages = 0;  // the coordinator's answers sent (node 0's, or passed on)
+  };
+  void negotiated(const Negotiated& since_last);
   void internode_allreduce(const char* algorithm);  // "ring" or "rhd"
   // The top-k codec's held-back values, all jobs together: what a job's holding changed by,
   // and tensor names it dropped past its bound (increments).

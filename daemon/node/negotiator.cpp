@@ -210,6 +210,14 @@ void Negotiator::on_relay(uint32_t node, capnp::List<wire::RelayedCycle>::Reader
       throw std::invalid_argument(
           fmt::format("job '{}': node {} passed on a cycle of node {}", job_, node, origin));
     }
+    // Each part reaches this node by one way only: from another node it would be a part the
+    // sender cannot have yet, or one that could come twice.
+    if (!relays_through(node, origin)) {
+      throw std::invalid_argument(
+          fmt::format("job '{}': node {} passed on node {}'s cycle, which the relayed route "
+                      "does not bring through it",
+                      job_, node, origin));
+    }
     take_part(origin, part.getCycle());
   }
   advance();

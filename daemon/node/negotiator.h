@@ -169,7 +169,9 @@ class Negotiator {
     uint64_t cache_hits = 0;    // decided through the bit vector
     uint64_t cache_misses = 0;  // reported to the coordinator
     uint64_t cycles = 0;
-    uint64_t cycle_messages = 0;  // sent with parts of cycles (not the coordinator's answers)
+    uint64_t cycle_messages = 0;   // sent with parts of cycles (not the coordinator's answers)
+    uint64_t answer_messages = 0;  // sent with the coordinator's answers (its own, or passed on)
+    bool operator==(const Counters&) const = default;
   };
   const Counters& counters() const { return counters_; }
   // By node: the last cycle heard from it (this node's own: the last it started).
@@ -278,6 +280,10 @@ class Negotiator {
   uint32_t relay_slot(uint32_t node) const {
     return node < relay_width_ ? node : node - relay_width_;
   }
+  // Whether the relayed route brings node `origin`'s part to this node through node `sender`:
+  // a node past p hands in its own part only, to its partner among the p first; that partner
+  // gives it every other part; and hop h brings the sender's block of 2^h nodes.
+  bool relays_through(uint32_t sender, uint32_t origin) const;
   // Sends on the coordinator's answer (node 0's, or one this node received): to every node
   // (CycleRoute::kDirect, node 0 only), or to this node's children in a binomial tree rooted at
   // node 0 (kRelayed).

@@ -78,9 +78,19 @@ void Negotiator::relay(CycleState& state) {
   }
 }
 
+bool Negotiator::relays_through(uint32_t sender, uint32_t origin) const {
+  if (sender >= relay_width_) return origin == sender && me_ == sender - relay_width_;
+  if (me_ >= relay_width_) return sender == me_ - relay_width_;
+  const uint32_t distance = sender ^ me_;
+  if (!std::has_single_bit(distance)) return false;
+  const int hop = std::countr_zero(distance);
+  return (relay_slot(origin) >> hop) == (sender >> hop);
+}
+
 void Negotiator::send_response(capnp::MessageBuilder& message) {
   if (route_ == CycleRoute::kDirect) {
     for (uint32_t node = 1; node < nodes_; ++node) send_(node, message);
+    counters_.answer_messages += nodes_ - 1;
     return;
   }
   // Down a binomial tree from node 0: node m passes it to m + 2^k for every 2^k above m, so
@@ -89,6 +99,7 @@ void Negotiator::send_response(capnp::MessageBuilder& message) {
   const uint32_t first = me_ == 0 ? 1 : std::bit_floor(me_) << 1;
   for (uint32_t step = first; step != 0 && me_ + step < nodes_; step <<= 1) {
     send_(me_ + step, message);
+    ++counters_.answer_messages;
   }
 }
 

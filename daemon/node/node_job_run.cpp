@@ -61,16 +61,14 @@ void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algor
 
 void NodeJob::report_negotiation() {
   const Negotiator::Counters& counters = negotiator_->counters();
-  if (counters.cycles != reported_counters_.cycles ||
-      counters.cache_hits != reported_counters_.cache_hits ||
-      counters.cache_misses != reported_counters_.cache_misses ||
-      counters.cycle_messages != reported_counters_.cycle_messages) {
-    metrics_.negotiated(counters.cache_hits - reported_counters_.cache_hits,
-                        counters.cache_misses - reported_counters_.cache_misses,
-                        counters.cycles - reported_counters_.cycles,
-                        counters.cycle_messages - reported_counters_.cycle_messages);
-    reported_counters_ = counters;
-  }
+  const Negotiator::Counters& last = reported_counters_;
+  if (counters == last) return;
+  metrics_.negotiated({.cache_hits = counters.cache_hits - last.cache_hits,
+                       .cache_misses = counters.cache_misses - last.cache_misses,
+                       .cycles = counters.cycles - last.cycles,
+                       .cycle_messages = counters.cycle_messages - last.cycle_messages,
+                       .answer_messages = counters.answer_messages - last.answer_messages});
+  reported_counters_ = counters;
 }
 
 std::optional<std::string> NodeJob::run_decided(bool& ran) {

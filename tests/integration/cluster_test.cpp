@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -211,7 +212,8 @@ TEST(Cluster, EveryCollectiveIsRightWithRelayedNegotiation) {
 }
 
 // The default configuration relays from 8 nodes (negotiation_relay_min_nodes): node 0 of 8
-// sends its part on 3 hops a cycle (to nodes 1, 2 and 4), not to 7 nodes.
+// sends its part on 3 hops a cycle (to nodes 1, 2 and 4), not to 7 nodes, and its answers to
+// the cycles with new names to the same 3 nodes, which pass them on.
 TEST(Cluster, JobsOfEightNodesRelayTheirCyclesByDefault) {
   LoopbackCluster cluster(8, "", true);
   auto ranks = cluster.spawn("eight_nodes", std::vector<int>(8, 1), {"steps", "5", "8", "4096"});
@@ -222,6 +224,11 @@ TEST(Cluster, JobsOfEightNodesRelayTheirCyclesByDefault) {
   EXPECT_GT(cycles, 4) << text;
   EXPECT_LE(messages, 3 * cycles);
   EXPECT_GE(messages, 3 * cycles - 3);  // the job's last cycle may end before all three hops
+  // The first step's names go through node 0; the later steps' come from the cache.
+  const double answers = sample(text, "gradsync_negotiation_answers_total");
+  EXPECT_GE(answers, 3);
+  EXPECT_LT(answers, 3 * cycles);
+  EXPECT_EQ(std::fmod(answers, 3), 0);
 }
 
 // Hundreds of small tensors ready at once: more than one cycle message may carry (names and

@@ -15,6 +15,8 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
+#include <tuple>
 
 namespace gradsync::daemon {
 namespace {
@@ -486,6 +488,7 @@ TEST(Negotiator, RelayedAnswersGoDownABinomialTreeFromTheCoordinator) {
                                         << (route == CycleRoute::kRelayed ? "relayed" : "direct"));
         EXPECT_EQ(keys(decided[n]), std::vector<std::string>{"w"});
         EXPECT_EQ(net.responses_sent(n), expected[n]);
+        EXPECT_EQ(net.node(n).counters().answer_messages, net.responses_sent(n));
         if (route == CycleRoute::kRelayed) {
           EXPECT_LE(net.responses_sent(n), static_cast<uint64_t>(std::bit_width(nodes - 1)));
         }
@@ -559,6 +562,49 @@ TEST(Negotiator, RejectsRelayedPartsOfNoOtherNode) {
     parts[0].setOrigin(origin);
     parts[0].initCycle().setNumber(1);
     EXPECT_THROW(node1.on_relay(0, parts.asReader()), std::invalid_argument) << origin;
+  }
+}
+
+// A relayed part comes only through the node the route brings it by. What each node sends,
+// from the sender's side: a node n past p hands its own part to n - p; each node n of the p
+// first gives n + p every part but its own, and on hop h sends n ^ 2^h its block of 2^h nodes
+// (those nodes' parts, and those of the nodes past p that handed theirs in to one of them).
+// Every other (sender, origin) is refused.
+TEST(Negotiator, RejectsRelayedPartsFromANodeTheRouteDoesNotBringThemThrough) {
+  auto ignore = [](uint32_t, capnp::MessageBuilder&) {};
+  for (const uint32_t nodes : {2u, 3u, 5u, 6u, 8u, 13u}) {
+    const uint32_t p = std::bit_floor(nodes);
+    std::set<std::tuple<uint32_t, uint32_t, uint32_t>> sent;  // sender, receiver, origin
+    for (uint32_t n = p; n < nodes; ++n) sent.emplace(n, n - p, n);
+    for (uint32_t n = 0; n < p; ++n) {
+      for (uint32_t origin = 0; origin < nodes; ++origin) {
+        if (n + p < nodes && origin != n + p) sent.emplace(n, n + p, origin);
+        const uint32_t slot = origin < p ? origin : origin - p;
+        for (uint32_t block = 1; block < p; block <<= 1) {
+          if (slot / block == n / block) sent.emplace(n, n ^ block, origin);
+        }
+      }
+    }
+    for (uint32_t receiver = 0; receiver < nodes; ++receiver) {
+      for (uint32_t sender = 0; sender < nodes; ++sender) {
+        for (uint32_t origin = 0; origin < nodes; ++origin) {
+          if (sender == receiver || origin == receiver) continue;
+          SCOPED_TRACE(testing::Message() << nodes << " nodes: node " << sender << " to node "
+                                          << receiver << ", node " << origin << "'s part");
+          Negotiator node("job", nodes, receiver, "ranks", 16, {}, ignore, false,
+                          CycleRoute::kRelayed);
+          capnp::MallocMessageBuilder message;
+          auto parts = message.initRoot<wire::NodeMessage>().initRelay(1);
+          parts[0].setOrigin(origin);
+          parts[0].initCycle().setNumber(1);
+          if (sent.contains({sender, receiver, origin})) {
+            EXPECT_NO_THROW(node.on_relay(sender, parts.asReader()));
+          } else {
+            EXPECT_THROW(node.on_relay(sender, parts.asReader()), std::invalid_argument);
+          }
+        }
+      }
+    }
   }
 }
 
