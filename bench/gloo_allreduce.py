@@ -1,8 +1,9 @@
 #!/usr/bin/python3
-"""PyTorch's Gloo allreduce (or, with -c broadcast, broadcast from rank 0) measured the way
-gradsync-bench measures: per-iteration time of the slowest rank, median over iterations,
-nccl-tests' algbw/busbw. One process per rank, identity
-from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (torch.distributed's env:// rendezvous):
+"""PyTorch's Gloo allreduce (or, with -c broadcast, broadcast from rank 0; with -c allgather,
+all_gather of each rank's block into a list of tensors) measured the way gradsync-bench
+measures: per-iteration time of the slowest rank, median over iterations, nccl-tests'
+algbw/busbw. One process per rank, identity from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+(torch.distributed's env:// rendezvous):
 
     RANK=0 WORLD_SIZE=2 MASTER_ADDR=198.18.0.1 MASTER_PORT=29500 \\
         /usr/bin/python3 bench/gloo_allreduce.py -b 8 -e 64M -f 4 -n 20 -w 5 --json out.json
@@ -16,6 +17,23 @@ import torch.distributed as dist
 import peer_common
 
 
+def prepare(kind, count, rank, ranks):
+    """For one size: the collective to time (a function of no arguments), a reset of its input
+    before each run, and the count of its result's elements that are wrong."""
+    if kind == "allgather":
+        # PyTorch 1.13's Gloo has no all_gather into one tensor: a list, as DDP users call it.
+        block = torch.empty(count // ranks, dtype=torch.float32)
+        outputs = [torch.empty_like(block) for _ in range(ranks)]
+        return (lambda: dist.all_gather(outputs, block), lambda: block.fill_(rank + 1),
+                lambda: sum(int(torch.count_nonzero(out != r + 1)) for r, out in enumerate(outputs)))
+    data = torch.empty(count, dtype=torch.float32)
+    if kind == "broadcast":
+        run, expected = (lambda: dist.broadcast(data, src=0)), 1  # rank 0's value
+    else:
+        run, expected = (lambda: dist.all_reduce(data)), ranks * (ranks + 1) / 2
+    return run, lambda: data.fill_(rank + 1), lambda: int(torch.count_nonzero(data != expected))
+
+
 def main():
     args = peer_common.parse_args()
     dist.init_process_group("gloo", init_method="env://")
@@ -23,30 +41,22 @@ def main():
     rows = []
     if rank == 0:
         peer_common.print_header(f"# PyTorch {torch.__version__} Gloo {args.c}, {ranks} ranks, "
-                                 f"float, sum, {args.n} iterations")
-    if args.c == "broadcast":
-        def collective(data):
-            dist.broadcast(data, src=0)
-        expected = 1  # rank 0's value
-    else:
-        def collective(data):
-            dist.all_reduce(data)
-        expected = ranks * (ranks + 1) / 2
-    for count in peer_common.counts(args):
-        data = torch.empty(count, dtype=torch.float32)
+                                 f"float, {'sum, ' if args.c == 'allreduce' else ''}{args.n} iterations")
+    for count in peer_common.counts(args, ranks):
+        collective, reset, count_wrong = prepare(args.c, count, rank, ranks)
         for _ in range(args.w):
-            data.fill_(rank + 1)
-            collective(data)
+            reset()
+            collective()
         dist.barrier()
         times = []
         for _ in range(args.n):
-            data.fill_(rank + 1)
+            reset()
             start = time.perf_counter()
-            collective(data)
+            collective()
             times.append((time.perf_counter() - start) * 1e6)
         slowest = torch.tensor(times, dtype=torch.float64)
         dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        wrong = torch.tensor([int(torch.count_nonzero(data != expected))])
+        wrong = torch.tensor([count_wrong()])
         dist.all_reduce(wrong)
         rows.append(peer_common.row(count, slowest.tolist(), ranks, int(wrong), args.c))
         if rank == 0:

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""Open MPI's MPI_Allreduce (or, with -c broadcast, MPI_Bcast from rank 0) measured the way
-gradsync-bench measures: per-iteration time of the slowest rank, median over iterations,
-nccl-tests' algbw/busbw. Run under mpirun:
+"""Open MPI's MPI_Allreduce (or, with -c broadcast, MPI_Bcast from rank 0; with -c allgather,
+MPI_Allgather) measured the way gradsync-bench measures: per-iteration time of the slowest
+rank, median over iterations, nccl-tests' algbw/busbw. Run under mpirun:
 
     mpirun -np 2 /usr/bin/python3 bench/mpi_allreduce.py -b 8 -e 64M -f 4 -n 20 -w 5 --json out.json
 """
@@ -14,6 +14,25 @@ from mpi4py import MPI
 import peer_common
 
 
+def prepare(comm, kind, count, rank, ranks):
+    """For one size: the collective to time, the buffer to reset before each run (a
+    broadcast's result must come from the root again), and the count of its result's
+    elements that are wrong."""
+    if kind == "allgather":
+        send = np.empty(count // ranks, dtype=np.float32)
+        recv = np.empty(count, dtype=np.float32)
+        expected = np.repeat(np.arange(1, ranks + 1, dtype=np.float32), count // ranks)
+        return (lambda: comm.Allgather(send, recv), send,
+                lambda: int(np.count_nonzero(recv != expected)))
+    send = np.empty(count, dtype=np.float32)
+    if kind == "broadcast":
+        return (lambda: comm.Bcast(send, root=0), send,
+                lambda: int(np.count_nonzero(send != 1)))  # rank 0's value
+    recv = np.empty(count, dtype=np.float32)
+    return (lambda: comm.Allreduce(send, recv, op=MPI.SUM), send,
+            lambda: int(np.count_nonzero(recv != ranks * (ranks + 1) / 2)))
+
+
 def main():
     args = peer_common.parse_args()
     comm = MPI.COMM_WORLD
@@ -21,30 +40,23 @@ def main():
     rows = []
     if rank == 0:
         peer_common.print_header(
-            f"# Open MPI {args.c}, {ranks} ranks, float, sum, {args.n} iterations")
-    broadcast = args.c == "broadcast"
-    expected = 1 if broadcast else ranks * (ranks + 1) / 2  # rank 0's value, or the sum
-    for count in peer_common.counts(args):
-        send = np.full(count, rank + 1, dtype=np.float32)
-        recv = send if broadcast else np.empty(count, dtype=np.float32)
-
-        def collective():
-            if broadcast:
-                comm.Bcast(send, root=0)
-            else:
-                comm.Allreduce(send, recv, op=MPI.SUM)
+            f"# Open MPI {args.c}, {ranks} ranks, float, "
+            f"{'sum, ' if args.c == 'allreduce' else ''}{args.n} iterations")
+    for count in peer_common.counts(args, ranks):
+        collective, input_, count_wrong = prepare(comm, args.c, count, rank, ranks)
         for _ in range(args.w):
+            input_.fill(rank + 1)
             collective()
         comm.Barrier()
         times = []
         for _ in range(args.n):
-            send.fill(rank + 1)  # a broadcast's result must come from the root again
+            input_.fill(rank + 1)
             start = time.perf_counter()
             collective()
             times.append((time.perf_counter() - start) * 1e6)
         slowest = np.array(times)
         comm.Allreduce(MPI.IN_PLACE, slowest, op=MPI.MAX)
-        wrong = int(comm.allreduce(int(np.count_nonzero(recv != expected)), op=MPI.SUM))
+        wrong = int(comm.allreduce(count_wrong(), op=MPI.SUM))
         rows.append(peer_common.row(count, slowest.tolist(), ranks, wrong, args.c))
         if rank == 0:
             peer_common.print_row(rows[-1])

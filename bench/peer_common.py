@@ -1,7 +1,7 @@
 """What the peer benchmarks (mpi_allreduce.py, gloo_allreduce.py) share, so that every peer is
 measured and reported exactly as gradsync-bench does: sizes in bytes with K/M/G suffixes, the
-collective (-c allreduce, or broadcast from rank 0), per size the median over iterations of the
-slowest rank's time, nccl-tests' algbw and busbw, and the same JSON rows."""
+collective (-c allreduce, broadcast from rank 0, or allgather), per size the median over
+iterations of the slowest rank's time, nccl-tests' algbw and busbw, and the same JSON rows."""
 import argparse
 import json
 import statistics
@@ -15,7 +15,7 @@ def size(text):
 
 def parse_args():
     parser = argparse.ArgumentParser()
-    parser.add_argument("-c", choices=["allreduce", "broadcast"], default="allreduce")
+    parser.add_argument("-c", choices=["allreduce", "broadcast", "allgather"], default="allreduce")
     parser.add_argument("-b", type=size, default=8)
     parser.add_argument("-e", type=size, default=64 << 20)
     parser.add_argument("-f", type=int, default=2)
@@ -25,11 +25,14 @@ def parse_args():
     return parser.parse_args()
 
 
-def counts(args):
-    """Element counts (float32) of the sizes from -b to -e by factor -f."""
+def counts(args, ranks):
+    """Element counts (float32) of the sizes from -b to -e by factor -f: of each rank's result,
+    as nccl-tests and gradsync-bench count them (for an allgather, ranks blocks of count/ranks
+    elements, rounded down to whole blocks)."""
     nbytes = args.b
     while nbytes <= args.e:
-        yield max(1, nbytes // 4)
+        count = max(1, nbytes // 4)
+        yield max(1, count // ranks) * ranks if args.c == "allgather" else count
         nbytes *= args.f
 
 
@@ -39,11 +42,13 @@ def print_header(title):
 
 
 def row(count, slowest_us, ranks, wrong, collective="allreduce"):
-    """One size's row from the per-iteration times of the slowest rank (µs). Bus bandwidth as
-    nccl-tests: algbw x 2(n-1)/n for an allreduce, algbw for a broadcast."""
+    """One size's row from the per-iteration times of the slowest rank (µs); `count`: the
+    elements of each rank's result. Bus bandwidth as nccl-tests: algbw x 2(n-1)/n for an
+    allreduce, x (n-1)/n for an allgather, algbw for a broadcast."""
     median = statistics.median(slowest_us)
     algbw = count * 4 / median / 1e3
-    busbw = algbw * 2 * (ranks - 1) / ranks if collective == "allreduce" else algbw
+    factor = {"allreduce": 2 * (ranks - 1) / ranks, "allgather": (ranks - 1) / ranks}
+    busbw = algbw * factor.get(collective, 1)
     return {"bytes": count * 4, "count": count, "time_us": median, "algbw_gbps": algbw,
             "busbw_gbps": busbw, "wrong": wrong}
 
