@@ -1,11 +1,82 @@
 // Allgather across nodes: every node sends its ranks' blocks straight from their buffers to
 // every other node, and receives the others' blocks in place in its first local rank's
 // buffer (no staging copy); then the node's own blocks join them there, and the other local
-// ranks get the whole.
+// ranks get the whole. A small one rides with the negotiation instead: each node's blocks
+// travel with its part of the cycle that decides it, and every node assembles them.
 #include "daemon/collectives/node_collectives.h"
 #include "kernels/reduce.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstring>
+
 namespace gradsync::daemon {
+namespace {
+
+// The local ranks' submissions in the order of their global ranks.
+std::vector<const Submission*> by_global_rank(const ReadyCollective& collective) {
+  std::vector<const Submission*> ordered;
+  ordered.reserve(collective.ranks.size());
+  for (const auto& s : collective.ranks) ordered.push_back(&s);
+  std::sort(ordered.begin(), ordered.end(), [](const Submission* a, const Submission* b) {
+    return a->session->identity().rank < b->session->identity().rank;
+  });
+  return ordered;
+}
+
+// The whole result, complete in `landing` (one local rank's buffer), to every other local rank.
+void deliver_gathered(const ReadyCollective& collective, const uint8_t* landing, uint64_t bytes) {
+  const bool streaming = bytes >= kernels::kStreamingMinBytes;
+  for (const auto& target : collective.ranks) {
+    if (target.recv != landing) kernels::copy(target.recv, landing, bytes, streaming);
+  }
+}
+
+}  // namespace
+
+void pack_allgather_blocks(const ReadyCollective& collective, std::vector<uint8_t>& contribution) {
+  const uint64_t block = collective.first().send_bytes();
+  contribution.resize(block * collective.ranks.size());
+  uint8_t* out = contribution.data();
+  for (const Submission* s : by_global_rank(collective)) {
+    std::memcpy(out, s->send, block);
+    out += block;
+  }
+}
+
+NodeResult gather_contributions(const ReadyCollective& collective, const RankMap& rank_nodes,
+                                int32_t world_size,
+                                std::span<const std::span<const uint8_t>> contributions) {
+  const Submission& lead = collective.first();
+  const uint64_t block = lead.send_bytes();
+  // Where each node's blocks start in its contribution: ranks in ascending order, node by node.
+  std::vector<uint64_t> filled(contributions.size(), 0);
+  std::vector<std::pair<uint32_t, uint64_t>> sources(static_cast<size_t>(world_size));
+  for (int32_t rank = 0; rank < world_size; ++rank) {
+    const std::optional<uint32_t> node = rank_nodes.node_of(rank);
+    if (!node || *node >= contributions.size()) {
+      return fmt::format("allgather '{}': rank {} is on no node that sent blocks", lead.name, rank);
+    }
+    sources[static_cast<size_t>(rank)] = {*node, filled[*node]};
+    filled[*node] += block;
+  }
+  for (size_t node = 0; node < contributions.size(); ++node) {
+    if (contributions[node].size() != filled[node]) {
+      return fmt::format("allgather '{}': node {} sent {} bytes of blocks, where its ranks have {}",
+                         lead.name, node, contributions[node].size(), filled[node]);
+    }
+  }
+  // Every rank's block from its node's contribution (this node's own too: its ranks' send
+  // buffers may lie inside the results, in place).
+  uint8_t* landing = collective.ranks.front().recv;
+  for (size_t rank = 0; rank < sources.size(); ++rank) {
+    const auto [node, offset] = sources[rank];
+    std::memcpy(landing + rank * block, contributions[node].data() + offset, block);
+  }
+  deliver_gathered(collective, landing, block * static_cast<uint64_t>(world_size));
+  return std::nullopt;
+}
 
 NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective) {
   NodeLinks& links = step.links;
@@ -40,9 +111,7 @@ NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective) {
     uint8_t* destination = landing + static_cast<uint32_t>(s.session->identity().rank) * block;
     if (destination != s.send) kernels::copy(destination, s.send, block, streaming);
   }
-  for (const auto& target : collective.ranks) {
-    if (target.recv != landing) kernels::copy(target.recv, landing, block * world, streaming);
-  }
+  deliver_gathered(collective, landing, block * world);
   co_return std::nullopt;
 }
 

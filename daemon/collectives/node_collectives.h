@@ -13,10 +13,12 @@
 #include "daemon/node/cost_model.h"
 #include "daemon/node/links.h"
 #include "daemon/node/node_task.h"
+#include "daemon/node/rank_map.h"
 
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -72,6 +74,14 @@ NodeTask node_chain_broadcast(NodeStep& step, const ReadyCollective& collective,
 NodeTask run_broadcast(NodeStep& step, const ReadyCollective& collective,
                        std::optional<uint32_t> root_node, BroadcastAlgorithm algorithm);
 NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective);
+// A small allgather that rides with the negotiation (node_allgather.cpp): this node's
+// contribution is its ranks' blocks in the order of their global ranks, written into
+// `contribution`; every node's contribution, in node order, then gives every local rank the
+// whole. `rank_nodes` must be complete. Returns an error for a contribution of the wrong size.
+void pack_allgather_blocks(const ReadyCollective& collective, std::vector<uint8_t>& contribution);
+NodeResult gather_contributions(const ReadyCollective& collective, const RankMap& rank_nodes,
+                                int32_t world_size,
+                                std::span<const std::span<const uint8_t>> contributions);
 
 // Shared by the algorithms.
 namespace node_detail {

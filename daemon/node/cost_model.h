@@ -15,11 +15,12 @@
 namespace gradsync::daemon {
 
 // The data path's protocol sizes, which set the model's regimes:
-//  - a small allreduce's contributions ride with the negotiation messages (negotiator.h): up
-//    to eager_max_bytes(), which is at least kEagerMinBytes and at most kEagerCapBytes (between
-//    namespace nodes over TCP, since a cycle's contributions travel as one blob, 32 KiB riding
-//    along takes about two thirds of the time of the allreduce it saves; 64 KiB, a message
-//    past UCX's 64 KiB TCP receive segment, twice that time);
+//  - a small allreduce's contributions (and a small allgather's blocks, a node's together)
+//    ride with the negotiation messages (negotiator.h): up to eager_max_bytes(), which is at
+//    least kEagerMinBytes and at most kEagerCapBytes (between namespace nodes over TCP, since a
+//    cycle's contributions travel as one blob, 32 KiB riding along takes about two thirds of
+//    the time of the allreduce it saves; 64 KiB, a message past UCX's 64 KiB TCP receive
+//    segment, twice that time);
 //  - the ring cuts a node's slice into pieces of this size (fewer, larger ones above 64 of
 //    them), and pipelines them. Each piece is a message with its own rendezvous, wake-ups and
 //    completion, which on these hosts cost more than the overlap of a smaller piece saved: 2

@@ -178,8 +178,9 @@ class NodeJob {
   void report_negotiation();
   // Records a finished batch's collectives in the trace.
   void trace_completed(const InFlight& work) const;
-  // Counts a unit that completed well, at `now`, in the metrics and the step meter.
-  void count_completed(const ReadyUnit& unit, const char* allreduce_algorithm,
+  // Counts a unit that completed well, at `now`, in the metrics and the step meter: by the
+  // algorithm that ran it, or as riding with the negotiation (`rode`, whatever its kind).
+  void count_completed(const ReadyUnit& unit, const char* allreduce_algorithm, bool rode,
                        const LinkFigures& link, std::chrono::steady_clock::time_point now);
   // Completes one cycle's decisions that need no network; queues the others as batches.
   std::optional<std::string> take_cycle(const CycleDecisions& cycle);

@@ -39,18 +39,18 @@ void NodeJob::trace_completed(const InFlight& work) const {
   }
 }
 
-void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algorithm,
+void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algorithm, bool rode,
                               const LinkFigures& link, Clock::time_point now) {
   for (const auto& c : unit.collectives) {
     const ipc::Collective kind = c.first().collective;
     const char* algorithm = "direct";  // allgathers
     if (kind == ipc::Collective::kAllreduce) algorithm = allreduce_algorithm;
-    if (kind == ipc::Collective::kBarrier) algorithm = "negotiation";
     if (kind == ipc::Collective::kBroadcast) {
       // What run_collective chose, from the same figures (a device broadcast staged in pieces
       // chose per piece, and is counted by its whole size).
       algorithm = broadcast_algorithm_name(choose_broadcast_for(c.bytes(), link));
     }
+    if (kind == ipc::Collective::kBarrier || rode) algorithm = "negotiation";
     metrics_.collective_completed(static_cast<metrics::CollectiveKind>(kind), c.bytes(), algorithm,
                                   std::chrono::duration<double>(now - c.times.ready).count());
     if (steps_ != nullptr) {
@@ -117,9 +117,12 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
     } else if (const auto contributions = cycle.contributions_of(decision);
                !contributions.empty()) {
       const ReadyCollective& collective = unit.collectives.front();
-      const NodeResult bad = reduce_contributions(collective, contributions);
+      const NodeResult bad =
+          collective.first().collective == ipc::Collective::kAllgather
+              ? gather_contributions(collective, rank_nodes_, layout().world_size, contributions)
+              : reduce_contributions(collective, contributions);
       if (trace_ != nullptr && !bad) {
-        // The data came with the negotiation: what is left is the reduce.
+        // The data came with the negotiation: what is left is the reduce (or the copies).
         const std::string& name = collective.first().name;
         trace_->record(name, TracePhase::kNegotiate, collective.times.submitted, agreed,
                        collective.bytes());
@@ -128,7 +131,7 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
       if (!bad) {
         // One clock read for the cycle's completions: they finish within microseconds.
         if (completed == Clock::time_point{}) completed = Clock::now();
-        count_completed(unit, "negotiation", cycle.link, completed);
+        count_completed(unit, "negotiation", true, cycle.link, completed);
       }
       complete(unit, bad ? GRADSYNC_ERR_PROTOCOL : GRADSYNC_OK, bad.value_or(""));
       recycle(std::move(unit));
@@ -222,7 +225,7 @@ std::optional<std::string> NodeJob::progress(bool& ran) {
     if (trace_ != nullptr && !error) trace_completed(work);
     const auto completed = Clock::now();
     for (auto& unit : work.units) {
-      if (!error) count_completed(unit, work.allreduce_algorithm, work.link, completed);
+      if (!error) count_completed(unit, work.allreduce_algorithm, false, work.link, completed);
       complete(unit, error ? GRADSYNC_ERR_PEER_FAILED : GRADSYNC_OK, error.value_or(""));
       recycle(std::move(unit));
     }

@@ -321,6 +321,25 @@ TEST(Cluster, MetricsShowTheMeasuredLinkTheCacheAndTheAlgorithms) {
   EXPECT_EQ(completed, 10 * 24);
 }
 
+// A small allgather rides with the negotiation once its name is cached: each node's blocks go
+// with its part of the cycle, and every node places them by the rank map (here with ranks
+// per node that differ, so node 0's part holds two blocks); a large one goes over the
+// network. Every result is checked; node 0 counts each kind by how it ran.
+TEST(Cluster, SmallAllgathersRideWithTheNegotiation) {
+  LoopbackCluster cluster(3, "", true);
+  constexpr int kSteps = 6;
+  auto ranks = cluster.spawn("allgathers", {2, 1, 1}, {"allgathers", std::to_string(kSteps)});
+  expect_all_succeed(ranks, cluster);
+  const std::string text = scrape(cluster.metrics_port());
+  auto completed = [&](const char* algorithm) {
+    return sample(text, std::string("gradsync_collectives_completed_total{algorithm=\"") +
+                            algorithm + "\",op=\"allgather\"}");
+  };
+  // The first step's two small ones go through node 0, and then over the network.
+  EXPECT_EQ(completed("negotiation"), 2 * (kSteps - 1)) << text;
+  EXPECT_EQ(completed("direct"), kSteps + 2);
+}
+
 TEST(Cluster, AControlMessageThatCannotBeReadFailsItsJob) {
   LoopbackCluster cluster(2);
   auto ranks = cluster.spawn("garbled", {1, 1}, {"steps", "1"}, {}, 0);

@@ -408,6 +408,40 @@ int scenario_steps(Communicator& comm, int steps, size_t tensors, size_t max_cou
   return 0;
 }
 
+// `steps` steps of the same allgathers: two small ones (which, once their names are cached,
+// ride with the negotiation) and a large one (over the network), out of place and in place,
+// each checked against the reference.
+int scenario_allgathers(Communicator& comm, int steps) {
+  struct Gathered {
+    const char* name;
+    gradsync_dtype dtype;
+    size_t count;  // per rank
+    bool in_place;
+  };
+  const Gathered gathered[] = {{"ag.small.f32", GRADSYNC_FLOAT32, 3, false},
+                               {"ag.small.f64", GRADSYNC_FLOAT64, 100, true},
+                               {"ag.large", GRADSYNC_FLOAT32, 100003, false}};
+  const size_t most = 100003 * sizeof(float) * static_cast<size_t>(g_ranks);
+  SharedBuffer send_buffer = comm.allocate(most);
+  SharedBuffer recv_buffer = comm.allocate(most);
+  uint64_t seed = 0;
+  for (int step = 0; step < steps; ++step) {
+    for (const Gathered& g : gathered) {
+      ++seed;
+      const size_t block = g.count * gradsync_dtype_size(g.dtype);
+      auto* recv = recv_buffer.as<uint8_t>();
+      uint8_t* send =
+          g.in_place ? recv + static_cast<size_t>(g_rank) * block : send_buffer.as<uint8_t>();
+      reference::fill_input(send, g.count, g.dtype, g_rank, GRADSYNC_SUM, seed);
+      comm.wait(comm.allgather(g.name, send, recv, g.count, g.dtype));
+      const size_t wrong = reference::count_wrong(reference::Kind::kAllgather, recv, g.count,
+                                                  g.dtype, GRADSYNC_SUM, g_ranks, 0, seed);
+      EXPECT_OR_FAIL(wrong == 0, "step %d allgather %s: %zu wrong", step, g.name, wrong);
+    }
+  }
+  return 0;
+}
+
 // Allreduces big enough that the inter-node algorithms cut them into pipelined pieces
 // (cost_model.h: kPipelinePieceBytes per node's share), with a count no node count divides:
 // out of place and in place, sum and average, each checked against the reference.
@@ -595,6 +629,7 @@ int main(int argc, char** argv) {
                             args.size() > 3 ? std::stoul(args[3]) : 40000);
     }
     if (scenario == "large") return scenario_large(comm, std::stoul(args.at(1)));
+    if (scenario == "allgathers") return scenario_allgathers(comm, std::stoi(args.at(1)));
     if (scenario == "broadcasts") return scenario_broadcasts(comm, std::stoul(args.at(1)));
     if (scenario == "encoded") return scenario_encoded(comm, std::stoul(args.at(1)));
     if (scenario == "topk") {
