@@ -70,6 +70,11 @@ NodeTask node_direct_broadcast(NodeStep& step, const ReadyCollective& collective
                                std::optional<uint32_t> root_node);
 NodeTask node_chain_broadcast(NodeStep& step, const ReadyCollective& collective,
                               uint32_t root_node);
+// A small broadcast that rode with the negotiation (node_direct_broadcast.cpp): the root's data
+// is its node's contribution, and every other node's is empty. `rank_nodes` must be complete.
+// Returns an error for a contribution of the wrong size.
+NodeResult broadcast_contributions(const ReadyCollective& collective, const RankMap& rank_nodes,
+                                   std::span<const std::span<const uint8_t>> contributions);
 // One of the two.
 NodeTask run_broadcast(NodeStep& step, const ReadyCollective& collective,
                        std::optional<uint32_t> root_node, BroadcastAlgorithm algorithm);

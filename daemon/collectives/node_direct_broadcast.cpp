@@ -1,12 +1,42 @@
 // Broadcast across nodes, direct: the root's node sends the root's buffer straight to every
 // other node (no staging copy on the send side), and each node copies it to its local ranks.
 // One step: the latency-optimal broadcast, with n-1 copies on the root's link (cost_model.h).
+// A small one rides with the negotiation instead: the root's data goes with its node's part of
+// the cycle that decides it.
 #include "daemon/collectives/node_collectives.h"
 #include "kernels/reduce.h"
+
+#include <fmt/format.h>
 
 #include <algorithm>
 
 namespace gradsync::daemon {
+
+NodeResult broadcast_contributions(const ReadyCollective& collective, const RankMap& rank_nodes,
+                                   std::span<const std::span<const uint8_t>> contributions) {
+  const Submission& lead = collective.first();
+  const uint64_t bytes = lead.send_bytes();
+  const std::optional<uint32_t> root_node = rank_nodes.node_of(lead.root);
+  if (!root_node || *root_node >= contributions.size()) {
+    return fmt::format("broadcast '{}': its root, rank {}, is on no node that sent data", lead.name,
+                       lead.root);
+  }
+  for (size_t node = 0; node < contributions.size(); ++node) {
+    const uint64_t due = node == *root_node ? bytes : 0;
+    if (contributions[node].size() != due) {
+      return fmt::format("broadcast '{}': node {} sent {} bytes with the negotiation, where {} were "
+                         "due (its root, rank {}, is on node {})",
+                         lead.name, node, contributions[node].size(), due, lead.root, *root_node);
+    }
+  }
+  // Every rank's result, but where it is the root's data in place.
+  const Submission* root = node_detail::root_of(collective);
+  const uint8_t* source = contributions[*root_node].data();
+  for (const auto& s : collective.ranks) {
+    if (root == nullptr || s.recv != root->send) kernels::copy(s.recv, source, bytes, false);
+  }
+  return std::nullopt;
+}
 
 NodeTask node_direct_broadcast(NodeStep& step, const ReadyCollective& collective,
                                std::optional<uint32_t> root_node) {

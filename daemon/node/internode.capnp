@@ -60,10 +60,11 @@ struct Cycle {
   betaSecondsPerByte @5 :Float64;
   gammaSecondsPerByte @6 :Float64;
   eager @7 :List(Contribution);   # no longer sent: eagerBits, eagerSizes and eagerData
-  # Small cached allreduces ride along: this node's contribution (reduced over its ranks) for
-  # some of the bits in readyBits, by ascending bit. A collective every node sent its
-  # contribution for in the same cycle is reduced from these, in node order, with no further
-  # messages. The contributions lie in eagerData one after another, each starting at the next
+  # Small cached collectives ride along: this node's contribution for some of the bits in
+  # readyBits, by ascending bit (an allreduce's reduced over its ranks, an allgather's its
+  # ranks' blocks, a broadcast's the root's data on the root's node and nothing, size 0,
+  # elsewhere). A collective every node sent its contribution for in the same cycle runs from
+  # these, in node order, with no further messages. The contributions lie in eagerData one after another, each starting at the next
   # multiple of 16 bytes (the reduce kernels read them in place as arrays of their dtype): one
   # blob for the lot, where a list of blobs cost a pointer and a copy per tensor on each side.
   eagerBits @8 :List(UInt32);

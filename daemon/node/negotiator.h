@@ -69,7 +69,10 @@ struct Proposal {
   // The proposing node's ranks, in words, for error messages; empty in this node's own
   // proposals (the negotiator knows its node's ranks).
   std::string ranks;
-  // For a small allreduce: this node's contribution, sent along with the cycle (see Cycle).
+  // For a small collective: this node's contribution, sent along with the cycle (see Cycle),
+  // where `rides`. It may be empty: a broadcast's nodes other than its root's contribute
+  // nothing, but say that they take it this way.
+  bool rides = false;
   std::vector<uint8_t> eager;
   // The proposer's handle for what it proposed, handed back in the Decision.
   uint64_t cookie = 0;

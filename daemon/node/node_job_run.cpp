@@ -117,10 +117,17 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
     } else if (const auto contributions = cycle.contributions_of(decision);
                !contributions.empty()) {
       const ReadyCollective& collective = unit.collectives.front();
-      const NodeResult bad =
-          collective.first().collective == ipc::Collective::kAllgather
-              ? gather_contributions(collective, rank_nodes_, layout().world_size, contributions)
-              : reduce_contributions(collective, contributions);
+      NodeResult bad;
+      switch (collective.first().collective) {
+        case ipc::Collective::kAllgather:
+          bad = gather_contributions(collective, rank_nodes_, layout().world_size, contributions);
+          break;
+        case ipc::Collective::kBroadcast:
+          bad = broadcast_contributions(collective, rank_nodes_, contributions);
+          break;
+        default:
+          bad = reduce_contributions(collective, contributions);
+      }
       if (trace_ != nullptr && !bad) {
         // The data came with the negotiation: what is left is the reduce (or the copies).
         const std::string& name = collective.first().name;

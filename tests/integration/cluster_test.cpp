@@ -340,6 +340,25 @@ TEST(Cluster, SmallAllgathersRideWithTheNegotiation) {
   EXPECT_EQ(completed("direct"), kSteps + 2);
 }
 
+// Small broadcasts from every root: the root's data with its node's part of the cycle, after
+// a first step through node 0; the large ones over the network.
+TEST(Cluster, SmallBroadcastsRideWithTheNegotiation) {
+  LoopbackCluster cluster(3, "", true);
+  constexpr int kSteps = 4;
+  constexpr int kRanks = 4;
+  auto ranks =
+      cluster.spawn("broadcasts", {1, 2, 1}, {"small_broadcasts", std::to_string(kSteps)});
+  expect_all_succeed(ranks, cluster);
+  const std::string text = scrape(cluster.metrics_port());
+  auto completed = [&](const char* algorithm) {  // 0 where no broadcast went that way
+    return std::max(0.0, sample(text, std::string("gradsync_collectives_completed_total{"
+                                                  "algorithm=\"") +
+                                          algorithm + "\",op=\"broadcast\"}"));
+  };
+  EXPECT_EQ(completed("negotiation"), 2 * kRanks * (kSteps - 1)) << text;
+  EXPECT_EQ(completed("direct") + completed("chain"), kRanks * kSteps + 2 * kRanks);
+}
+
 TEST(Cluster, AControlMessageThatCannotBeReadFailsItsJob) {
   LoopbackCluster cluster(2);
   auto ranks = cluster.spawn("garbled", {1, 1}, {"steps", "1"}, {}, 0);

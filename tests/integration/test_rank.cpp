@@ -487,6 +487,40 @@ int scenario_broadcasts(Communicator& comm, size_t count) {
   return 0;
 }
 
+// Small broadcasts from every root, each root's under names of its own (a name's root is part
+// of its signature), out of place and in place, and a large one that does not ride; `steps`
+// times, every result against the reference.
+int scenario_small_broadcasts(Communicator& comm, int steps) {
+  struct Broadcast {
+    const char* name;
+    gradsync_dtype dtype;
+    size_t count;
+    bool in_place;
+  };
+  const Broadcast broadcasts[] = {{"bc.small.f32", GRADSYNC_FLOAT32, 5, false},
+                                  {"bc.small.f64", GRADSYNC_FLOAT64, 100, true},
+                                  {"bc.large", GRADSYNC_FLOAT32, 100003, false}};
+  const size_t most = 100003 * sizeof(float);
+  SharedBuffer a = comm.allocate(most);
+  SharedBuffer b = comm.allocate(most);
+  uint64_t seed = 3000;
+  for (int step = 0; step < steps; ++step) {
+    for (int root = 0; root < g_ranks; ++root) {
+      for (const Broadcast& bc : broadcasts) {
+        ++seed;
+        const std::string name = std::string(bc.name) + ".from" + std::to_string(root);
+        reference::fill_input(a.data(), bc.count, bc.dtype, g_rank, GRADSYNC_SUM, seed);
+        void* out = bc.in_place && g_rank == root ? a.data() : b.data();
+        comm.wait(comm.broadcast(name.c_str(), a.data(), out, bc.count, bc.dtype, root));
+        const size_t wrong = reference::count_wrong(reference::Kind::kBroadcast, out, bc.count,
+                                                    bc.dtype, GRADSYNC_SUM, g_ranks, root, seed);
+        EXPECT_OR_FAIL(wrong == 0, "step %d broadcast %s: %zu wrong", step, name.c_str(), wrong);
+      }
+    }
+  }
+  return 0;
+}
+
 // f32 allreduces through the bf16 wire codec (GRADSYNC_WIRE_CODEC=bf16) on inputs bf16 cannot
 // hold: every element within the codec's error of the exact result, every element a bf16
 // value (the result travelled encoded, and the node that finished it kept what it sent), and
@@ -631,6 +665,9 @@ int main(int argc, char** argv) {
     if (scenario == "large") return scenario_large(comm, std::stoul(args.at(1)));
     if (scenario == "allgathers") return scenario_allgathers(comm, std::stoi(args.at(1)));
     if (scenario == "broadcasts") return scenario_broadcasts(comm, std::stoul(args.at(1)));
+    if (scenario == "small_broadcasts") {
+      return scenario_small_broadcasts(comm, std::stoi(args.at(1)));
+    }
     if (scenario == "encoded") return scenario_encoded(comm, std::stoul(args.at(1)));
     if (scenario == "topk") {
       return gradsync::testing::scenario_topk(comm, g_rank, g_ranks, options.local_world_size,

@@ -352,6 +352,7 @@ TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrderAligned) {
   for (const auto& name : names) {
     for (uint32_t n = 0; n < net.nodes(); ++n) {
       Proposal p = allreduce(name, 100);
+      p.rides = true;
       p.eager.assign(3, static_cast<uint8_t>(n + 1));  // this node's part: its number, +1
       net.node(n).propose(std::move(p));
     }
@@ -374,6 +375,46 @@ TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrderAligned) {
       }
     }
     EXPECT_EQ(decided, names.size());
+  }
+}
+
+// A broadcast's way: node 0 sends its data, every other node an empty contribution, and the
+// decision still comes with every node's. Where one node sends none, none ride.
+TEST_P(NegotiatorTest, EmptyContributionsRideAlongAndOneNodeWithoutDataStopsTheRide) {
+  std::mt19937_64 random(nodes());
+  Network net(nodes(), 1024, nodes(), hold(), {}, route());
+  const auto names = tensor_names(4);
+  run_step(net, names, random);  // through the coordinator: no data rides along yet
+  for (const uint32_t without : {nodes(), nodes() - 1}) {  // nodes(): every node rides
+    for (const auto& name : names) {
+      for (uint32_t n = 0; n < net.nodes(); ++n) {
+        Proposal p = allreduce(name, 100);
+        p.rides = n != without;
+        if (n == 0) p.eager.assign(5, 7);
+        net.node(n).propose(std::move(p));
+      }
+    }
+    net.deliver_all();
+    const auto cycles = net.take_cycles();
+    for (uint32_t n = 0; n < net.nodes(); ++n) {
+      size_t decided = 0;
+      for (const CycleDecisions& cycle : cycles[n]) {
+        for (const Decision& d : cycle.decisions) {
+          ++decided;
+          const auto contributions = cycle.contributions_of(d);
+          if (without < nodes()) {
+            EXPECT_TRUE(contributions.empty()) << net.node(n).name(d.name);
+            continue;
+          }
+          ASSERT_EQ(contributions.size(), net.nodes()) << net.node(n).name(d.name);
+          EXPECT_EQ(std::vector<uint8_t>(contributions[0].begin(), contributions[0].end()),
+                    std::vector<uint8_t>(5, 7));
+          for (uint32_t from = 1; from < net.nodes(); ++from)
+            EXPECT_TRUE(contributions[from].empty()) << from;
+        }
+      }
+      EXPECT_EQ(decided, names.size()) << "node " << n << ", without " << without;
+    }
   }
 }
 
@@ -538,6 +579,7 @@ TEST(Negotiator, RelayedMessagesHoldNoMoreThanAPartSentDirectly) {
     for (uint32_t n = 0; n < nodes; ++n) {
       for (size_t i = 0; i < names.size(); ++i) {
         Proposal p = allreduce(names[i], 100);
+        p.rides = with_data;
         if (with_data) p.eager.assign(4096, static_cast<uint8_t>(n));
         net.node(n).propose(std::move(p), i + 1 < names.size());
       }
