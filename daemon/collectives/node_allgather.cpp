@@ -1,8 +1,8 @@
 // Allgather across nodes: every node sends its ranks' blocks straight from their buffers to
 // every other node, and receives the others' blocks in place in its first local rank's
-// buffer (no staging copy); then the node's own blocks join them there, and the other local
-// ranks get the whole. A small one rides with the negotiation instead: each node's blocks
-// travel with its part of the cycle that decides it, and every node assembles them.
+// buffer (no staging copy); the node's own blocks join them there meanwhile, and then the
+// other local ranks get the whole. A small one rides with the negotiation instead: each node's
+// blocks travel with its part of the cycle that decides it, and every node assembles them.
 #include "daemon/collectives/node_collectives.h"
 #include "kernels/reduce.h"
 
@@ -31,6 +31,20 @@ void deliver_gathered(const ReadyCollective& collective, const uint8_t* landing,
   for (const auto& target : collective.ranks) {
     if (target.recv != landing) kernels::copy(target.recv, landing, bytes, streaming);
   }
+}
+
+// Whether the local ranks' blocks may be copied into `landing` while their sends are in
+// flight: no block's place there overlaps a block being sent (but its own, in place).
+bool own_blocks_miss_sends(const ReadyCollective& collective, const uint8_t* landing,
+                           uint64_t block) {
+  for (const auto& target : collective.ranks) {
+    const uint8_t* place = landing + static_cast<uint32_t>(target.session->identity().rank) * block;
+    if (place == target.send) continue;
+    for (const auto& source : collective.ranks) {
+      if (place < source.send + block && source.send < place + block) return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -103,13 +117,30 @@ NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective) {
           step.send(node, links.tag(tags::kData, links.me(), step.sequence, slot), s.send, block));
     }
   }
+  // The node's own blocks join the result while the others' travel, a piece between engine
+  // rounds so that the transfers go on (2 namespace nodes, 64 MiB: 12.0 -> 10.1 ms). Only
+  // where no block lands on a buffer a send still reads.
+  const bool streaming = block * world >= kernels::kStreamingMinBytes;
+  const bool early = own_blocks_miss_sends(collective, landing, block);
+  if (early) {
+    for (const auto& s : collective.ranks) {
+      uint8_t* destination = landing + static_cast<uint32_t>(s.session->identity().rank) * block;
+      if (destination == s.send) continue;
+      for (uint64_t at = 0; at < block; at += kPipelinePieceBytes) {
+        kernels::copy(destination + at, s.send + at, std::min(kPipelinePieceBytes, block - at),
+                      streaming);
+        co_await next_round();
+      }
+    }
+  }
   // Every send must be done before a local rank's buffer is written: in place, a rank sends
   // its block from inside its result.
   if (auto error = co_await flight.wait_all()) co_return error;
-  const bool streaming = block * world >= kernels::kStreamingMinBytes;
-  for (const auto& s : collective.ranks) {
-    uint8_t* destination = landing + static_cast<uint32_t>(s.session->identity().rank) * block;
-    if (destination != s.send) kernels::copy(destination, s.send, block, streaming);
+  if (!early) {
+    for (const auto& s : collective.ranks) {
+      uint8_t* destination = landing + static_cast<uint32_t>(s.session->identity().rank) * block;
+      if (destination != s.send) kernels::copy(destination, s.send, block, streaming);
+    }
   }
   deliver_gathered(collective, landing, block * world);
   co_return std::nullopt;

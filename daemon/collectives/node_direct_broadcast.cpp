@@ -24,9 +24,10 @@ NodeResult broadcast_contributions(const ReadyCollective& collective, const Rank
   for (size_t node = 0; node < contributions.size(); ++node) {
     const uint64_t due = node == *root_node ? bytes : 0;
     if (contributions[node].size() != due) {
-      return fmt::format("broadcast '{}': node {} sent {} bytes with the negotiation, where {} were "
-                         "due (its root, rank {}, is on node {})",
-                         lead.name, node, contributions[node].size(), due, lead.root, *root_node);
+      return fmt::format(
+          "broadcast '{}': node {} sent {} bytes with the negotiation, where {} were "
+          "due (its root, rank {}, is on node {})",
+          lead.name, node, contributions[node].size(), due, lead.root, *root_node);
     }
   }
   // Every rank's result, but where it is the root's data in place.

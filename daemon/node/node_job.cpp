@@ -188,8 +188,7 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
   // Empty ones take the network's path, which moves nothing.
   const bool may_ride =
       unit.collectives.size() == 1 && !proposal.signature.on_device && only.bytes() > 0;
-  if (may_ride && lead.collective == ipc::Collective::kAllreduce &&
-      only.bytes() <= eager_max) {
+  if (may_ride && lead.collective == ipc::Collective::kAllreduce && only.bytes() <= eager_max) {
     // Small enough to travel with the negotiation: this node's part, reduced over its ranks.
     proposal.rides = true;
     if (negotiator_) proposal.eager = negotiator_->eager_storage();

@@ -16,12 +16,14 @@ void NodeTask::promise_type::unhandled_exception() {
   }
 }
 
-NodeTask::NodeTask(NodeTask&& other) noexcept : handle_(std::exchange(other.handle_, {})) {}
+NodeTask::NodeTask(NodeTask&& other) noexcept
+    : handle_(std::exchange(other.handle_, {})), resumed_(std::exchange(other.resumed_, false)) {}
 
 NodeTask& NodeTask::operator=(NodeTask&& other) noexcept {
   if (this != &other) {
     if (handle_) handle_.destroy();
     handle_ = std::exchange(other.handle_, {});
+    resumed_ = std::exchange(other.resumed_, false);
   }
   return *this;
 }
@@ -31,10 +33,12 @@ NodeTask::~NodeTask() {
 }
 
 bool NodeTask::poll() {
+  resumed_ = false;
   if (handle_.done()) return true;
   NodeWait* waiting = handle_.promise().waiting;
   if (waiting != nullptr && !waiting->ready()) return false;
   handle_.promise().waiting = nullptr;
+  resumed_ = true;
   handle_.resume();
   return handle_.done();
 }

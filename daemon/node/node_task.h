@@ -8,6 +8,7 @@
 #include <coroutine>
 #include <optional>
 #include <string>
+#include <utility>
 
 namespace gradsync::daemon {
 
@@ -45,6 +46,8 @@ class NodeTask {
 
   // Resumes the task if what it waits for is ready; true once it has finished.
   bool poll();
+  // Whether the last poll resumed the task: it did work, finished or not.
+  bool resumed() const { return resumed_; }
   bool done() const { return handle_.done(); }
   // Once done.
   const NodeResult& result() const { return handle_.promise().result; }
@@ -53,6 +56,7 @@ class NodeTask {
   explicit NodeTask(std::coroutine_handle<promise_type> handle) : handle_(handle) {}
 
   std::coroutine_handle<promise_type> handle_;
+  bool resumed_ = false;
 };
 
 // Awaitable by a NodeTask: suspends it on `wait` unless that is ready already.
@@ -66,6 +70,23 @@ struct NodeAwait {
   }
   NodeResult await_resume() { return wait.take_result(); }
 };
+
+// Lets the engine go round once (the network progresses) before the task goes on: work of
+// its own that the task cuts into pieces overlaps its transfers this way. A task resumed and
+// waiting again counts as work done (NodeTask::resumed), so the engine does not sleep between
+// the pieces.
+class RoundWait final : public NodeWait {
+ public:
+  bool ready() override { return std::exchange(went_round_, true); }
+  NodeResult take_result() { return std::nullopt; }
+
+ private:
+  bool went_round_ = false;
+};
+
+inline NodeAwait<RoundWait> next_round() {
+  return {RoundWait{}};
+}
 
 // Waits for another task to end: a collective run as one step of a larger piece of work.
 class TaskWait final : public NodeWait {

@@ -346,8 +346,7 @@ TEST(Cluster, SmallBroadcastsRideWithTheNegotiation) {
   LoopbackCluster cluster(3, "", true);
   constexpr int kSteps = 4;
   constexpr int kRanks = 4;
-  auto ranks =
-      cluster.spawn("broadcasts", {1, 2, 1}, {"small_broadcasts", std::to_string(kSteps)});
+  auto ranks = cluster.spawn("broadcasts", {1, 2, 1}, {"small_broadcasts", std::to_string(kSteps)});
   expect_all_succeed(ranks, cluster);
   const std::string text = scrape(cluster.metrics_port());
   auto completed = [&](const char* algorithm) {  // 0 where no broadcast went that way

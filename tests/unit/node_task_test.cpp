@@ -1,0 +1,70 @@
+// NodeTask: a coroutine resumed by polls. What the engine relies on: a poll resumes the task
+// only once what it waits for is ready, says whether it did (a task that works in pieces
+// between engine rounds keeps the engine awake), and hands back the task's result.
+#include "daemon/node/node_task.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace gradsync::daemon {
+namespace {
+
+class Gate final : public NodeWait {
+ public:
+  explicit Gate(const bool& open) : open_(&open) {}
+  bool ready() override { return *open_; }
+  NodeResult take_result() { return std::nullopt; }
+
+ private:
+  const bool* open_;
+};
+
+NodeTask pieces(std::vector<int>& done, int count) {
+  for (int piece = 0; piece < count; ++piece) {
+    done.push_back(piece);
+    co_await next_round();
+  }
+  co_return "all " + std::to_string(count);
+}
+
+NodeTask behind(const bool& open, int& resumed) {
+  co_await NodeAwait<Gate>{Gate(open)};
+  ++resumed;
+  co_return std::nullopt;
+}
+
+TEST(NodeTask, NextRoundResumesOnTheFollowingPollAndCountsAsWork) {
+  std::vector<int> done;
+  NodeTask task = pieces(done, 3);
+  EXPECT_EQ(done, std::vector<int>{0});  // runs to its first wait as it is made
+  EXPECT_FALSE(task.poll());
+  EXPECT_TRUE(task.resumed());
+  EXPECT_EQ(done, (std::vector<int>{0, 1}));
+  EXPECT_FALSE(task.poll());
+  EXPECT_TRUE(task.poll());
+  EXPECT_TRUE(task.resumed());
+  EXPECT_EQ(done, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(task.result(), "all 3");
+  EXPECT_TRUE(task.poll());  // finished: nothing more runs
+  EXPECT_FALSE(task.resumed());
+}
+
+TEST(NodeTask, APollWhileTheWaitIsNotReadyDoesNotResume) {
+  bool open = false;
+  int resumed = 0;
+  NodeTask task = behind(open, resumed);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_FALSE(task.poll());
+    EXPECT_FALSE(task.resumed());
+  }
+  EXPECT_EQ(resumed, 0);
+  open = true;
+  EXPECT_TRUE(task.poll());
+  EXPECT_TRUE(task.resumed());
+  EXPECT_EQ(resumed, 1);
+  EXPECT_FALSE(task.result());
+}
+
+}  // namespace
+}  // namespace gradsync::daemon
