@@ -126,11 +126,8 @@ NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective) {
     for (const auto& s : collective.ranks) {
       uint8_t* destination = landing + static_cast<uint32_t>(s.session->identity().rank) * block;
       if (destination == s.send) continue;
-      for (uint64_t at = 0; at < block; at += kPipelinePieceBytes) {
-        kernels::copy(destination + at, s.send + at, std::min(kPipelinePieceBytes, block - at),
-                      streaming);
-        co_await next_round();
-      }
+      NodeTask copying = node_detail::copy_between_rounds(destination, s.send, block, streaming);
+      co_await finish(copying);
     }
   }
   // Every send must be done before a local rank's buffer is written: in place, a rank sends

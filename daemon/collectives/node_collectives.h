@@ -97,6 +97,11 @@ std::vector<std::shared_ptr<const void>> rank_memory(const ReadyCollective& coll
 // The submission of the broadcast's root rank, where it is on this node; nullptr elsewhere.
 const Submission* root_of(const ReadyCollective& collective);
 
+// Copies `bytes` a pipeline piece (kPipelinePieceBytes) at a time, letting the engine go round
+// between the pieces: a collective's own copies overlap its transfers (co_await finish(...)).
+NodeTask copy_between_rounds(uint8_t* destination, const uint8_t* source, uint64_t bytes,
+                             bool streaming);
+
 // The op the network runs: an average is a sum divided once at the end.
 inline gradsync_op network_op(gradsync_op op) {
   return op == GRADSYNC_AVG ? GRADSYNC_SUM : op;

@@ -1,4 +1,7 @@
 #include "daemon/collectives/node_collectives.h"
+#include "kernels/reduce.h"
+
+#include <algorithm>
 
 namespace gradsync::daemon {
 
@@ -22,6 +25,16 @@ const Submission* root_of(const ReadyCollective& collective) {
     if (s.session->identity().rank == collective.first().root) return &s;
   }
   return nullptr;
+}
+
+NodeTask copy_between_rounds(uint8_t* destination, const uint8_t* source, uint64_t bytes,
+                             bool streaming) {
+  for (uint64_t at = 0; at < bytes; at += kPipelinePieceBytes) {
+    if (at > 0) co_await next_round();
+    kernels::copy(destination + at, source + at, std::min(kPipelinePieceBytes, bytes - at),
+                  streaming);
+  }
+  co_return std::nullopt;
 }
 
 std::vector<std::shared_ptr<const void>> rank_memory(const ReadyCollective& collective) {

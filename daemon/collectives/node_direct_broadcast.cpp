@@ -1,5 +1,6 @@
 // Broadcast across nodes, direct: the root's node sends the root's buffer straight to every
-// other node (no staging copy on the send side), and each node copies it to its local ranks.
+// other node, into its first local rank's buffer (no staging copy on either side), and each
+// node copies it to its other local ranks.
 // One step: the latency-optimal broadcast, with n-1 copies on the root's link (cost_model.h).
 // A small one rides with the negotiation instead: the root's data goes with its node's part of
 // the cycle that decides it.
@@ -55,17 +56,21 @@ NodeTask node_direct_broadcast(NodeStep& step, const ReadyCollective& collective
     }
     source = root->send;
   } else {
-    uint8_t* staging = step.scratch.get(0, std::max<uint64_t>(bytes, 1));
+    // Straight into the first local rank's buffer, the others' copies from there.
+    uint8_t* landing = collective.ranks.front().recv;
     // From the root's node; where it is not known, from whichever node sends the tag.
     flight.add(step.receive(links.tag(tags::kData, root_node.value_or(0), step.sequence, 0),
-                            root_node, staging, bytes));
+                            root_node, landing, bytes));
     if (auto error = co_await flight.wait_all()) co_return error;
-    source = staging;
+    source = landing;
   }
-  // The root's node copies to its other ranks while its sends are on the wire.
+  // The root's node copies to its other ranks while its sends are on the wire, a piece between
+  // engine rounds so that the sends go on.
   const bool streaming = bytes >= kernels::kStreamingMinBytes;
   for (const auto& s : collective.ranks) {
-    if (s.recv != source) kernels::copy(s.recv, source, bytes, streaming);
+    if (s.recv == source) continue;
+    NodeTask copying = node_detail::copy_between_rounds(s.recv, source, bytes, streaming);
+    co_await finish(copying);
   }
   co_return co_await flight.wait_all();
 }

@@ -224,7 +224,7 @@ std::optional<std::string> NodeJob::progress(bool& ran) {
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
     InFlight& work = **it;
     if (!work.task->poll()) {
-      ran |= work.task->resumed();  // it did work of its own, in pieces (RoundWait)
+      ran |= work.task->worked();  // work of its own, in pieces between rounds (RoundWait)
       ++it;
       continue;
     }

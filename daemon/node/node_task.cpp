@@ -17,13 +17,13 @@ void NodeTask::promise_type::unhandled_exception() {
 }
 
 NodeTask::NodeTask(NodeTask&& other) noexcept
-    : handle_(std::exchange(other.handle_, {})), resumed_(std::exchange(other.resumed_, false)) {}
+    : handle_(std::exchange(other.handle_, {})), worked_(std::exchange(other.worked_, false)) {}
 
 NodeTask& NodeTask::operator=(NodeTask&& other) noexcept {
   if (this != &other) {
     if (handle_) handle_.destroy();
     handle_ = std::exchange(other.handle_, {});
-    resumed_ = std::exchange(other.resumed_, false);
+    worked_ = std::exchange(other.worked_, false);
   }
   return *this;
 }
@@ -33,12 +33,15 @@ NodeTask::~NodeTask() {
 }
 
 bool NodeTask::poll() {
-  resumed_ = false;
+  worked_ = false;
   if (handle_.done()) return true;
   NodeWait* waiting = handle_.promise().waiting;
-  if (waiting != nullptr && !waiting->ready()) return false;
+  if (waiting != nullptr && !waiting->ready()) {
+    worked_ = waiting->worked();
+    return false;
+  }
   handle_.promise().waiting = nullptr;
-  resumed_ = true;
+  worked_ = true;
   handle_.resume();
   return handle_.done();
 }

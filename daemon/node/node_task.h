@@ -20,6 +20,8 @@ class NodeWait {
   virtual ~NodeWait() = default;
   // True once the task may go on: what it waits for is done, failed, or took too long.
   virtual bool ready() = 0;
+  // Whether the last ready() did work (resumed a task it waits on): the engine counts it.
+  virtual bool worked() const { return false; }
 };
 
 class NodeTask {
@@ -46,8 +48,8 @@ class NodeTask {
 
   // Resumes the task if what it waits for is ready; true once it has finished.
   bool poll();
-  // Whether the last poll resumed the task: it did work, finished or not.
-  bool resumed() const { return resumed_; }
+  // Whether the last poll did work, finished or not: resumed the task, or a task it waits on.
+  bool worked() const { return worked_; }
   bool done() const { return handle_.done(); }
   // Once done.
   const NodeResult& result() const { return handle_.promise().result; }
@@ -56,7 +58,7 @@ class NodeTask {
   explicit NodeTask(std::coroutine_handle<promise_type> handle) : handle_(handle) {}
 
   std::coroutine_handle<promise_type> handle_;
-  bool resumed_ = false;
+  bool worked_ = false;
 };
 
 // Awaitable by a NodeTask: suspends it on `wait` unless that is ready already.
@@ -73,7 +75,7 @@ struct NodeAwait {
 
 // Lets the engine go round once (the network progresses) before the task goes on: work of
 // its own that the task cuts into pieces overlaps its transfers this way. A task resumed and
-// waiting again counts as work done (NodeTask::resumed), so the engine does not sleep between
+// waiting again counts as work done (NodeTask::worked), so the engine does not sleep between
 // the pieces.
 class RoundWait final : public NodeWait {
  public:
@@ -93,6 +95,7 @@ class TaskWait final : public NodeWait {
  public:
   explicit TaskWait(NodeTask& task) : task_(&task) {}
   bool ready() override { return task_->poll(); }
+  bool worked() const override { return task_->worked(); }
   NodeResult take_result() { return task_->result(); }
 
  private:

@@ -39,15 +39,15 @@ TEST(NodeTask, NextRoundResumesOnTheFollowingPollAndCountsAsWork) {
   NodeTask task = pieces(done, 3);
   EXPECT_EQ(done, std::vector<int>{0});  // runs to its first wait as it is made
   EXPECT_FALSE(task.poll());
-  EXPECT_TRUE(task.resumed());
+  EXPECT_TRUE(task.worked());
   EXPECT_EQ(done, (std::vector<int>{0, 1}));
   EXPECT_FALSE(task.poll());
   EXPECT_TRUE(task.poll());
-  EXPECT_TRUE(task.resumed());
+  EXPECT_TRUE(task.worked());
   EXPECT_EQ(done, (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(task.result(), "all 3");
   EXPECT_TRUE(task.poll());  // finished: nothing more runs
-  EXPECT_FALSE(task.resumed());
+  EXPECT_FALSE(task.worked());
 }
 
 TEST(NodeTask, APollWhileTheWaitIsNotReadyDoesNotResume) {
@@ -56,12 +56,12 @@ TEST(NodeTask, APollWhileTheWaitIsNotReadyDoesNotResume) {
   NodeTask task = behind(open, resumed);
   for (int i = 0; i < 3; ++i) {
     EXPECT_FALSE(task.poll());
-    EXPECT_FALSE(task.resumed());
+    EXPECT_FALSE(task.worked());
   }
   EXPECT_EQ(resumed, 0);
   open = true;
   EXPECT_TRUE(task.poll());
-  EXPECT_TRUE(task.resumed());
+  EXPECT_TRUE(task.worked());
   EXPECT_EQ(resumed, 1);
   EXPECT_FALSE(task.result());
 }

@@ -53,8 +53,8 @@ class DeviceBuffers final : public SweepBuffers {
     check_cuda(cudaMemcpy(send_.data(), host_input_.data(), bytes, cudaMemcpyHostToDevice),
                "uploading the inputs");
   }
-  const void* download(size_t bytes) override {
-    check_cuda(cudaMemcpy(host_result_.data(), recv_.data(), bytes, cudaMemcpyDeviceToHost),
+  const void* download(const void* buffer, size_t bytes) override {
+    check_cuda(cudaMemcpy(host_result_.data(), buffer, bytes, cudaMemcpyDeviceToHost),
                "downloading the results");
     return host_result_.data();
   }

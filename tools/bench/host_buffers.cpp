@@ -12,7 +12,7 @@ class HostBuffers final : public SweepBuffers {
   void* recv() override { return recv_.data(); }
   void* staged_input() override { return send_.data(); }
   void upload(size_t /*bytes*/) override {}  // written in place
-  const void* download(size_t /*bytes*/) override { return recv_.data(); }
+  const void* download(const void* buffer, size_t /*bytes*/) override { return buffer; }
   const char* memory() const override { return "host"; }
 
  private:

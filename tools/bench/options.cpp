@@ -55,6 +55,7 @@ std::string usage() {
          "  -d float|double|half|bfloat16|int32|int64   -o sum|prod|min|max|avg   -r ROOT\n"
          "  -n ITERS -w WARMUP  --check  --json FILE  --daemon PATH\n"
          "  --device   the sweep's buffers on the rank's GPU (LOCAL_RANK mod devices)\n"
+         "  --in-place   broadcast: one buffer, the root's input and every rank's result\n"
          "  --model resnet50 [--fused | --names-only] [--steps N] [--no-progress]\n"
          "  --calibrate FILE   measure gradsync-model's figures (large size: -e)\n"
          "--cluster N: N nodes in network namespaces (root), -np ranks each.\n"
@@ -140,6 +141,9 @@ BenchOptions parse_options(int argc, char** argv) {
     } else if (flag == "--device") {
       o.device = true;
       o.rank_argv.push_back(flag);
+    } else if (flag == "--in-place") {
+      o.in_place = true;
+      o.rank_argv.push_back(flag);
     } else if (flag == "--check" || flag == "-z") {
       o.check = true;
       o.rank_argv.push_back("--check");
@@ -178,6 +182,12 @@ BenchOptions parse_options(int argc, char** argv) {
     throw std::invalid_argument("--calibrate and --model exclude each other");
   if (o.device && (!o.model.empty() || !o.calibrate_path.empty()))
     throw std::invalid_argument("--device is for the size sweep, not --model or --calibrate");
+  if (o.in_place && (o.collective != ipc::Collective::kBroadcast || !o.model.empty() ||
+                     !o.calibrate_path.empty())) {
+    throw std::invalid_argument(
+        "--in-place is for the broadcast sweep (an allreduce in place would sum its own result "
+        "each iteration)");
+  }
   if (o.fused && o.names_only)
     throw std::invalid_argument("--fused and --names-only exclude each other");
   if (o.cluster_nodes > 0 && o.spawn_daemon) {

@@ -30,6 +30,9 @@ struct BenchOptions {
   int warmup = 5;
   bool check = false;
   bool device = false;  // --device: the sweep's buffers on the rank's GPU
+  // --in-place: a broadcast's one buffer is the root's input and every rank's result, as in
+  // MPI_Bcast and torch.distributed.broadcast (out of place, the root copies its input too).
+  bool in_place = false;
   std::string json_path;
   std::string model;        // "resnet50": the gradient set of a training step instead of a sweep
   bool fused = false;       // model mode: one tensor of the model's total size

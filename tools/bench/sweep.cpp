@@ -52,7 +52,8 @@ void write_json(const BenchOptions& o, int ranks, const char* memory,
                 const std::vector<Row>& rows) {
   std::ofstream out(o.json_path);
   out << "{\n  \"collective\": \"" << ipc::collective_name(o.collective) << "\",\n  \"memory\": \""
-      << memory << "\",\n  \"ranks\": " << ranks << ",\n  \"dtype\": \"" << dtype_flag_name(o.dtype)
+      << memory << "\",\n  \"in_place\": " << (o.in_place ? "true" : "false")
+      << ",\n  \"ranks\": " << ranks << ",\n  \"dtype\": \"" << dtype_flag_name(o.dtype)
       << "\",\n  \"op\": \"" << op_flag_name(o.op) << "\",\n  \"iterations\": " << o.iterations
       << ",\n  \"warmup\": " << o.warmup << ",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -77,12 +78,13 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
       o.device ? make_device_buffers(comm, max_recv, who.local_rank)
                : make_host_buffers(comm, max_recv);
   void* const send = buffers->send();
-  void* const recv = buffers->recv();
+  void* const recv = o.in_place ? send : buffers->recv();
   SharedBuffer scratch = comm.allocate(sizeof(double) * (o.iterations + 1));
   if (rank == 0) {
-    std::printf("# gradsync-bench: %s, %d ranks, %s, %s, %s memory, %d iterations (%d warm-up)\n",
+    std::printf("# gradsync-bench: %s, %d ranks, %s, %s, %s memory%s, %d iterations (%d warm-up)\n",
                 ipc::collective_name(o.collective), ranks, dtype_flag_name(o.dtype),
-                op_flag_name(o.op), buffers->memory(), o.iterations, o.warmup);
+                op_flag_name(o.op), buffers->memory(), o.in_place ? ", in place" : "", o.iterations,
+                o.warmup);
     std::printf("# time: median over iterations of the slowest rank; busbw as nccl-tests\n");
     std::printf("# %10s %12s %8s %6s %6s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
                 "root", "time", "algbw", "busbw", "#wrong");
@@ -123,8 +125,8 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
           gather ? reference::Kind::kAllgather
                  : (o.collective == ipc::Collective::kBroadcast ? reference::Kind::kBroadcast
                                                                 : reference::Kind::kAllreduce);
-      wrong = reference::count_wrong(kind, buffers->download(bytes), count, o.dtype, o.op, ranks,
-                                     o.root, bytes);
+      wrong = reference::count_wrong(kind, buffers->download(recv, bytes), count, o.dtype, o.op,
+                                     ranks, o.root, bytes);
     }
     wrong = sum_across_ranks(comm, scratch, wrong);
     wrong_total += wrong;

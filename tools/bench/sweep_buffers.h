@@ -21,8 +21,8 @@ class SweepBuffers {
   // Host memory to write the inputs into; upload() makes the first `bytes` the send buffer's.
   virtual void* staged_input() = 0;
   virtual void upload(size_t bytes) = 0;
-  // The first `bytes` of the receive buffer, readable on the host.
-  virtual const void* download(size_t bytes) = 0;
+  // The first `bytes` of `buffer` (send() or recv()), readable on the host.
+  virtual const void* download(const void* buffer, size_t bytes) = 0;
   virtual const char* memory() const = 0;  // "host" or "device"
 };
 
