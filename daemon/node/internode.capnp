@@ -64,9 +64,10 @@ struct Cycle {
   # readyBits, by ascending bit (an allreduce's reduced over its ranks, an allgather's its
   # ranks' blocks, a broadcast's the root's data on the root's node and nothing, size 0,
   # elsewhere). A collective every node sent its contribution for in the same cycle runs from
-  # these, in node order, with no further messages. The contributions lie in eagerData one after another, each starting at the next
-  # multiple of 16 bytes (the reduce kernels read them in place as arrays of their dtype): one
-  # blob for the lot, where a list of blobs cost a pointer and a copy per tensor on each side.
+  # these, in node order, with no further messages. The contributions lie in eagerData one
+  # after another, each starting at the next multiple of 16 bytes (the reduce kernels read
+  # them in place as arrays of their dtype): one blob for the lot, where a list of blobs cost
+  # a pointer and a copy per tensor on each side.
   eagerBits @8 :List(UInt32);
   eagerSizes @9 :List(UInt32);
   eagerData @10 :Data;

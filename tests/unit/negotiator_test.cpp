@@ -16,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <span>
 #include <tuple>
 
 namespace gradsync::daemon {
@@ -344,18 +345,14 @@ TEST_P(NegotiatorTest, ANodeAStepAheadHasItsInstancesDecidedInOrder) {
   for (const auto& d : second) EXPECT_EQ(keys(d), std::vector<std::string>{"a"});
 }
 
-TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrderAligned) {
-  std::mt19937_64 random(nodes());
-  Network net(nodes(), 1024, nodes(), hold(), {}, route());
-  const auto names = tensor_names(6);
-  run_step(net, names, random);  // through the coordinator: no data rides along yet
+// Every node proposes each of `names` as `make(node, name)` has it; once every message is
+// delivered, `check(node, contributions, name)` sees each decision, and every node must have
+// decided every name.
+template <typename Make, typename Check>
+void expect_contributions(Network& net, const std::vector<std::string>& names, Make make,
+                          Check check) {
   for (const auto& name : names) {
-    for (uint32_t n = 0; n < net.nodes(); ++n) {
-      Proposal p = allreduce(name, 100);
-      p.rides = true;
-      p.eager.assign(3, static_cast<uint8_t>(n + 1));  // this node's part: its number, +1
-      net.node(n).propose(std::move(p));
-    }
+    for (uint32_t n = 0; n < net.nodes(); ++n) net.node(n).propose(make(n, name));
   }
   net.deliver_all();
   const auto cycles = net.take_cycles();
@@ -364,18 +361,41 @@ TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrderAligned) {
     for (const CycleDecisions& cycle : cycles[n]) {
       for (const Decision& d : cycle.decisions) {
         ++decided;
-        const auto contributions = cycle.contributions_of(d);
-        ASSERT_EQ(contributions.size(), net.nodes()) << net.node(n).name(d.name);
-        for (uint32_t from = 0; from < net.nodes(); ++from) {
-          EXPECT_EQ(std::vector<uint8_t>(contributions[from].begin(), contributions[from].end()),
-                    std::vector<uint8_t>(3, static_cast<uint8_t>(from + 1)));
-          // Kernels read each as an array of its dtype: 3-byte parts must not misalign the next.
-          EXPECT_EQ(reinterpret_cast<uintptr_t>(contributions[from].data()) % alignof(double), 0u);
-        }
+        check(n, cycle.contributions_of(d), net.node(n).name(d.name));
       }
     }
-    EXPECT_EQ(decided, names.size());
+    EXPECT_EQ(decided, names.size()) << "node " << n;
   }
+}
+
+using Contributions = std::span<const std::span<const uint8_t>>;
+
+std::vector<uint8_t> bytes_of(std::span<const uint8_t> contribution) {
+  return {contribution.begin(), contribution.end()};
+}
+
+TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrderAligned) {
+  std::mt19937_64 random(nodes());
+  Network net(nodes(), 1024, nodes(), hold(), {}, route());
+  const auto names = tensor_names(6);
+  run_step(net, names, random);  // through the coordinator: no data rides along yet
+  auto make = [](uint32_t n, const std::string& name) {
+    Proposal p = allreduce(name, 100);
+    p.rides = true;
+    p.eager.assign(3, static_cast<uint8_t>(n + 1));  // this node's part: its number, +1
+    return p;
+  };
+  expect_contributions(
+      net, names, make, [&](uint32_t, Contributions contributions, const std::string& name) {
+        ASSERT_EQ(contributions.size(), net.nodes()) << name;
+        for (uint32_t from = 0; from < net.nodes(); ++from) {
+          EXPECT_EQ(bytes_of(contributions[from]),
+                    std::vector<uint8_t>(3, static_cast<uint8_t>(from + 1)));
+          // Kernels read each as an array of its dtype: 3-byte parts must not
+          // misalign the next.
+          EXPECT_EQ(reinterpret_cast<uintptr_t>(contributions[from].data()) % alignof(double), 0u);
+        }
+      });
 }
 
 // A broadcast's way: node 0 sends its data, every other node an empty contribution, and the
@@ -386,35 +406,23 @@ TEST_P(NegotiatorTest, EmptyContributionsRideAlongAndOneNodeWithoutDataStopsTheR
   const auto names = tensor_names(4);
   run_step(net, names, random);  // through the coordinator: no data rides along yet
   for (const uint32_t without : {nodes(), nodes() - 1}) {  // nodes(): every node rides
-    for (const auto& name : names) {
-      for (uint32_t n = 0; n < net.nodes(); ++n) {
-        Proposal p = allreduce(name, 100);
-        p.rides = n != without;
-        if (n == 0) p.eager.assign(5, 7);
-        net.node(n).propose(std::move(p));
-      }
-    }
-    net.deliver_all();
-    const auto cycles = net.take_cycles();
-    for (uint32_t n = 0; n < net.nodes(); ++n) {
-      size_t decided = 0;
-      for (const CycleDecisions& cycle : cycles[n]) {
-        for (const Decision& d : cycle.decisions) {
-          ++decided;
-          const auto contributions = cycle.contributions_of(d);
-          if (without < nodes()) {
-            EXPECT_TRUE(contributions.empty()) << net.node(n).name(d.name);
-            continue;
-          }
-          ASSERT_EQ(contributions.size(), net.nodes()) << net.node(n).name(d.name);
-          EXPECT_EQ(std::vector<uint8_t>(contributions[0].begin(), contributions[0].end()),
-                    std::vector<uint8_t>(5, 7));
-          for (uint32_t from = 1; from < net.nodes(); ++from)
-            EXPECT_TRUE(contributions[from].empty()) << from;
-        }
-      }
-      EXPECT_EQ(decided, names.size()) << "node " << n << ", without " << without;
-    }
+    auto make = [without](uint32_t n, const std::string& name) {
+      Proposal p = allreduce(name, 100);
+      p.rides = n != without;
+      if (n == 0) p.eager.assign(5, 7);
+      return p;
+    };
+    expect_contributions(net, names, make,
+                         [&](uint32_t, Contributions contributions, const std::string& name) {
+                           if (without < nodes()) {
+                             EXPECT_TRUE(contributions.empty()) << name;
+                             return;
+                           }
+                           ASSERT_EQ(contributions.size(), net.nodes()) << name;
+                           EXPECT_EQ(bytes_of(contributions[0]), std::vector<uint8_t>(5, 7));
+                           for (uint32_t from = 1; from < net.nodes(); ++from)
+                             EXPECT_TRUE(contributions[from].empty()) << from;
+                         });
   }
 }
 
