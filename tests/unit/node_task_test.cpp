@@ -2,9 +2,12 @@
 // only once what it waits for is ready, says whether it did (a task that works in pieces
 // between engine rounds keeps the engine awake), and hands back the task's result.
 #include "daemon/node/node_task.h"
+#include "daemon/collectives/node_collectives.h"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <numeric>
 #include <vector>
 
 namespace gradsync::daemon {
@@ -64,6 +67,31 @@ TEST(NodeTask, APollWhileTheWaitIsNotReadyDoesNotResume) {
   EXPECT_TRUE(task.worked());
   EXPECT_EQ(resumed, 1);
   EXPECT_FALSE(task.result());
+}
+
+// A collective's own copy in pieces: one piece as it starts, one more each poll, the whole
+// (a short last piece too) once done, and every poll counted as work.
+TEST(NodeTask, CopyBetweenRoundsCopiesAPieceEachRound) {
+  const uint64_t bytes = 2 * kPipelinePieceBytes + 5;
+  std::vector<uint8_t> source(bytes);
+  std::iota(source.begin(), source.end(), uint8_t{1});
+  std::vector<uint8_t> destination(bytes, 0);
+  NodeTask copying =
+      node_detail::copy_between_rounds(destination.data(), source.data(), bytes, false);
+  auto copied = [&] {
+    return static_cast<uint64_t>(
+        std::count_if(destination.begin(), destination.end(), [](uint8_t b) { return b != 0; }));
+  };
+  // iota wraps to 0 every 256 bytes: what a copy of the first n leaves non-zero.
+  const auto nonzero = [](uint64_t n) { return n - n / 256; };
+  EXPECT_EQ(copied(), nonzero(kPipelinePieceBytes));
+  EXPECT_FALSE(copying.poll());
+  EXPECT_TRUE(copying.worked());
+  EXPECT_EQ(copied(), nonzero(2 * kPipelinePieceBytes));
+  EXPECT_TRUE(copying.poll());
+  EXPECT_TRUE(copying.worked());
+  EXPECT_EQ(destination, source);
+  EXPECT_FALSE(copying.result());
 }
 
 }  // namespace
