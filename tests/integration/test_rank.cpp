@@ -420,7 +420,8 @@ int scenario_allgathers(Communicator& comm, int steps) {
   };
   const Gathered gathered[] = {{"ag.small.f32", GRADSYNC_FLOAT32, 3, false},
                                {"ag.small.f64", GRADSYNC_FLOAT64, 100, true},
-                               {"ag.large", GRADSYNC_FLOAT32, 100003, false}};
+                               {"ag.large", GRADSYNC_FLOAT32, 100003, false},
+                               {"ag.large.in_place", GRADSYNC_FLOAT32, 100003, true}};
   const size_t most = 100003 * sizeof(float) * static_cast<size_t>(g_ranks);
   SharedBuffer send_buffer = comm.allocate(most);
   SharedBuffer recv_buffer = comm.allocate(most);
