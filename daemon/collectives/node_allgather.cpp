@@ -145,8 +145,8 @@ NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective) {
     co_await finish(copying);
   }
   // The other local ranks get each block as it is complete: the node's own first, then the
-  // others' as they land. A place that overlaps a block still being sent (a rank's own, in
-  // place) waits for the sends.
+  // others' as they land. A rank's own block in place is there already; any other place that
+  // overlaps a block still being sent waits for the sends.
   std::vector<std::pair<uint8_t*, uint32_t>> after_sends;  // (destination, slot)
   for (const bool own : {true, false}) {
     for (uint32_t slot = 0; slot < world; ++slot) {
@@ -157,6 +157,7 @@ NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective) {
       for (const auto& target : collective.ranks) {
         if (target.recv == landing) continue;
         uint8_t* destination = target.recv + slot * block;
+        if (destination == target.send) continue;
         if (under_a_send(collective, destination, block)) {
           after_sends.emplace_back(destination, slot);
           continue;
