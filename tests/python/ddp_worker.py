@@ -1,8 +1,9 @@
 """One rank of the DDP tests: trains the same model on the same data twice, with DDP over Gloo
 and with DDP + the gradsync hook, and checks that both end equal, step by step.
 
-Run by tests/python/test_ddp.py with RANK, WORLD_SIZE, GRADSYNC_* in the environment.
-Exit status 0: equal; 1: not equal; 3: the expected exception (--raise-at) reached this rank.
+Run by tests/python/run_ranks.py with RANK, WORLD_SIZE, GRADSYNC_* in the environment.
+Exit status 0: equal; 1: not equal; 3: the expected exception (--raise-at) reached this rank;
+77: --cuda where PyTorch sees no CUDA device.
 """
 import argparse
 import os
@@ -38,24 +39,28 @@ class SmallCNN(nn.Module):
         return self.fc2(x)
 
 
+SKIPPED = 77  # run_ranks.py and ctest: this rank cannot run here
+
+
 class IntentionalFailure(RuntimeError):
     """Raised by the rank that fails on purpose (--raise-at)."""
 
 
-def batches(rank, steps, batch_size):
+def batches(rank, steps, batch_size, device):
     """A synthetic, deterministic data set: each rank its own shard."""
     generator = torch.Generator().manual_seed(1234 + rank)
     for _ in range(steps):
         x = torch.randn(batch_size, 1, 28, 28, generator=generator)
         # Learnable labels: which of the first ten pixels is brightest.
         y = x.flatten(1)[:, :10].argmax(dim=1)
-        yield x, y
+        yield x.to(device), y.to(device)
 
 
-def train(args, rank, use_gradsync, comm):
+def train(args, rank, use_gradsync, comm, device):
     torch.manual_seed(42)
-    model = SmallCNN(unused_branch=args.unused)
-    ddp = DDP(model, bucket_cap_mb=args.bucket_cap_mb, find_unused_parameters=args.unused,
+    model = SmallCNN(unused_branch=args.unused).to(device)
+    ddp = DDP(model, device_ids=[device] if device.type == "cuda" else None,
+              bucket_cap_mb=args.bucket_cap_mb, find_unused_parameters=args.unused,
               broadcast_buffers=False)
     if use_gradsync:
         hook = {"allreduce": gradsync.torch.allreduce_hook,
@@ -70,14 +75,14 @@ def train(args, rank, use_gradsync, comm):
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     losses = []
     start = time.perf_counter()
-    for step, (x, y) in enumerate(batches(rank, args.steps, args.batch_size)):
+    for step, (x, y) in enumerate(batches(rank, args.steps, args.batch_size, device)):
         if use_gradsync and step == args.raise_at and rank == args.raising_rank:
             raise IntentionalFailure(f"rank {rank} fails on purpose at step {step}")
         optimizer.zero_grad()
         loss = nn.functional.cross_entropy(ddp(x), y)
         loss.backward()
         optimizer.step()
-        losses.append(loss.item())
+        losses.append(loss.item())  # on a GPU, waits for the step's work
     elapsed = time.perf_counter() - start
     params = [p.detach().clone() for p in model.parameters()]
     return params, losses, args.steps * args.batch_size / elapsed
@@ -101,9 +106,22 @@ def main():
     # Float64 training: the comparison with Gloo then measures the communication, not how one
     # rounding difference in float32 grows once a max-pool tie flips.
     parser.add_argument("--double", action="store_true")
+    # The model, data and gradients on a GPU (each rank on device LOCAL_RANK mod the count): the
+    # hook hands the daemon CUDA buckets through IPC; Gloo's reference copies them to the host.
+    parser.add_argument("--cuda", action="store_true")
     args = parser.parse_args()
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    device = torch.device("cpu")
+    if args.cuda:
+        if not torch.cuda.is_available():
+            print(f"rank {rank}: skipped: this PyTorch sees no CUDA device", flush=True)
+            return SKIPPED
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        # The same kernels for both runs: the comparison measures the communication.
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
     torch.set_num_threads(1)
     if args.double:
         torch.set_default_dtype(torch.float64)
@@ -111,9 +129,9 @@ def main():
                             world_size=world)
     comm = gradsync.init()
     if args.raise_at < 0:
-        gloo_params, gloo_losses, gloo_rate = train(args, rank, False, comm)
+        gloo_params, gloo_losses, gloo_rate = train(args, rank, False, comm, device)
     try:
-        params, losses, rate = train(args, rank, True, comm)
+        params, losses, rate = train(args, rank, True, comm, device)
     except IntentionalFailure:
         raise
     except Exception as error:  # gradsync's error, possibly wrapped by autograd
