@@ -108,12 +108,15 @@ Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devi
       throw ipc::SystemError("epoll_ctl(ucx)", errno);
     }
     const uint64_t rendezvous = mesh_->rendezvous_min_bytes();
-    log_->info("inter-node listener on {}; UCX network transports: {}; bulk data {}",
-               listen_address_, fmt::join(mesh_->network_transports(), ", "),
-               rendezvous == transport::MeshOptions::kEveryMessageEager ? "eager (TCP only)"
-               : rendezvous == 0
-                   ? "as UCX chooses"
-                   : fmt::format("by rendezvous from {} bytes (TCP only)", rendezvous));
+    log_->info(
+        "inter-node listener on {}; UCX network transports: {}; bulk data {}; device "
+        "memory staged through pinned host memory ({})",
+        listen_address_, fmt::join(mesh_->network_transports(), ", "),
+        rendezvous == transport::MeshOptions::kEveryMessageEager ? "eager (TCP only)"
+        : rendezvous == 0                                        ? "as UCX chooses"
+                          : fmt::format("by rendezvous from {} bytes (TCP only)", rendezvous),
+        mesh_->moves_cuda_memory() ? "this UCX could move CUDA memory itself; not used"
+                                   : "this UCX moves host memory only");
   }
   log_->info("reduce pool of {} threads", pool_.size());
 }

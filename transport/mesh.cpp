@@ -118,6 +118,10 @@ Mesh::Mesh(const MeshOptions& options)
   handler.arg = this;
   GRADSYNC_UCX_CHECK(ucp_worker_set_am_recv_handler(worker_.get(), &handler));
   GRADSYNC_UCX_CHECK(ucp_worker_get_efd(worker_.get(), &event_fd_));
+  ucp_context_attr_t context_attributes{};
+  context_attributes.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  GRADSYNC_UCX_CHECK(ucp_context_query(context_.get(), &context_attributes));
+  moves_cuda_memory_ = (context_attributes.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
 }
 
 Mesh::~Mesh() {

@@ -88,6 +88,10 @@ class Mesh {
   // UCX's own, as on any network with more than TCP).
   const std::vector<std::string>& network_transports() const { return network_transports_; }
   uint64_t rendezvous_min_bytes() const { return rendezvous_min_bytes_; }
+  // Whether this UCX moves CUDA memory itself (a build with its CUDA transports). Device
+  // memory crosses nodes staged through pinned host memory either way (device_staging.h); the
+  // daemon says at start which UCX it found.
+  bool moves_cuda_memory() const { return moves_cuda_memory_; }
 
   // The peer at `address` (HOST:PORT), connecting on first use, and again after a failure
   // that take_failed_peers() has reported (the peer daemon may have restarted).
@@ -287,6 +291,7 @@ class Mesh {
   std::vector<std::string> network_transports_;  // before context_: its settings depend on them
   uint64_t rendezvous_min_bytes_ = 0;
   Context context_;
+  bool moves_cuda_memory_ = false;
   Worker worker_;
   Listener listener_;
   uint16_t port_ = 0;

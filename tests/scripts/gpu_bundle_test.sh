@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/gpu-bundle: the folder it makes loads every library from itself but the C library's
-# own, its daemon starts from there and serves a rank of host memory, and its `run` either
+# own, its daemon starts from there and serves a rank of host memory (and, through py/, a rank
+# of the Python client), and its `run` either
 # passes (a GPU) or says that no device is usable (exit 77, as every gpu test does here).
 #   gpu_bundle_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
@@ -24,6 +25,12 @@ RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GRADSYNC_SOCKET="$dir/d.sock
   timeout 60 "$dir/bundle/bin/gradsync-bench" -b 4 -e 64K -f 16 -n 2 -w 1 --check >"$dir/bench.log" 2>&1 ||
   fail "the bundle's bench: $(cat "$dir/bench.log")"
 "$dir/bundle/bin/gradsyncctl" --socket "$dir/d.sock" status >/dev/null || fail "gradsyncctl status"
+
+# Its folder for the Python client: a rank of the Python package through it, the daemon behind
+# its wrapper, Python with no library path but that folder's.
+env LD_LIBRARY_PATH="$dir/bundle/py" /usr/bin/python3 "$source/tests/python/run_ranks.py" \
+  --build-dir "$dir/bundle/py" --ranks 1 --worker api_worker.py >"$dir/python.log" 2>&1 ||
+  fail "the bundle's Python client: $(tail -20 "$dir/python.log")"
 
 status=0
 "$dir/bundle/run" "$dir/logs" >"$dir/run.log" 2>&1 || status=$?

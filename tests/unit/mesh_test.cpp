@@ -4,11 +4,15 @@
 #include "transport/mesh.h"
 #include "transport/network_transports.h"
 
+#include <dlfcn.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <ucp/api/ucp.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <numeric>
@@ -61,6 +65,21 @@ class MeshTest : public ::testing::Test {
 TEST_F(MeshTest, ListensOnAnEphemeralPort) {
   EXPECT_NE(a_->port(), 0);
   EXPECT_NE(a_->port(), b_->port());
+}
+
+// UCX moves CUDA memory only through its CUDA transport module, which loads from UCX's module
+// folder (UCX_MODULE_DIR, else "ucx" beside libucp): without that module the mesh must not
+// claim it. (With it, the answer depends on the driver as well.)
+TEST_F(MeshTest, ClaimsCudaMemoryOnlyWithUcxsCudaModule) {
+  Dl_info library{};
+  ASSERT_NE(::dladdr(reinterpret_cast<void*>(&ucp_init_version), &library), 0);
+  const char* configured = std::getenv("UCX_MODULE_DIR");
+  const std::filesystem::path modules =
+      configured != nullptr ? std::filesystem::path(configured)
+                            : std::filesystem::path(library.dli_fname).parent_path() / "ucx";
+  if (!std::filesystem::exists(modules / "libuct_cuda.so.0")) {
+    EXPECT_FALSE(a_->moves_cuda_memory()) << "no libuct_cuda in " << modules;
+  }
 }
 
 TEST_F(MeshTest, SmallTaggedMessagesBothWays) {
