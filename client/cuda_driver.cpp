@@ -70,6 +70,7 @@ struct Driver {
   DriverResult (*event_ipc_handle)(IpcHandle* handle, Event event) = nullptr;
   DriverResult (*event_open)(Event* event, IpcHandle handle) = nullptr;
   DriverResult (*stream_wait)(Stream stream, Event event, unsigned flags) = nullptr;
+  DriverResult (*event_query)(Event event) = nullptr;
   // The VMM API: null where the driver has none (VMM memory cannot exist there either).
   DriverResult (*retain_allocation)(AllocationHandle* handle, void* address) = nullptr;
   DriverResult (*release_allocation)(AllocationHandle handle) = nullptr;
@@ -115,7 +116,8 @@ Driver open_driver() {
                       load(lib, "cuEventRecord", driver.event_record) &&
                       load(lib, "cuIpcGetEventHandle", driver.event_ipc_handle) &&
                       load(lib, "cuIpcOpenEventHandle", driver.event_open) &&
-                      load(lib, "cuStreamWaitEvent", driver.stream_wait);
+                      load(lib, "cuStreamWaitEvent", driver.stream_wait) &&
+                      load(lib, "cuEventQuery", driver.event_query);
   if (!(load(lib, "cuMemRetainAllocationHandle", driver.retain_allocation) &&
         load(lib, "cuMemRelease", driver.release_allocation) &&
         load(lib, "cuMemExportToShareableHandle", driver.export_allocation))) {
@@ -344,6 +346,11 @@ void StreamEvents::record_ready(uint32_t slot, void* stream) {
 
 void StreamEvents::wait_completion(uint32_t slot, void* stream) {
   const Driver& d = loaded_driver(kEventsCall);
+  // The daemon answers once its work is done, so the event usually is: the stream then has
+  // nothing to wait for, and a stream's wait on another process's event costs a few hundred
+  // microseconds even when that event is done (BENCHMARKS.md, GPU). Not done, or a query that
+  // fails: the wait, which reports a real failure.
+  if (d.event_query(completions_.at(slot)) == 0) return;
   check(d, d.stream_wait(stream, completions_.at(slot), 0), "cuStreamWaitEvent", kEventsCall);
 }
 

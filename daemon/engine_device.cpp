@@ -57,16 +57,9 @@ void Engine::launch_device_unit(Job& job, ReadyUnit unit) {
   try {
     enqueue_device_work(unit, device_streams_);
     const DeviceStreams::Fence fence = device_streams_.fence();
-    // Stream-ordered ranks are done as far as the daemon's host side goes: their streams wait
-    // on the completion events just recorded. The unit stays in flight for its mappings.
-    for (auto& c : unit.collectives) {
-      for (auto& s : c.ranks) {
-        if (s.event_slot >= 0 && s.session != nullptr) {
-          complete(s, GRADSYNC_OK);
-          s.session = nullptr;
-        }
-      }
-    }
+    // Every rank completes at the fence, stream-ordered ones too: their completion events are
+    // done by then, and the client enqueues no wait for a done event (a stream's wait on
+    // another process's event costs hundreds of microseconds even then).
     device_in_flight_.push_back(DeviceUnit{job.name(), std::move(unit), fence, start});
   } catch (const DeviceError& e) {
     // Whatever was enqueued before the failure still runs: its fence keeps the buffers mapped

@@ -54,7 +54,8 @@ class DeviceStreams {
   void reduce(int device, gradsync_dtype dtype, gradsync_op op, const void* const* inputs,
               size_t num_inputs, void* const* outputs, size_t num_outputs, size_t count);
   void copy(int device, void* destination, const void* source, size_t bytes);
-  // `device`'s stream waits, from now on, for the client's ready event `slot` as last recorded.
+  // `device`'s stream waits, from now on, for the client's ready event `slot` as last recorded
+  // (no wait is enqueued where that event is done already).
   void wait_ready(int device, const ClientEvents& events, uint32_t slot);
   // The stream of `into` waits for everything enqueued so far on the others' streams.
   void join(int into, const std::vector<int>& devices);

@@ -139,13 +139,15 @@ GRADSYNC_EXPORT gradsync_result gradsync_register_cuda_ipc(gradsync_comm* comm, 
 GRADSYNC_EXPORT gradsync_result gradsync_register_device(gradsync_comm* comm, void* ptr,
                                                          size_t bytes);
 /* Orders the collectives on device memory submitted from now on on `stream` (a cudaStream_t;
- * NULL is the legacy default stream), without blocking the host: each waits on the device for
- * what the stream was given before it (the gradient's writes), and what the stream is given
- * after gradsync_wait (or a gradsync_test that reports completion) runs after the collective.
- * gradsync_wait returns once the daemon has enqueued the work, not when it is done. The CUDA
- * context of the stream's device must be current on the calling thread. Without a stream,
- * device collectives are host-synchronous: finish the writes before submitting; the result is
- * there when gradsync_wait returns. */
+ * NULL is the legacy default stream), the host submitting without synchronising: each waits on
+ * the device for what the stream was given before it (the gradient's writes), and what the
+ * stream is given after gradsync_wait (or a gradsync_test that reports completion) runs after
+ * the collective. gradsync_wait returns once the work is done on the device (the stream is
+ * then not made to wait: a stream's wait on another process's event costs hundreds of
+ * microseconds even when it is done). The CUDA context of the stream's device must be current
+ * on the calling thread. Without a stream, device
+ * collectives are host-synchronous: finish the writes before submitting; the result is there
+ * when gradsync_wait returns. */
 GRADSYNC_EXPORT gradsync_result gradsync_set_cuda_stream(gradsync_comm* comm, void* stream);
 GRADSYNC_EXPORT gradsync_result gradsync_unset_cuda_stream(gradsync_comm* comm);
 

@@ -4,7 +4,7 @@
 namespace gradsync::bench {
 
 std::unique_ptr<SweepBuffers> make_device_buffers(Communicator& /*comm*/, size_t /*bytes*/,
-                                                  int /*local_rank*/) {
+                                                  int /*local_rank*/, bool /*stream_ordered*/) {
   throw Error(GRADSYNC_ERR_UNSUPPORTED,
               "--device: this gradsync-bench was built without CUDA (GRADSYNC_CUDA=OFF or no "
               "toolkit)");

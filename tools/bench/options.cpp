@@ -55,6 +55,7 @@ std::string usage() {
          "  -d float|double|half|bfloat16|int32|int64   -o sum|prod|min|max|avg   -r ROOT\n"
          "  -n ITERS -w WARMUP  --check  --json FILE  --daemon PATH\n"
          "  --device   the sweep's buffers on the rank's GPU (LOCAL_RANK mod devices)\n"
+         "  --stream   with --device: ordered on a CUDA stream, timed to the stream's end\n"
          "  --in-place   broadcast: one buffer, the root's input and every rank's result\n"
          "  --model resnet50 [--fused | --names-only] [--steps N] [--no-progress]\n"
          "  --calibrate FILE   measure gradsync-model's figures (large size: -e)\n"
@@ -141,6 +142,9 @@ BenchOptions parse_options(int argc, char** argv) {
     } else if (flag == "--device") {
       o.device = true;
       o.rank_argv.push_back(flag);
+    } else if (flag == "--stream") {
+      o.stream = true;
+      o.rank_argv.push_back(flag);
     } else if (flag == "--in-place") {
       o.in_place = true;
       o.rank_argv.push_back(flag);
@@ -182,6 +186,7 @@ BenchOptions parse_options(int argc, char** argv) {
     throw std::invalid_argument("--calibrate and --model exclude each other");
   if (o.device && (!o.model.empty() || !o.calibrate_path.empty()))
     throw std::invalid_argument("--device is for the size sweep, not --model or --calibrate");
+  if (o.stream && !o.device) throw std::invalid_argument("--stream orders --device collectives");
   if (o.in_place && (o.collective != ipc::Collective::kBroadcast || !o.model.empty() ||
                      !o.calibrate_path.empty())) {
     throw std::invalid_argument(

@@ -30,6 +30,9 @@ struct BenchOptions {
   int warmup = 5;
   bool check = false;
   bool device = false;  // --device: the sweep's buffers on the rank's GPU
+  // --stream (with --device): collectives ordered on a CUDA stream, as the PyTorch hook orders
+  // them; each iteration's time runs to the end of the stream's work.
+  bool stream = false;
   // --in-place: a broadcast's one buffer is the root's input and every rank's result, as in
   // MPI_Bcast and torch.distributed.broadcast (out of place, the root copies its input too).
   bool in_place = false;

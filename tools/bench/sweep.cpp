@@ -52,7 +52,8 @@ void write_json(const BenchOptions& o, int ranks, const char* memory,
                 const std::vector<Row>& rows) {
   std::ofstream out(o.json_path);
   out << "{\n  \"collective\": \"" << ipc::collective_name(o.collective) << "\",\n  \"memory\": \""
-      << memory << "\",\n  \"in_place\": " << (o.in_place ? "true" : "false")
+      << memory << "\",\n  \"stream_ordered\": " << (o.stream ? "true" : "false")
+      << ",\n  \"in_place\": " << (o.in_place ? "true" : "false")
       << ",\n  \"ranks\": " << ranks << ",\n  \"dtype\": \"" << dtype_flag_name(o.dtype)
       << "\",\n  \"op\": \"" << op_flag_name(o.op) << "\",\n  \"iterations\": " << o.iterations
       << ",\n  \"warmup\": " << o.warmup << ",\n  \"rows\": [\n";
@@ -75,16 +76,17 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
   const bool gather = o.collective == ipc::Collective::kAllgather;
   const uint64_t max_recv = std::max<uint64_t>(o.max_bytes, element * (gather ? ranks : 1));
   const std::unique_ptr<SweepBuffers> buffers =
-      o.device ? make_device_buffers(comm, max_recv, who.local_rank)
+      o.device ? make_device_buffers(comm, max_recv, who.local_rank, o.stream)
                : make_host_buffers(comm, max_recv);
   void* const send = buffers->send();
   void* const recv = o.in_place ? send : buffers->recv();
   SharedBuffer scratch = comm.allocate(sizeof(double) * (o.iterations + 1));
   if (rank == 0) {
-    std::printf("# gradsync-bench: %s, %d ranks, %s, %s, %s memory%s, %d iterations (%d warm-up)\n",
-                ipc::collective_name(o.collective), ranks, dtype_flag_name(o.dtype),
-                op_flag_name(o.op), buffers->memory(), o.in_place ? ", in place" : "", o.iterations,
-                o.warmup);
+    std::printf(
+        "# gradsync-bench: %s, %d ranks, %s, %s, %s memory%s%s, %d iterations (%d warm-up)\n",
+        ipc::collective_name(o.collective), ranks, dtype_flag_name(o.dtype), op_flag_name(o.op),
+        buffers->memory(), o.stream ? " (stream-ordered)" : "", o.in_place ? ", in place" : "",
+        o.iterations, o.warmup);
     std::printf("# time: median over iterations of the slowest rank; busbw as nccl-tests\n");
     std::printf("# %10s %12s %8s %6s %6s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
                 "root", "time", "algbw", "busbw", "#wrong");
@@ -116,6 +118,7 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
           comm.barrier();
           break;
       }
+      buffers->finish();
     };
     const std::vector<double> times =
         slowest_rank_times_us(comm, scratch, o.iterations, o.warmup, once);

@@ -23,13 +23,19 @@ class SweepBuffers {
   virtual void upload(size_t bytes) = 0;
   // The first `bytes` of `buffer` (send() or recv()), readable on the host.
   virtual const void* download(const void* buffer, size_t bytes) = 0;
+  // After a collective's wait: returns once its result is in place. Where collectives are
+  // ordered on a stream, the wait returns when the daemon has enqueued the work.
+  virtual void finish() {}
   virtual const char* memory() const = 0;  // "host" or "device"
 };
 
 // Two buffers of `bytes` in host memory shared with the daemon: no copies.
 std::unique_ptr<SweepBuffers> make_host_buffers(Communicator& comm, size_t bytes);
-// Two buffers of `bytes` on CUDA device `local_rank` mod the device count. Throws Error with
-// GRADSYNC_ERR_UNSUPPORTED where the build has no CUDA or no device is usable.
-std::unique_ptr<SweepBuffers> make_device_buffers(Communicator& comm, size_t bytes, int local_rank);
+// Two buffers of `bytes` on CUDA device `local_rank` mod the device count; `stream_ordered`:
+// the communicator's device collectives ordered on a stream of the buffers' own while they
+// live. Throws Error with GRADSYNC_ERR_UNSUPPORTED where the build has no CUDA or no device is
+// usable.
+std::unique_ptr<SweepBuffers> make_device_buffers(Communicator& comm, size_t bytes, int local_rank,
+                                                  bool stream_ordered);
 
 }  // namespace gradsync::bench

@@ -7,7 +7,7 @@ so a training loop with stable shapes (DDP buckets) registers them once, not eve
 
 CUDA tensors are not copied: their memory is registered with the daemon (which opens it through
 CUDA IPC, on a daemon with a GPU) and the collective is ordered on the current stream of their
-device; wait() returns once the daemon has enqueued it, the stream waiting for the result.
+device; wait() returns once the daemon's work is done, the stream waiting for the result.
 """
 import contextlib
 import ctypes
@@ -329,7 +329,7 @@ class Communicator:
     def _submit_device(self, function, name, send, out, *args):
         """A collective on CUDA tensors: their memory registered with the daemon (which opens it
         through CUDA IPC), ordered on the current stream of their device. The handle's wait()
-        returns once the daemon has enqueued the work, the stream waiting for it."""
+        returns once the daemon's work is done, the stream waiting for it."""
         import torch
         if not (_is_cuda(send) and _is_cuda(out)) or send.device != out.device:
             raise InvalidArgumentError(ERR_INVALID_ARGUMENT,
