@@ -140,6 +140,9 @@ class Engine {
   // Device units (engine_device.cpp): enqueued on the daemon's streams, completed when their
   // fence is reached; the engine polls them while any is in flight.
   void launch_device_unit(Job& job, ReadyUnit unit);
+  // Whether the writes of `unit`'s stream-ordered ranks are done (their ready events); true
+  // where asking fails, so that the launch reports the failure.
+  bool device_inputs_done(const ReadyUnit& unit) const;
   bool poll_device_work();
   // A session leaving: its parts of device work in flight are not completed to it.
   void forget_device_work_of(const Session& session);
@@ -182,6 +185,8 @@ class Engine {
     bool failed = false;  // failed to start: its ranks were told; kept for its mappings
   };
   std::deque<DeviceUnit> device_in_flight_;
+  // A job's next device unit waits for its ranks' writes (run_ready_batches, this round).
+  bool device_inputs_awaited_ = false;
   DeviceStreams device_streams_;
   std::unique_ptr<transport::Mesh> mesh_;  // null without an inter-node listener
   std::string listen_address_;

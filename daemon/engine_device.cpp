@@ -1,6 +1,7 @@
 // The engine's side of device collectives: buffers from the device mapping cache, units
-// enqueued on the daemon's streams, fences polled, completions posted. The engine thread never
-// waits for a GPU; ranks see their collective complete once the device work is done.
+// enqueued on the daemon's streams once their stream-ordered ranks' writes are done (their
+// ready events polled), fences polled, completions posted. The engine thread never waits for a
+// GPU; ranks see their collective complete once the device work is done.
 #include "daemon/collectives/device_work.h"
 #include "daemon/engine.h"
 
@@ -50,6 +51,21 @@ void Engine::attach_events(const Session& session, Submission& submission) {
   } else {
     submission.events = session.events();
   }
+}
+
+bool Engine::device_inputs_done(const ReadyUnit& unit) const {
+  try {
+    for (const ReadyCollective& c : unit.collectives) {
+      for (const Submission& s : c.ranks) {
+        if (s.event_slot < 0 || !s.events) continue;
+        if (!device_streams_.ready_done(*s.events, static_cast<uint32_t>(s.event_slot))) {
+          return false;
+        }
+      }
+    }
+  } catch (const DeviceError&) {  // the launch asks again, and fails the unit with the reason
+  }
+  return true;
 }
 
 void Engine::launch_device_unit(Job& job, ReadyUnit unit) {

@@ -216,20 +216,23 @@ void DeviceStreams::copy(int device, void* destination, const void* source, size
   GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, d.stream));
 }
 
+bool DeviceStreams::ready_done(const ClientEvents& events, uint32_t slot) const {
+  const DeviceScope scope(events.device);
+  const cudaError_t status = cudaEventQuery(events.ready.at(slot));
+  if (status == cudaErrorNotReady) return false;
+  GRADSYNC_CUDA_CHECK(status);
+  return true;
+}
+
 void DeviceStreams::wait_ready(int device, const ClientEvents& events, uint32_t slot) {
-  cudaEvent_t ready = events.ready.at(slot);
-  {
-    // Done already (the rank's writes were when it submitted): nothing to wait for. A stream's
-    // wait on another process's event costs a few hundred microseconds even when that event
-    // is done (BENCHMARKS.md, GPU), so only writes still in flight get one.
-    const DeviceScope scope(events.device);
-    const cudaError_t status = cudaEventQuery(ready);
-    if (status == cudaSuccess) return;
-    if (status != cudaErrorNotReady) GRADSYNC_CUDA_CHECK(status);
-  }
+  // Done already (the rank's writes were when it submitted, or the engine waited for them):
+  // nothing to wait for. A stream's wait on another process's event costs a few hundred
+  // microseconds even when that event is done (BENCHMARKS.md, GPU), so only writes still in
+  // flight get one.
+  if (ready_done(events, slot)) return;
   State::PerDevice& d = state_->at(device);
   const DeviceScope scope(device);
-  GRADSYNC_CUDA_CHECK(cudaStreamWaitEvent(d.stream, ready, 0));
+  GRADSYNC_CUDA_CHECK(cudaStreamWaitEvent(d.stream, events.ready.at(slot), 0));
 }
 
 void DeviceStreams::join(int into, const std::vector<int>& devices) {

@@ -54,6 +54,9 @@ class DeviceStreams {
   void reduce(int device, gradsync_dtype dtype, gradsync_op op, const void* const* inputs,
               size_t num_inputs, void* const* outputs, size_t num_outputs, size_t count);
   void copy(int device, void* destination, const void* source, size_t bytes);
+  // Whether the client's ready event `slot`, as last recorded, is done: the writes before it
+  // are. Throws DeviceError if asking fails.
+  bool ready_done(const ClientEvents& events, uint32_t slot) const;
   // `device`'s stream waits, from now on, for the client's ready event `slot` as last recorded
   // (no wait is enqueued where that event is done already).
   void wait_ready(int device, const ClientEvents& events, uint32_t slot);

@@ -91,6 +91,10 @@ DeviceStreams::Fence DeviceStreams::fence() {
   no_devices();
 }
 
+bool DeviceStreams::ready_done(const ClientEvents& /*events*/, uint32_t /*slot*/) const {
+  no_devices();
+}
+
 bool DeviceStreams::reached(Fence /*fence*/) {
   no_devices();
 }
