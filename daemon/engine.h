@@ -140,8 +140,7 @@ class Engine {
   // Device units (engine_device.cpp): enqueued on the daemon's streams, completed when their
   // fence is reached; the engine polls them while any is in flight.
   void launch_device_unit(Job& job, ReadyUnit unit);
-  // Whether the writes of `unit`'s stream-ordered ranks are done (their ready events); true
-  // where asking fails, so that the launch reports the failure.
+  // Whether the writes of `unit`'s stream-ordered ranks are done (ranks_written).
   bool device_inputs_done(const ReadyUnit& unit) const;
   bool poll_device_work();
   // A session leaving: its parts of device work in flight are not completed to it.

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace gradsync::daemon {
 
 RegisteredMemory Engine::registered_memory(Session& session, uint32_t id) {
@@ -54,18 +56,8 @@ void Engine::attach_events(const Session& session, Submission& submission) {
 }
 
 bool Engine::device_inputs_done(const ReadyUnit& unit) const {
-  try {
-    for (const ReadyCollective& c : unit.collectives) {
-      for (const Submission& s : c.ranks) {
-        if (s.event_slot < 0 || !s.events) continue;
-        if (!device_streams_.ready_done(*s.events, static_cast<uint32_t>(s.event_slot))) {
-          return false;
-        }
-      }
-    }
-  } catch (const DeviceError&) {  // the launch asks again, and fails the unit with the reason
-  }
-  return true;
+  return std::all_of(unit.collectives.begin(), unit.collectives.end(),
+                     [&](const ReadyCollective& c) { return ranks_written(c, device_streams_); });
 }
 
 void Engine::launch_device_unit(Job& job, ReadyUnit unit) {

@@ -42,6 +42,21 @@ bool FenceWait::ready() {
   }
 }
 
+bool WrittenWait::ready() {
+  while (written_ < collectives_.size() &&
+         daemon::ranks_written(*collectives_[written_], *streams_)) {
+    ++written_;
+  }
+  return written_ == collectives_.size();
+}
+
+NodeAwait<WrittenWait> DeviceStage::ranks_written() const {
+  std::vector<const ReadyCollective*> collectives;
+  collectives.reserve(members_.size());
+  for (const Member& member : members_) collectives.push_back(member.collective);
+  return {WrittenWait(streams_, std::move(collectives))};
+}
+
 DeviceStage::DeviceStage(const std::vector<const ReadyCollective*>& collectives,
                          DeviceStreams& streams, int32_t world_size)
     : streams_(streams) {

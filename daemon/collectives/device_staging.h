@@ -54,6 +54,21 @@ inline constexpr uint64_t kMaxStagingPieces = 16;
 // One piece for anything but an allreduce on device memory.
 StagingPieces staging_pieces(const ReadyCollective& collective);
 
+// Waits for the writes of stream-ordered ranks (ranks_written) before a stage copies from their
+// memory. Never fails: a query that fails is reported by the copies' own wait.
+class WrittenWait final : public NodeWait {
+ public:
+  WrittenWait(const DeviceStreams& streams, std::vector<const ReadyCollective*> collectives)
+      : streams_(&streams), collectives_(std::move(collectives)) {}
+  bool ready() override;
+  NodeResult take_result() { return std::nullopt; }
+
+ private:
+  const DeviceStreams* streams_;
+  std::vector<const ReadyCollective*> collectives_;
+  size_t written_ = 0;  // collectives known written
+};
+
 class DeviceStage {
  public:
   // `collectives`: on device memory, of a job of `world_size` ranks, their ranks' global ranks
@@ -75,6 +90,9 @@ class DeviceStage {
   // The host buffer: the packed allreduces' elements one after the other.
   uint8_t* buffer() const { return buffer_.get(); }
 
+  // Until the stream-ordered ranks' writes are done: before to_host, so that the daemon's
+  // streams need not wait on the ranks' events.
+  NodeAwait<WrittenWait> ranks_written() const;
   // Enqueues this node's part into the host buffer, after the stream-ordered ranks' ready
   // events.
   NodeAwait<FenceWait> to_host();

@@ -77,6 +77,17 @@ std::vector<int> devices_of(const ReadyCollective& collective) {
   return devices;
 }
 
+bool ranks_written(const ReadyCollective& collective, const DeviceStreams& streams) {
+  for (const Submission& s : collective.ranks) {
+    if (s.event_slot < 0 || !s.events) continue;
+    try {
+      if (!streams.ready_done(*s.events, static_cast<uint32_t>(s.event_slot))) return false;
+    } catch (const DeviceError&) {  // reported by the wait that follows
+    }
+  }
+  return true;
+}
+
 void wait_for_ranks(const ReadyCollective& collective, const std::vector<int>& devices,
                     DeviceStreams& streams) {
   for (const Submission& s : collective.ranks) {

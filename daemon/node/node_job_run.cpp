@@ -398,6 +398,7 @@ NodeTask NodeJob::run_staged(InFlight& work, const ReadyCollective& collective, 
     co_return fmt::format("job '{}': '{}' could not be staged: {}", links_.job_name(),
                           collective.first().name, e.what());
   }
+  (void)co_await stage->ranks_written();
   const StagingPieces pieces = staging_pieces(collective);
   if (pieces.count == 1) {
     if (auto error = co_await stage->to_host()) co_return error;
@@ -509,6 +510,7 @@ NodeTask NodeJob::run_fused(InFlight& work) {
       co_return fmt::format("job '{}': {} fused tensors could not be staged: {}", links_.job_name(),
                             fused.size(), e.what());
     }
+    (void)co_await stage->ranks_written();
     if (auto error = co_await stage->to_host()) co_return error;
     fused = stage->hosts();
   }
