@@ -53,9 +53,9 @@ void write_json(const BenchOptions& o, int ranks, const char* memory,
   std::ofstream out(o.json_path);
   out << "{\n  \"collective\": \"" << ipc::collective_name(o.collective) << "\",\n  \"memory\": \""
       << memory << "\",\n  \"stream_ordered\": " << (o.stream ? "true" : "false")
-      << ",\n  \"in_place\": " << (o.in_place ? "true" : "false")
-      << ",\n  \"ranks\": " << ranks << ",\n  \"dtype\": \"" << dtype_flag_name(o.dtype)
-      << "\",\n  \"op\": \"" << op_flag_name(o.op) << "\",\n  \"iterations\": " << o.iterations
+      << ",\n  \"in_place\": " << (o.in_place ? "true" : "false") << ",\n  \"ranks\": " << ranks
+      << ",\n  \"dtype\": \"" << dtype_flag_name(o.dtype) << "\",\n  \"op\": \""
+      << op_flag_name(o.op) << "\",\n  \"iterations\": " << o.iterations
       << ",\n  \"warmup\": " << o.warmup << ",\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
