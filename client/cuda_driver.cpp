@@ -347,9 +347,10 @@ void StreamEvents::record_ready(uint32_t slot, void* stream) {
 void StreamEvents::wait_completion(uint32_t slot, void* stream) {
   const Driver& d = loaded_driver(kEventsCall);
   // The daemon answers once its work is done, so the event usually is: the stream then has
-  // nothing to wait for, and a stream's wait on another process's event costs a few hundred
-  // microseconds even when that event is done (BENCHMARKS.md, GPU). Not done, or a query that
-  // fails: the wait, which reports a real failure.
+  // nothing to wait for. A stream's wait on another process's event, even one done, costs a
+  // switch between the processes' contexts where the GPU is not shared through MPS (about
+  // 0.14 ms on an H200; 6 µs under MPS: BENCHMARKS.md, GPU). Not done, or a query that fails:
+  // the wait, which reports a real failure.
   if (d.event_query(completions_.at(slot)) == 0) return;
   check(d, d.stream_wait(stream, completions_.at(slot), 0), "cuStreamWaitEvent", kEventsCall);
 }

@@ -66,8 +66,8 @@ void Engine::launch_device_unit(Job& job, ReadyUnit unit) {
     enqueue_device_work(unit, device_streams_);
     const DeviceStreams::Fence fence = device_streams_.fence();
     // Every rank completes at the fence, stream-ordered ones too: their completion events are
-    // done by then, and the client enqueues no wait for a done event (a stream's wait on
-    // another process's event costs hundreds of microseconds even then).
+    // done by then, and the client enqueues no wait for a done event (without MPS a stream's
+    // wait on another process's event costs a context switch even then).
     device_in_flight_.push_back(DeviceUnit{job.name(), std::move(unit), fence, start});
   } catch (const DeviceError& e) {
     // Whatever was enqueued before the failure still runs: its fence keeps the buffers mapped

@@ -13,6 +13,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <thread>
@@ -39,9 +40,18 @@ int run_daemon(const gradsync::daemon::DaemonConfig& config,
 
   const daemon::Devices devices = daemon::Devices::probe();
   log->info("devices: {}", devices.summary());
+  const size_t mps_devices = static_cast<size_t>(
+      std::ranges::count_if(devices.devices(), &daemon::DeviceInfo::shared_via_mps));
+  if (mps_devices < devices.devices().size()) {
+    log->warn(
+        "devices: {} of {} not shared through MPS: the GPU time-slices between this daemon's "
+        "and each rank's CUDA context (a switch costs about 0.15 ms), which collectives ordered "
+        "on a rank's stream pay; README, \"Device memory (CUDA)\", says how to run MPS",
+        devices.devices().size() - mps_devices, devices.devices().size());
+  }
   metrics::Metrics metrics(config.metrics_listen,
                            {GRADSYNC_VERSION, devices.built_with_cuda(), devices.devices().size(),
-                            kernels::reduce_isa()},
+                            mps_devices, kernels::reduce_isa()},
                            daemon::to_toml(config));
   // Port 0 in metrics_listen picks a free port: name the one bound, as `listen` does.
   std::string metrics_address;

@@ -136,6 +136,7 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
       .Add({{"version", build.version},
             {"cuda", build.cuda ? "on" : "off"},
             {"devices", std::to_string(build.devices)},
+            {"mps_devices", std::to_string(build.mps_devices)},
             {"reduce_isa", build.reduce_isa}})
       .Set(1);
   impl_->config_info = &prometheus::BuildGauge()

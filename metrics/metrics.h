@@ -13,8 +13,9 @@ enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather, kBarrier, kCount
 
 struct BuildInfo {
   std::string version;
-  bool cuda = false;   // built with CUDA
-  size_t devices = 0;  // GPUs whose memory the daemon serves (0: host memory only)
+  bool cuda = false;       // built with CUDA
+  size_t devices = 0;      // GPUs whose memory the daemon serves (0: host memory only)
+  size_t mps_devices = 0;  // of those, the ones shared through NVIDIA MPS
   std::string reduce_isa;
 };
 

@@ -96,8 +96,15 @@ Devices Devices::probe() {
     char bus_id[32] = {};
     GRADSYNC_CUDA_CHECK(cudaDeviceGetPCIBusId(bus_id, sizeof(bus_id), ordinal));
     info.pci_bus_id = bus_id;
-    listed += fmt::format("{}{}: {} ({}, {})", listed.empty() ? "" : "; ", ordinal, info.name,
-                          format_uuid(info.uuid), info.pci_bus_id);
+    int mps = 0;
+    if (cudaDeviceGetAttribute(&mps, cudaDevAttrMpsEnabled, ordinal) != cudaSuccess) {
+      (void)cudaGetLastError();  // a driver that predates the attribute: no MPS to speak of
+      mps = 0;
+    }
+    info.shared_via_mps = mps != 0;
+    listed +=
+        fmt::format("{}{}: {} ({}, {}{})", listed.empty() ? "" : "; ", ordinal, info.name,
+                    format_uuid(info.uuid), info.pci_bus_id, info.shared_via_mps ? ", MPS" : "");
     devices.devices_.push_back(std::move(info));
   }
   devices.summary_ = fmt::format("CUDA, {} device{}: {}", count, count == 1 ? "" : "s", listed);

@@ -226,9 +226,9 @@ bool DeviceStreams::ready_done(const ClientEvents& events, uint32_t slot) const 
 
 void DeviceStreams::wait_ready(int device, const ClientEvents& events, uint32_t slot) {
   // Done already (the rank's writes were when it submitted, or the engine waited for them):
-  // nothing to wait for. A stream's wait on another process's event costs a few hundred
-  // microseconds even when that event is done (BENCHMARKS.md, GPU), so only writes still in
-  // flight get one.
+  // nothing to wait for. Without MPS a stream's wait on another process's event costs a
+  // switch between the processes' contexts even when that event is done (about 0.14 ms on an
+  // H200: BENCHMARKS.md, GPU), so only writes still in flight get one.
   if (ready_done(events, slot)) return;
   State::PerDevice& d = state_->at(device);
   const DeviceScope scope(device);

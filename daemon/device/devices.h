@@ -54,6 +54,9 @@ struct DeviceInfo {
   std::string name;
   DeviceUuid uuid{};
   std::string pci_bus_id;
+  // Contexts made on it are shared through NVIDIA MPS. Without MPS the GPU time-slices between
+  // this daemon's context and each rank's: work alternating between them pays a switch.
+  bool shared_via_mps = false;
 };
 
 // A CUDA call that failed, with where and why.
