@@ -167,11 +167,13 @@ void Engine::run() {
                           ? std::max<Clock::duration>(
                                 kHeldSendSpin, std::chrono::microseconds(config_.engine_spin_us))
                           : std::chrono::microseconds(config_.engine_spin_us);
-    // Device work in flight, and ranks' writes a device unit waits for, are polled without
-    // sleeping: a copy or a reduce is done within microseconds to milliseconds, and a
-    // millisecond's sleep would add up to as much to each stage of a collective (the driver
-    // has no fd to wake us).
-    if (now - last_work < spin || device_streams_.pending() || device_inputs_awaited_) {
+    // Device work in flight, and ranks' writes that a device unit or a stage across nodes
+    // waits for, are polled without sleeping: a copy or a reduce is done within microseconds
+    // to milliseconds, and a millisecond's sleep would add up to as much to each stage of a
+    // collective (the driver has no fd to wake us). (Writes found awaited in a round that
+    // spun anyway are taken at the next look: one yield more at most.)
+    if (now - last_work < spin || device_streams_.pending() ||
+        device_streams_.take_writes_awaited()) {
       // Yield rather than spin hard: on a machine with few cores the ranks we wait for need
       // the CPU we would burn.
       sched_yield();
@@ -378,7 +380,6 @@ void Engine::fail_job(Job& job, gradsync_result status, const std::string& reaso
 
 bool Engine::run_ready_batches() {
   bool any = false;
-  device_inputs_awaited_ = false;
   for (auto& [name, job] : jobs_) {
     auto& ready = job->ready();
     if (NodeJob* network = job->network()) {
@@ -395,13 +396,11 @@ bool Engine::run_ready_batches() {
     while (!ready.empty()) {
       if (on_device(ready.front())) {  // to the daemon's streams; done when its fence is
         // Not before its stream-ordered ranks' writes are done (polled, as fences are): the
-        // daemon's streams never wait on another process's event, which costs hundreds of
-        // microseconds even when it is done, and would stop every job's work on the GPU for
-        // good if that process died first. The job's later units wait behind it, in order.
-        if (!device_inputs_done(ready.front())) {
-          device_inputs_awaited_ = true;
-          break;
-        }
+        // daemon's streams never wait on another process's event, which costs a switch
+        // between the processes' contexts without MPS even when it is done, and would stop
+        // every job's work on the GPU for good if that process died first. The job's later
+        // units wait behind it, in order.
+        if (!device_inputs_done(ready.front())) break;
         ReadyUnit unit = std::move(ready.front());
         ready.pop_front();
         launch_device_unit(*job, std::move(unit));

@@ -141,7 +141,7 @@ class Engine {
   // fence is reached; the engine polls them while any is in flight.
   void launch_device_unit(Job& job, ReadyUnit unit);
   // Whether the writes of `unit`'s stream-ordered ranks are done (ranks_written).
-  bool device_inputs_done(const ReadyUnit& unit) const;
+  bool device_inputs_done(const ReadyUnit& unit);
   bool poll_device_work();
   // A session leaving: its parts of device work in flight are not completed to it.
   void forget_device_work_of(const Session& session);
@@ -184,8 +184,6 @@ class Engine {
     bool failed = false;  // failed to start: its ranks were told; kept for its mappings
   };
   std::deque<DeviceUnit> device_in_flight_;
-  // A job's next device unit waits for its ranks' writes (run_ready_batches, this round).
-  bool device_inputs_awaited_ = false;
   DeviceStreams device_streams_;
   std::unique_ptr<transport::Mesh> mesh_;  // null without an inter-node listener
   std::string listen_address_;

@@ -55,7 +55,7 @@ void Engine::attach_events(const Session& session, Submission& submission) {
   }
 }
 
-bool Engine::device_inputs_done(const ReadyUnit& unit) const {
+bool Engine::device_inputs_done(const ReadyUnit& unit) {
   return std::all_of(unit.collectives.begin(), unit.collectives.end(),
                      [&](const ReadyCollective& c) { return ranks_written(c, device_streams_); });
 }

@@ -58,13 +58,13 @@ StagingPieces staging_pieces(const ReadyCollective& collective);
 // memory. Never fails: a query that fails is reported by the copies' own wait.
 class WrittenWait final : public NodeWait {
  public:
-  WrittenWait(const DeviceStreams& streams, std::vector<const ReadyCollective*> collectives)
+  WrittenWait(DeviceStreams& streams, std::vector<const ReadyCollective*> collectives)
       : streams_(&streams), collectives_(std::move(collectives)) {}
   bool ready() override;
   NodeResult take_result() { return std::nullopt; }
 
  private:
-  const DeviceStreams* streams_;
+  DeviceStreams* streams_;
   std::vector<const ReadyCollective*> collectives_;
   size_t written_ = 0;  // collectives known written
 };

@@ -77,7 +77,7 @@ std::vector<int> devices_of(const ReadyCollective& collective) {
   return devices;
 }
 
-bool ranks_written(const ReadyCollective& collective, const DeviceStreams& streams) {
+bool ranks_written(const ReadyCollective& collective, DeviceStreams& streams) {
   for (const Submission& s : collective.ranks) {
     if (s.event_slot < 0 || !s.events) continue;
     try {

@@ -23,7 +23,7 @@ std::vector<int> devices_of(const ReadyCollective& collective);
 // the event is done (about 0.14 ms on an H200), and if the client dies first it stops the
 // stream, and every job's work on that device, for good. True
 // where asking fails: the work's own wait (wait_for_ranks) then reports the failure.
-bool ranks_written(const ReadyCollective& collective, const DeviceStreams& streams);
+bool ranks_written(const ReadyCollective& collective, DeviceStreams& streams);
 // For the stream-ordered ranks of `collective`: every stream in `devices` waits for the rank's
 // ready event before it touches their memory...
 void wait_for_ranks(const ReadyCollective& collective, const std::vector<int>& devices,

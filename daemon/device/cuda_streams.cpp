@@ -156,6 +156,7 @@ struct DeviceStreams::State {
   std::map<Fence, std::vector<std::pair<int, cudaEvent_t>>> fences;
   std::shared_ptr<PinnedPool> pinned;  // made on first use
   std::vector<std::pair<Fence, std::vector<std::shared_ptr<const void>>>> held;
+  bool writes_awaited = false;  // see take_writes_awaited
 
   PerDevice& at(int device) {
     if (device < 0 || static_cast<size_t>(device) >= devices.size()) {
@@ -216,12 +217,19 @@ void DeviceStreams::copy(int device, void* destination, const void* source, size
   GRADSYNC_CUDA_CHECK(cudaMemcpyAsync(destination, source, bytes, cudaMemcpyDefault, d.stream));
 }
 
-bool DeviceStreams::ready_done(const ClientEvents& events, uint32_t slot) const {
+bool DeviceStreams::ready_done(const ClientEvents& events, uint32_t slot) {
   const DeviceScope scope(events.device);
   const cudaError_t status = cudaEventQuery(events.ready.at(slot));
-  if (status == cudaErrorNotReady) return false;
+  if (status == cudaErrorNotReady) {
+    state_->writes_awaited = true;
+    return false;
+  }
   GRADSYNC_CUDA_CHECK(status);
   return true;
+}
+
+bool DeviceStreams::take_writes_awaited() {
+  return std::exchange(state_->writes_awaited, false);
 }
 
 void DeviceStreams::wait_ready(int device, const ClientEvents& events, uint32_t slot) {

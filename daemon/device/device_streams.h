@@ -55,8 +55,12 @@ class DeviceStreams {
               size_t num_inputs, void* const* outputs, size_t num_outputs, size_t count);
   void copy(int device, void* destination, const void* source, size_t bytes);
   // Whether the client's ready event `slot`, as last recorded, is done: the writes before it
-  // are. Throws DeviceError if asking fails.
-  bool ready_done(const ClientEvents& events, uint32_t slot) const;
+  // are. One found not done is remembered for take_writes_awaited. Throws DeviceError if
+  // asking fails.
+  bool ready_done(const ClientEvents& events, uint32_t slot);
+  // Whether a ready_done since the last call found writes not done: someone waits for them,
+  // and the engine polls again rather than sleep (the driver has no fd to wake it).
+  bool take_writes_awaited();
   // `device`'s stream waits, from now on, for the client's ready event `slot` as last recorded
   // (no wait is enqueued where that event is done already).
   void wait_ready(int device, const ClientEvents& events, uint32_t slot);

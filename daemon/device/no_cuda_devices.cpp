@@ -91,8 +91,12 @@ DeviceStreams::Fence DeviceStreams::fence() {
   no_devices();
 }
 
-bool DeviceStreams::ready_done(const ClientEvents& /*events*/, uint32_t /*slot*/) const {
+bool DeviceStreams::ready_done(const ClientEvents& /*events*/, uint32_t /*slot*/) {
   no_devices();
+}
+
+bool DeviceStreams::take_writes_awaited() {
+  return false;
 }
 
 bool DeviceStreams::reached(Fence /*fence*/) {
