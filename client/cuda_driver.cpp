@@ -349,7 +349,7 @@ void StreamEvents::wait_completion(uint32_t slot, void* stream) {
   // The daemon answers once its work is done, so the event usually is: the stream then has
   // nothing to wait for. A stream's wait on another process's event, even one done, costs a
   // switch between the processes' contexts where the GPU is not shared through MPS (about
-  // 0.14 ms on an H200; 6 µs under MPS: BENCHMARKS.md, GPU). Not done, or a query that fails:
+  // 0.15 ms on an H200; 6 µs under MPS: BENCHMARKS.md, GPU). Not done, or a query that fails:
   // the wait, which reports a real failure.
   if (d.event_query(completions_.at(slot)) == 0) return;
   check(d, d.stream_wait(stream, completions_.at(slot), 0), "cuStreamWaitEvent", kEventsCall);

@@ -20,9 +20,9 @@ std::vector<int> devices_of(const ReadyCollective& collective);
 // Whether the writes of `collective`'s stream-ordered ranks are done (their ready events). The
 // daemon enqueues nothing on their memory before, so that its streams never wait on a
 // client's event: without MPS that costs a switch between the processes' contexts even when
-// the event is done (about 0.14 ms on an H200), and if the client dies first it stops the
-// stream, and every job's work on that device, for good. True
-// where asking fails: the work's own wait (wait_for_ranks) then reports the failure.
+// the event is done (about 0.15 ms on an H200), and if the client dies first it stops the
+// stream, and every job's work on that device, for good. True where asking fails: the work's
+// own wait (wait_for_ranks) then reports the failure.
 bool ranks_written(const ReadyCollective& collective, DeviceStreams& streams);
 // For the stream-ordered ranks of `collective`: every stream in `devices` waits for the rank's
 // ready event before it touches their memory...

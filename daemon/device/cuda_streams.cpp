@@ -235,7 +235,7 @@ bool DeviceStreams::take_writes_awaited() {
 void DeviceStreams::wait_ready(int device, const ClientEvents& events, uint32_t slot) {
   // Done already (the rank's writes were when it submitted, or the engine waited for them):
   // nothing to wait for. Without MPS a stream's wait on another process's event costs a
-  // switch between the processes' contexts even when that event is done (about 0.14 ms on an
+  // switch between the processes' contexts even when that event is done (about 0.15 ms on an
   // H200: BENCHMARKS.md, GPU), so only writes still in flight get one.
   if (ready_done(events, slot)) return;
   State::PerDevice& d = state_->at(device);
