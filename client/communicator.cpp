@@ -184,6 +184,10 @@ void Communicator::register_device(void* ptr, size_t bytes, DeviceMemory memory)
   send_registration(
       ptr, bytes, description.offset, fds, true, std::move(memory.allocation_ids),
       [&memory, &description](ipc::wire::RegisterBuffer::Builder request) {
+        if (memory.shared_via_mps) {
+          request.setRankMps(*memory.shared_via_mps ? ipc::wire::MpsState::SHARED
+                                                    : ipc::wire::MpsState::NOT_SHARED);
+        }
         if (memory.vmm()) {
           auto vmm = request.getMemory().initCudaVmm();
           auto sizes = vmm.initSegmentBytes(static_cast<unsigned>(memory.segment_bytes.size()));

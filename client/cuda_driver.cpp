@@ -20,18 +20,19 @@ namespace {
 
 // The driver's ABI, as much of it as is used here. Checked against cuda.h where the build
 // has it.
-using DriverResult = int;                      // CUresult; 0 is success
-using DevicePointer = unsigned long long;      // NOLINT(google-runtime-int): CUdeviceptr
-constexpr int kAttributeMemoryType = 2;        // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
-constexpr int kAttributeDeviceOrdinal = 9;     // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-constexpr int kAttributeBufferId = 7;          // CU_POINTER_ATTRIBUTE_BUFFER_ID
-constexpr unsigned kMemoryTypeDevice = 2;      // CU_MEMORYTYPE_DEVICE
-using Event = void*;                           // CUevent
-using Stream = void*;                          // CUstream, cudaStream_t
-constexpr unsigned kEventDisableTiming = 0x2;  // CU_EVENT_DISABLE_TIMING
-constexpr unsigned kEventInterprocess = 0x4;   // CU_EVENT_INTERPROCESS
-using AllocationHandle = unsigned long long;   // NOLINT(google-runtime-int): VMM's handle
-constexpr int kHandleTypePosixFd = 1;          // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+using DriverResult = int;                        // CUresult; 0 is success
+using DevicePointer = unsigned long long;        // NOLINT(google-runtime-int): CUdeviceptr
+constexpr int kAttributeMemoryType = 2;          // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+constexpr int kAttributeDeviceOrdinal = 9;       // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+constexpr int kAttributeBufferId = 7;            // CU_POINTER_ATTRIBUTE_BUFFER_ID
+constexpr unsigned kMemoryTypeDevice = 2;        // CU_MEMORYTYPE_DEVICE
+using Event = void*;                             // CUevent
+using Stream = void*;                            // CUstream, cudaStream_t
+constexpr unsigned kEventDisableTiming = 0x2;    // CU_EVENT_DISABLE_TIMING
+constexpr unsigned kEventInterprocess = 0x4;     // CU_EVENT_INTERPROCESS
+using AllocationHandle = unsigned long long;     // NOLINT(google-runtime-int): VMM's handle
+constexpr int kHandleTypePosixFd = 1;            // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+constexpr int kDeviceAttributeMpsEnabled = 133;  // CU_DEVICE_ATTRIBUTE_MPS_ENABLED
 struct IpcHandle {
   char reserved[64];
 };
@@ -42,6 +43,7 @@ struct Uuid {
 static_assert(CU_POINTER_ATTRIBUTE_MEMORY_TYPE == kAttributeMemoryType);
 static_assert(CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL == kAttributeDeviceOrdinal);
 static_assert(CU_POINTER_ATTRIBUTE_BUFFER_ID == kAttributeBufferId);
+static_assert(CU_DEVICE_ATTRIBUTE_MPS_ENABLED == kDeviceAttributeMpsEnabled);
 static_assert(CU_MEMORYTYPE_DEVICE == kMemoryTypeDevice);
 static_assert(sizeof(CUipcMemHandle) == sizeof(IpcHandle) && sizeof(CUuuid) == sizeof(Uuid));
 static_assert(sizeof(CUdeviceptr) == sizeof(DevicePointer));
@@ -63,6 +65,7 @@ struct Driver {
   DriverResult (*ipc_handle)(IpcHandle* handle, DevicePointer pointer) = nullptr;
   DriverResult (*device_get)(int* device, int ordinal) = nullptr;
   DriverResult (*device_uuid)(Uuid* uuid, int device) = nullptr;
+  DriverResult (*device_attribute)(int* value, int attribute, int device) = nullptr;
   DriverResult (*context_device)(int* device) = nullptr;
   DriverResult (*event_create)(Event* event, unsigned flags) = nullptr;
   DriverResult (*event_destroy)(Event event) = nullptr;
@@ -110,6 +113,7 @@ Driver open_driver() {
                       load(lib, "cuDeviceGet", driver.device_get) &&
                       (load(lib, "cuDeviceGetUuid_v2", driver.device_uuid) ||
                        load(lib, "cuDeviceGetUuid", driver.device_uuid)) &&
+                      load(lib, "cuDeviceGetAttribute", driver.device_attribute) &&
                       load(lib, "cuCtxGetDevice", driver.context_device) &&
                       load(lib, "cuEventCreate", driver.event_create) &&
                       load(lib, "cuEventDestroy_v2", driver.event_destroy) &&
@@ -237,6 +241,10 @@ DeviceMemory describe_device_memory(const void* ptr, size_t bytes) {
   check(d, d.device_uuid(&uuid, device), "cuDeviceGetUuid");
 
   DeviceMemory memory;
+  // A driver that predates the attribute cannot tell: left unknown.
+  if (int mps = 0; d.device_attribute(&mps, kDeviceAttributeMpsEnabled, device) == 0) {
+    memory.shared_via_mps = mps != 0;
+  }
   memory.description.offset = pointer - base;
   std::memcpy(memory.description.device_uuid, uuid.bytes, sizeof(memory.description.device_uuid));
   if (is_vmm(d, pointer)) {

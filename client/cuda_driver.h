@@ -29,6 +29,9 @@ struct DeviceMemory {
   // the range starts, in the first): checked at each submission, since memory freed and
   // allocated again at the same address would leave the daemon's mapping on the old memory.
   std::vector<std::pair<const uint8_t*, uint64_t>> allocation_ids;
+  // Whether this process's context on the device is shared through NVIDIA MPS (unknown where
+  // the driver cannot tell, or the handle came from elsewhere).
+  std::optional<bool> shared_via_mps;
 
   bool vmm() const { return !segment_fds.empty(); }
 };

@@ -52,6 +52,7 @@ class ControlServer {
     int32_t local_rank = -1;
     std::set<uint32_t> buffers;
     bool events_registered = false;
+    bool mps_mismatch_told = false;  // check_mps warned about it once
     // The memfds its registrations brought, by identity: held by the engine's mapping cache,
     // shared by every range of one memfd.
     std::map<std::pair<dev_t, ino_t>, std::weak_ptr<const ipc::UniqueFd>> memfds;
@@ -77,6 +78,9 @@ class ControlServer {
   AddBuffer host_registration(Client& client, uint32_t id,
                               ipc::wire::RegisterBuffer::Reader request, ipc::UniqueFd memfd);
   // CUDA IPC (no fds) or VMM memory (an fd per segment).
+  // Warns, once per client, where the rank's context on `device` is shared through MPS and the
+  // daemon's is not, or the reverse.
+  void check_mps(Client& client, ipc::wire::MpsState rank_mps, const DeviceUuid& device);
   AddBuffer device_registration(uint32_t id, ipc::wire::RegisterBuffer::Reader request,
                                 std::vector<ipc::UniqueFd> fds) const;
   void handle_unregister(Client& client, uint32_t buffer_id);

@@ -49,6 +49,15 @@ struct RegisterBuffer {
     # the first.
     cudaVmm @5 :CudaVmmMemory;
   }
+  # Device memory: whether the rank's context on the device is shared through NVIDIA MPS. The
+  # daemon warns where it differs from its own (the two then time-slice the GPU).
+  rankMps @6 :MpsState;
+}
+
+enum MpsState {
+  unknown @0;    # not asked (host memory, a framework's own IPC handles)
+  shared @1;
+  notShared @2;
 }
 
 struct CudaVmmMemory {
