@@ -20,7 +20,6 @@
 #include <fmt/format.h>
 #include <kj/exception.h>
 
-#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstring>
@@ -357,7 +356,7 @@ void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::R
   }
   AddBuffer command = device ? device_registration(id, request, std::move(fds))
                              : host_registration(client, id, request, std::move(fds[0]));
-  if (command.device) check_mps(client, request.getRankMps(), command.device->handle.device);
+  if (command.device) check_mps(client, request.getRankMps(), command.device->mapped->device);
   command.session = client.id;
   auto done = command.done.get_future();
   engine_.post(std::move(command));
@@ -367,20 +366,18 @@ void ControlServer::handle_register(Client& client, ipc::wire::RegisterBuffer::R
   reply_ok(client);
 }
 
-void ControlServer::check_mps(Client& client, ipc::wire::MpsState rank_mps,
-                              const DeviceUuid& device) {
+void ControlServer::check_mps(Client& client, ipc::wire::MpsState rank_mps, int ordinal) {
   if (client.mps_mismatch_told || rank_mps == ipc::wire::MpsState::UNKNOWN) return;
-  const auto info = std::ranges::find(devices_.devices(), device, &DeviceInfo::uuid);
-  if (info == devices_.devices().end()) return;  // map() refused it already
+  const DeviceInfo& info = devices_.devices().at(static_cast<size_t>(ordinal));
   const bool rank_shared = rank_mps == ipc::wire::MpsState::SHARED;
-  if (rank_shared == info->shared_via_mps) return;
+  if (rank_shared == info.shared_via_mps) return;
   client.mps_mismatch_told = true;
   log_->warn(
       "job '{}' local rank {}: its context on GPU {} is {} through MPS, this daemon's {}: the "
       "two time-slice the GPU (a switch costs about 0.15 ms); run both as clients of one MPS "
       "server (README, \"Device memory (CUDA)\")",
-      client.job, client.local_rank, info->ordinal, rank_shared ? "shared" : "not shared",
-      info->shared_via_mps ? "is" : "is not");
+      client.job, client.local_rank, info.ordinal, rank_shared ? "shared" : "not shared",
+      info.shared_via_mps ? "is" : "is not");
 }
 
 AddBuffer ControlServer::host_registration(Client& client, uint32_t id,

@@ -78,9 +78,9 @@ class ControlServer {
   AddBuffer host_registration(Client& client, uint32_t id,
                               ipc::wire::RegisterBuffer::Reader request, ipc::UniqueFd memfd);
   // CUDA IPC (no fds) or VMM memory (an fd per segment).
-  // Warns, once per client, where the rank's context on `device` is shared through MPS and the
-  // daemon's is not, or the reverse.
-  void check_mps(Client& client, ipc::wire::MpsState rank_mps, const DeviceUuid& device);
+  // Warns, once per client, where the rank's context on device `ordinal` (as the daemon
+  // numbers them) is shared through MPS and the daemon's is not, or the reverse.
+  void check_mps(Client& client, ipc::wire::MpsState rank_mps, int ordinal);
   AddBuffer device_registration(uint32_t id, ipc::wire::RegisterBuffer::Reader request,
                                 std::vector<ipc::UniqueFd> fds) const;
   void handle_unregister(Client& client, uint32_t buffer_id);

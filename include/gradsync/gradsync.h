@@ -143,10 +143,11 @@ GRADSYNC_EXPORT gradsync_result gradsync_register_device(gradsync_comm* comm, vo
  * the device for what the stream was given before it (the gradient's writes), and what the
  * stream is given after gradsync_wait (or a gradsync_test that reports completion) runs after
  * the collective. gradsync_wait returns once the work is done on the device (the stream is
- * then not made to wait: a stream's wait on another process's event costs hundreds of
- * microseconds even when it is done). The CUDA context of the stream's device must be current
- * on the calling thread. Without a stream, device collectives are host-synchronous: finish the
- * writes before submitting; the result is there when gradsync_wait returns. */
+ * then not made to wait: without NVIDIA MPS a stream's wait on another process's event costs
+ * a switch between the processes' contexts even when it is done). The CUDA context of the stream's
+ * device must be current on the calling thread. Without a stream, device collectives are
+ * host-synchronous: finish the writes before submitting; the result is there when gradsync_wait
+ * returns. */
 GRADSYNC_EXPORT gradsync_result gradsync_set_cuda_stream(gradsync_comm* comm, void* stream);
 GRADSYNC_EXPORT gradsync_result gradsync_unset_cuda_stream(gradsync_comm* comm);
 

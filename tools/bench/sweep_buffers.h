@@ -24,7 +24,8 @@ class SweepBuffers {
   // The first `bytes` of `buffer` (send() or recv()), readable on the host.
   virtual const void* download(const void* buffer, size_t bytes) = 0;
   // After a collective's wait: returns once its result is in place. Where collectives are
-  // ordered on a stream, the wait returns when the daemon has enqueued the work.
+  // ordered on a stream, once the stream's work is done too, so that the iteration's time
+  // covers it.
   virtual void finish() {}
   virtual const char* memory() const = 0;  // "host" or "device"
 };
