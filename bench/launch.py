@@ -1,7 +1,9 @@
 """Where bench/compare runs things: one node (a private gradsyncd, ranks on this machine) or a
-cluster of network namespaces (scripts/netns-cluster, one gradsyncd per namespace with UCX on
-TCP over the namespace's veth). Every process is started here and stopped here, whatever
-happens, so a failed run leaves no daemon, namespace or socket behind."""
+cluster of nodes on this machine: network namespaces (scripts/netns-cluster, one gradsyncd per
+namespace with UCX on TCP over the namespace's veth) or, where namespaces cannot be made,
+daemons on loopback ports. Each node's processes run on cores of their own where the machine
+has enough (node_cores). Every process is started here and stopped here, whatever happens, so
+a failed run leaves no daemon, namespace or socket behind."""
 import json
 import os
 import random
@@ -16,20 +18,34 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NETNS = os.path.join(ROOT, "scripts", "netns-cluster")
-PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch and python3-mpi4py
+PYTHON = "/usr/bin/python3"  # Debian's, with python3-torch and python3-mpi4py (--python)
 DAEMON_PORT = 9478
-UCX_ACROSS_NODES = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}
 TOPK_CODEC = "topk:1"  # gradsync_topk's: 1% of each tensor's chunks cross the nodes
+# Cores kept off the nodes where the machine has many: for the launching processes, the
+# kernel's network work that runs outside the nodes' processes, and the bridge.
+SPARE_CORES = 4
 
 
-def node_cpu(node):
-    """The core every process of namespace node `node` runs on. A real node has its own
-    cores; left to the scheduler, the nodes here mix on this machine's cores, and whether two
-    nodes' daemons happen to share one decides small-message latency (8 B across 2 nodes: 21 us
-    with each node on a core of its own, 37 us with both daemons on one, either one unpinned,
-    for tens of seconds at a time). Every system's processes of a node get the same core.
-    bench/netns-rsh pins Open MPI's remote daemons, and so their ranks, the same way."""
-    return node % os.cpu_count()
+def cores_per_node(nodes, requested=None):
+    """How many cores each of `nodes` nodes gets: `requested`, or by default every core but
+    SPARE_CORES shared out where that leaves each node at least 2 (16 cores: 2 nodes x 6,
+    4 nodes x 3), else 1."""
+    if requested:
+        return requested
+    return max(1, (os.cpu_count() - SPARE_CORES) // nodes) if os.cpu_count() >= 8 else 1
+
+
+def node_cores(node, per_node):
+    """The cores every process of node `node` runs on, as taskset's list: `per_node` cores of
+    its own, node n from core n x per_node, wrapping where the machine has fewer. A real node
+    has its own cores; left to the scheduler, the nodes here mix on this machine's cores, and
+    whether two nodes' daemons happen to share one decides small-message latency (8 B across 2
+    nodes: 21 us with each node on a core of its own, 37 us with both daemons on one, either
+    one unpinned, for tens of seconds at a time). Every system's processes of a node get the
+    same cores. bench/netns-rsh pins Open MPI's remote daemons, and so their ranks, the same
+    way (GRADSYNC_BENCH_NODE_CORES tells it per_node)."""
+    first = node * per_node
+    return ",".join(str((first + i) % os.cpu_count()) for i in range(per_node))
 
 
 def parse_scenario(name):
@@ -81,14 +97,25 @@ def raise_on_stop_signals():
 
 
 class Place:
-    """N nodes x K ranks: one node on this machine, or N namespaces."""
+    """N nodes x K ranks: one node on this machine, or N nodes on this machine, each a network
+    namespace (network="netns") or a daemon on a loopback port of its own ("loopback": where
+    namespaces cannot be made; ranks of different nodes then share the loopback device, and
+    Open MPI is told to use TCP between all its ranks, as it cannot tell the nodes apart).
+    `cores`: cores per node (None: cores_per_node's default); `python`: the interpreter with
+    PyTorch and mpi4py for the peers."""
 
-    def __init__(self, nodes, per_node, rate, build):
+    def __init__(self, nodes, per_node, rate, build, network="netns", cores=None,
+                 python=PYTHON):
         self.nodes, self.per_node, self.rate = nodes, per_node, rate
-        self.namespaces = nodes > 1
-        self.build = build
+        self.across = nodes > 1
+        self.namespaces = self.across and network == "netns"
+        if rate and not self.namespaces:
+            raise RunFailed("shaped links need namespace nodes")
+        self.build, self.python = build, python
+        self.cores = cores_per_node(nodes, cores)
         self.dir = tempfile.mkdtemp(prefix="gradsync-compare-")
-        self.env = dict(os.environ, GRADSYNC_NETNS_PREFIX=f"gscmp{os.getpid()}")
+        self.env = dict(os.environ, GRADSYNC_NETNS_PREFIX=f"gscmp{os.getpid()}",
+                        GRADSYNC_BENCH_NODE_CORES=str(self.cores))
         self.daemons = []
 
     # -- setup and teardown -------------------------------------------------------------
@@ -124,15 +151,28 @@ class Place:
     def address(self, node):
         return f"198.18.0.{node + 1}" if self.namespaces else "127.0.0.1"
 
+    def port(self, node):
+        return DAEMON_PORT + (0 if self.namespaces else node)
+
+    def interface(self):
+        return "eth0" if self.namespaces else "lo"
+
+    def ucx_across_nodes(self):
+        """UCX on TCP over the nodes' interface: UCX would otherwise find the other "nodes"
+        reachable by shared memory, which real nodes are not."""
+        return {"UCX_TLS": "tcp", "UCX_NET_DEVICES": self.interface()}
+
     def socket(self, node):
         return os.path.join(self.dir, f"node{node}.sock")
 
     def on_node(self, node, command, env=None):
         """`command` as it runs on `node`, with `env` set there: in the node's namespace, on
-        the node's core (see node_cpu)."""
+        the node's cores (see node_cores)."""
         prefix = []
         if self.namespaces:
-            prefix = [NETNS, "exec", str(node), "taskset", "-c", str(node_cpu(node))]
+            prefix = [NETNS, "exec", str(node)]
+        if self.across:
+            prefix += ["taskset", "-c", node_cores(node, self.cores)]
         pairs = [f"{k}={v}" for k, v in (env or {}).items()]
         return prefix + ["env"] + pairs + command
 
@@ -140,9 +180,9 @@ class Place:
         command = [os.path.join(self.build, "gradsyncd"), "--socket", self.socket(node),
                    "--metrics-listen", "", "--log-level", "warn"]
         env = {}
-        if self.namespaces:
-            command += ["--listen", f"{self.address(node)}:{DAEMON_PORT}"]
-            env = UCX_ACROSS_NODES
+        if self.across:
+            command += ["--listen", f"{self.address(node)}:{self.port(node)}"]
+            env = self.ucx_across_nodes()
         log = open(os.path.join(self.dir, f"daemon{node}.log"), "w")
         self.daemons.append(subprocess.Popen(self.on_node(node, command, env), env=self.env,
                                              stdout=log, stderr=subprocess.STDOUT))
@@ -178,11 +218,11 @@ class Place:
             self._run_gradsync_ranks(args, timeout, {"GRADSYNC_WIRE_CODEC": TOPK_CODEC})
         elif system == "gloo":
             port = str(29500 + random.randrange(1000))
-            command = [PYTHON, os.path.join(ROOT, "bench", "gloo_allreduce.py")] + args
+            command = [self.python, os.path.join(ROOT, "bench", "gloo_allreduce.py")] + args
             self._wait_all([
                 self._popen(self.on_node(node, command, dict(
                     self._identity(node, local), MASTER_ADDR=self.address(0), MASTER_PORT=port,
-                    GLOO_SOCKET_IFNAME="eth0" if self.namespaces else "lo")))
+                    GLOO_SOCKET_IFNAME=self.interface())))
                 for node, local in self._ranks()], timeout)
         else:
             raise ValueError(system)
@@ -205,13 +245,13 @@ class Place:
 
     def _run_gradsync_ranks(self, args, timeout, job_env=None):
         job = f"compare{random.getrandbits(40)}"
-        nodes = ",".join(f"{self.address(n)}:{DAEMON_PORT}" for n in range(self.nodes))
+        nodes = ",".join(f"{self.address(n)}:{self.port(n)}" for n in range(self.nodes))
         command = [os.path.join(self.build, "gradsync-bench")] + args
         processes = []
         for node, local in self._ranks():
             env = dict(self._identity(node, local), GRADSYNC_SOCKET=self.socket(node),
                        GRADSYNC_JOB=job, **(job_env or {}))
-            if self.namespaces:
+            if self.across:
                 env.update(GRADSYNC_NODES=nodes, GRADSYNC_NODE_RANK=node)
             processes.append(self._popen(self.on_node(node, command, env)))
         self._wait_all(processes, timeout)
@@ -220,9 +260,16 @@ class Place:
         """Open MPI's launch of bench/mpi_allreduce.py on every rank. Across namespace nodes,
         mpirun runs on node 0 and starts its daemons on the others through bench/netns-rsh,
         each node under a hostname of its own; ranks on one node talk through shared memory,
-        across nodes over TCP on eth0, as they would on real nodes."""
+        across nodes over TCP on eth0, as they would on real nodes. Across loopback nodes every
+        rank talks over TCP, each pinned to its node's cores by bench/pin-rank."""
         command = ["mpirun", "--allow-run-as-root", "--bind-to", "none",
                    "-np", str(self.nodes * self.per_node)]
+        python = [self.python, os.path.join(ROOT, "bench", "mpi_allreduce.py")] + list(args)
+        if self.across and not self.namespaces:
+            command += ["--oversubscribe", "--mca", "btl", "self,tcp",
+                        "--mca", "btl_tcp_if_include", "lo",
+                        os.path.join(ROOT, "bench", "pin-rank"), str(self.per_node)]
+            return command + python
         if self.namespaces:
             hosts = ",".join(f"{self.address(n)}:{self.per_node}" for n in range(self.nodes))
             # Open MPI sees K slots per node, not 2 cores for every node together: told
@@ -234,7 +281,7 @@ class Place:
                         "--mca", "oob_tcp_if_include", "eth0"]
         else:
             command += ["--oversubscribe"]
-        command += [PYTHON, os.path.join(ROOT, "bench", "mpi_allreduce.py")] + list(args)
+        command += python
         if not self.namespaces:
             return command
         line = " ".join(shlex.quote(part) for part in command)
@@ -287,8 +334,8 @@ class Place:
         """ucx_perftest between node 0 and node 1 (or two processes here): the Final line's
         (average latency in us, average bandwidth in bytes/s)."""
         port = str(13337 + random.randrange(1000))
-        env = UCX_ACROSS_NODES if self.namespaces else {}
-        peer = 1 if self.namespaces else 0
+        env = self.ucx_across_nodes() if self.across else {}
+        peer = 1 if self.across else 0
         server = subprocess.Popen(self.on_node(0, ["ucx_perftest", "-p", port], env),
                                   env=self.env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)

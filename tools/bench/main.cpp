@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <string_view>
 
 namespace {
 
@@ -61,6 +62,18 @@ int run_rank(const BenchOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Asked anywhere on the line, as the other tools' CLI11 parsers answer them.
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(gradsync::bench::usage().c_str(), stdout);
+      return 0;
+    }
+    if (arg == "--version") {
+      std::printf("gradsync-bench %s\n", GRADSYNC_VERSION);
+      return 0;
+    }
+  }
   BenchOptions options;
   try {
     options = gradsync::bench::parse_options(argc, argv);

@@ -53,7 +53,7 @@ std::string usage() {
          "  [-c allreduce|broadcast|allgather]\n"
          "  -b MIN -e MAX [-f FACTOR | -i STEP]   sizes in bytes, K/M/G suffixes\n"
          "  -d float|double|half|bfloat16|int32|int64   -o sum|prod|min|max|avg   -r ROOT\n"
-         "  -n ITERS -w WARMUP  --check  --json FILE  --daemon PATH\n"
+         "  -n ITERS -w WARMUP  --check  --json FILE  --daemon PATH  --help  --version\n"
          "  --device   the sweep's buffers on the rank's GPU (LOCAL_RANK mod devices)\n"
          "  --stream   with --device: ordered on a CUDA stream, timed to the stream's end\n"
          "  --in-place   broadcast: one buffer, the root's input and every rank's result\n"

@@ -151,6 +151,7 @@ namespace {
 int run(int argc, char** argv) {
   Options o;
   CLI::App app{"gradsync-model: predicted allreduce time, algbw and busbw of each algorithm"};
+  app.set_version_flag("--version", GRADSYNC_VERSION);
   app.add_option("--nodes", o.layout.nodes, "nodes")->check(CLI::PositiveNumber);
   app.add_option("--gpus-per-node", o.layout.ranks_per_node, "GPUs (ranks) per node")
       ->check(CLI::PositiveNumber);
