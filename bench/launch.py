@@ -275,7 +275,9 @@ class Place:
             # Open MPI sees K slots per node, not 2 cores for every node together: told
             # nothing, its ranks would spin and starve each other (8 B in ms, not us) where
             # on one node it yields, being oversubscribed.
-            command += ["--host", hosts, "--mca", "mpi_yield_when_idle", "1",
+            # --oversubscribe: Open MPI 4.1.6 counted too few slots on node 0 from --host
+            # alone (the GPU test machine's), where 4.1.4 counts K.
+            command += ["--host", hosts, "--oversubscribe", "--mca", "mpi_yield_when_idle", "1",
                         "--mca", "plm_rsh_agent", os.path.join(ROOT, "bench", "netns-rsh"),
                         "--mca", "btl_tcp_if_include", "eth0",
                         "--mca", "oob_tcp_if_include", "eth0"]
