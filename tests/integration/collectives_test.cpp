@@ -105,8 +105,8 @@ TEST_F(IsolationTest, TwoJobsOfTwoUidsSideBySide) {
 
 TEST_F(IsolationTest, ForeignUidCannotJoinAJob) {
   auto owner = spawn_rank("owned", 0, 2, {"loop", "4096"});
-  // Let the owner's hello create the job.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // The owner's hello creates the job before the intruder asks to join it.
+  ASSERT_TRUE(wait_for_local_ranks(daemon().socket_path(), "owned", 1, std::chrono::seconds(30)));
   auto intruder = spawn_rank("owned", 1, 2, {"join"}, {"--as-uid", "65534"});
   const auto status = intruder.wait_for(std::chrono::seconds(30));
   ASSERT_TRUE(status);
