@@ -35,8 +35,8 @@ TEST_F(FaultsTest, KilledRankFailsItsPeersWithinFiveSecondsAndFreesItsMemory) {
 TEST_F(FaultsTest, JobCanFormAgainAfterAFailure) {
   auto ranks = spawn_ranks("again", 2, {"loop", "4096"});
   // Killed once the job has formed and runs, so that the failure is the running job's.
-  ASSERT_TRUE(wait_for_job_state(daemon().socket_path(), "again", "running",
-                                 std::chrono::seconds(30)));
+  ASSERT_TRUE(
+      wait_for_job_state(daemon().socket_path(), "again", "running", std::chrono::seconds(30)));
   ranks[0].signal(SIGKILL);
   ASSERT_EQ(ranks[1].wait_for(std::chrono::seconds(5)),
             std::optional<int>(GRADSYNC_ERR_PEER_FAILED));
