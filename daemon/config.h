@@ -1,5 +1,5 @@
 // gradsyncd's configuration: one struct, read in one place (load_config), documented in the
-// table of README.md. Every key names its unit.
+// table of docs/configuration.md. Every key names its unit.
 #pragma once
 
 #include <cstdint>
@@ -34,7 +34,7 @@ struct DaemonConfig {
   // Bulk data to other nodes over a TCP-only network: eager (no handshake per message),
   // rendezvous (UCX's choice, as on RDMA networks, where it is always kept), or auto (per job:
   // eager where the measured link is slow next to this host's copies, else rendezvous). See
-  // README, "TCP networks".
+  // docs/multi-node.md, "TCP networks".
   std::string tcp_bulk_protocol = "auto";
   uint64_t tcp_rendezvous_min_bytes = 256 << 10;  // rendezvous, auto: smaller messages go eager
   uint32_t response_cache_capacity = 1024;        // collectives per multi-node job; 0: no cache

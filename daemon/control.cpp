@@ -375,7 +375,7 @@ void ControlServer::check_mps(Client& client, ipc::wire::MpsState rank_mps, int 
   log_->warn(
       "job '{}' local rank {}: its context on GPU {} is {} through MPS, this daemon's {}: the "
       "two time-slice the GPU (a switch costs about 0.15 ms); run both as clients of one MPS "
-      "server (README, \"Device memory (CUDA)\")",
+      "server (docs/cuda.md)",
       client.job, client.local_rank, info.ordinal, rank_shared ? "shared" : "not shared",
       info.shared_via_mps ? "is" : "is not");
 }

@@ -46,7 +46,7 @@ int run_daemon(const gradsync::daemon::DaemonConfig& config,
     log->warn(
         "devices: {} of {} not shared through MPS: the GPU time-slices between this daemon's "
         "and each rank's CUDA context (a switch costs about 0.15 ms), which collectives ordered "
-        "on a rank's stream pay; README, \"Device memory (CUDA)\", says how to run MPS",
+        "on a rank's stream pay; docs/cuda.md says how to run MPS",
         devices.devices().size() - mps_devices, devices.devices().size());
   }
   metrics::Metrics metrics(config.metrics_listen,

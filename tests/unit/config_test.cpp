@@ -1,9 +1,28 @@
 #include "daemon/config.h"
 
 #include <gtest/gtest.h>
+#include <toml++/toml.h>
+
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 namespace gradsync::daemon {
 namespace {
+
+std::string read_source_file(const std::string& relative) {
+  std::ifstream in(std::string(GRADSYNC_SOURCE_DIR) + "/" + relative);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Every key the daemon knows, as its effective configuration names them.
+std::vector<std::string> every_key(const DaemonConfig& config) {
+  std::vector<std::string> keys;
+  const toml::table table = toml::parse(to_toml(config));
+  for (const auto& [key, value] : table) keys.emplace_back(key.str());
+  return keys;
+}
 
 TEST(Config, DefaultsAreValidAndDocumented) {
   const DaemonConfig config = default_config();
@@ -11,6 +30,19 @@ TEST(Config, DefaultsAreValidAndDocumented) {
   EXPECT_EQ(config.socket_path, "/run/gradsync/gradsyncd.sock");
   EXPECT_EQ(config.metrics_listen, "0.0.0.0:9477");
   EXPECT_EQ(config.fusion_threshold_bytes, 64ull << 20);
+
+  // The shipped file lists every key at its built-in default...
+  const std::string shipped = read_source_file("systemd/gradsyncd.toml");
+  ASSERT_FALSE(shipped.empty()) << "systemd/gradsyncd.toml not found";
+  EXPECT_EQ(to_toml(parse_config(shipped, "systemd/gradsyncd.toml")), to_toml(config));
+  // ...and the configuration page's table documents each.
+  const std::string docs = read_source_file("docs/configuration.md");
+  for (const std::string& key : every_key(config)) {
+    EXPECT_NE(shipped.find("\n" + key + " = "), std::string::npos)
+        << key << " is not in systemd/gradsyncd.toml";
+    EXPECT_NE(docs.find("\n| `" + key + "` |"), std::string::npos)
+        << key << " has no row in docs/configuration.md's table";
+  }
 }
 
 TEST(Config, ParsesEveryKey) {

@@ -12,7 +12,7 @@
 
 namespace gradsync::ctl {
 
-// Exit codes a shell script can rely on (README, "gradsyncctl").
+// Exit codes a shell script can rely on (docs/metrics.md, "gradsyncctl").
 enum ExitCode : int {
   kExitOk = 0,
   kExitRefused = 1,      // the daemon answered with an error
