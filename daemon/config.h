@@ -6,6 +6,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace gradsync::daemon {
 
@@ -69,7 +70,18 @@ DaemonConfig load_config_file(const std::string& path);
 // Checks cross-key rules; throws ConfigError.
 void validate(const DaemonConfig& config);
 
-// Effective configuration as TOML (for logs and `gradsyncd --print-config`).
+// Effective configuration as TOML, one `key = value` line per key in name order (for logs,
+// `gradsyncd --print-config` and the reload's comparison).
 std::string to_toml(const DaemonConfig& config);
+
+// Puts back into `fresh` the values of `running` for the keys that take effect only at a
+// restart; returns the names of those that differed.
+std::vector<std::string> keep_restart_only_keys(DaemonConfig& fresh, const DaemonConfig& running);
+
+// The keys' documentation from the configuration table: docs/configuration.md's table
+// (markdown) or systemd/gradsyncd.toml (toml, every key at its default with its doc as a
+// comment). `gradsyncd --print-config-docs FORMAT` prints it.
+enum class ConfigDocs { kMarkdown, kToml };
+std::string config_docs(ConfigDocs format);
 
 }  // namespace gradsync::daemon

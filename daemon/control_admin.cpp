@@ -25,27 +25,6 @@ constexpr uint32_t kMaxTraceSteps = 10'000;
 constexpr uint32_t kMaxTraceEvents = 1'000'000;
 constexpr uint32_t kMaxTraceSeconds = 3600;
 
-// A key that can only change with a restart, as its value reads in TOML.
-struct FixedKey {
-  const char* name;
-  std::string DaemonConfig::*text = nullptr;
-  uint32_t DaemonConfig::*number = nullptr;
-};
-constexpr std::array<FixedKey, 12> kRestartOnlyKeys = {{
-    {"socket_path", &DaemonConfig::socket_path},
-    {"socket_mode", nullptr, &DaemonConfig::socket_mode},
-    {"socket_group", &DaemonConfig::socket_group},
-    {"metrics_listen", &DaemonConfig::metrics_listen},
-    {"listen", &DaemonConfig::listen},
-    {"cluster_key_file", &DaemonConfig::cluster_key_file},
-    {"reduce_threads", nullptr, &DaemonConfig::reduce_threads},
-    {"tcp_keepalive_idle_seconds", nullptr, &DaemonConfig::tcp_keepalive_idle_seconds},
-    {"tcp_keepalive_interval_seconds", nullptr, &DaemonConfig::tcp_keepalive_interval_seconds},
-    {"tcp_bulk_protocol", &DaemonConfig::tcp_bulk_protocol},
-    {"host_mapping_cache_entries", nullptr, &DaemonConfig::host_mapping_cache_entries},
-    {"device_mapping_cache_entries", nullptr, &DaemonConfig::device_mapping_cache_entries},
-}};
-
 // The keys whose values differ between two configurations as to_toml writes them (one
 // `key = value` line each), in the order it lists them.
 std::vector<std::string> changed_keys(const std::string& before_toml,
@@ -195,13 +174,8 @@ void ControlServer::reload() {
     return;
   }
   // What binds sockets or sizes threads stays until a restart: say so, keep the old value.
-  for (const FixedKey& key : kRestartOnlyKeys) {
-    const bool changed = key.text != nullptr ? fresh.*key.text != config_.*key.text
-                                             : fresh.*key.number != config_.*key.number;
-    if (!changed) continue;
-    log_->warn("SIGHUP: {} changed; it takes effect when gradsyncd restarts", key.name);
-    if (key.text != nullptr) fresh.*key.text = config_.*key.text;
-    if (key.number != nullptr) fresh.*key.number = config_.*key.number;
+  for (const std::string& key : keep_restart_only_keys(fresh, config_)) {
+    log_->warn("SIGHUP: {} changed; it takes effect when gradsyncd restarts", key);
   }
   const std::string after = to_toml(fresh);
   const std::vector<std::string> changed = changed_keys(to_toml(config_), after);

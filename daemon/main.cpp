@@ -109,8 +109,19 @@ int parse_and_run(int argc, char** argv) {
       option->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
   app.add_flag("--print-config", print_config, "print the effective configuration and exit");
+  std::optional<std::string> print_docs;
+  app.add_option("--print-config-docs", print_docs,
+                 "print every key's documentation as docs/configuration.md's table (markdown) "
+                 "or as systemd/gradsyncd.toml (toml), and exit")
+      ->check(CLI::IsMember({"markdown", "toml"}));
   app.set_version_flag("--version", GRADSYNC_VERSION);
   CLI11_PARSE(app, argc, argv);
+  if (print_docs) {
+    using gradsync::daemon::ConfigDocs;
+    std::cout << gradsync::daemon::config_docs(*print_docs == "toml" ? ConfigDocs::kToml
+                                                                     : ConfigDocs::kMarkdown);
+    return 0;
+  }
 
   // The file, then the command line over it: at start and again at each SIGHUP.
   auto read_config = [=] {
