@@ -1,6 +1,8 @@
 // What client and daemon agree on: protocol version, limits, and the checks both sides use.
 #pragma once
 
+#include "kernels/dtype.h"
+
 #include <gradsync/gradsync.h>
 
 #include <cstddef>
@@ -50,20 +52,7 @@ constexpr std::optional<gradsync_op> parse_op(uint32_t raw) {
 }
 
 // Size of one element; 0 for an invalid dtype.
-constexpr size_t dtype_bytes(gradsync_dtype d) {
-  switch (d) {
-    case GRADSYNC_FLOAT16:
-    case GRADSYNC_BFLOAT16:
-      return 2;
-    case GRADSYNC_FLOAT32:
-    case GRADSYNC_INT32:
-      return 4;
-    case GRADSYNC_FLOAT64:
-    case GRADSYNC_INT64:
-      return 8;
-  }
-  return 0;
-}
+using kernels::dtype_bytes;
 
 // count * element size, or nullopt when it overflows.
 constexpr std::optional<uint64_t> checked_bytes(uint64_t count, gradsync_dtype d) {

@@ -3,9 +3,9 @@
 
 #include "kernels/codec.h"
 
-#include "ipc/protocol.h"
 #include "kernels/convert.h"
 #include "kernels/cpu/reduce_variants.h"
+#include "kernels/dtype.h"
 
 #include <cpuid.h>
 
@@ -45,7 +45,7 @@ void reduce_to_all(gradsync_dtype dtype, gradsync_op op, const void* const* inpu
   // this for each of a step's tensors, mostly small ones, where the kernels' set-up costs more
   // than the copy.
   if (num_inputs == 1) {
-    const size_t bytes = count * ipc::dtype_bytes(dtype);
+    const size_t bytes = count * dtype_bytes(dtype);
     for (size_t o = 0; o < num_outputs; ++o) {
       if (outputs[o] != inputs[0]) copy(outputs[o], inputs[0], bytes, streaming);
     }
