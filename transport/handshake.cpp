@@ -15,6 +15,7 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 
 namespace gradsync::transport {
 
@@ -98,9 +99,15 @@ Nonce random_nonce() {
 }
 
 // Layout: version, type, flags (1: has_key, 2: accepted), client nonce, server nonce, proof,
-// text length (16 bits, little end first), text (the address or the reason).
+// the gradsync version's length (8 bits) and text, text length (16 bits, little end first),
+// text (the address or the reason).
 namespace {
-constexpr size_t kFixedBytes = 3 + kNonceBytes + kNonceBytes + kProofBytes + 2;
+constexpr size_t kFixedBytes = 3 + kNonceBytes + kNonceBytes + kProofBytes + 1 + 2;
+
+bool printable(std::string_view text) {
+  return std::all_of(text.begin(), text.end(),
+                     [](unsigned char c) { return std::isprint(c) != 0; });
+}
 constexpr uint8_t kHasKey = 1;
 constexpr uint8_t kAccepted = 2;
 }  // namespace
@@ -118,6 +125,10 @@ std::vector<uint8_t> encode(const HandshakeMessage& message) {
   bytes.insert(bytes.end(), message.client_nonce.begin(), message.client_nonce.end());
   bytes.insert(bytes.end(), message.server_nonce.begin(), message.server_nonce.end());
   bytes.insert(bytes.end(), message.proof.begin(), message.proof.end());
+  const size_t version_bytes = std::min(message.version.size(), kMaxVersionText);
+  bytes.push_back(static_cast<uint8_t>(version_bytes));
+  bytes.insert(bytes.end(), message.version.begin(),
+               message.version.begin() + static_cast<ptrdiff_t>(version_bytes));
   bytes.push_back(static_cast<uint8_t>(text_bytes & 0xff));
   bytes.push_back(static_cast<uint8_t>(text_bytes >> 8));
   bytes.insert(bytes.end(), text.begin(), text.begin() + static_cast<ptrdiff_t>(text_bytes));
@@ -145,14 +156,18 @@ std::optional<HandshakeMessage> decode_handshake(std::span<const uint8_t> bytes)
   take(message.client_nonce);
   take(message.server_nonce);
   take(message.proof);
+  const size_t version_bytes = bytes[at++];
+  if (version_bytes > kMaxVersionText || bytes.size() < kFixedBytes + version_bytes) {
+    return std::nullopt;
+  }
+  message.version.assign(reinterpret_cast<const char*>(bytes.data() + at), version_bytes);
+  if (!printable(message.version)) return std::nullopt;  // it goes into logs
+  at += version_bytes;
   const size_t text_bytes = bytes[at] | (size_t{bytes[at + 1]} << 8);
   at += 2;
   if (text_bytes > kMaxHandshakeText || bytes.size() != at + text_bytes) return std::nullopt;
   std::string text(reinterpret_cast<const char*>(bytes.data() + at), text_bytes);
-  if (!std::all_of(text.begin(), text.end(),
-                   [](unsigned char c) { return std::isprint(c) != 0; })) {
-    return std::nullopt;  // it goes into logs
-  }
+  if (!printable(text)) return std::nullopt;  // it goes into logs
   (message.type == HandshakeType::kHello ? message.address : message.reason) = std::move(text);
   return message;
 }

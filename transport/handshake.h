@@ -2,7 +2,8 @@
 // the challenge-response each connection runs before it carries any job traffic.
 //
 // Every connection between two daemons is authenticated on its own, mutually:
-//   client -> server  Hello      {has_key, client nonce, the client's listen address}
+//   client -> server  Hello      {has_key, client nonce, the client's listen address, its
+//                                 gradsync version: daemons of another version are refused}
 //   server -> client  Challenge  {server nonce, server proof}  (both hold a key)
 //   client -> server  Proof      {client proof}
 //   server -> client  Result     {accepted, or refused with a reason}
@@ -78,12 +79,14 @@ struct HandshakeMessage {
   Nonce server_nonce{};   // Challenge
   Proof proof{};          // Challenge (server's), Proof (client's)
   std::string address;    // Hello: the client's listen address
+  std::string version;    // Hello: the client's gradsync version (GRADSYNC_VERSION)
   bool accepted = false;  // Result
   std::string reason;     // Result, when refused
 };
 
-inline constexpr uint8_t kHandshakeVersion = 1;
+inline constexpr uint8_t kHandshakeVersion = 2;
 inline constexpr size_t kMaxHandshakeText = 256;  // address and reason
+inline constexpr size_t kMaxVersionText = 64;
 
 std::vector<uint8_t> encode(const HandshakeMessage& message);
 // nullopt for anything malformed: wrong version, unknown type, wrong length, text too long.

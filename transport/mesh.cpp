@@ -93,6 +93,7 @@ Mesh::Mesh(const MeshOptions& options)
       context_(create_context(ucx_settings(options, rendezvous_min_bytes_))),
       worker_(create_worker(context_.get())),
       key_(options.cluster_key),
+      version_(options.version),
       handshake_timeout_(options.handshake_timeout),
       liveness_timeout_(options.liveness_timeout) {
   struct sockaddr_in address = parse_host_port(options.listen);
@@ -281,6 +282,7 @@ void Mesh::open(PeerId id) {
   hello.has_key = key_.has_value();
   hello.client_nonce = peer.nonce;
   hello.address = own_address_;
+  hello.version = version_;
   send_handshake(endpoint, hello);
 }
 

@@ -44,6 +44,9 @@ struct MeshOptions {
   uint32_t keepalive_idle_seconds = 10;
   uint32_t keepalive_interval_seconds = 2;
   std::optional<ClusterKey> cluster_key;  // none: only daemons without a key are accepted
+  // This daemon's gradsync version: a peer of another version is refused at the handshake, as
+  // no two versions promise to speak the same protocol.
+  std::string version = GRADSYNC_VERSION;
   std::chrono::milliseconds handshake_timeout{10000};  // for a connection to us
   std::chrono::milliseconds liveness_timeout{3000};    // for an answer to check_alive
   // Where UCX reaches other hosts over TCP only (network_transports.h): messages of this many
@@ -297,6 +300,7 @@ class Mesh {
   uint16_t port_ = 0;
   std::string own_address_;  // HOST:PORT as given, with the port chosen
   std::optional<ClusterKey> key_;
+  std::string version_;
   std::chrono::milliseconds handshake_timeout_;
   int event_fd_ = -1;
   std::vector<Peer> peers_;

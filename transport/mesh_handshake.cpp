@@ -242,7 +242,12 @@ void Mesh::send_handshake(ucp_ep_h endpoint, const HandshakeMessage& message) {
 void Mesh::on_hello(Inbound& inbound, const HandshakeMessage& hello) {
   inbound.address = hello.address;
   inbound.client_nonce = hello.client_nonce;
-  if (key_ && hello.has_key) {
+  if (hello.version != version_) {
+    refuse_inbound(Inbound(inbound),
+                   fmt::format("the connecting daemon runs gradsync {}, this one {}: every "
+                               "daemon of a cluster must run the same version",
+                               hello.version.empty() ? "(unnamed)" : hello.version, version_));
+  } else if (key_ && hello.has_key) {
     inbound.server_nonce = random_nonce();
     inbound.stage = Inbound::Stage::kProof;
     HandshakeMessage challenge;

@@ -64,14 +64,14 @@ struct TopKRun {
   std::function<AllreduceAlgorithm(uint64_t bytes)> choose;
 };
 NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, TopKRun topk);
-// Broadcasts, from the root rank on `root_node` (nullopt: not known, a node's daemon predates
-// the rank map; only the direct broadcast runs then).
+// Broadcasts, from the root rank on `root_node` (nullopt: a root rank on no node, which the
+// rank map refused as the job formed).
 NodeTask node_direct_broadcast(NodeStep& step, const ReadyCollective& collective,
                                std::optional<uint32_t> root_node);
 NodeTask node_chain_broadcast(NodeStep& step, const ReadyCollective& collective,
                               uint32_t root_node);
 // A small broadcast that rode with the negotiation (node_direct_broadcast.cpp): the root's data
-// is its node's contribution, and every other node's is empty. `rank_nodes` must be complete.
+// is its node's contribution, and every other node's is empty.
 // Returns an error for a contribution of the wrong size.
 NodeResult broadcast_contributions(const ReadyCollective& collective, const RankMap& rank_nodes,
                                    std::span<const std::span<const uint8_t>> contributions);

@@ -16,20 +16,12 @@ struct Joined {
   # Where a link is slow, bulk data goes in messages of at most this many bytes (0: never
   # cut): node 0's is agreed.
   slowLinkMessageBytes @4 :UInt64;
-  # Set by every daemon that cuts messages as node 0 says: a daemon from before leaves it
-  # false, and then no node cuts (it would post one receive for a buffer sent in several).
-  cutsMessages @5 :Bool;
   # The job ranks of the sending node's ranks: with every node's, each node knows where every
-  # rank is (a broadcast's chain starts at its root's node). A daemon from before leaves it
-  # out, and then every node broadcasts directly.
-  ranks @6 :List(Int32);
+  # rank is (a broadcast's chain starts at its root's node).
+  ranks @5 :List(Int32);
   # Jobs of at least this many nodes relay their negotiation cycles (RelayedCycle): node 0's is
-  # agreed. A daemon from before leaves it 0, and then every node sends its cycles to every
-  # other node.
-  relayMinNodes @7 :UInt32;
-  # Set by every daemon that passes node 0's answers (CycleResponse) on down the relay's tree:
-  # a daemon from before waits for them from node 0, so then no node relays.
-  relaysAnswers @8 :Bool;
+  # agreed.
+  relayMinNodes @6 :UInt32;
 }
 
 # A collective (or a group, named by its first member) ready on the sending node and not in

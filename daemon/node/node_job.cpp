@@ -41,9 +41,7 @@ void NodeJob::on_local_formed(std::vector<int32_t> ranks) {
   joined.setFusionThresholdBytes(settings_.fusion_threshold_bytes);
   joined.setWireCodec(wire_codec_name(settings_.wire_codec));
   joined.setSlowLinkMessageBytes(settings_.slow_link_message_bytes);
-  joined.setCutsMessages(true);
   joined.setRelayMinNodes(settings_.relay_min_nodes);
-  joined.setRelaysAnswers(true);
   auto own_ranks = joined.initRanks(static_cast<unsigned>(ranks.size()));
   for (unsigned i = 0; i < ranks.size(); ++i) own_ranks.set(i, ranks[i]);
   for (uint32_t node = 0; node < links_.nodes(); ++node) {
@@ -55,22 +53,13 @@ void NodeJob::on_local_formed(std::vector<int32_t> ranks) {
 void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined) {
   if (joined_[node]) return;
   joined_[node] = true;
-  // A daemon from before the wire codec leaves the field out: it would send the values
-  // themselves where the others expect them encoded.
-  if (!joined.hasWireCodec()) without_codecs_.push_back(node);
-  if (!joined.getCutsMessages()) without_message_cuts_ = true;
-  if (joined.getRelayMinNodes() == 0 || !joined.getRelaysAnswers()) without_relay_ = true;
-  if (joined.hasRanks()) {
-    // No node has more ranks than the job: more is some other fault, which the map names as a
-    // rank outside WORLD_SIZE or one on two nodes.
-    const auto list = joined.getRanks();
-    std::vector<int32_t> ranks;
-    const auto world = static_cast<unsigned>(std::max(links_.layout().world_size, 0));
-    for (unsigned i = 0; i < list.size() && i <= world; ++i) ranks.push_back(list[i]);
-    rank_nodes_.add(node, ranks);
-  } else {
-    rank_nodes_.add(node, std::nullopt);
-  }
+  // No node has more ranks than the job: more is some other fault, which the map names as a
+  // rank outside WORLD_SIZE or one on two nodes.
+  const auto list = joined.getRanks();
+  std::vector<int32_t> ranks;
+  const auto world = static_cast<unsigned>(std::max(links_.layout().world_size, 0));
+  for (unsigned i = 0; i < list.size() && i <= world; ++i) ranks.push_back(list[i]);
+  rank_nodes_.add(node, ranks);
   if (node == 0) {
     agreed_.slow_link_message_bytes = joined.getSlowLinkMessageBytes();
     agreed_.relay_min_nodes = joined.getRelayMinNodes();
@@ -115,13 +104,6 @@ std::optional<NodeJobError> NodeJob::form() {
                                     links_.job_name(), *problem));
   }
   if (links_.me() == 0) agreed_ = settings_;
-  if (without_message_cuts_) agreed_.slow_link_message_bytes = 0;
-  if (agreed_.wire_codec.codec != WireCodec::kNone && !without_codecs_.empty()) {
-    return fmt::format(
-        "job '{}' asks for the {} wire codec, which node {}'s gradsyncd does not "
-        "know: upgrade it, or run the job without GRADSYNC_WIRE_CODEC",
-        links_.job_name(), wire_codec_name(agreed_.wire_codec), without_codecs_.front());
-  }
   // The engine drives the probe as it does the collectives (run_decided), serving every other
   // job meanwhile: a peer that stops answering holds up this job only, until the peer timeout.
   probe_.emplace(probe_links(links_, scratch_, own_link_));
@@ -133,9 +115,8 @@ std::optional<std::string> NodeJob::finish_forming() {
   NodeResult error = probe_->result();
   probe_.reset();
   if (error) return error;
-  // Every node relays, or none: a daemon from before would take a relayed cycle for an error.
-  const bool relay =
-      !without_relay_ && agreed_.relay_min_nodes > 0 && links_.nodes() >= agreed_.relay_min_nodes;
+  // Every node relays, or none: node 0's threshold is agreed.
+  const bool relay = agreed_.relay_min_nodes > 0 && links_.nodes() >= agreed_.relay_min_nodes;
   log_->info(
       "job '{}' formed on {} nodes; link to node {}: alpha {:.1f} us, beta {:.3f} GB/s; reduce "
       "{:.2f} GB/s; response cache {} entries, algorithm {}, wire codec {}, fusion up to {} bytes, "
@@ -196,22 +177,20 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
     AllreduceOperand(only, proposal.eager.data())
         .reduce_into(node_detail::network_op(lead.op), 0, lead.count, nullptr);
   } else if (may_ride && lead.collective == ipc::Collective::kAllgather &&
-             only.bytes() * static_cast<uint64_t>(layout().world_size) <= eager_max &&
-             rank_nodes_.complete()) {
+             only.bytes() * static_cast<uint64_t>(layout().world_size) <= eager_max) {
     // The same for an allgather whose whole result is as small: this node's ranks' blocks,
-    // which every node places by the rank map (a daemon from before it sends none, and then
-    // every node runs the network's). Each node takes in the whole result with the cycle: on
+    // which every node places by the rank map. Each node takes in the whole result with the
+    // cycle: on
     // 4 namespace nodes a result of 16 KiB rode in about the network's time, and one of 64 KiB
     // (16 KiB a node) took 16% longer.
     proposal.rides = true;
     if (negotiator_) proposal.eager = negotiator_->eager_storage();
     pack_allgather_blocks(only, proposal.eager);
   } else if (may_ride && lead.collective == ipc::Collective::kBroadcast &&
-             only.bytes() <= eager_max && rank_nodes_.complete()) {
+             only.bytes() <= eager_max) {
     // And a small broadcast: the root's data from its node, an empty contribution from every
-    // other node (that takes it this way: a daemon from before sends none, and then the
-    // network's broadcast runs). The root's node sends no more than a direct broadcast would,
-    // and a hop less.
+    // other node (that takes it this way). The root's node sends no more than a direct
+    // broadcast would, and a hop less.
     proposal.rides = true;
     if (const Submission* root = node_detail::root_of(only)) {
       if (negotiator_) proposal.eager = negotiator_->eager_storage();

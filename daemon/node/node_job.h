@@ -246,11 +246,8 @@ class NodeJob {
   std::string ranks_;         // this node's, in words
   RankMap rank_nodes_;        // every node's ranks, as they joined
   std::vector<bool> joined_;  // by node
-  std::vector<uint32_t> without_codecs_;  // nodes whose daemon predates the wire codec
-  bool without_message_cuts_ = false;     // a node's daemon predates cutting messages
-  bool without_relay_ = false;            // a node's daemon predates relayed cycles
-  bool cutting_messages_ = false;         // the last step's bulk data went in eager messages
-  NodeJobSettings agreed_;                // node 0's
+  bool cutting_messages_ = false;  // the last step's bulk data went in eager messages
+  NodeJobSettings agreed_;         // node 0's
   LinkFigures own_link_;
   std::optional<Negotiator> negotiator_;
   std::vector<Proposal> unproposed_;  // ready before the job formed across nodes

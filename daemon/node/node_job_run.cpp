@@ -347,8 +347,6 @@ AllreduceAlgorithm NodeJob::choose(uint64_t bytes, gradsync_dtype dtype,
 }
 
 BroadcastAlgorithm NodeJob::choose_broadcast_for(uint64_t bytes, const LinkFigures& link) const {
-  // Where a node did not say where its ranks are, no node knows where a chain starts.
-  if (!rank_nodes_.complete()) return BroadcastAlgorithm::kDirect;
   // A forced algorithm names the family: bandwidth-optimal (the ring, the chain) or
   // latency-optimal (halving-doubling, the direct broadcast's one step).
   if (const auto forced = parse_algorithm(agreed_.algorithm)) {

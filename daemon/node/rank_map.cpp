@@ -11,14 +11,10 @@ RankMap::RankMap(uint32_t nodes, int32_t world_size)
       node_of_(static_cast<size_t>(std::max(world_size, 0)), kNowhere),
       added_(nodes, false) {}
 
-void RankMap::add(uint32_t node, std::optional<std::span<const int32_t>> ranks) {
+void RankMap::add(uint32_t node, std::span<const int32_t> ranks) {
   if (node >= added_.size() || added_[node]) return;
   added_[node] = true;
-  if (!ranks) {
-    incomplete_ = true;
-    return;
-  }
-  for (const int32_t rank : *ranks) {
+  for (const int32_t rank : ranks) {
     if (problem_) return;
     if (rank < 0 || rank >= world_size_) {
       problem_ = fmt::format("node {} has rank {}, outside WORLD_SIZE {}", node, rank, world_size_);
@@ -33,7 +29,7 @@ void RankMap::add(uint32_t node, std::optional<std::span<const int32_t>> ranks) 
 }
 
 std::optional<std::string> RankMap::problem() const {
-  if (problem_ || incomplete_) return problem_;
+  if (problem_) return problem_;
   for (size_t rank = 0; rank < node_of_.size(); ++rank) {
     if (node_of_[rank] == kNowhere) {
       return fmt::format("rank {} is on no node: WORLD_SIZE is {}, the nodes' ranks are fewer",
@@ -44,7 +40,7 @@ std::optional<std::string> RankMap::problem() const {
 }
 
 std::optional<uint32_t> RankMap::node_of(int32_t rank) const {
-  if (incomplete_ || rank < 0 || rank >= world_size_) return std::nullopt;
+  if (rank < 0 || rank >= world_size_) return std::nullopt;
   const uint32_t node = node_of_[static_cast<size_t>(rank)];
   return node == kNowhere ? std::nullopt : std::optional(node);
 }

@@ -16,14 +16,12 @@ class RankMap {
  public:
   RankMap(uint32_t nodes, int32_t world_size);
 
-  // `node`'s ranks; nullopt where its daemon predates the map and did not say.
-  void add(uint32_t node, std::optional<std::span<const int32_t>> ranks);
+  // `node`'s ranks, as it says when it joins; a node says once.
+  void add(uint32_t node, std::span<const int32_t> ranks);
   // Once every node was added: what is wrong with the job's ranks, in words (a rank on two
   // nodes, outside WORLD_SIZE, or on none), if anything.
   std::optional<std::string> problem() const;
-  // Every node said where its ranks are (once every node was added): the same on every node.
-  bool complete() const { return !incomplete_; }
-  // The node `rank` is on; nullopt where a node did not say (every node then knows as little).
+  // The node `rank` is on; nullopt for a rank outside WORLD_SIZE or on no node.
   std::optional<uint32_t> node_of(int32_t rank) const;
 
  private:
@@ -31,7 +29,6 @@ class RankMap {
   int32_t world_size_;
   std::vector<uint32_t> node_of_;       // by rank; kNowhere until a node claims it
   std::vector<bool> added_;             // by node
-  bool incomplete_ = false;             // a node did not say
   std::optional<std::string> problem_;  // the first found
 };
 

@@ -31,6 +31,7 @@ TEST(HandshakeMessage, EveryTypeRoundTrips) {
   hello.has_key = true;
   hello.client_nonce = nonce_of(1);
   hello.address = "198.18.0.2:9478";
+  hello.version = "0.1.0";
   HandshakeMessage result;
   result.type = HandshakeType::kResult;
   result.client_nonce = nonce_of(2);
@@ -53,6 +54,7 @@ TEST(HandshakeMessage, EveryTypeRoundTrips) {
     EXPECT_EQ(decoded->proof, message.proof);
     EXPECT_EQ(decoded->address, message.address);
     EXPECT_EQ(decoded->reason, message.reason);
+    EXPECT_EQ(decoded->version, message.version);
   }
 }
 
@@ -75,6 +77,10 @@ TEST(HandshakeMessage, MalformedInputIsRefused) {
   EXPECT_FALSE(altered([](auto& b) { b.push_back('x'); })) << "trailing bytes";
   EXPECT_FALSE(altered([](auto& b) { b.back() = '\n'; })) << "unprintable text goes to logs";
   EXPECT_FALSE(altered([](auto& b) { b.resize(50); })) << "shorter than the fixed part";
+  constexpr size_t kVersionLength = 3 + 3 * 32;  // after the nonces and the proof
+  EXPECT_FALSE(altered([](auto& b) { b[kVersionLength] = kMaxVersionText + 1; }))
+      << "a version longer than the limit";
+  EXPECT_FALSE(altered([](auto& b) { b[kVersionLength] = 60; })) << "a version past the end";
   // A length field claiming more text than the limit.
   EXPECT_FALSE(altered([&](auto& b) {
     const size_t at = b.size() - hello.address.size() - 2;

@@ -577,6 +577,20 @@ TEST_F(HandshakeTest, KeyAndNoKeyRefuseEachOther) {
   EXPECT_EQ(count(b_outcomes_, true, false), 1u);
 }
 
+TEST_F(HandshakeTest, AnotherVersionIsRefusedNamingBoth) {
+  MeshOptions older = options(std::nullopt);
+  older.version = "0.0.9";
+  connect(older, options(std::nullopt));
+  ASSERT_TRUE(a_->failed(a_to_b_));
+  ASSERT_TRUE(b_->failed(b_to_a_));
+  const std::string both = std::string("runs gradsync 0.0.9, this one ") + GRADSYNC_VERSION;
+  EXPECT_THAT(a_->failure(a_to_b_), ::testing::HasSubstr(both)) << "refused by b, as it says";
+  EXPECT_THAT(b_->failure(b_to_a_), ::testing::HasSubstr(std::string("runs gradsync ") +
+                                                         GRADSYNC_VERSION + ", this one 0.0.9"));
+  EXPECT_EQ(count(a_outcomes_, true, false), 1u);
+  EXPECT_EQ(count(b_outcomes_, true, false), 1u);
+}
+
 TEST_F(HandshakeTest, ControlMessagesWaitForTheHandshake) {
   auto shared = key("a shared cluster key, 32 bytes!");
   a_ = std::make_unique<Mesh>(options(shared));

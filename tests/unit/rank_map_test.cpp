@@ -21,7 +21,6 @@ TEST(RankMap, KnowsEveryRanksNodeOnceEveryNodeSaid) {
   EXPECT_EQ(map.node_of(4), std::nullopt) << "node 2 has not said yet";
   map.add(2, ranks({4}));
   EXPECT_EQ(map.problem(), std::nullopt);
-  EXPECT_TRUE(map.complete());
   EXPECT_EQ(map.node_of(0), 0u);
   EXPECT_EQ(map.node_of(1), 1u);
   EXPECT_EQ(map.node_of(3), 1u);
@@ -54,16 +53,6 @@ INSTANTIATE_TEST_SUITE_P(
                       ProblemCase{2, 3, {{0, 0}, {1}}, "node 0 has rank 0 twice"},
                       ProblemCase{2, 2, {{0}, {2}}, "node 1 has rank 2, outside WORLD_SIZE 2"},
                       ProblemCase{2, 4, {{0, 1}, {3}}, "rank 2 is on no node"}));
-
-TEST(RankMap, ANodeThatDoesNotSayLeavesEveryRankUnknownAndNothingToCheck) {
-  // Its daemon predates the map: every node then knows as little, and broadcasts directly.
-  RankMap map(2, 3);
-  map.add(0, ranks({0, 1}));
-  map.add(1, std::nullopt);
-  EXPECT_EQ(map.problem(), std::nullopt);
-  EXPECT_FALSE(map.complete());
-  EXPECT_EQ(map.node_of(0), std::nullopt);
-}
 
 TEST(RankMap, ANodeSaysOnce) {
   RankMap map(2, 2);
