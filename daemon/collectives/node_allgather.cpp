@@ -1,7 +1,7 @@
 // Allgather across nodes: every node sends its ranks' blocks straight from their buffers to
 // every other node, and receives the others' blocks in place in its first local rank's
 // buffer (no staging copy); the node's own blocks join them there meanwhile, and the other
-// local ranks get each block as it is complete. A small one rides with the negotiation
+// local ranks get each block as it is complete. A small one piggybacks on the negotiation
 // instead: each node's blocks travel with its part of the cycle that decides it, and every
 // node assembles them.
 #include "daemon/collectives/node_collectives.h"
@@ -102,7 +102,7 @@ NodeResult gather_contributions(const ReadyCollective& collective, const RankMap
   return std::nullopt;
 }
 
-NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective) {
+NodeTask node_allgather(CollectiveContext& step, const ReadyCollective& collective) {
   NodeLinks& links = step.links;
   const Submission& lead = collective.first();
   const uint64_t block = lead.send_bytes();

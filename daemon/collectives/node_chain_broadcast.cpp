@@ -13,7 +13,7 @@
 
 namespace gradsync::daemon {
 
-NodeTask node_chain_broadcast(NodeStep& step, const ReadyCollective& collective,
+NodeTask node_chain_broadcast(CollectiveContext& step, const ReadyCollective& collective,
                               uint32_t root_node) {
   NodeLinks& links = step.links;
   const uint32_t n = links.nodes();

@@ -8,7 +8,7 @@
 #pragma once
 
 #include "daemon/collectives/allreduce_operand.h"
-#include "daemon/collectives/carried_gradients.h"
+#include "daemon/collectives/residuals.h"
 #include "daemon/job.h"
 #include "daemon/node/cost_model.h"
 #include "daemon/node/links.h"
@@ -25,7 +25,7 @@
 namespace gradsync::daemon {
 
 // What a collective across nodes runs with.
-struct NodeStep {
+struct CollectiveContext {
   NodeLinks& links;
   Scratch& scratch;
   uint32_t sequence;  // the collective's place in the job's agreed order
@@ -49,37 +49,38 @@ struct NodeStep {
 // allreduce's buffer is this one.
 inline constexpr size_t kFusionScratchSlot = 2;
 
-NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand);
-NodeTask node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand& operand);
+NodeTask node_ring_allreduce(CollectiveContext& step, const AllreduceOperand& operand);
+NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const AllreduceOperand& operand);
 // One of the two.
-NodeTask run_allreduce(NodeStep& step, const AllreduceOperand& operand,
+NodeTask run_allreduce(CollectiveContext& step, const AllreduceOperand& operand,
                        AllreduceAlgorithm algorithm);
 
 // The top-k wire codec around an f32 sum or average (node_topk_allreduce.cpp): collectives
 // `step.sequence` and the one after.
 struct TopKRun {
-  double percent;             // of each tensor's chunks sent, rounded up (at least one)
-  CarriedGradients& carried;  // the job's
+  double percent;        // of each tensor's chunks sent, rounded up (at least one)
+  Residuals& residuals;  // the job's
   // The algorithm for a dense allreduce of so many bytes (the energies, the chosen chunks).
   std::function<AllreduceAlgorithm(uint64_t bytes)> choose;
 };
-NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, TopKRun topk);
+NodeTask node_topk_allreduce(CollectiveContext& step, const AllreduceOperand& operand,
+                             TopKRun topk);
 // Broadcasts, from the root rank on `root_node` (nullopt: a root rank on no node, which the
 // rank map refused as the job formed).
-NodeTask node_direct_broadcast(NodeStep& step, const ReadyCollective& collective,
+NodeTask node_direct_broadcast(CollectiveContext& step, const ReadyCollective& collective,
                                std::optional<uint32_t> root_node);
-NodeTask node_chain_broadcast(NodeStep& step, const ReadyCollective& collective,
+NodeTask node_chain_broadcast(CollectiveContext& step, const ReadyCollective& collective,
                               uint32_t root_node);
-// A small broadcast that rode with the negotiation (node_direct_broadcast.cpp): the root's data
-// is its node's contribution, and every other node's is empty.
-// Returns an error for a contribution of the wrong size.
+// A small broadcast that piggybacked on the negotiation (node_direct_broadcast.cpp): the root's
+// data is its node's contribution, and every other node's is empty. Returns an error for a
+// contribution of the wrong size.
 NodeResult broadcast_contributions(const ReadyCollective& collective, const RankMap& rank_nodes,
                                    std::span<const std::span<const uint8_t>> contributions);
 // One of the two.
-NodeTask run_broadcast(NodeStep& step, const ReadyCollective& collective,
+NodeTask run_broadcast(CollectiveContext& step, const ReadyCollective& collective,
                        std::optional<uint32_t> root_node, BroadcastAlgorithm algorithm);
-NodeTask node_allgather(NodeStep& step, const ReadyCollective& collective);
-// A small allgather that rides with the negotiation (node_allgather.cpp): this node's
+NodeTask node_allgather(CollectiveContext& step, const ReadyCollective& collective);
+// A small allgather that piggybacks on the negotiation (node_allgather.cpp): this node's
 // contribution is its ranks' blocks in the order of their global ranks, written into
 // `contribution`; every node's contribution, in node order, then gives every local rank the
 // whole. `rank_nodes` must be complete. Returns an error for a contribution of the wrong size.

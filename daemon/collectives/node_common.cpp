@@ -5,13 +5,13 @@
 
 namespace gradsync::daemon {
 
-NodeTask run_allreduce(NodeStep& step, const AllreduceOperand& operand,
+NodeTask run_allreduce(CollectiveContext& step, const AllreduceOperand& operand,
                        AllreduceAlgorithm algorithm) {
   return algorithm == AllreduceAlgorithm::kRing ? node_ring_allreduce(step, operand)
                                                 : node_halving_doubling_allreduce(step, operand);
 }
 
-NodeTask run_broadcast(NodeStep& step, const ReadyCollective& collective,
+NodeTask run_broadcast(CollectiveContext& step, const ReadyCollective& collective,
                        std::optional<uint32_t> root_node, BroadcastAlgorithm algorithm) {
   return algorithm == BroadcastAlgorithm::kChain && root_node
              ? node_chain_broadcast(step, collective, *root_node)

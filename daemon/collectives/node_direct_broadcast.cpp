@@ -2,7 +2,7 @@
 // other node, into its first local rank's buffer (no staging copy on either side), and each
 // node copies it to its other local ranks.
 // One step: the latency-optimal broadcast, with n-1 copies on the root's link (cost_model.h).
-// A small one rides with the negotiation instead: the root's data goes with its node's part of
+// A small one piggybacks on the negotiation instead: the root's data goes with its node's part of
 // the cycle that decides it.
 #include "daemon/collectives/node_collectives.h"
 #include "kernels/reduce.h"
@@ -40,7 +40,7 @@ NodeResult broadcast_contributions(const ReadyCollective& collective, const Rank
   return std::nullopt;
 }
 
-NodeTask node_direct_broadcast(NodeStep& step, const ReadyCollective& collective,
+NodeTask node_direct_broadcast(CollectiveContext& step, const ReadyCollective& collective,
                                std::optional<uint32_t> root_node) {
   NodeLinks& links = step.links;
   const uint64_t bytes = collective.first().send_bytes();

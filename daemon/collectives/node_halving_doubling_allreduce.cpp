@@ -17,7 +17,7 @@
 
 namespace gradsync::daemon {
 
-NodeTask node_halving_doubling_allreduce(NodeStep& step, const AllreduceOperand& operand) {
+NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const AllreduceOperand& operand) {
   NodeLinks& links = step.links;
   const uint32_t n = links.nodes();
   const uint32_t me = links.me();

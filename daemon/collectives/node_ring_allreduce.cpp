@@ -144,7 +144,7 @@ class RingWire {
 
 }  // namespace
 
-NodeTask node_ring_allreduce(NodeStep& step, const AllreduceOperand& operand) {
+NodeTask node_ring_allreduce(CollectiveContext& step, const AllreduceOperand& operand) {
   NodeLinks& links = step.links;
   const uint32_t n = links.nodes();
   const uint32_t me = links.me();

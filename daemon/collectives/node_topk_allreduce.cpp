@@ -7,7 +7,7 @@
 //     every node holds the same figures, to the bit, and chooses the same chunks;
 //  3. each tensor sends its `percent` of chunks with the most energy (at least one), packed
 //     end to end, in one allreduce; what it does not send stays where it is, for its next
-//     allreduce (CarriedGradients);
+//     allreduce (Residuals);
 //  4. the result is the sum (or average) over the nodes of the chosen chunks, and zero in the
 //     others, delivered to the local ranks as any allreduce's.
 // Each tensor is chunked and chosen on its own, so what it sends does not depend on what it was
@@ -59,7 +59,8 @@ constexpr size_t kOrderSlot = 8;
 
 }  // namespace
 
-NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, TopKRun topk) {
+NodeTask node_topk_allreduce(CollectiveContext& step, const AllreduceOperand& operand,
+                             TopKRun topk) {
   constexpr uint64_t kChunk = kTopKChunkElements;
   std::vector<Tensor> tensors;
   std::vector<const std::string*> names;
@@ -84,10 +85,10 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
   if (chunks == 0) co_return std::nullopt;  // every node has the same (agreed) sizes
   // The next step's allreduce of a tensor may start while this one runs: it waits here until
   // this one has given back what it held back.
-  co_await NodeAwait<CarriedWait>{CarriedWait(topk.carried, names)};
+  co_await NodeAwait<ResidualsWait>{ResidualsWait(topk.residuals, names)};
   std::vector<std::vector<float>> carried(tensors.size());
   for (size_t t = 0; t < tensors.size(); ++t) {
-    carried[t] = tensors[t].carries ? topk.carried.take(tensors[t].name(), tensors[t].count())
+    carried[t] = tensors[t].carries ? topk.residuals.take(tensors[t].name(), tensors[t].count())
                                     : std::vector<float>(tensors[t].count(), 0.0f);
   }
   auto work_of = [&operand](const Tensor& t) {
@@ -109,8 +110,8 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
   }
 
   // 2. The energies summed over the nodes.
-  NodeStep inner{step.links,      step.scratch,     step.sequence,
-                 step.world_size, WireCodec::kNone, step.max_message_bytes};
+  CollectiveContext inner{step.links,      step.scratch,     step.sequence,
+                          step.world_size, WireCodec::kNone, step.max_message_bytes};
   {
     const ReadyCollective sums = scratch_allreduce(operand.name(), energy, chunks, GRADSYNC_SUM);
     const AllreduceOperand summed(sums);
@@ -149,7 +150,7 @@ NodeTask node_topk_allreduce(NodeStep& step, const AllreduceOperand& operand, To
     }
   }
   for (size_t t = 0; t < tensors.size(); ++t) {
-    if (tensors[t].carries) topk.carried.give_back(tensors[t].name(), std::move(carried[t]));
+    if (tensors[t].carries) topk.residuals.give_back(tensors[t].name(), std::move(carried[t]));
   }
 
   // 4. The chosen chunks across the nodes (an average divides there), then into place.

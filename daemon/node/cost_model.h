@@ -16,9 +16,9 @@ namespace gradsync::daemon {
 
 // The data path's protocol sizes, which set the model's regimes:
 //  - a small allreduce's contributions (and a small allgather's blocks, a node's together)
-//    ride with the negotiation messages (negotiator.h): up to eager_max_bytes(), which is at
+//    piggyback on the negotiation messages (negotiator.h): up to eager_max_bytes(), which is at
 //    least kEagerMinBytes and at most kEagerCapBytes (between namespace nodes over TCP, since a
-//    cycle's contributions travel as one blob, 32 KiB riding along takes about two thirds of
+//    cycle's contributions travel as one blob, 32 KiB piggybacking takes about two thirds of
 //    the time of the allreduce it saves; 64 KiB, a message past UCX's 64 KiB TCP receive
 //    segment, twice that time);
 //  - the ring cuts a node's slice into pieces of this size (fewer, larger ones above 64 of
@@ -137,7 +137,7 @@ BroadcastAlgorithm choose_broadcast(const LinkFigures& link, uint32_t nodes, uin
 // wins. Without a measured γ, everything is.
 uint64_t fusion_cutoff_bytes(const LinkFigures& link, uint32_t nodes);
 
-// The largest allreduce whose contributions ride with the negotiation: a power of two from
+// The largest allreduce whose contributions piggyback on the negotiation: a power of two from
 // kEagerMinBytes to kEagerCapBytes. Riding sends a node's data to every other node and reduces
 // all of them, (n-1)(β+γ) per byte, and saves the allreduce of its own that would follow the
 // negotiation (the cheaper algorithm's time): it pays up to the size where the two meet, which

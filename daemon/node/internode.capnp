@@ -52,7 +52,7 @@ struct Cycle {
   betaSecondsPerByte @5 :Float64;
   gammaSecondsPerByte @6 :Float64;
   eager @7 :List(Contribution);   # no longer sent: eagerBits, eagerSizes and eagerData
-  # Small cached collectives ride along: this node's contribution for some of the bits in
+  # Small cached collectives piggyback on it: this node's contribution for some of the bits in
   # readyBits, by ascending bit (an allreduce's reduced over its ranks, an allgather's its
   # ranks' blocks, a broadcast's the root's data on the root's node and nothing, size 0,
   # elsewhere). A collective every node sent its contribution for in the same cycle runs from

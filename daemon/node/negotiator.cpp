@@ -324,7 +324,7 @@ Negotiator::NodeCycle Negotiator::own_state() const {
       // so the look that starts a cycle writes the names it decides.
       if (bit_names_.size() <= bit) bit_names_.resize(cache_.bit_span(), kNoName);
       bit_names_[bit] = id;
-      if (oldest.rides && eager_bytes + oldest.eager.size() <= eager_bytes_per_part_) {
+      if (oldest.piggybacks && eager_bytes + oldest.eager.size() <= eager_bytes_per_part_) {
         eager_bytes += oldest.eager.size();
         ++eager_count;
         if (eager_by_bit_.size() <= bit) eager_by_bit_.resize(cache_.bit_span(), nullptr);

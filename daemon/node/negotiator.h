@@ -70,9 +70,9 @@ struct Proposal {
   // proposals (the negotiator knows its node's ranks).
   std::string ranks;
   // For a small collective: this node's contribution, sent along with the cycle (see Cycle),
-  // where `rides`. It may be empty: a broadcast's nodes other than its root's contribute
+  // where `piggybacks`. It may be empty: a broadcast's nodes other than its root's contribute
   // nothing, but say that they take it this way.
-  bool rides = false;
+  bool piggybacks = false;
   std::vector<uint8_t> eager;
   // The proposer's handle for what it proposed, handed back in the Decision.
   uint64_t cookie = 0;
@@ -99,13 +99,13 @@ struct CycleDecisions {
   LinkFigures link;  // agreed as of this cycle, for choices every node must make alike
   std::vector<Decision> decisions;
   std::vector<std::span<const uint8_t>> contributions;  // into eager_bytes
-  std::vector<std::vector<uint8_t>> eager_bytes;        // by node: what rode with the cycle
+  std::vector<std::vector<uint8_t>> eager_bytes;        // by node: what piggybacked on the cycle
 
   // Every node's contribution to `decision`, in node order; empty when they did not all come.
   std::span<const std::span<const uint8_t>> contributions_of(const Decision& decision) const;
 };
 
-// Contributions of eager_max_bytes() at most (cost_model.h) ride along with a cycle, and this much
+// Contributions of eager_max_bytes() at most (cost_model.h) piggyback on a cycle, and this much
 // in all per message.
 inline constexpr size_t kEagerMaxTotalBytes = 256 << 10;
 // At most this many uncached collectives per cycle message (the rest go in the next cycles),
@@ -188,7 +188,7 @@ class Negotiator {
   std::vector<uint32_t> nodes_without(const std::string& key) const;
 
  private:
-  // Contributions that ride with one node's cycle message, in one buffer.
+  // Contributions that piggyback on one node's cycle message, in one buffer.
   struct EagerSet {
     struct Entry {
       uint32_t bit;
@@ -262,7 +262,7 @@ class Negotiator {
     size_t operator()(std::string_view key) const { return std::hash<std::string_view>{}(key); }
   };
 
-  // The contributions that ride with a peer's cycle. Throws std::invalid_argument for a layout
+  // The contributions that piggyback on a peer's cycle. Throws std::invalid_argument for a layout
   // no correct peer sends.
   void read_eager(wire::Cycle::Reader cycle, EagerSet& eager, uint32_t node, uint64_t number) const;
   // Node `node`'s part of a cycle (sent by it, or relayed by another). Throws

@@ -167,31 +167,32 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
   const ReadyCollective& only = unit.collectives.front();
   const uint64_t eager_max = negotiator_ ? negotiator_->agreed_eager_max_bytes() : kEagerMinBytes;
   // Empty ones take the network's path, which moves nothing.
-  const bool may_ride =
+  const bool may_piggyback =
       unit.collectives.size() == 1 && !proposal.signature.on_device && only.bytes() > 0;
-  if (may_ride && lead.collective == ipc::Collective::kAllreduce && only.bytes() <= eager_max) {
+  if (may_piggyback && lead.collective == ipc::Collective::kAllreduce &&
+      only.bytes() <= eager_max) {
     // Small enough to travel with the negotiation: this node's part, reduced over its ranks.
-    proposal.rides = true;
+    proposal.piggybacks = true;
     if (negotiator_) proposal.eager = negotiator_->eager_storage();
     proposal.eager.resize(only.bytes());
     AllreduceOperand(only, proposal.eager.data())
         .reduce_into(node_detail::network_op(lead.op), 0, lead.count, nullptr);
-  } else if (may_ride && lead.collective == ipc::Collective::kAllgather &&
+  } else if (may_piggyback && lead.collective == ipc::Collective::kAllgather &&
              only.bytes() * static_cast<uint64_t>(layout().world_size) <= eager_max) {
     // The same for an allgather whose whole result is as small: this node's ranks' blocks,
     // which every node places by the rank map. Each node takes in the whole result with the
     // cycle: on
-    // 4 namespace nodes a result of 16 KiB rode in about the network's time, and one of 64 KiB
-    // (16 KiB a node) took 16% longer.
-    proposal.rides = true;
+    // 4 namespace nodes a result of 16 KiB piggybacked in about the network's time, and one of 64
+    // KiB (16 KiB a node) took 16% longer.
+    proposal.piggybacks = true;
     if (negotiator_) proposal.eager = negotiator_->eager_storage();
     pack_allgather_blocks(only, proposal.eager);
-  } else if (may_ride && lead.collective == ipc::Collective::kBroadcast &&
+  } else if (may_piggyback && lead.collective == ipc::Collective::kBroadcast &&
              only.bytes() <= eager_max) {
     // And a small broadcast: the root's data from its node, an empty contribution from every
     // other node (that takes it this way). The root's node sends no more than a direct
     // broadcast would, and a hop less.
-    proposal.rides = true;
+    proposal.piggybacks = true;
     if (const Submission* root = node_detail::root_of(only)) {
       if (negotiator_) proposal.eager = negotiator_->eager_storage();
       proposal.eager.assign(root->send, root->send + only.bytes());

@@ -179,8 +179,9 @@ class NodeJob {
   // Records a finished batch's collectives in the trace.
   void trace_completed(const InFlight& work) const;
   // Counts a unit that completed well, at `now`, in the metrics and the step meter: by the
-  // algorithm that ran it, or as riding with the negotiation (`rode`, whatever its kind).
-  void count_completed(const ReadyUnit& unit, const char* allreduce_algorithm, bool rode,
+  // algorithm that ran it, or as piggybacking on the negotiation (`piggybacked`, whatever its
+  // kind).
+  void count_completed(const ReadyUnit& unit, const char* allreduce_algorithm, bool piggybacked,
                        const LinkFigures& link, std::chrono::steady_clock::time_point now);
   // Completes one cycle's decisions that need no network; queues the others as batches.
   std::optional<std::string> take_cycle(const CycleDecisions& cycle);
@@ -201,7 +202,7 @@ class NodeJob {
   BroadcastAlgorithm choose_broadcast_for(uint64_t bytes, const LinkFigures& link) const;
   // The step of a collective of `work`: bulk data cut into eager messages where the link its
   // cycle agreed on is slow.
-  NodeStep step_for(InFlight& work, uint32_t sequence, gradsync_dtype dtype);
+  CollectiveContext step_for(InFlight& work, uint32_t sequence, gradsync_dtype dtype);
   WireCodec codec_for(gradsync_dtype dtype) const;
   // The job's wire codec is top-k and `collective` (or a batch it leads) is an f32 sum or
   // average it applies to: on host memory, or on device memory staged whole. Agreed on every
@@ -211,7 +212,7 @@ class NodeJob {
   // two allreduces.
   uint64_t sequences_of(const ReadyCollective& collective) const;
   TopKRun topk_run(const LinkFigures& link);
-  // Tells the metrics what carried_ holds now, by the difference from the last call.
+  // Tells the metrics what residuals_ holds now, by the difference from the last call.
   void report_topk();
   // Learns from an allreduce that ran without error: a β lower than this node's (cost_model.h,
   // implied_beta) replaces it, in the next cycles and the metrics.
@@ -262,8 +263,8 @@ class NodeJob {
   };
   std::vector<UnitWait> unit_waits_;  // by cookie, as units_
   // What the top-k codec held back, by tensor name; before in_flight_, whose tasks use it.
-  CarriedGradients carried_;
-  uint64_t reported_held_bytes_ = 0;  // carried_'s, as the metrics were last told
+  Residuals residuals_;
+  uint64_t reported_held_bytes_ = 0;  // residuals_'s, as the metrics were last told
   uint64_t reported_evicted_ = 0;
   std::deque<Batch> queued_;  // agreed, not started
   std::list<std::unique_ptr<InFlight>> in_flight_;

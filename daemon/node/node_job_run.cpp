@@ -39,8 +39,8 @@ void NodeJob::trace_completed(const InFlight& work) const {
   }
 }
 
-void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algorithm, bool rode,
-                              const LinkFigures& link, Clock::time_point now) {
+void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algorithm,
+                              bool piggybacked, const LinkFigures& link, Clock::time_point now) {
   for (const auto& c : unit.collectives) {
     const ipc::Collective kind = c.first().collective;
     const char* algorithm = "direct";  // allgathers
@@ -50,7 +50,7 @@ void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algor
       // chose per piece, and is counted by its whole size).
       algorithm = broadcast_algorithm_name(choose_broadcast_for(c.bytes(), link));
     }
-    if (kind == ipc::Collective::kBarrier || rode) algorithm = "negotiation";
+    if (kind == ipc::Collective::kBarrier || piggybacked) algorithm = "negotiation";
     metrics_.collective_completed(static_cast<metrics::CollectiveKind>(kind), c.bytes(), algorithm,
                                   std::chrono::duration<double>(now - c.times.ready).count());
     if (steps_ != nullptr) {
@@ -320,13 +320,13 @@ uint64_t NodeJob::sequences_of(const ReadyCollective& collective) const {
 }
 
 TopKRun NodeJob::topk_run(const LinkFigures& link) {
-  return TopKRun{agreed_.wire_codec.topk_percent, carried_,
+  return TopKRun{agreed_.wire_codec.topk_percent, residuals_,
                  [this, link](uint64_t bytes) { return choose(bytes, GRADSYNC_FLOAT32, link); }};
 }
 
 void NodeJob::report_topk() {
-  const uint64_t held = carried_.bytes();
-  const uint64_t evicted = carried_.evicted();
+  const uint64_t held = residuals_.bytes();
+  const uint64_t evicted = residuals_.evicted();
   if (held == reported_held_bytes_ && evicted == reported_evicted_) return;
   metrics_.topk_held(static_cast<int64_t>(held) - static_cast<int64_t>(reported_held_bytes_),
                      evicted - reported_evicted_);
@@ -356,7 +356,7 @@ BroadcastAlgorithm NodeJob::choose_broadcast_for(uint64_t bytes, const LinkFigur
   return choose_broadcast(link, links_.nodes(), bytes);
 }
 
-NodeStep NodeJob::step_for(InFlight& work, uint32_t sequence, gradsync_dtype dtype) {
+CollectiveContext NodeJob::step_for(InFlight& work, uint32_t sequence, gradsync_dtype dtype) {
   const bool cut = agreed_.slow_link_message_bytes > 0 && eager_bulk_pays(work.link);
   if (cut != cutting_messages_) {
     cutting_messages_ = cut;
@@ -369,9 +369,9 @@ NodeStep NodeJob::step_for(InFlight& work, uint32_t sequence, gradsync_dtype dty
                                  agreed_.slow_link_message_bytes)
                    : std::string("as UCX chooses again"));
   }
-  return NodeStep{links_,           *work.scratch,
-                  sequence,         layout().world_size,
-                  codec_for(dtype), cut ? agreed_.slow_link_message_bytes : 0};
+  return CollectiveContext{links_,           *work.scratch,
+                           sequence,         layout().world_size,
+                           codec_for(dtype), cut ? agreed_.slow_link_message_bytes : 0};
 }
 
 NodeTask NodeJob::run_unit(InFlight& work) {
@@ -432,7 +432,7 @@ NodeTask NodeJob::run_staged(InFlight& work, const ReadyCollective& collective, 
 
 NodeTask NodeJob::run_collective(InFlight& work, const ReadyCollective& collective,
                                  uint32_t sequence, bool topk) {
-  NodeStep step = step_for(work, sequence, collective.first().dtype);
+  CollectiveContext step = step_for(work, sequence, collective.first().dtype);
   switch (collective.first().collective) {
     case ipc::Collective::kAllreduce: {
       AllreduceOperand operand(collective);
@@ -517,7 +517,7 @@ NodeTask NodeJob::run_fused(InFlight& work) {
                                : work.scratch->get(kFusionScratchSlot, bytes);
   AllreduceOperand operand(fused, packed, members_layout);
   if (trace_ != nullptr) operand.time_into(&work.times);
-  NodeStep step = step_for(work, static_cast<uint32_t>(work.first_sequence), dtype);
+  CollectiveContext step = step_for(work, static_cast<uint32_t>(work.first_sequence), dtype);
   const char* by = topk ? "topk" : algorithm_name(algorithm);
   metrics_.internode_allreduce(by);
   work.allreduce_algorithm = by;

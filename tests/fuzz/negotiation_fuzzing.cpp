@@ -29,8 +29,8 @@ Proposal proposal(uint32_t i) {
   p.key = "grad." + std::to_string(i % 3);
   p.signature.collective = ipc::Collective::kAllreduce;
   p.signature.count = i % 3 == 0 ? kEagerBytes / 4 : 1 << 20;
-  p.rides = i % 3 == 0;
-  if (p.rides) p.eager.assign(kEagerBytes, static_cast<uint8_t>(i));
+  p.piggybacks = i % 3 == 0;
+  if (p.piggybacks) p.eager.assign(kEagerBytes, static_cast<uint8_t>(i));
   p.cookie = i;
   return p;
 }

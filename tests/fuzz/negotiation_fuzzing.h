@@ -3,7 +3,7 @@
 // directly; fuzz_relayed_message: node 1 of five that relay them). Any sequence of frames
 // either decodes and passes the negotiator's checks, or is refused with an error (which fails
 // the job). Whatever the peers send, the node decides only what it proposed itself, each once,
-// with one contribution per node where they rode along.
+// with one contribution per node where they piggybacked.
 #pragma once
 
 #include "daemon/node/negotiator.h"

@@ -321,7 +321,7 @@ TEST(Cluster, MetricsShowTheMeasuredLinkTheCacheAndTheAlgorithms) {
   EXPECT_EQ(completed, 10 * 24);
 }
 
-// A small allgather rides with the negotiation once its name is cached: each node's blocks go
+// A small allgather piggybacks on the negotiation once its name is cached: each node's blocks go
 // with its part of the cycle, and every node places them by the rank map (here with ranks
 // per node that differ, so node 0's part holds two blocks); a large one goes over the
 // network. Every result is checked; node 0 counts each kind by how it ran.
@@ -483,7 +483,7 @@ TEST(Cluster, KilledPeerDaemonFailsSurvivingRanksWithinTenSeconds) {
 }
 
 // Relayed, node 0 never talks to node 3 in a cycle of 4 nodes (its partners are 1 and 2):
-// small allreduces, which ride with the cycles, still fail everywhere within the bound when
+// small allreduces, which piggyback on the cycles, still fail everywhere within the bound when
 // node 3's daemon dies.
 TEST(Cluster, APeerKilledUnderRelayedNegotiationFailsEveryOtherRankWithinTenSeconds) {
   LoopbackCluster cluster(4, "negotiation_relay_min_nodes = 2");

@@ -279,7 +279,7 @@ TEST(CtlCluster, ShowsPeersAndTracesTheNetworkPhases) {
     if (event["ph"] == "X") ++phases[event["name"].get<std::string>()];
   }
   // The large tensors cross the network; the local reduce and the delivery to the ranks show
-  // within it. (The smallest may ride with the negotiation and skip the network.)
+  // within it. (The smallest may piggyback on the negotiation and skip the network.)
   EXPECT_GE(phases["negotiate"], 2 * 8);  // 2 whole steps at least (see above)
   EXPECT_GT(phases["network"], 0);
   EXPECT_GT(phases["local reduce"], 0);

@@ -409,7 +409,7 @@ int scenario_steps(Communicator& comm, int steps, size_t tensors, size_t max_cou
 }
 
 // `steps` steps of the same allgathers: two small ones (which, once their names are cached,
-// ride with the negotiation) and a large one (over the network), out of place and in place,
+// piggyback on the negotiation) and a large one (over the network), out of place and in place,
 // each checked against the reference.
 int scenario_allgathers(Communicator& comm, int steps) {
   struct Gathered {
@@ -489,7 +489,7 @@ int scenario_broadcasts(Communicator& comm, size_t count) {
 }
 
 // Small broadcasts from every root, each root's under names of its own (a name's root is part
-// of its signature), out of place and in place, and a large one that does not ride; `steps`
+// of its signature), out of place and in place, and a large one that does not piggyback; `steps`
 // times, every result against the reference.
 int scenario_small_broadcasts(Communicator& comm, int steps) {
   struct Broadcast {

@@ -146,18 +146,19 @@ TEST(CostModel, SmallAllreducesRideWithTheNegotiationWhileThatIsCheaper) {
     EXPECT_LE(limit, previous) << nodes << " nodes";
     EXPECT_GE(limit, kEagerMinBytes);
     EXPECT_TRUE(std::has_single_bit(limit));
-    // At the limit riding is cheaper than the allreduce it saves; at twice the limit it is not.
-    const auto rides = [&](uint64_t bytes) {
+    // At the limit piggybacking is cheaper than the allreduce it saves; at twice the limit it is
+    // not.
+    const auto piggybacks = [&](uint64_t bytes) {
       return (nodes - 1.0) * (kLink.beta_seconds_per_byte + kLink.gamma_seconds_per_byte) *
                  static_cast<double>(bytes) <
              std::min(predict_ring(kLink, nodes, bytes),
                       predict_halving_doubling(kLink, nodes, bytes));
     };
     if (limit > kEagerMinBytes) {
-      EXPECT_TRUE(rides(limit)) << nodes << " nodes";
+      EXPECT_TRUE(piggybacks(limit)) << nodes << " nodes";
     }
     if (limit < kEagerCapBytes) {
-      EXPECT_FALSE(rides(2 * limit)) << nodes << " nodes";
+      EXPECT_FALSE(piggybacks(2 * limit)) << nodes << " nodes";
     }
     previous = limit;
   }

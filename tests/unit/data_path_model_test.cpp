@@ -70,7 +70,7 @@ TEST(DataPathModel, TopKIsACarryPassAndTwoSmallAllreduces) {
   const auto small = predict_allreduce({4, 1}, kHost, kLink, 65536, {WireCodec::kTopK, 1});
   EXPECT_DOUBLE_EQ(small.best().seconds,
                    5e-6 + 2.0 * 65536 / 10e9 + 4.0 * 65536 / 10e9 + cheaper(8) + cheaper(32768));
-  // Small enough to ride with the negotiation: exact.
+  // Small enough to piggyback on the negotiation: exact.
   const auto tiny = predict_allreduce({4, 1}, kHost, kLink, 4096, {WireCodec::kTopK, 1});
   EXPECT_DOUBLE_EQ(tiny.best().seconds,
                    predict_allreduce({4, 1}, kHost, kLink, 4096).best().seconds);

@@ -378,10 +378,10 @@ TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrderAligned) {
   std::mt19937_64 random(nodes());
   Network net(nodes(), 1024, nodes(), hold(), {}, route());
   const auto names = tensor_names(6);
-  run_step(net, names, random);  // through the coordinator: no data rides along yet
+  run_step(net, names, random);  // through the coordinator: no data piggybacks yet
   auto make = [](uint32_t n, const std::string& name) {
     Proposal p = allreduce(name, 100);
-    p.rides = true;
+    p.piggybacks = true;
     p.eager.assign(3, static_cast<uint8_t>(n + 1));  // this node's part: its number, +1
     return p;
   };
@@ -399,16 +399,16 @@ TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrderAligned) {
 }
 
 // A broadcast's way: node 0 sends its data, every other node an empty contribution, and the
-// decision still comes with every node's. Where one node sends none, none ride.
+// decision still comes with every node's. Where one node sends none, none piggyback.
 TEST_P(NegotiatorTest, EmptyContributionsRideAlongAndOneNodeWithoutDataStopsTheRide) {
   std::mt19937_64 random(nodes());
   Network net(nodes(), 1024, nodes(), hold(), {}, route());
   const auto names = tensor_names(4);
-  run_step(net, names, random);  // through the coordinator: no data rides along yet
-  for (const uint32_t without : {nodes(), nodes() - 1}) {  // nodes(): every node rides
+  run_step(net, names, random);  // through the coordinator: no data piggybacks yet
+  for (const uint32_t without : {nodes(), nodes() - 1}) {  // nodes(): every node piggybacks
     auto make = [without](uint32_t n, const std::string& name) {
       Proposal p = allreduce(name, 100);
-      p.rides = n != without;
+      p.piggybacks = n != without;
       if (n == 0) p.eager.assign(5, 7);
       return p;
     };
@@ -587,7 +587,7 @@ TEST(Negotiator, RelayedMessagesHoldNoMoreThanAPartSentDirectly) {
     for (uint32_t n = 0; n < nodes; ++n) {
       for (size_t i = 0; i < names.size(); ++i) {
         Proposal p = allreduce(names[i], 100);
-        p.rides = with_data;
+        p.piggybacks = with_data;
         if (with_data) p.eager.assign(4096, static_cast<uint8_t>(n));
         net.node(n).propose(std::move(p), i + 1 < names.size());
       }
@@ -681,9 +681,9 @@ TEST(Negotiator, RejectsPartsByTheOtherRoute) {
 // Node 0's rank is a step ahead: its cycle reaches node 1 before node 1's rank submits.
 // Joining at once, node 1 makes that cycle decide nothing and the collective needs a second;
 // holding, node 1 joins with the collective and one cycle decides it.
-// What rides along follows the agreed figures, not a node's own: node 0 reduces slowly (large
-// γ), so riding pays only for small tensors, and node 1, which alone would let 16 KiB ride,
-// takes node 0's limit once a cycle has told it the figures.
+// What piggybacks follows the agreed figures, not a node's own: node 0 reduces slowly (large
+// γ), so piggybacking pays only for small tensors, and node 1, which alone would let 16 KiB
+// piggyback, takes node 0's limit once a cycle has told it the figures.
 TEST(Negotiator, TheEagerLimitFollowsTheAgreedFigures) {
   Network net(2, 1024, 1, false, [](uint32_t n) {
     return LinkFigures{1e-5, 1e-9, n == 0 ? 1e-8 : 1e-10};
@@ -807,7 +807,7 @@ TEST(Negotiator, RejectsMessagesNoCorrectPeerSends) {
   EXPECT_THROW(node1.on_response(0, response.asReader()), std::invalid_argument);
 }
 
-// The contributions riding with a cycle: one blob, laid out as the sender's EagerSet lays it
+// The contributions piggybacking on a cycle: one blob, laid out as the sender's EagerSet lays it
 // out. A layout that does not fit its blob, or out of bit order, is refused before any of it
 // is read.
 TEST(Negotiator, RejectsContributionsThatDoNotFitTheirData) {

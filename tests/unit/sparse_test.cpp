@@ -1,7 +1,7 @@
 // The top-k codec's kernels (kernels/sparse.h): what is carried, what a chunk's energy is, and
 // which chunks are chosen (the same on every node that holds the same energies).
 #include "kernels/sparse.h"
-#include "daemon/collectives/carried_gradients.h"
+#include "daemon/collectives/residuals.h"
 
 #include <gtest/gtest.h>
 
@@ -94,49 +94,49 @@ TEST(Sparse, TiesGoToTheLowerIndexAndNaNCountsAsTheMost) {
 namespace gradsync::daemon {
 namespace {
 
-TEST(CarriedGradients, HoldsWhatATensorKeptUntilItsNextAllreduce) {
-  CarriedGradients carried;
+TEST(Residuals, HoldsWhatATensorKeptUntilItsNextAllreduce) {
+  Residuals residuals;
   const std::string a = "a";
   const std::string* names[] = {&a};
-  EXPECT_TRUE(carried.available(names));
-  std::vector<float> values = carried.take(a, 4);
+  EXPECT_TRUE(residuals.available(names));
+  std::vector<float> values = residuals.take(a, 4);
   EXPECT_EQ(values, (std::vector<float>(4, 0.0f)));  // new: nothing held back yet
-  EXPECT_FALSE(carried.available(names));            // the next step's allreduce waits
+  EXPECT_FALSE(residuals.available(names));          // the next step's allreduce waits
   values = {1, 2, 3, 4};
-  carried.give_back(a, std::move(values));
-  EXPECT_TRUE(carried.available(names));
-  EXPECT_EQ(carried.take(a, 4), (std::vector<float>{1, 2, 3, 4}));
-  carried.give_back(a, {1, 2, 3, 4});
-  EXPECT_EQ(carried.bytes(), 16U);
+  residuals.give_back(a, std::move(values));
+  EXPECT_TRUE(residuals.available(names));
+  EXPECT_EQ(residuals.take(a, 4), (std::vector<float>{1, 2, 3, 4}));
+  residuals.give_back(a, {1, 2, 3, 4});
+  EXPECT_EQ(residuals.bytes(), 16U);
   // A tensor whose size changed starts afresh.
-  EXPECT_EQ(carried.take(a, 2), (std::vector<float>(2, 0.0f)));
-  carried.give_back(a, {0, 0});
-  EXPECT_EQ(carried.bytes(), 8U);
+  EXPECT_EQ(residuals.take(a, 2), (std::vector<float>(2, 0.0f)));
+  residuals.give_back(a, {0, 0});
+  EXPECT_EQ(residuals.bytes(), 8U);
 }
 
-TEST(CarriedGradients, DropsTheLeastRecentlyUsedNamePastItsBound) {
-  CarriedGradients carried(2);
-  for (const char* name : {"a", "b"}) carried.give_back(name, carried.take(name, 1));
-  carried.give_back("a", carried.take("a", 1));  // b is now the least recent
-  std::vector<float> c = carried.take("c", 1);
+TEST(Residuals, DropsTheLeastRecentlyUsedNamePastItsBound) {
+  Residuals residuals(2);
+  for (const char* name : {"a", "b"}) residuals.give_back(name, residuals.take(name, 1));
+  residuals.give_back("a", residuals.take("a", 1));  // b is now the least recent
+  std::vector<float> c = residuals.take("c", 1);
   c[0] = 5;
-  carried.give_back("c", std::move(c));
-  EXPECT_EQ(carried.tensors(), 2U);
-  EXPECT_EQ(carried.evicted(), 1U);
-  EXPECT_EQ(carried.bytes(), 8U);
-  EXPECT_EQ(carried.take("c", 1), (std::vector<float>{5}));  // kept
-  carried.give_back("c", {5});
+  residuals.give_back("c", std::move(c));
+  EXPECT_EQ(residuals.tensors(), 2U);
+  EXPECT_EQ(residuals.evicted(), 1U);
+  EXPECT_EQ(residuals.bytes(), 8U);
+  EXPECT_EQ(residuals.take("c", 1), (std::vector<float>{5}));  // kept
+  residuals.give_back("c", {5});
   // One taken out is never dropped: a, out while d and e pass (both used after it), stays;
   // c, then d go.
-  std::vector<float> held = carried.take("a", 1);
-  carried.give_back("d", carried.take("d", 1));
-  carried.give_back("e", carried.take("e", 1));
-  EXPECT_EQ(carried.evicted(), 3U);
+  std::vector<float> held = residuals.take("a", 1);
+  residuals.give_back("d", residuals.take("d", 1));
+  residuals.give_back("e", residuals.take("e", 1));
+  EXPECT_EQ(residuals.evicted(), 3U);
   held[0] = 7;
-  carried.give_back("a", std::move(held));
-  EXPECT_EQ(carried.take("a", 1), (std::vector<float>{7}));
-  carried.give_back("a", {7});
-  EXPECT_EQ(carried.tensors(), 2U);
+  residuals.give_back("a", std::move(held));
+  EXPECT_EQ(residuals.take("a", 1), (std::vector<float>{7}));
+  residuals.give_back("a", {7});
+  EXPECT_EQ(residuals.tensors(), 2U);
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& n
                    ? 0
                    : 1;
   if (codec == WireCodec::kTopK) {
-    // An allreduce small enough to ride with the negotiation stays exact (negotiator.h).
+    // An allreduce small enough to piggyback on the negotiation stays exact (negotiator.h).
     const double seconds = bytes <= daemon::eager_max_bytes(link, layout.nodes)
                                ? out.best().seconds
                                : topk_fixed_seconds(layout, node, link, bytes, spec.topk_percent) +

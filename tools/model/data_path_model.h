@@ -13,7 +13,7 @@
 //              the local stages' bandwidth) and two allreduces, one after the other, each
 //              by the cheaper algorithm: the chunk energies (4 bytes per 32 KiB chunk) and
 //              the chosen chunks (P% of S); nothing overlaps. An allreduce small enough to
-//              ride with the negotiation stays exact.
+//              piggyback on the negotiation stays exact.
 //
 // The stages are pipelined in pieces. Where they run on separate engines (a GPU's copy and
 // compute units beside the NIC) they overlap, and the slower stage sets the pace; where they

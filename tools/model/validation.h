@@ -3,7 +3,7 @@
 // every measured size, and a prediction further than the tolerance from its measurement fails.
 //
 // The model is an α-β-γ model: it holds where one of its terms dominates. Between the two
-// regimes the transport changes protocols (contributions stop riding with the negotiation,
+// regimes the transport changes protocols (contributions stop piggybacking on the negotiation,
 // UCX switches from eager sends to rendezvous, the pipeline fills), each with round trips of
 // its own that no α-β-γ term describes; those sizes are predicted and shown, not validated.
 #pragma once

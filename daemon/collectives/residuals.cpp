@@ -1,18 +1,18 @@
-#include "daemon/collectives/carried_gradients.h"
+#include "daemon/collectives/residuals.h"
 
 #include <algorithm>
 #include <cassert>
 
 namespace gradsync::daemon {
 
-bool CarriedGradients::available(std::span<const std::string* const> names) const {
+bool Residuals::available(std::span<const std::string* const> names) const {
   return std::none_of(names.begin(), names.end(), [this](const std::string* name) {
     const auto it = entries_.find(*name);
     return it != entries_.end() && it->second.taken;
   });
 }
 
-std::vector<float> CarriedGradients::take(const std::string& name, uint64_t count) {
+std::vector<float> Residuals::take(const std::string& name, uint64_t count) {
   Entry& entry = entries_[name];
   assert(!entry.taken);
   entry.taken = true;
@@ -25,7 +25,7 @@ std::vector<float> CarriedGradients::take(const std::string& name, uint64_t coun
   return std::move(entry.values);
 }
 
-void CarriedGradients::give_back(const std::string& name, std::vector<float> values) {
+void Residuals::give_back(const std::string& name, std::vector<float> values) {
   Entry& entry = entries_.at(name);
   entry.values = std::move(values);
   entry.taken = false;
@@ -33,7 +33,7 @@ void CarriedGradients::give_back(const std::string& name, std::vector<float> val
   }
 }
 
-bool CarriedGradients::evict_least_recent() {
+bool Residuals::evict_least_recent() {
   // Rare (a job past the bound), and linear in the bound: no index kept for it.
   auto oldest = entries_.end();
   for (auto it = entries_.begin(); it != entries_.end(); ++it) {

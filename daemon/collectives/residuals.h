@@ -19,9 +19,9 @@
 
 namespace gradsync::daemon {
 
-class CarriedGradients {
+class Residuals {
  public:
-  explicit CarriedGradients(size_t max_tensors = kDefaultMaxTensors) : max_tensors_(max_tensors) {}
+  explicit Residuals(size_t max_tensors = kDefaultMaxTensors) : max_tensors_(max_tensors) {}
   static constexpr size_t kDefaultMaxTensors = 4096;
 
   // None of `names` is taken out.
@@ -53,15 +53,15 @@ class CarriedGradients {
 
 // Until every one of `names` is available (co_await in a NodeTask). Bounded by the allreduces
 // that hold them, which the peer timeout bounds.
-class CarriedWait final : public NodeWait {
+class ResidualsWait final : public NodeWait {
  public:
-  CarriedWait(const CarriedGradients& carried, std::span<const std::string* const> names)
-      : carried_(&carried), names_(names) {}
-  bool ready() override { return carried_->available(names_); }
+  ResidualsWait(const Residuals& residuals, std::span<const std::string* const> names)
+      : residuals_(&residuals), names_(names) {}
+  bool ready() override { return residuals_->available(names_); }
   NodeResult take_result() { return std::nullopt; }
 
  private:
-  const CarriedGradients* carried_;
+  const Residuals* residuals_;
   std::span<const std::string* const> names_;
 };
 
