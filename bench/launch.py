@@ -42,8 +42,8 @@ def node_cores(node, per_node):
     whether two nodes' daemons happen to share one decides small-message latency (8 B across 2
     nodes: 21 us with each node on a core of its own, 37 us with both daemons on one, either
     one unpinned, for tens of seconds at a time). Every system's processes of a node get the
-    same cores. bench/netns-rsh pins Open MPI's remote daemons, and so their ranks, the same
-    way (GRADSYNC_BENCH_NODE_CORES tells it per_node)."""
+    same cores. bench/netns-rsh and bench/pin-rank pin Open MPI's processes to the same lists,
+    which Place hands them in GRADSYNC_BENCH_NODE_CORES (bench/node-cores reads it)."""
     first = node * per_node
     return ",".join(str((first + i) % os.cpu_count()) for i in range(per_node))
 
@@ -114,8 +114,10 @@ class Place:
         self.build, self.python = build, python
         self.cores = cores_per_node(nodes, cores)
         self.dir = tempfile.mkdtemp(prefix="gradsync-compare-")
+        # Every node's cores, "0,1;2,3;...", for the processes Open MPI starts.
+        node_lists = ";".join(node_cores(n, self.cores) for n in range(nodes))
         self.env = dict(os.environ, GRADSYNC_NETNS_PREFIX=f"gscmp{os.getpid()}",
-                        GRADSYNC_BENCH_NODE_CORES=str(self.cores))
+                        GRADSYNC_BENCH_NODE_CORES=node_lists)
         self.daemons = []
 
     # -- setup and teardown -------------------------------------------------------------

@@ -29,7 +29,7 @@ using Field =
 
 // Every key in one table: its name, the field it sets, its range, when a change takes effect,
 // and its documentation, from which docs/configuration.md's table and systemd/gradsyncd.toml
-// are generated (print_config_docs; a unit test checks both match).
+// are generated (config_docs; a unit test checks both match).
 struct Key {
   const char* name;
   Field field;

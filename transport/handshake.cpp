@@ -103,13 +103,14 @@ Nonce random_nonce() {
 // text (the address or the reason).
 namespace {
 constexpr size_t kFixedBytes = 3 + kNonceBytes + kNonceBytes + kProofBytes + 1 + 2;
+constexpr uint8_t kHasKey = 1;
+constexpr uint8_t kAccepted = 2;
 
+// Text goes into logs: printable characters only.
 bool printable(std::string_view text) {
   return std::all_of(text.begin(), text.end(),
                      [](unsigned char c) { return std::isprint(c) != 0; });
 }
-constexpr uint8_t kHasKey = 1;
-constexpr uint8_t kAccepted = 2;
 }  // namespace
 
 std::vector<uint8_t> encode(const HandshakeMessage& message) {

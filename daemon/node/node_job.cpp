@@ -181,9 +181,7 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
              only.bytes() * static_cast<uint64_t>(layout().world_size) <= eager_max) {
     // The same for an allgather whose whole result is as small: this node's ranks' blocks,
     // which every node places by the rank map. Each node takes in the whole result with the
-    // cycle: on
-    // 4 namespace nodes a result of 16 KiB piggybacked in about the network's time, and one of 64
-    // KiB (16 KiB a node) took 16% longer.
+    // cycle, so the limit is on the whole result, not on a node's part.
     proposal.piggybacks = true;
     if (negotiator_) proposal.eager = negotiator_->eager_storage();
     pack_allgather_blocks(only, proposal.eager);
