@@ -457,20 +457,26 @@ void Communicator::check_daemon_alive() {
 }
 
 template <typename Predicate>
-void Communicator::wait_until(Predicate done) {
+bool Communicator::wait_until(Predicate done, std::optional<Clock::time_point> deadline) {
   // The spin's deadline is read when first needed: most waits after a burst of submissions
   // find their request done, and read no clock.
   std::optional<Clock::time_point> spin_until;
-  if (done()) return;  // most waits after a burst: an earlier wait drained their completion
+  if (done()) return true;  // most waits after a burst: an earlier wait drained their completion
   while (true) {
     drain_completions();
-    if (done()) return;
+    if (done()) return true;
     if (daemon_gone_) throw Error(GRADSYNC_ERR_DAEMON_GONE, daemon_gone_reason_);
     const auto now = Clock::now();
+    if (deadline && now >= *deadline) return false;
     if (!spin_until) spin_until = now + spin_;
     if (now < *spin_until) {
       sched_yield();
       continue;
+    }
+    int64_t sleep_ns = kLivenessCheckNs;
+    if (deadline) {
+      const auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(*deadline - now);
+      sleep_ns = std::min<int64_t>(sleep_ns, std::max<int64_t>(left.count(), 1));
     }
     ipc::SegmentHeader& header = *view_.header;
     const uint32_t sequence = header.completion_sequence.load(std::memory_order_seq_cst);
@@ -479,7 +485,7 @@ void Communicator::wait_until(Predicate done) {
     // time the futex compares it unless the daemon will see the flag and wake us.
     header.client_waiting.store(1, std::memory_order_seq_cst);
     if (completions_.available() == 0) {
-      if (!ipc::futex_wait(&header.completion_sequence, sequence, kLivenessCheckNs)) {
+      if (!ipc::futex_wait(&header.completion_sequence, sequence, sleep_ns)) {
         check_daemon_alive();
       }
     }
@@ -507,6 +513,27 @@ gradsync_result Communicator::wait(gradsync_request request, std::string* messag
     requests_.abandon(request);
     throw;
   }
+  return take(request, message);
+}
+
+gradsync_result Communicator::wait_until_deadline(gradsync_request request,
+                                                  Clock::time_point deadline,
+                                                  std::string* message) {
+  if (requests_.state(request) == RequestTable::State::kUnknown) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown or already consumed request");
+  }
+  if (grouping_ && !requests_.finished(request)) {
+    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                "wait inside a group: call gradsync_group_end first");
+  }
+  bool finished = false;
+  try {
+    finished = wait_until([&] { return requests_.finished(request); }, deadline);
+  } catch (const Error&) {
+    requests_.abandon(request);
+    throw;
+  }
+  if (!finished) return GRADSYNC_IN_PROGRESS;
   return take(request, message);
 }
 

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -70,6 +71,10 @@ class Communicator {
 
   // Outcome of a request; the message (for errors) goes to *message.
   gradsync_result wait(gradsync_request request, std::string* message);
+  // As wait, until `deadline` at most: GRADSYNC_IN_PROGRESS then, the request still in flight.
+  gradsync_result wait_until_deadline(gradsync_request request,
+                                      std::chrono::steady_clock::time_point deadline,
+                                      std::string* message);
   gradsync_result test(gradsync_request request, std::string* message);
 
   const gradsync_options& options() const { return options_; }
@@ -91,9 +96,11 @@ class Communicator {
   ipc::DecodedMessage round_trip(capnp::MessageBuilder& request, std::span<const int> fds = {});
   void push(const ipc::SubmissionEntry& entry);
   void drain_completions();
-  // Waits (spin, yield, then futex) until `done` holds; throws if the daemon goes away.
+  // Waits (spin, yield, then futex) until `done` holds, or until `deadline` where one is given
+  // (false then); throws if the daemon goes away.
   template <typename Predicate>
-  void wait_until(Predicate done);
+  bool wait_until(Predicate done,
+                  std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   void check_daemon_alive();
   void check_not_registered(const void* ptr, size_t bytes) const;
   // Registers [ptr, ptr + bytes) under a fresh id, `offset` into its memory, sending `fds` with

@@ -7,6 +7,7 @@
 #include <kj/exception.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -290,6 +291,17 @@ gradsync_result gradsync_wait(gradsync_comm* comm, gradsync_request request) {
   return with_comm(comm, [&](Communicator& c) {
     const gradsync_result status = c.wait(request, &comm->last_error);
     return status;
+  });
+}
+
+gradsync_result gradsync_wait_timeout(gradsync_comm* comm, gradsync_request request,
+                                      int32_t timeout_ms) {
+  return with_comm(comm, [&](Communicator& c) {
+    if (timeout_ms < 0) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "wait_timeout: timeout_ms must be >= 0");
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    return c.wait_until_deadline(request, deadline, &comm->last_error);
   });
 }
 

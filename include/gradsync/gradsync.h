@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define GRADSYNC_API_VERSION 3
+#define GRADSYNC_API_VERSION 4
 
 #if defined(__GNUC__)
 #define GRADSYNC_EXPORT __attribute__((visibility("default")))
@@ -178,6 +178,12 @@ GRADSYNC_EXPORT gradsync_result gradsync_group_end(gradsync_comm* comm);
  * or by a test that returns anything but GRADSYNC_IN_PROGRESS. */
 GRADSYNC_EXPORT gradsync_result gradsync_wait(gradsync_comm* comm, gradsync_request request);
 GRADSYNC_EXPORT gradsync_result gradsync_test(gradsync_comm* comm, gradsync_request request);
+/* As gradsync_wait, for at most timeout_ms milliseconds (API version 4): GRADSYNC_IN_PROGRESS
+ * when the request is still in flight then (as gradsync_test), to be waited on or tested
+ * again. */
+GRADSYNC_EXPORT gradsync_result gradsync_wait_timeout(gradsync_comm* comm,
+                                                      gradsync_request request,
+                                                      int32_t timeout_ms);
 
 /* The message of the last failed call on this communicator (never NULL). */
 GRADSYNC_EXPORT const char* gradsync_last_error(const gradsync_comm* comm);

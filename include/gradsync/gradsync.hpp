@@ -4,6 +4,7 @@
 
 #include <gradsync/gradsync.h>
 
+#include <chrono>
 #include <cstddef>
 #include <stdexcept>
 #include <string>
@@ -153,6 +154,15 @@ class Communicator {
   void group_end() { check(gradsync_group_end(comm_), comm_); }
 
   void wait(gradsync_request request) { check(gradsync_wait(comm_, request), comm_); }
+  // Waits at most `timeout`: true when complete, false when still in flight (API version 4);
+  // throws if it completed with an error.
+  bool wait_for(gradsync_request request, std::chrono::milliseconds timeout) {
+    const gradsync_result result =
+        gradsync_wait_timeout(comm_, request, static_cast<int32_t>(timeout.count()));
+    if (result == GRADSYNC_IN_PROGRESS) return false;
+    check(result, comm_);
+    return true;
+  }
   // True when complete; throws if it completed with an error.
   bool test(gradsync_request request) {
     const gradsync_result result = gradsync_test(comm_, request);

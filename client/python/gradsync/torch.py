@@ -1,4 +1,11 @@
-"""PyTorch integration: DDP communication hooks and parameter broadcast.
+"""PyTorch integration: torch.distributed's backend "gradsync", DDP communication hooks and
+parameter broadcast.
+
+    import gradsync.torch                      # registers the backend
+    dist.init_process_group("gradsync")        # under torchrun: nothing else to set
+    model = DDP(model)                         # DDP's own allreduce runs in gradsyncd
+
+or, with gradsync's own communicator and no backend:
 
     model = DDP(model)
     model.register_comm_hook(gradsync.torch.GradsyncState(), gradsync.torch.allreduce_hook)
@@ -12,7 +19,9 @@ import itertools
 
 import torch
 
-from . import _core
+from . import _backend, _core
+
+_backend.register()
 
 _state_ids = itertools.count()
 
@@ -50,7 +59,36 @@ class GradsyncState:
             raise error
 
 
+def _default_group_is_gradsync():
+    import torch.distributed as dist
+    return (dist.is_available() and dist.is_initialized() and
+            dist.get_backend() == _backend.BACKEND)
+
+
+def _reduce_on_default_group(bucket, wire_dtype):
+    """A hook called with state None (PyTorch's hooks mean the default group by it), where the
+    default group is gradsync's: the bucket's average through the backend."""
+    import torch.distributed as dist
+    buffer = bucket.buffer()
+    sent = buffer if wire_dtype is None else buffer.to(wire_dtype)
+    sent.div_(dist.get_world_size())
+    future = dist.all_reduce(sent, async_op=True).get_future()
+    return future.then(lambda done: buffer.copy_(done.value()[0]) if sent is not buffer
+                       else done.value()[0])
+
+
+_default_state = None
+
+
 def _reduce_bucket(state, bucket, wire_dtype):
+    global _default_state
+    if state is None:
+        if _default_group_is_gradsync():
+            return _reduce_on_default_group(bucket, wire_dtype)
+        # No gradsync process group: the default communicator, gradsync.init()'s.
+        if _default_state is None:
+            _default_state = GradsyncState()
+        state = _default_state
     buffer = bucket.buffer()
     name = f"{state.prefix}.bucket{bucket.index()}"
     if wire_dtype is None or wire_dtype == buffer.dtype:

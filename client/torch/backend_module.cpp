@@ -1,0 +1,71 @@
+// The Python module gradsync._torch_backend: the process group class the package's backend
+// creator (gradsync/torch.py) builds once the group's ranks have agreed on their job.
+#include "client/torch/process_group.h"
+
+#include <gradsync/gradsync.h>
+
+#include <pybind11/chrono.h>
+#include <torch/python.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+
+namespace gradsync::torch_backend {
+namespace {
+
+template <size_t N>
+void copy_field(char (&field)[N], const std::string& value, const char* what) {
+  TORCH_CHECK(value.size() < N, "gradsync: ", what, " '", value, "' is longer than ", N - 1,
+              " bytes");
+  std::memset(field, 0, N);
+  std::memcpy(field, value.data(), value.size());
+}
+
+c10::intrusive_ptr<ProcessGroupGradsync> create(int rank, int size, int local_rank,
+                                                int local_size, const std::string& job,
+                                                const std::string& socket,
+                                                const std::string& nodes, int node_rank,
+                                                std::chrono::milliseconds timeout) {
+  // The rest (the inter-node algorithm, the wire codec) as the environment says.
+  gradsync_options options{};
+  TORCH_CHECK(gradsync_options_from_env(&options) == GRADSYNC_OK, "gradsync: ",
+              gradsync_last_error(nullptr));
+  gradsync_job_settings settings{};
+  settings.struct_bytes = sizeof(settings);
+  TORCH_CHECK(gradsync_job_settings_from_env(&settings) == GRADSYNC_OK, "gradsync: ",
+              gradsync_last_error(nullptr));
+  options.rank = rank;
+  options.world_size = size;
+  options.local_rank = local_rank;
+  options.local_world_size = local_size;
+  copy_field(options.job, job, "job name");
+  if (!socket.empty()) copy_field(options.socket_path, socket, "socket path");
+  copy_field(options.nodes, nodes, "node list");
+  options.node_rank = node_rank;
+  options.timeout_ms = static_cast<int32_t>(
+      std::min<int64_t>(timeout.count(), std::numeric_limits<int32_t>::max()));
+  try {
+    return c10::make_intrusive<ProcessGroupGradsync>(options, settings, timeout);
+  } catch (const gradsync::Error& error) {
+    TORCH_CHECK(false, "gradsync: cannot join job '", job, "' as rank ", rank, " of ", size,
+                ": ", error.what());
+  }
+}
+
+}  // namespace
+}  // namespace gradsync::torch_backend
+
+PYBIND11_MODULE(_torch_backend, module) {
+  namespace py = pybind11;
+  using gradsync::torch_backend::ProcessGroupGradsync;
+  const py::object base = py::module::import("torch.distributed").attr("ProcessGroup");
+  py::class_<ProcessGroupGradsync, c10::intrusive_ptr<ProcessGroupGradsync>>(
+      module, "ProcessGroupGradsync", base)
+      .def(py::init(&gradsync::torch_backend::create), py::arg("rank"), py::arg("size"),
+           py::arg("local_rank"), py::arg("local_size"), py::arg("job"), py::arg("socket"),
+           py::arg("nodes"), py::arg("node_rank"), py::arg("timeout"),
+           py::call_guard<py::gil_scoped_release>());
+}

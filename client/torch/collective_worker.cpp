@@ -1,0 +1,161 @@
+#include "client/torch/collective_worker.h"
+
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <utility>
+
+namespace gradsync::torch_backend {
+namespace {
+
+// How long the worker waits for the oldest task before it looks for newly queued ones.
+constexpr std::chrono::milliseconds kWaitSlice{5};
+
+std::exception_ptr call_error(const char* call, const std::exception& error) {
+  return std::make_exception_ptr(
+      std::runtime_error(std::string("gradsync: ") + call + " failed: " + error.what()));
+}
+
+}  // namespace
+
+CollectiveWorker::CollectiveWorker(const gradsync_options& options,
+                                   const gradsync_job_settings& settings)
+    : comm_(options, settings), staging_(comm_), thread_([this] { run(); }) {}
+
+CollectiveWorker::~CollectiveWorker() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  queued_.notify_one();
+  thread_.join();
+}
+
+void CollectiveWorker::enqueue(Task task) {
+  {
+    std::lock_guard lock(mutex_);
+    queue_.push_back(std::move(task));
+  }
+  queued_.notify_one();
+}
+
+void CollectiveWorker::run() {
+  while (true) {
+    std::deque<Task> fresh;
+    {
+      std::unique_lock lock(mutex_);
+      if (in_flight_.empty()) {
+        queued_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stopping, and nothing left to do
+      }
+      fresh.swap(queue_);
+    }
+    for (Task& task : fresh) start(std::move(task));
+    if (!in_flight_.empty() && progress(in_flight_.front())) {
+      finish(in_flight_.front());
+      in_flight_.pop_front();
+    }
+  }
+}
+
+void CollectiveWorker::start(Task task) {
+  if (broken_) {
+    task.work->fail(broken_);
+    return;
+  }
+  InFlight flight;
+  flight.deadline = std::chrono::steady_clock::now() + task.timeout;
+  const bool grouped = task.transfers.size() > 1;
+  bool grouping = false;
+  try {
+    if (grouped) {
+      comm_.group_start();
+      grouping = true;
+    }
+    for (const Transfer& transfer : task.transfers) {
+      SharedBuffer& buffer =
+          flight.staging.emplace_back(staging_.acquire(transfer.recv_bytes + transfer.send_bytes));
+      auto* recv = buffer.as<std::byte>();
+      std::byte* send = recv + transfer.recv_bytes;
+      if (transfer.fill) transfer.fill(send);
+      switch (transfer.kind) {
+        case TransferKind::kAllreduce:
+          flight.requests.push_back(
+              comm_.allreduce(nullptr, send, recv, transfer.count, transfer.dtype, transfer.op));
+          break;
+        case TransferKind::kBroadcast:
+          flight.requests.push_back(
+              comm_.broadcast(nullptr, send, recv, transfer.count, transfer.dtype, transfer.root));
+          break;
+        case TransferKind::kAllgather:
+          flight.requests.push_back(
+              comm_.allgather(nullptr, send, recv, transfer.count, transfer.dtype));
+          break;
+        case TransferKind::kBarrier:
+          flight.requests.push_back(comm_.barrier_async());
+          break;
+      }
+    }
+    if (grouped) {
+      grouping = false;
+      comm_.group_end();
+    }
+  } catch (const std::exception& error) {
+    // Requests submitted before the failure are still waited for (their memory is in use).
+    flight.error = call_error(task.call, error);
+    if (grouping) gradsync_group_end(comm_.get());
+  }
+  flight.task = std::move(task);
+  in_flight_.push_back(std::move(flight));
+}
+
+bool CollectiveWorker::progress(InFlight& oldest) {
+  while (oldest.finished < oldest.requests.size()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= oldest.deadline) {
+      const auto timeout = oldest.task.timeout.count();
+      oldest.error = std::make_exception_ptr(std::runtime_error(
+          std::string("gradsync: ") + oldest.task.call + " timed out after " +
+          std::to_string(timeout) + " ms (the process group's timeout)"));
+      broken_ = std::make_exception_ptr(std::runtime_error(
+          std::string("gradsync: an earlier ") + oldest.task.call + " timed out after " +
+          std::to_string(timeout) + " ms; this process group cannot run collectives any more"));
+      for (SharedBuffer& buffer : oldest.staging) abandoned_.push_back(std::move(buffer));
+      oldest.staging.clear();
+      return true;
+    }
+    const auto slice = std::min<std::chrono::milliseconds>(
+        kWaitSlice, std::chrono::ceil<std::chrono::milliseconds>(oldest.deadline - now));
+    try {
+      if (!comm_.wait_for(oldest.requests[oldest.finished], slice)) return false;
+    } catch (const std::exception& error) {
+      if (!oldest.error) oldest.error = call_error(oldest.task.call, error);
+    }
+    ++oldest.finished;
+  }
+  return true;
+}
+
+void CollectiveWorker::finish(InFlight& done) {
+  if (!done.error) {
+    try {
+      for (size_t i = 0; i < done.task.transfers.size(); ++i) {
+        const Transfer& transfer = done.task.transfers[i];
+        if (transfer.deliver) transfer.deliver(done.staging[i].as<const std::byte>());
+      }
+    } catch (const std::exception& error) {
+      done.error = call_error(done.task.call, error);
+    }
+  }
+  for (SharedBuffer& buffer : done.staging) staging_.release(std::move(buffer));
+  done.staging.clear();
+  if (done.error) {
+    done.task.work->fail(done.error);
+  } else {
+    done.task.work->complete();
+  }
+}
+
+}  // namespace gradsync::torch_backend

@@ -1,0 +1,92 @@
+// The thread that owns a process group's communicator. A gradsync communicator is used by one
+// thread at a time, and DDP needs its futures completed while the training thread goes on: so
+// the process group queues each call here as a Task; the worker stages its tensors into shared
+// memory, submits it, waits for it, copies the results out and completes its Work.
+//
+// The worker waits for the oldest task in short slices, looking for newly queued tasks between
+// them, so a call queued while another is in flight is submitted within one slice.
+#pragma once
+
+#include "client/torch/staging.h"
+#include "client/torch/work.h"
+
+#include <gradsync/gradsync.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace gradsync::torch_backend {
+
+enum class TransferKind { kAllreduce, kBroadcast, kAllgather, kBarrier };
+
+// One gradsync collective of a task, on staging memory: the receive region first, then the
+// send region (none when in place).
+struct Transfer {
+  TransferKind kind = TransferKind::kBarrier;
+  size_t send_bytes = 0;
+  size_t recv_bytes = 0;  // 0: in place, the result lands in the send region
+  size_t count = 0;       // elements of `dtype` each rank sends
+  gradsync_dtype dtype = GRADSYNC_INT32;
+  gradsync_op op = GRADSYNC_SUM;
+  int32_t root = 0;
+  std::function<void(std::byte* send)> fill;           // copies the input in
+  std::function<void(const std::byte* recv)> deliver;  // copies the result out
+};
+
+struct Task {
+  const char* call = "";            // the ProcessGroup call, for errors
+  std::vector<Transfer> transfers;  // submitted as one group when more than one
+  c10::intrusive_ptr<GradsyncWork> work;
+  std::chrono::milliseconds timeout{0};
+};
+
+class CollectiveWorker {
+ public:
+  CollectiveWorker(const gradsync_options& options, const gradsync_job_settings& settings);
+  // Runs every queued task to its end, then disconnects.
+  ~CollectiveWorker();
+  CollectiveWorker(const CollectiveWorker&) = delete;
+  CollectiveWorker& operator=(const CollectiveWorker&) = delete;
+
+  void enqueue(Task task);
+
+ private:
+  struct InFlight {
+    Task task;
+    std::vector<SharedBuffer> staging;  // one per transfer
+    std::vector<gradsync_request> requests;
+    size_t finished = 0;  // requests waited for, in order
+    std::chrono::steady_clock::time_point deadline;
+    std::exception_ptr error;
+  };
+
+  void run();
+  void start(Task task);
+  // Waits one slice for the oldest task: true once it is over.
+  bool progress(InFlight& oldest);
+  void finish(InFlight& done);
+
+  gradsync::Communicator comm_;
+  StagingPool staging_;
+  std::vector<SharedBuffer> abandoned_;  // of timed-out collectives: the daemon may still write
+
+  std::mutex mutex_;
+  std::condition_variable queued_;
+  std::deque<Task> queue_;
+  bool stopping_ = false;
+
+  // The worker thread's own.
+  std::deque<InFlight> in_flight_;
+  std::exception_ptr broken_;  // once a collective timed out, its successors cannot run
+  std::thread thread_;         // last: starts once the rest is built
+};
+
+}  // namespace gradsync::torch_backend

@@ -1,0 +1,428 @@
+#include "client/torch/process_group.h"
+
+#include "client/torch/tensor_types.h"
+
+#include <c10/util/Exception.h>
+
+#include <cstring>
+#include <utility>
+
+namespace gradsync::torch_backend {
+namespace {
+
+using c10d::OpType;
+
+size_t bytes_of(const at::Tensor& tensor) {
+  return static_cast<size_t>(tensor.numel()) * tensor.element_size();
+}
+
+void check_host(const at::Tensor& tensor, const char* call) {
+  TORCH_CHECK(tensor.device().is_cpu(), "gradsync: ", call, " got a tensor on ", tensor.device(),
+              "; this build of the gradsync backend carries host (CPU) tensors");
+}
+
+const at::Tensor& only_tensor(const std::vector<at::Tensor>& tensors, const char* call) {
+  TORCH_CHECK(tensors.size() == 1, "gradsync: ", call, " takes one tensor per process, got ",
+              tensors.size());
+  check_host(tensors.front(), call);
+  return tensors.front();
+}
+
+void check_like(const at::Tensor& tensor, const at::Tensor& model, const char* call) {
+  check_host(tensor, call);
+  TORCH_CHECK(tensor.scalar_type() == model.scalar_type() && tensor.numel() == model.numel(),
+              "gradsync: ", call, " needs tensors of one dtype and size: got ", tensor.scalar_type(),
+              " of ", tensor.numel(), " elements beside ", model.scalar_type(), " of ",
+              model.numel());
+}
+
+// Copies between a tensor (any strides) and staging memory, which holds it densely.
+void copy_in(std::byte* staging, const at::Tensor& tensor) {
+  at::from_blob(staging, tensor.sizes(), tensor.options()).copy_(tensor);
+}
+void copy_out(const std::byte* staging, const at::Tensor& tensor) {
+  // from_blob takes a mutable pointer; the view is only read.
+  tensor.copy_(at::from_blob(const_cast<std::byte*>(staging), tensor.sizes(), tensor.options()));
+}
+
+// An allreduce of `tensor` into staging; `deliver` takes the reduced elements.
+Transfer reduction(const at::Tensor& tensor, gradsync_op op, const char* call,
+                   std::function<void(const std::byte*)> deliver) {
+  Transfer transfer;
+  transfer.kind = TransferKind::kAllreduce;
+  transfer.send_bytes = bytes_of(tensor);
+  transfer.count = static_cast<size_t>(tensor.numel());
+  transfer.dtype = reduced_dtype(tensor, call);
+  transfer.op = op;
+  transfer.fill = [tensor](std::byte* send) { copy_in(send, tensor); };
+  transfer.deliver = std::move(deliver);
+  return transfer;
+}
+
+// An allgather of `block_bytes` bytes from each rank, as 4-byte words (any dtype): rank r's
+// block lands at r * padded_to_words(block_bytes) of the receive region.
+Transfer word_gather(size_t block_bytes, int world, std::function<void(std::byte*)> fill,
+                     std::function<void(const std::byte*)> deliver) {
+  Transfer transfer;
+  transfer.kind = TransferKind::kAllgather;
+  transfer.send_bytes = padded_to_words(block_bytes);
+  transfer.recv_bytes = transfer.send_bytes * static_cast<size_t>(world);
+  transfer.count = transfer.send_bytes / kWordBytes;
+  transfer.dtype = kWordDtype;
+  transfer.fill = std::move(fill);
+  transfer.deliver = std::move(deliver);
+  return transfer;
+}
+
+// A broadcast of `bytes` bytes from `root`, as 4-byte words, in place.
+Transfer word_broadcast(size_t bytes, int root, std::function<void(std::byte*)> fill,
+                        std::function<void(const std::byte*)> deliver) {
+  Transfer transfer;
+  transfer.kind = TransferKind::kBroadcast;
+  transfer.send_bytes = padded_to_words(bytes);
+  transfer.count = transfer.send_bytes / kWordBytes;
+  transfer.dtype = kWordDtype;
+  transfer.root = root;
+  transfer.fill = std::move(fill);
+  transfer.deliver = std::move(deliver);
+  return transfer;
+}
+
+// Writes `bytes` into `tensor` through `write`, directly where it is dense.
+void write_dense(const at::Tensor& tensor, const std::function<void(std::byte*)>& write) {
+  if (tensor.is_contiguous()) {
+    write(static_cast<std::byte*>(tensor.data_ptr()));
+    return;
+  }
+  at::Tensor dense = at::empty(tensor.sizes(), tensor.options());
+  write(static_cast<std::byte*>(dense.data_ptr()));
+  tensor.copy_(dense);
+}
+
+}  // namespace
+
+ProcessGroupGradsync::ProcessGroupGradsync(const gradsync_options& options,
+                                           const gradsync_job_settings& settings,
+                                           std::chrono::milliseconds timeout)
+    : c10d::ProcessGroup(options.rank, options.world_size), timeout_(timeout),
+      worker_(std::make_unique<CollectiveWorker>(options, settings)) {}
+
+std::chrono::milliseconds ProcessGroupGradsync::bound(std::chrono::milliseconds requested) const {
+  return requested == c10d::kUnsetTimeout ? timeout_ : requested;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::run(const char* call, c10d::OpType type,
+                                                         std::vector<Transfer> transfers,
+                                                         std::vector<at::Tensor> outputs,
+                                                         std::chrono::milliseconds timeout) {
+  auto work = c10::make_intrusive<GradsyncWork>(rank_, type, std::move(outputs));
+  Task task;
+  task.call = call;
+  // A zero-byte tensor has nothing to send: every rank leaves it out alike.
+  for (Transfer& transfer : transfers) {
+    if (transfer.kind == TransferKind::kBarrier || transfer.count > 0) {
+      task.transfers.push_back(std::move(transfer));
+    }
+  }
+  task.work = work;
+  task.timeout = timeout;
+  worker_->enqueue(std::move(task));
+  return work;
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allreduce(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+  const at::Tensor& tensor = only_tensor(tensors, "allreduce");
+  std::vector<Transfer> transfers;
+  transfers.push_back(reduction(tensor, reduction_op(opts.reduceOp, "allreduce"), "allreduce",
+                                [tensor](const std::byte* recv) { copy_out(recv, tensor); }));
+  return run("allreduce", OpType::ALLREDUCE, std::move(transfers), tensors, bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allreduce_coalesced(
+    std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
+  const gradsync_op op = reduction_op(opts.reduceOp, "allreduce_coalesced");
+  std::vector<Transfer> transfers;
+  for (const at::Tensor& tensor : tensors) {
+    check_host(tensor, "allreduce_coalesced");
+    transfers.push_back(reduction(tensor, op, "allreduce_coalesced",
+                                  [tensor](const std::byte* recv) { copy_out(recv, tensor); }));
+  }
+  return run("allreduce_coalesced", OpType::ALLREDUCE_COALESCED, std::move(transfers), tensors,
+             bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce(std::vector<at::Tensor>& tensors,
+                                                            const c10d::ReduceOptions& opts) {
+  // An allreduce whose result only the root keeps: gradsync has no rooted reduction.
+  const at::Tensor& tensor = only_tensor(tensors, "reduce");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: reduce root ",
+              opts.rootRank, " is not a rank of this group of ", size_);
+  const bool root = opts.rootRank == rank_;
+  std::vector<Transfer> transfers;
+  transfers.push_back(reduction(tensor, reduction_op(opts.reduceOp, "reduce"), "reduce",
+                                [tensor, root](const std::byte* recv) {
+                                  if (root) copy_out(recv, tensor);
+                                }));
+  return run("reduce", OpType::REDUCE, std::move(transfers), tensors, bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::broadcast(
+    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+  const at::Tensor& tensor = only_tensor(tensors, "broadcast");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: broadcast root ",
+              opts.rootRank, " is not a rank of this group of ", size_);
+  const bool root = opts.rootRank == rank_;
+  std::vector<Transfer> transfers;
+  transfers.push_back(word_broadcast(
+      bytes_of(tensor), static_cast<int>(opts.rootRank),
+      [tensor, root](std::byte* send) {
+        if (root) copy_in(send, tensor);
+      },
+      [tensor, root](const std::byte* recv) {
+        if (!root) copy_out(recv, tensor);
+      }));
+  return run("broadcast", OpType::BROADCAST, std::move(transfers), tensors, bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  const at::Tensor& input = only_tensor(inputs, "allgather");
+  TORCH_CHECK(outputs.size() == 1 && outputs.front().size() == static_cast<size_t>(size_),
+              "gradsync: allgather needs one list of ", size_, " output tensors");
+  const std::vector<at::Tensor> targets = outputs.front();
+  for (const at::Tensor& target : targets) check_like(target, input, "allgather");
+  const size_t block = padded_to_words(bytes_of(input));
+  std::vector<Transfer> transfers;
+  transfers.push_back(word_gather(
+      bytes_of(input), size_, [input](std::byte* send) { copy_in(send, input); },
+      [targets, block](const std::byte* recv) {
+        for (size_t r = 0; r < targets.size(); ++r) copy_out(recv + r * block, targets[r]);
+      }));
+  return run("allgather", OpType::ALLGATHER, std::move(transfers), targets, bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
+  check_host(input, "_allgather_base");
+  check_host(output, "_allgather_base");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
+                  output.numel() == input.numel() * size_,
+              "gradsync: _allgather_base needs an output of the input's dtype and ", size_,
+              " times its size");
+  const size_t bytes = bytes_of(input);
+  const size_t block = padded_to_words(bytes);
+  const int world = size_;
+  std::vector<Transfer> transfers;
+  transfers.push_back(word_gather(
+      bytes, size_, [input](std::byte* send) { copy_in(send, input); },
+      [output, bytes, block, world](const std::byte* recv) {
+        write_dense(output, [&](std::byte* dense) {
+          for (int r = 0; r < world; ++r) std::memcpy(dense + r * bytes, recv + r * block, bytes);
+        });
+      }));
+  return run("_allgather_base", OpType::_ALLGATHER_BASE, std::move(transfers), {output},
+             bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather_coalesced(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::AllgatherOptions& opts) {
+  TORCH_CHECK(outputs.size() == inputs.size(),
+              "gradsync: allgather_coalesced needs one output list per input");
+  std::vector<Transfer> transfers;
+  std::vector<at::Tensor> results;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const at::Tensor& input = inputs[i];
+    check_host(input, "allgather_coalesced");
+    const std::vector<at::Tensor> targets = outputs[i];
+    TORCH_CHECK(targets.size() == static_cast<size_t>(size_),
+                "gradsync: allgather_coalesced needs lists of ", size_, " output tensors");
+    for (const at::Tensor& target : targets) {
+      check_like(target, input, "allgather_coalesced");
+      results.push_back(target);
+    }
+    const size_t block = padded_to_words(bytes_of(input));
+    transfers.push_back(word_gather(
+        bytes_of(input), size_, [input](std::byte* send) { copy_in(send, input); },
+        [targets, block](const std::byte* recv) {
+          for (size_t r = 0; r < targets.size(); ++r) copy_out(recv + r * block, targets[r]);
+        }));
+  }
+  return run("allgather_coalesced", OpType::ALLGATHER_COALESCED, std::move(transfers),
+             std::move(results), bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::gather(
+    std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+    const c10d::GatherOptions& opts) {
+  // An allgather whose result only the root keeps.
+  const at::Tensor& input = only_tensor(inputs, "gather");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: gather root ",
+              opts.rootRank, " is not a rank of this group of ", size_);
+  std::vector<at::Tensor> targets;
+  if (opts.rootRank == rank_) {
+    TORCH_CHECK(outputs.size() == 1 && outputs.front().size() == static_cast<size_t>(size_),
+                "gradsync: gather needs one list of ", size_, " output tensors on the root");
+    targets = outputs.front();
+    for (const at::Tensor& target : targets) check_like(target, input, "gather");
+  } else {
+    TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs.front().empty()),
+                "gradsync: gather takes output tensors on the root only");
+  }
+  const size_t block = padded_to_words(bytes_of(input));
+  std::vector<Transfer> transfers;
+  transfers.push_back(word_gather(
+      bytes_of(input), size_, [input](std::byte* send) { copy_in(send, input); },
+      [targets, block](const std::byte* recv) {
+        for (size_t r = 0; r < targets.size(); ++r) copy_out(recv + r * block, targets[r]);
+      }));
+  return run("gather", OpType::GATHER, std::move(transfers), targets, bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ScatterOptions& opts) {
+  // The root's blocks broadcast whole; each rank keeps its own.
+  const at::Tensor& output = only_tensor(outputs, "scatter");
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: scatter root ",
+              opts.rootRank, " is not a rank of this group of ", size_);
+  const bool root = opts.rootRank == rank_;
+  std::vector<at::Tensor> sources;
+  if (root) {
+    TORCH_CHECK(inputs.size() == 1 && inputs.front().size() == static_cast<size_t>(size_),
+                "gradsync: scatter needs one list of ", size_, " input tensors on the root");
+    sources = inputs.front();
+    for (const at::Tensor& source : sources) check_like(source, output, "scatter");
+  } else {
+    TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs.front().empty()),
+                "gradsync: scatter takes input tensors on the root only");
+  }
+  const size_t block = padded_to_words(bytes_of(output));
+  const size_t own = block * static_cast<size_t>(rank_);
+  std::vector<Transfer> transfers;
+  transfers.push_back(word_broadcast(
+      block * static_cast<size_t>(size_), static_cast<int>(opts.rootRank),
+      [sources, block](std::byte* send) {
+        for (size_t r = 0; r < sources.size(); ++r) copy_in(send + r * block, sources[r]);
+      },
+      [output, own](const std::byte* recv) { copy_out(recv + own, output); }));
+  return run("scatter", OpType::SCATTER, std::move(transfers), outputs, bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce_scatter(
+    std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
+    const c10d::ReduceScatterOptions& opts) {
+  // An allreduce of the blocks laid end to end, of which each rank keeps its own.
+  const at::Tensor& output = only_tensor(outputs, "reduce_scatter");
+  TORCH_CHECK(inputs.size() == 1 && inputs.front().size() == static_cast<size_t>(size_),
+              "gradsync: reduce_scatter needs one list of ", size_, " input tensors");
+  const std::vector<at::Tensor> sources = inputs.front();
+  for (const at::Tensor& source : sources) check_like(source, output, "reduce_scatter");
+  const size_t block = bytes_of(output);
+  Transfer transfer;
+  transfer.kind = TransferKind::kAllreduce;
+  transfer.send_bytes = block * static_cast<size_t>(size_);
+  transfer.count = static_cast<size_t>(output.numel()) * static_cast<size_t>(size_);
+  transfer.dtype = reduced_dtype(output, "reduce_scatter");
+  transfer.op = reduction_op(opts.reduceOp, "reduce_scatter");
+  transfer.fill = [sources, block](std::byte* send) {
+    for (size_t r = 0; r < sources.size(); ++r) copy_in(send + r * block, sources[r]);
+  };
+  const size_t own = block * static_cast<size_t>(rank_);
+  transfer.deliver = [output, own](const std::byte* recv) { copy_out(recv + own, output); };
+  std::vector<Transfer> transfers;
+  transfers.push_back(std::move(transfer));
+  return run("reduce_scatter", OpType::REDUCE_SCATTER, std::move(transfers), outputs,
+             bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(
+    at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
+  check_host(input, "_reduce_scatter_base");
+  check_host(output, "_reduce_scatter_base");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
+                  input.numel() == output.numel() * size_,
+              "gradsync: _reduce_scatter_base needs an input of the output's dtype and ", size_,
+              " times its size");
+  const size_t own = bytes_of(output) * static_cast<size_t>(rank_);
+  std::vector<Transfer> transfers;
+  transfers.push_back(reduction(
+      input, reduction_op(opts.reduceOp, "_reduce_scatter_base"), "_reduce_scatter_base",
+      [output, own](const std::byte* recv) { copy_out(recv + own, output); }));
+  return run("_reduce_scatter_base", OpType::_REDUCE_SCATTER_BASE, std::move(transfers),
+             {output}, bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
+    at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
+    std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
+  // Every rank's whole input gathered; each keeps the blocks addressed to it.
+  check_like(output, input, "alltoall_base");
+  TORCH_CHECK(input.dim() > 0 && input.size(0) % size_ == 0, "gradsync: alltoall_base needs a ",
+              "first dimension divisible by the group's size ", size_);
+  const int64_t rows = input.size(0) / size_;
+  for (const auto* splits : {&output_split_sizes, &input_split_sizes}) {
+    for (const int64_t split : *splits) {
+      TORCH_CHECK(split == rows,
+                  "gradsync: alltoall_base with uneven split sizes is not supported (equal "
+                  "splits are)");
+    }
+  }
+  const size_t bytes = bytes_of(input);
+  const size_t block = bytes / static_cast<size_t>(size_);
+  const size_t stride = padded_to_words(bytes);
+  const size_t own = block * static_cast<size_t>(rank_);
+  const int world = size_;
+  std::vector<Transfer> transfers;
+  transfers.push_back(word_gather(
+      bytes, size_, [input](std::byte* send) { copy_in(send, input); },
+      [output, block, stride, own, world](const std::byte* recv) {
+        write_dense(output, [&](std::byte* dense) {
+          for (int s = 0; s < world; ++s) {
+            std::memcpy(dense + s * block, recv + s * stride + own, block);
+          }
+        });
+      }));
+  return run("alltoall_base", OpType::ALLTOALL_BASE, std::move(transfers), {output},
+             bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall(std::vector<at::Tensor>& outputs,
+                                                              std::vector<at::Tensor>& inputs,
+                                                              const c10d::AllToAllOptions& opts) {
+  TORCH_CHECK(inputs.size() == static_cast<size_t>(size_) && outputs.size() == inputs.size(),
+              "gradsync: alltoall needs ", size_, " input and ", size_, " output tensors");
+  for (const at::Tensor& tensor : inputs) check_like(tensor, inputs.front(), "alltoall");
+  for (const at::Tensor& tensor : outputs) {
+    TORCH_CHECK(tensor.scalar_type() == inputs.front().scalar_type() &&
+                    tensor.numel() == inputs.front().numel(),
+                "gradsync: alltoall with tensors of uneven sizes is not supported (equal sizes ",
+                "are)");
+    check_host(tensor, "alltoall");
+  }
+  const size_t block = bytes_of(inputs.front());
+  const size_t stride = padded_to_words(block * static_cast<size_t>(size_));
+  const size_t own = block * static_cast<size_t>(rank_);
+  const std::vector<at::Tensor> sources = inputs;
+  const std::vector<at::Tensor> targets = outputs;
+  std::vector<Transfer> transfers;
+  transfers.push_back(word_gather(
+      block * static_cast<size_t>(size_), size_,
+      [sources, block](std::byte* send) {
+        for (size_t r = 0; r < sources.size(); ++r) copy_in(send + r * block, sources[r]);
+      },
+      [targets, stride, own](const std::byte* recv) {
+        for (size_t s = 0; s < targets.size(); ++s) copy_out(recv + s * stride + own, targets[s]);
+      }));
+  return run("alltoall", OpType::ALLTOALL, std::move(transfers), outputs, bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::barrier(const c10d::BarrierOptions& opts) {
+  std::vector<Transfer> transfers(1);
+  transfers.front().kind = TransferKind::kBarrier;
+  return run("barrier", OpType::BARRIER, std::move(transfers), {}, bound(opts.timeout));
+}
+
+}  // namespace gradsync::torch_backend

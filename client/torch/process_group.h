@@ -1,0 +1,77 @@
+// torch.distributed's backend "gradsync": a c10d::ProcessGroup whose collectives run in the
+// node's gradsyncd. Each process group (the default one and every dist.new_group) is a job of
+// its own in the daemon, as each is a communicator of its own in NCCL; the Python package
+// agrees on its name, ranks and nodes through the group's store (gradsync/torch.py).
+//
+// Host tensors only in this build; the calls gradsync has no collective for yet are composed
+// from those it has (docs/python.md says which, and at what cost).
+#pragma once
+
+#include "client/torch/collective_worker.h"
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace gradsync::torch_backend {
+
+class ProcessGroupGradsync : public c10d::ProcessGroup {
+ public:
+  // Connects as `options.rank` of `options.job`; `timeout` bounds every collective.
+  ProcessGroupGradsync(const gradsync_options& options, const gradsync_job_settings& settings,
+                       std::chrono::milliseconds timeout);
+
+  const std::string getBackendName() const override { return "gradsync"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce(std::vector<at::Tensor>& tensors,
+                                        const c10d::ReduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather_coalesced(
+      std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
+      const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> gather(std::vector<std::vector<at::Tensor>>& outputs,
+                                        std::vector<at::Tensor>& inputs,
+                                        const c10d::GatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> scatter(std::vector<at::Tensor>& outputs,
+                                         std::vector<std::vector<at::Tensor>>& inputs,
+                                         const c10d::ScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> reduce_scatter(std::vector<at::Tensor>& outputs,
+                                                std::vector<std::vector<at::Tensor>>& inputs,
+                                                const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
+      at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
+                                               std::vector<int64_t>& output_split_sizes,
+                                               std::vector<int64_t>& input_split_sizes,
+                                               const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
+                                          std::vector<at::Tensor>& inputs,
+                                          const c10d::AllToAllOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+ private:
+  // Queues the transfers as one call; its Work completes with `outputs`.
+  c10::intrusive_ptr<c10d::Work> run(const char* call, c10d::OpType type,
+                                     std::vector<Transfer> transfers,
+                                     std::vector<at::Tensor> outputs,
+                                     std::chrono::milliseconds timeout);
+  std::chrono::milliseconds bound(std::chrono::milliseconds requested) const;
+
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<CollectiveWorker> worker_;
+};
+
+}  // namespace gradsync::torch_backend

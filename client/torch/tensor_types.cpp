@@ -1,0 +1,60 @@
+#include "client/torch/tensor_types.h"
+
+#include <c10/util/Exception.h>
+
+namespace gradsync::torch_backend {
+namespace {
+
+[[noreturn]] void unsupported_op(const char* call, const char* op) {
+  TORCH_CHECK(false, "gradsync: ", call, " does not support the reduction op ", op,
+              " (SUM, AVG, PRODUCT, MIN and MAX are supported)");
+}
+
+}  // namespace
+
+gradsync_dtype reduced_dtype(const at::Tensor& tensor, const char* call) {
+  switch (tensor.scalar_type()) {
+    case at::kFloat:
+      return GRADSYNC_FLOAT32;
+    case at::kDouble:
+      return GRADSYNC_FLOAT64;
+    case at::kHalf:
+      return GRADSYNC_FLOAT16;
+    case at::kBFloat16:
+      return GRADSYNC_BFLOAT16;
+    case at::kInt:
+      return GRADSYNC_INT32;
+    case at::kLong:
+      return GRADSYNC_INT64;
+    default:
+      TORCH_CHECK(false, "gradsync: ", call, " cannot reduce ", tensor.scalar_type(),
+                  " tensors (float32, float64, float16, bfloat16, int32 and int64 can be)");
+  }
+}
+
+gradsync_op reduction_op(const c10d::ReduceOp& op, const char* call) {
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      return GRADSYNC_SUM;
+    case c10d::ReduceOp::AVG:
+      return GRADSYNC_AVG;
+    case c10d::ReduceOp::PRODUCT:
+      return GRADSYNC_PROD;
+    case c10d::ReduceOp::MIN:
+      return GRADSYNC_MIN;
+    case c10d::ReduceOp::MAX:
+      return GRADSYNC_MAX;
+    case c10d::ReduceOp::BAND:
+      unsupported_op(call, "BAND");
+    case c10d::ReduceOp::BOR:
+      unsupported_op(call, "BOR");
+    case c10d::ReduceOp::BXOR:
+      unsupported_op(call, "BXOR");
+    case c10d::ReduceOp::PREMUL_SUM:
+      unsupported_op(call, "PREMUL_SUM");
+    default:
+      unsupported_op(call, "of an unknown kind");
+  }
+}
+
+}  // namespace gradsync::torch_backend

@@ -1,0 +1,30 @@
+// The Work a gradsync process group hands back: completed by the collective worker, waited on
+// by the caller, and carrying the future DDP chains its bucket callbacks on.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <exception>
+#include <vector>
+
+namespace gradsync::torch_backend {
+
+class GradsyncWork : public c10d::Work {
+ public:
+  GradsyncWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+
+  // Called once, by the collective worker: wakes the waiters, then runs the future's callbacks.
+  void complete();
+  void fail(std::exception_ptr error);
+
+  std::vector<at::Tensor> result() override { return outputs_; }
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+}  // namespace gradsync::torch_backend
