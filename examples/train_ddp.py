@@ -2,10 +2,16 @@
 """Trains a small convolutional network with PyTorch DDP, gradients averaged by gradsyncd.
 
     torchrun --nproc_per_node 4 examples/train_ddp.py          (with a gradsyncd running)
+    torchrun --nproc_per_node 4 examples/train_ddp.py --backend hook
     scripts/demo --pytorch                                      (starts one for you)
 
+--backend gradsync (the default): torch.distributed's backend "gradsync", DDP unchanged.
+--backend hook: a Gloo process group, with gradsync's DDP communication hook.
+--backend gloo: no gradsync at all, for comparison.
+
 The data set is synthetic and deterministic: 28x28 single-channel images whose label is which
-of ten fixed smooth patterns they correlate with most, so the loss goes down. The two gradsync lines are marked.
+of ten fixed smooth patterns they correlate with most, so the loss goes down. The gradsync lines
+are marked.
 """
 import argparse
 import os
@@ -35,28 +41,36 @@ class Net(nn.Module):
         return self.classifier(self.features(x))
 
 
+def batches(rank, batch_size, steps):
+    """This rank's shard of the synthetic data set, `steps` batches of (images, labels)."""
+    patterns = torch.nn.functional.avg_pool2d(
+        torch.randn(10, 1, 28, 28, generator=torch.Generator().manual_seed(7)), 7, 1, 3)
+    generator = torch.Generator().manual_seed(100 + rank)
+    for _ in range(steps):
+        x = torch.randn(batch_size, 1, 28, 28, generator=generator)
+        yield x, (x.flatten(1) @ patterns.flatten(1).T).argmax(dim=1)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=100)
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--backend", choices=["gradsync", "hook", "gloo"], default="gradsync")
     args = parser.parse_args()
 
-    dist.init_process_group("gloo")  # DDP still wants a process group to construct
+    # gradsync: one word, and every collective of the process group runs in the node's daemon.
+    dist.init_process_group("gradsync" if args.backend == "gradsync" else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(0)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     model = DDP(Net(), broadcast_buffers=False)
-    # gradsync: the bucket allreduce goes through the node's daemon.
-    model.register_comm_hook(gradsync.torch.GradsyncState(), gradsync.torch.allreduce_hook)
+    if args.backend == "hook":
+        # gradsync: the bucket allreduce goes through the node's daemon.
+        model.register_comm_hook(gradsync.torch.GradsyncState(), gradsync.torch.allreduce_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    patterns = torch.nn.functional.avg_pool2d(
-        torch.randn(10, 1, 28, 28, generator=torch.Generator().manual_seed(7)), 7, 1, 3)
-    generator = torch.Generator().manual_seed(100 + rank)
     start = time.perf_counter()
-    for step in range(1, args.steps + 1):
-        x = torch.randn(args.batch_size, 1, 28, 28, generator=generator)
-        y = (x.flatten(1) @ patterns.flatten(1).T).argmax(dim=1)
+    for step, (x, y) in enumerate(batches(rank, args.batch_size, args.steps), start=1):
         optimizer.zero_grad()
         loss = nn.functional.cross_entropy(model(x), y)
         loss.backward()
@@ -64,7 +78,8 @@ def main():
         if rank == 0 and (step % 10 == 0 or step == 1):
             rate = step * args.batch_size * world / (time.perf_counter() - start)
             print(f"step {step:4d}  loss {loss.item():.4f}  {rate:8.0f} samples/s", flush=True)
-    gradsync.shutdown()
+    if args.backend == "hook":
+        gradsync.shutdown()
     dist.destroy_process_group()
 
 

@@ -24,19 +24,18 @@ void copy_field(char (&field)[N], const std::string& value, const char* what) {
   std::memcpy(field, value.data(), value.size());
 }
 
-c10::intrusive_ptr<ProcessGroupGradsync> create(int rank, int size, int local_rank,
-                                                int local_size, const std::string& job,
-                                                const std::string& socket,
+c10::intrusive_ptr<ProcessGroupGradsync> create(int rank, int size, int local_rank, int local_size,
+                                                const std::string& job, const std::string& socket,
                                                 const std::string& nodes, int node_rank,
                                                 std::chrono::milliseconds timeout) {
   // The rest (the inter-node algorithm, the wire codec) as the environment says.
   gradsync_options options{};
-  TORCH_CHECK(gradsync_options_from_env(&options) == GRADSYNC_OK, "gradsync: ",
-              gradsync_last_error(nullptr));
+  TORCH_CHECK(gradsync_options_from_env(&options) == GRADSYNC_OK,
+              "gradsync: ", gradsync_last_error(nullptr));
   gradsync_job_settings settings{};
   settings.struct_bytes = sizeof(settings);
-  TORCH_CHECK(gradsync_job_settings_from_env(&settings) == GRADSYNC_OK, "gradsync: ",
-              gradsync_last_error(nullptr));
+  TORCH_CHECK(gradsync_job_settings_from_env(&settings) == GRADSYNC_OK,
+              "gradsync: ", gradsync_last_error(nullptr));
   options.rank = rank;
   options.world_size = size;
   options.local_rank = local_rank;
@@ -45,13 +44,13 @@ c10::intrusive_ptr<ProcessGroupGradsync> create(int rank, int size, int local_ra
   if (!socket.empty()) copy_field(options.socket_path, socket, "socket path");
   copy_field(options.nodes, nodes, "node list");
   options.node_rank = node_rank;
-  options.timeout_ms = static_cast<int32_t>(
-      std::min<int64_t>(timeout.count(), std::numeric_limits<int32_t>::max()));
+  options.timeout_ms =
+      static_cast<int32_t>(std::min<int64_t>(timeout.count(), std::numeric_limits<int32_t>::max()));
   try {
     return c10::make_intrusive<ProcessGroupGradsync>(options, settings, timeout);
   } catch (const gradsync::Error& error) {
-    TORCH_CHECK(false, "gradsync: cannot join job '", job, "' as rank ", rank, " of ", size,
-                ": ", error.what());
+    TORCH_CHECK(false, "gradsync: cannot join job '", job, "' as rank ", rank, " of ", size, ": ",
+                error.what());
   }
 }
 

@@ -116,9 +116,9 @@ bool CollectiveWorker::progress(InFlight& oldest) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= oldest.deadline) {
       const auto timeout = oldest.task.timeout.count();
-      oldest.error = std::make_exception_ptr(std::runtime_error(
-          std::string("gradsync: ") + oldest.task.call + " timed out after " +
-          std::to_string(timeout) + " ms (the process group's timeout)"));
+      oldest.error = std::make_exception_ptr(
+          std::runtime_error(std::string("gradsync: ") + oldest.task.call + " timed out after " +
+                             std::to_string(timeout) + " ms (the process group's timeout)"));
       broken_ = std::make_exception_ptr(std::runtime_error(
           std::string("gradsync: an earlier ") + oldest.task.call + " timed out after " +
           std::to_string(timeout) + " ms; this process group cannot run collectives any more"));

@@ -4,7 +4,9 @@
 
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <utility>
 
 namespace gradsync::torch_backend {
@@ -19,6 +21,8 @@ size_t bytes_of(const at::Tensor& tensor) {
 void check_host(const at::Tensor& tensor, const char* call) {
   TORCH_CHECK(tensor.device().is_cpu(), "gradsync: ", call, " got a tensor on ", tensor.device(),
               "; this build of the gradsync backend carries host (CPU) tensors");
+  TORCH_CHECK(tensor.layout() == at::kStrided, "gradsync: ", call, " got a ", tensor.layout(),
+              " tensor; gradsync carries dense (strided) tensors");
 }
 
 const at::Tensor& only_tensor(const std::vector<at::Tensor>& tensors, const char* call) {
@@ -31,9 +35,9 @@ const at::Tensor& only_tensor(const std::vector<at::Tensor>& tensors, const char
 void check_like(const at::Tensor& tensor, const at::Tensor& model, const char* call) {
   check_host(tensor, call);
   TORCH_CHECK(tensor.scalar_type() == model.scalar_type() && tensor.numel() == model.numel(),
-              "gradsync: ", call, " needs tensors of one dtype and size: got ", tensor.scalar_type(),
-              " of ", tensor.numel(), " elements beside ", model.scalar_type(), " of ",
-              model.numel());
+              "gradsync: ", call, " needs tensors of one dtype and size: got ",
+              tensor.scalar_type(), " of ", tensor.numel(), " elements beside ",
+              model.scalar_type(), " of ", model.numel());
 }
 
 // Copies between a tensor (any strides) and staging memory, which holds it densely.
@@ -104,7 +108,8 @@ void write_dense(const at::Tensor& tensor, const std::function<void(std::byte*)>
 ProcessGroupGradsync::ProcessGroupGradsync(const gradsync_options& options,
                                            const gradsync_job_settings& settings,
                                            std::chrono::milliseconds timeout)
-    : c10d::ProcessGroup(options.rank, options.world_size), timeout_(timeout),
+    : c10d::ProcessGroup(options.rank, options.world_size),
+      timeout_(timeout),
       worker_(std::make_unique<CollectiveWorker>(options, settings)) {}
 
 std::chrono::milliseconds ProcessGroupGradsync::bound(std::chrono::milliseconds requested) const {
@@ -130,8 +135,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::run(const char* call, c10d:
   return work;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allreduce(
-    std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allreduce(std::vector<at::Tensor>& tensors,
+                                                               const c10d::AllreduceOptions& opts) {
   const at::Tensor& tensor = only_tensor(tensors, "allreduce");
   std::vector<Transfer> transfers;
   transfers.push_back(reduction(tensor, reduction_op(opts.reduceOp, "allreduce"), "allreduce",
@@ -156,8 +161,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce(std::vector<at::Tens
                                                             const c10d::ReduceOptions& opts) {
   // An allreduce whose result only the root keeps: gradsync has no rooted reduction.
   const at::Tensor& tensor = only_tensor(tensors, "reduce");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: reduce root ",
-              opts.rootRank, " is not a rank of this group of ", size_);
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: reduce root ", opts.rootRank,
+              " is not a rank of this group of ", size_);
   const bool root = opts.rootRank == rank_;
   std::vector<Transfer> transfers;
   transfers.push_back(reduction(tensor, reduction_op(opts.reduceOp, "reduce"), "reduce",
@@ -167,8 +172,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce(std::vector<at::Tens
   return run("reduce", OpType::REDUCE, std::move(transfers), tensors, bound(opts.timeout));
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::broadcast(
-    std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::broadcast(std::vector<at::Tensor>& tensors,
+                                                               const c10d::BroadcastOptions& opts) {
   const at::Tensor& tensor = only_tensor(tensors, "broadcast");
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: broadcast root ",
               opts.rootRank, " is not a rank of this group of ", size_);
@@ -207,10 +212,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
   check_host(input, "_allgather_base");
   check_host(output, "_allgather_base");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
-                  output.numel() == input.numel() * size_,
-              "gradsync: _allgather_base needs an output of the input's dtype and ", size_,
-              " times its size");
+  TORCH_CHECK(
+      output.scalar_type() == input.scalar_type() && output.numel() == input.numel() * size_,
+      "gradsync: _allgather_base needs an output of the input's dtype and ", size_,
+      " times its size");
   const size_t bytes = bytes_of(input);
   const size_t block = padded_to_words(bytes);
   const int world = size_;
@@ -259,8 +264,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::gather(
     const c10d::GatherOptions& opts) {
   // An allgather whose result only the root keeps.
   const at::Tensor& input = only_tensor(inputs, "gather");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: gather root ",
-              opts.rootRank, " is not a rank of this group of ", size_);
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: gather root ", opts.rootRank,
+              " is not a rank of this group of ", size_);
   std::vector<at::Tensor> targets;
   if (opts.rootRank == rank_) {
     TORCH_CHECK(outputs.size() == 1 && outputs.front().size() == static_cast<size_t>(size_),
@@ -286,8 +291,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::scatter(
     const c10d::ScatterOptions& opts) {
   // The root's blocks broadcast whole; each rank keeps its own.
   const at::Tensor& output = only_tensor(outputs, "scatter");
-  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: scatter root ",
-              opts.rootRank, " is not a rank of this group of ", size_);
+  TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: scatter root ", opts.rootRank,
+              " is not a rank of this group of ", size_);
   const bool root = opts.rootRank == rank_;
   std::vector<at::Tensor> sources;
   if (root) {
@@ -342,17 +347,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
   check_host(input, "_reduce_scatter_base");
   check_host(output, "_reduce_scatter_base");
-  TORCH_CHECK(output.scalar_type() == input.scalar_type() &&
-                  input.numel() == output.numel() * size_,
-              "gradsync: _reduce_scatter_base needs an input of the output's dtype and ", size_,
-              " times its size");
+  TORCH_CHECK(
+      output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * size_,
+      "gradsync: _reduce_scatter_base needs an input of the output's dtype and ", size_,
+      " times its size");
   const size_t own = bytes_of(output) * static_cast<size_t>(rank_);
   std::vector<Transfer> transfers;
-  transfers.push_back(reduction(
-      input, reduction_op(opts.reduceOp, "_reduce_scatter_base"), "_reduce_scatter_base",
-      [output, own](const std::byte* recv) { copy_out(recv + own, output); }));
-  return run("_reduce_scatter_base", OpType::_REDUCE_SCATTER_BASE, std::move(transfers),
-             {output}, bound(opts.timeout));
+  transfers.push_back(
+      reduction(input, reduction_op(opts.reduceOp, "_reduce_scatter_base"), "_reduce_scatter_base",
+                [output, own](const std::byte* recv) { copy_out(recv + own, output); }));
+  return run("_reduce_scatter_base", OpType::_REDUCE_SCATTER_BASE, std::move(transfers), {output},
+             bound(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
@@ -360,16 +365,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
   // Every rank's whole input gathered; each keeps the blocks addressed to it.
   check_like(output, input, "alltoall_base");
+  for (const auto* splits : {&output_split_sizes, &input_split_sizes}) {
+    TORCH_CHECK(splits->empty() || std::adjacent_find(splits->begin(), splits->end(),
+                                                      std::not_equal_to<>()) == splits->end(),
+                "gradsync: alltoall_base with uneven split sizes is not supported (equal "
+                "splits are)");
+  }
   TORCH_CHECK(input.dim() > 0 && input.size(0) % size_ == 0, "gradsync: alltoall_base needs a ",
               "first dimension divisible by the group's size ", size_);
-  const int64_t rows = input.size(0) / size_;
-  for (const auto* splits : {&output_split_sizes, &input_split_sizes}) {
-    for (const int64_t split : *splits) {
-      TORCH_CHECK(split == rows,
-                  "gradsync: alltoall_base with uneven split sizes is not supported (equal "
-                  "splits are)");
-    }
-  }
   const size_t bytes = bytes_of(input);
   const size_t block = bytes / static_cast<size_t>(size_);
   const size_t stride = padded_to_words(bytes);

@@ -23,6 +23,8 @@ gradsync_op reduction_op(const c10d::ReduceOp& op, const char* call);
 // travel as 4-byte words, the last one padded.
 inline constexpr gradsync_dtype kWordDtype = GRADSYNC_INT32;
 inline constexpr size_t kWordBytes = 4;
-inline size_t padded_to_words(size_t bytes) { return (bytes + kWordBytes - 1) / kWordBytes * kWordBytes; }
+inline size_t padded_to_words(size_t bytes) {
+  return (bytes + kWordBytes - 1) / kWordBytes * kWordBytes;
+}
 
 }  // namespace gradsync::torch_backend

@@ -5,9 +5,11 @@
 namespace gradsync::torch_backend {
 
 GradsyncWork::GradsyncWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs)
-    : c10d::Work(rank, type), outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(
-          c10::ListType::create(c10::TensorType::get()))) {}
+    : c10d::Work(rank, type),
+      outputs_(std::move(outputs)),
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
 
 void GradsyncWork::complete() {
   finish();

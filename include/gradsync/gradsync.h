@@ -181,8 +181,7 @@ GRADSYNC_EXPORT gradsync_result gradsync_test(gradsync_comm* comm, gradsync_requ
 /* As gradsync_wait, for at most timeout_ms milliseconds (API version 4): GRADSYNC_IN_PROGRESS
  * when the request is still in flight then (as gradsync_test), to be waited on or tested
  * again. */
-GRADSYNC_EXPORT gradsync_result gradsync_wait_timeout(gradsync_comm* comm,
-                                                      gradsync_request request,
+GRADSYNC_EXPORT gradsync_result gradsync_wait_timeout(gradsync_comm* comm, gradsync_request request,
                                                       int32_t timeout_ms);
 
 /* The message of the last failed call on this communicator (never NULL). */

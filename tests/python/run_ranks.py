@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +37,12 @@ def start_daemon(build_dir, directory, node):
     return daemon, socket, json.loads(status.stdout)["listen"]
 
 
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build-dir", required=True)
@@ -43,8 +50,13 @@ def main():
     parser.add_argument("--timeout", type=float, default=300)
     parser.add_argument("--worker", default="ddp_worker.py")
     parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--torch-env", action="store_true",
+                        help="the workers find each other as under torchrun (MASTER_ADDR and "
+                        "MASTER_PORT), not through --init-file")
+    parser.add_argument("--rank-fails", action="store_true",
+                        help="rank 1 fails on purpose (as with the DDP worker's --raise-at)")
     args, worker_args = parser.parse_known_args()
-    raising = "--raise-at" in worker_args
+    raising = args.rank_fails or "--raise-at" in worker_args
 
     if args.ranks % args.nodes != 0:
         parser.error("--ranks must be a multiple of --nodes")
@@ -59,13 +71,15 @@ def main():
                        WORLD_SIZE=str(args.ranks), LOCAL_WORLD_SIZE=str(per_node))
             if args.nodes > 1:
                 env["GRADSYNC_NODES"] = ",".join(listens)
-            init_file = os.path.join(directory, "gloo-init")
+            rendezvous = ["--init-file", os.path.join(directory, "gloo-init")]
+            if args.torch_env:
+                rendezvous = []
+                env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
             workers = []
             for rank in range(args.ranks):
                 node = rank // per_node
                 workers.append(subprocess.Popen(
-                    [sys.executable, os.path.join(HERE, args.worker),
-                     "--init-file", init_file] + worker_args,
+                    [sys.executable, os.path.join(HERE, args.worker)] + rendezvous + worker_args,
                     env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank % per_node),
                              GRADSYNC_NODE_RANK=str(node), GRADSYNC_SOCKET=daemons[node][1])))
             deadline = time.monotonic() + args.timeout

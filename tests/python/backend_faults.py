@@ -1,0 +1,91 @@
+"""Faults through the "gradsync" backend: bad input gets a clear error on every rank involved
+and leaves the group usable; a rank that dies makes the others' pending calls raise in time."""
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+import gradsync
+
+DEATH_BOUND_S = 10
+
+
+def raises(expect, what, words, call):
+    """Runs call; expects a RuntimeError or ValueError whose message holds every word."""
+    try:
+        call()
+    except (RuntimeError, ValueError) as error:
+        message = str(error)
+        expect(all(w in message for w in words), f"{what}: error names {words}: {message!r}")
+        return
+    expect(False, f"{what}: no error")
+
+
+def check_bad_input(expect):
+    rank, world = dist.get_rank(), dist.get_world_size()
+    # Shapes and dtypes that differ between ranks: the daemon's mismatch error, on every rank.
+    raises(expect, "mismatched shapes", ["gradsync", "allreduce"],
+           lambda: dist.all_reduce(torch.ones(10 + rank)))
+    raises(expect, "mismatched dtypes", ["gradsync", "allreduce"],
+           lambda: dist.all_reduce(torch.ones(10, dtype=torch.float32 if rank else torch.float64)))
+    # Caught before anything is sent, on every rank alike.
+    # A device no backend serves is refused by PyTorch's dispatcher before any backend; a
+    # layout gradsync does not carry, by gradsync.
+    raises(expect, "a tensor on the meta device", ["allreduce", "Meta"],
+           lambda: dist.all_reduce(torch.empty(4, device="meta")))
+    raises(expect, "a sparse tensor", ["gradsync", "Sparse"],
+           lambda: dist.all_reduce(torch.ones(4).to_sparse()))
+    raises(expect, "an unsupported op", ["gradsync", "BAND"],
+           lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.BAND))
+    raises(expect, "an unsupported dtype", ["gradsync", "Byte"],
+           lambda: dist.all_reduce(torch.ones(4, dtype=torch.uint8)))
+    raises(expect, "uneven all_to_all splits", ["gradsync", "uneven"],
+           lambda: dist.all_to_all_single(torch.empty(world + 1), torch.ones(world + 1),
+                                          output_split_sizes=[2] + [1] * (world - 1),
+                                          input_split_sizes=[2] + [1] * (world - 1)))
+    raises(expect, "send", ["gradsync", "send"],
+           lambda: dist.send(torch.ones(1), dst=(rank + 1) % world))
+    raises(expect, "a subgroup naming a rank outside the world", ["rank"],
+           lambda: dist.new_group([0, world]))
+    # The group still works after all of that.
+    tensor = torch.full((5,), float(rank))
+    dist.all_reduce(tensor)
+    expect(torch.equal(tensor, torch.full((5,), float(sum(range(world))))),
+           "an allreduce after the errors")
+    return 0
+
+
+def check_rank_dies():
+    """Rank 1 leaves in the middle of a collective; the others must raise within the bound,
+    then the daemon serves a new job of the survivors. Exit 3: the expected error came."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.all_reduce(torch.ones(8))  # everyone is in
+    if rank == 1:
+        dist.all_reduce(torch.ones(1 << 20), async_op=True)
+        os._exit(9)
+    start = time.monotonic()
+    try:
+        for _ in range(3):
+            dist.all_reduce(torch.ones(1 << 20))
+            time.sleep(0.1)
+    except RuntimeError as error:
+        waited = time.monotonic() - start
+        print(f"rank {rank}: raised after {waited:.1f} s: {error}", flush=True)
+        if waited > DEATH_BOUND_S:
+            print(f"rank {rank}: slower than {DEATH_BOUND_S} s", flush=True)
+            return 1
+    else:
+        print(f"rank {rank}: no error although rank 1 died", flush=True)
+        return 1
+    survivors = [r for r in range(world) if r != 1]
+    with gradsync.Communicator(job=f"after-{os.environ['GRADSYNC_JOB']}",
+                               rank=survivors.index(rank), world_size=len(survivors),
+                               local_rank=survivors.index(rank),
+                               local_world_size=len(survivors)) as comm:
+        tensor = torch.ones(4)
+        comm.allreduce(tensor)
+        if not torch.equal(tensor, torch.full((4,), float(len(survivors)))):
+            print(f"rank {rank}: the next job's allreduce is wrong: {tensor}", flush=True)
+            return 1
+    return 3

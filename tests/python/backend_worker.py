@@ -1,0 +1,264 @@
+"""One rank of the torch.distributed backend tests: every dist.* call gradsync supports, run on
+the "gradsync" default group and checked against Gloo's result (a group of the same ranks) or,
+where 1.13's Gloo has no such call, against the result every rank computes from every rank's
+input (the inputs are a function of the rank).
+
+Run by tests/python/run_ranks.py. --check picks what to run:
+  calls       every call, every dtype, in place and not, synchronous and async_op, in the world
+              and in subgroups
+  ddp         DDP with no hook, then ZeroRedundancyOptimizer: parameters equal to Gloo's run
+  bad-input   mismatched shapes and dtypes, a tensor on an unsupported device, a subgroup with
+              a rank outside the world, an unsupported op: a clear error on every rank, no hang
+  dies        rank 1 exits in the middle of a collective: the others raise within 10 s
+Exit status 0: as expected; 1: not; 3: the expected error reached this rank (--check dies).
+"""
+import argparse
+import datetime
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
+import gradsync.torch  # noqa: E402,F401  (registers the backend)
+
+REDUCED = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64]
+# Moved as bytes only (broadcast, gathers, alltoall): any dtype.
+MOVED = REDUCED + [torch.uint8, torch.int8, torch.bool, torch.int16, torch.complex64]
+OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
+       "max": dist.ReduceOp.MAX}
+SIZES = [1, 7, 1000, 40_003]
+
+failures = []
+checked = [0]
+
+
+def expect(condition, what):
+    checked[0] += 1
+    if not condition:
+        failures.append(what)
+        print(f"rank {dist.get_rank()}: FAILED {what}", flush=True)
+
+
+def equal(a, b):
+    return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
+
+
+def values(rank, count, dtype, salt=0):
+    """Rank `rank`'s input: small integers, so that every sum, product and average of up to 4
+    ranks is exact in every dtype (float16 and bfloat16 included)."""
+    generator = torch.Generator().manual_seed(1000 * rank + 17 * count + salt)
+    if dtype == torch.bool:
+        return torch.randint(0, 2, (count,), generator=generator).bool()
+    if dtype == torch.complex64:
+        return torch.randint(-3, 4, (count, 2), generator=generator).float().view(torch.complex64).flatten()
+    low = 0 if dtype == torch.uint8 else -3
+    return torch.randint(low, 4, (count,), generator=generator).to(dtype)
+
+
+def reduce_reference(tensors, op):
+    stacked = torch.stack([t.double() for t in tensors])
+    result = {"sum": stacked.sum(0), "product": stacked.prod(0), "min": stacked.min(0).values,
+              "max": stacked.max(0).values, "avg": stacked.mean(0)}[op]
+    return result.to(tensors[0].dtype)
+
+
+def run(call, async_op, *args, **kwargs):
+    """A dist call, synchronous or waited for through its Work (and its future)."""
+    if not async_op:
+        return call(*args, **kwargs)
+    work = call(*args, async_op=True, **kwargs)
+    work.wait()
+    expect(work.is_completed(), f"{call.__name__} work completed after wait")
+    work.get_future().wait()
+    return None
+
+
+def check_calls(group, gloo, ranks, label):
+    rank = dist.get_rank(group)
+    world = len(ranks)
+    for async_op in (False, True):
+        for count in SIZES:
+            for dtype in REDUCED:
+                for op_name, op in OPS.items():
+                    mine = values(ranks[rank], count, dtype)
+                    ours, theirs = mine.clone(), mine.clone()
+                    run(dist.all_reduce, async_op, ours, op=op, group=group)
+                    if dtype in (torch.float16, torch.bfloat16):
+                        # Gloo's CPU half reductions are not exact everywhere: the reference
+                        # is exact arithmetic on the inputs.
+                        theirs = reduce_reference([values(r, count, dtype) for r in ranks], op_name)
+                    else:
+                        dist.all_reduce(theirs, op=op, group=gloo)
+                    expect(equal(ours, theirs), f"{label} all_reduce {op_name} {dtype} {count} async={async_op}")
+                if dtype.is_floating_point:
+                    ours = values(ranks[rank], count, dtype)
+                    dist.all_reduce(ours, op=dist.ReduceOp.AVG, group=group)
+                    expected = reduce_reference([values(r, count, dtype) for r in ranks], "avg")
+                    # Exact where the world is a power of two; otherwise within rounding.
+                    tolerance = 2 * torch.finfo(dtype).eps
+                    expect(torch.allclose(ours.double(), expected.double(), rtol=tolerance,
+                                          atol=tolerance), f"{label} all_reduce avg {dtype} {count}")
+                # reduce: the root's tensor is the sum.
+                root = world - 1
+                ours = values(ranks[rank], count, dtype)
+                run(dist.reduce, async_op, ours, dst=ranks[root], group=group)
+                if rank == root:
+                    expected = reduce_reference([values(r, count, dtype) for r in ranks], "sum")
+                    expect(equal(ours, expected), f"{label} reduce {dtype} {count}")
+                # reduce_scatter (list and _base): block r of the sum.
+                blocks = [values(ranks[rank], count, dtype, salt=b) for b in range(world)]
+                expected = reduce_reference(
+                    [values(r, count, dtype, salt=rank) for r in ranks], "sum")
+                out = torch.empty(count, dtype=dtype)
+                run(dist.reduce_scatter, async_op, out, blocks, group=group)
+                expect(equal(out, expected), f"{label} reduce_scatter {dtype} {count}")
+                whole = torch.cat(blocks)
+                out = torch.empty(count, dtype=dtype)
+                run(dist._reduce_scatter_base, async_op, out, whole, group=group)
+                expect(equal(out, expected), f"{label} _reduce_scatter_base {dtype} {count}")
+                # In place: the output is this rank's own block of the input.
+                whole = torch.cat(blocks)
+                own = whole[rank * count:(rank + 1) * count]
+                dist._reduce_scatter_base(own, whole, group=group)
+                expect(equal(own, expected), f"{label} _reduce_scatter_base in place {dtype} {count}")
+            for dtype in MOVED:
+                check_movement(group, gloo, ranks, label, count, dtype, async_op)
+        run(dist.barrier, async_op, group=group)
+
+
+def check_movement(group, gloo, ranks, label, count, dtype, async_op):
+    rank = dist.get_rank(group)
+    world = len(ranks)
+    everyone = [values(r, count, dtype) for r in ranks]
+    mine = everyone[rank]
+    gloo_moves = dtype not in (torch.bool, torch.complex64, torch.bfloat16, torch.int16)
+    # broadcast from each root
+    for root in range(world):
+        ours = mine.clone()
+        run(dist.broadcast, async_op, ours, src=ranks[root], group=group)
+        expect(equal(ours, everyone[root]), f"{label} broadcast root {root} {dtype} {count}")
+    # all_gather (list), checked against Gloo's where it takes the dtype
+    outs = [torch.empty(count, dtype=dtype) for _ in range(world)]
+    run(dist.all_gather, async_op, outs, mine, group=group)
+    expect(all(equal(o, e) for o, e in zip(outs, everyone)), f"{label} all_gather {dtype} {count}")
+    if gloo_moves:
+        gloo_outs = [torch.empty(count, dtype=dtype) for _ in range(world)]
+        dist.all_gather(gloo_outs, mine, group=gloo)
+        expect(all(equal(o, g) for o, g in zip(outs, gloo_outs)), f"{label} all_gather vs Gloo {dtype}")
+    # _all_gather_base, out of place and in place (the input is this rank's block)
+    out = torch.empty(world * count, dtype=dtype)
+    run(dist._all_gather_base, async_op, out, mine, group=group)
+    expect(equal(out, torch.cat(everyone)), f"{label} _all_gather_base {dtype} {count}")
+    out = torch.zeros(world * count, dtype=dtype)
+    out[rank * count:(rank + 1) * count] = mine
+    dist._all_gather_base(out, out[rank * count:(rank + 1) * count], group=group)
+    expect(equal(out, torch.cat(everyone)), f"{label} _all_gather_base in place {dtype} {count}")
+    # all_gather_coalesced
+    outs = [[torch.empty(count, dtype=dtype) for _ in range(world)] for _ in range(2)]
+    dist.all_gather_coalesced(outs, [mine, mine + 0 if dtype != torch.bool else mine.clone()],
+                              group=group)
+    expect(all(equal(o, e) for lst in outs for o, e in zip(lst, everyone)),
+           f"{label} all_gather_coalesced {dtype} {count}")
+    # gather and scatter to and from the last rank
+    root = world - 1
+    gathered = [torch.empty(count, dtype=dtype) for _ in range(world)] if rank == root else None
+    run(dist.gather, async_op, mine, gather_list=gathered, dst=ranks[root], group=group)
+    if rank == root:
+        expect(all(equal(o, e) for o, e in zip(gathered, everyone)), f"{label} gather {dtype} {count}")
+    pieces = [values(ranks[root], count, dtype, salt=b) for b in range(world)]
+    out = torch.empty(count, dtype=dtype)
+    run(dist.scatter, async_op, out, scatter_list=pieces if rank == root else None,
+        src=ranks[root], group=group)
+    expect(equal(out, pieces[rank]), f"{label} scatter {dtype} {count}")
+    # all_to_all_single and all_to_all: block b of rank s's input lands as block s on rank b
+    inputs = [values(r, world * count, dtype, salt=7) for r in ranks]
+    out = torch.empty(world * count, dtype=dtype)
+    run(dist.all_to_all_single, async_op, out, inputs[rank], group=group)
+    expected = torch.cat([inputs[s][rank * count:(rank + 1) * count] for s in range(world)])
+    expect(equal(out, expected), f"{label} all_to_all_single {dtype} {count}")
+    if gloo_moves:
+        gloo_out = torch.empty(world * count, dtype=dtype)
+        dist.all_to_all_single(gloo_out, inputs[rank], group=gloo)
+        expect(equal(out, gloo_out), f"{label} all_to_all_single vs Gloo {dtype} {count}")
+    outs = [torch.empty(count, dtype=dtype) for _ in range(world)]
+    run(dist.all_to_all, async_op, outs, list(inputs[rank].split(count)), group=group)
+    expect(equal(torch.cat(outs), expected), f"{label} all_to_all {dtype} {count}")
+
+
+def check_subgroups(world):
+    # Every rank enters new_group; members run inside it, the others go on.
+    layouts = [list(range(world)), [0], list(range(0, world, 2)), list(range(world - 1, -1, -1))]
+    if world >= 4:
+        layouts.append([1, 2])
+    for ranks in layouts:
+        group = dist.new_group(ranks)
+        gloo = dist.new_group(sorted(ranks), backend="gloo")
+        if dist.get_rank() in ranks:
+            ordered = sorted(ranks)
+            label = f"subgroup {ranks}"
+            for dtype in (torch.float32, torch.int64):
+                mine = values(dist.get_rank(), 1000, dtype)
+                ours, theirs = mine.clone(), mine.clone()
+                dist.all_reduce(ours, group=group)
+                dist.all_reduce(theirs, group=gloo)
+                expect(equal(ours, theirs), f"{label} all_reduce {dtype}")
+                outs = [torch.empty(1000, dtype=dtype) for _ in ordered]
+                dist.all_gather(outs, mine, group=group)
+                expect(all(equal(o, values(r, 1000, dtype)) for o, r in zip(outs, ordered)),
+                       f"{label} all_gather {dtype}")
+                ours = mine.clone()
+                dist.broadcast(ours, src=ordered[-1], group=group)
+                expect(equal(ours, values(ordered[-1], 1000, dtype)), f"{label} broadcast {dtype}")
+            if len(ranks) == world and ranks == list(range(world)):
+                check_calls(group, gloo, ordered, label)
+        dist.barrier()
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--init-file", required=True)
+    parser.add_argument("--check", required=True, choices=["calls", "ddp", "bad-input", "dies"])
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--no-job-name", action="store_true",
+                        help="unset GRADSYNC_JOB: the ranks agree on a name through the store")
+    args = parser.parse_args()
+    try:
+        gradsync.torch._backend.load_extension()
+    except ImportError as error:
+        print(f"skipped: {error}", flush=True)
+        return 77
+    if args.no_job_name:
+        os.environ.pop("GRADSYNC_JOB", None)
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    torch.set_num_threads(1)
+    timeout = datetime.timedelta(seconds=60 if args.check != "dies" else 30)
+    dist.init_process_group("gradsync", init_method=f"file://{args.init_file}", rank=rank,
+                            world_size=world, timeout=timeout)
+    expect(dist.get_backend() == "gradsync", "the default group's backend is gradsync")
+    if args.check == "calls":
+        gloo = dist.new_group(backend="gloo")
+        check_calls(dist.group.WORLD, gloo, list(range(world)), "world")
+        check_subgroups(world)
+        status = 0
+    elif args.check == "ddp":
+        from backend_training import check_training
+        status = check_training(args.steps, expect)
+    elif args.check == "bad-input":
+        from backend_faults import check_bad_input
+        status = check_bad_input(expect)
+    else:
+        from backend_faults import check_rank_dies
+        return check_rank_dies()
+    if failures:
+        print(f"rank {rank}: {len(failures)} checks failed", flush=True)
+        return 1
+    print(f"rank {rank}: all {checked[0]} checks passed", flush=True)
+    dist.destroy_process_group()
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())
