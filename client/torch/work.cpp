@@ -16,7 +16,7 @@ void GradsyncWork::complete() {
   future_->markCompleted(c10::IValue(outputs_));
 }
 
-void GradsyncWork::fail(std::exception_ptr error) {
+void GradsyncWork::fail(const std::exception_ptr& error) {
   finish(error);
   future_->setError(error);
 }

@@ -17,7 +17,7 @@ class GradsyncWork : public c10d::Work {
 
   // Called once, by the collective worker: wakes the waiters, then runs the future's callbacks.
   void complete();
-  void fail(std::exception_ptr error);
+  void fail(const std::exception_ptr& error);
 
   std::vector<at::Tensor> result() override { return outputs_; }
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
