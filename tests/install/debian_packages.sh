@@ -13,8 +13,10 @@ packages="gradsync-tools python3-gradsync libgradsync-dev gradsyncd libgradsync0
 [ "$(id -u)" = 0 ] || { echo "skipped: installing packages needs root"; exit 77; }
 export DEBIAN_FRONTEND=noninteractive
 work=$(mktemp -d)
+daemon=""
 purge() { dpkg --purge $packages >/dev/null 2>&1 || true; }
-trap 'purge; rm -rf "$work"' EXIT
+stop_daemon() { [ -z "$daemon" ] || { kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null; daemon=""; }; }
+trap 'stop_daemon; purge; rm -rf "$work"' EXIT
 fail() { echo "debian_packages: $*" >&2; exit 1; }
 
 purge
@@ -38,8 +40,26 @@ ls /etc/systemd/system/*.wants/gradsyncd.service >/dev/null 2>&1 || fail "gradsy
 grep -q '^ExecStart=/usr/bin/gradsyncd --config /etc/gradsync/gradsyncd.toml' \
   /usr/lib/systemd/system/gradsyncd.service || fail "the unit does not run the installed daemon"
 echo "pkg-config: gradsync $(env -u PKG_CONFIG_PATH pkg-config --modversion gradsync)"
+# Programs built against libgradsync-dev both ways, run as the 2 ranks of a job on the
+# installed daemon.
 cmake -S "$source/tests/install/cmake_consumer" -B "$work/cmake" >/dev/null || fail "find_package(gradsync)"
 cmake --build "$work/cmake" >/dev/null
+# shellcheck disable=SC2046
+cc -o "$work/pkgconfig_consumer" "$source/tests/install/consumer.c" \
+  $(env -u PKG_CONFIG_PATH pkg-config --cflags --libs gradsync)
+/usr/bin/gradsyncd --socket "$work/gradsyncd.sock" --metrics-listen "" --log-level warn &
+daemon=$!
+for _ in $(seq 200); do [ -S "$work/gradsyncd.sock" ] && break; sleep 0.05; done
+for program in "$work/cmake/consumer" "$work/pkgconfig_consumer"; do
+  pids=""
+  for rank in 0 1; do
+    GRADSYNC_SOCKET="$work/gradsyncd.sock" GRADSYNC_JOB="installed-$(basename "$program")" \
+      RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 "$program" &
+    pids="$pids $!"
+  done
+  for pid in $pids; do wait "$pid" || fail "$program failed"; done
+done
+stop_daemon
 (cd / && env -u PYTHONPATH -u GRADSYNC_LIBRARY /usr/bin/python3 -c "
 import gradsync, gradsync.torch, gradsync._backend as backend
 print('python:', gradsync.__file__)
