@@ -15,7 +15,7 @@ export DEBIAN_FRONTEND=noninteractive
 work=$(mktemp -d)
 daemon=""
 purge() { dpkg --purge $packages >/dev/null 2>&1 || true; }
-stop_daemon() { [ -z "$daemon" ] || { kill "$daemon" 2>/dev/null; wait "$daemon" 2>/dev/null; daemon=""; }; }
+stop_daemon() { [ -z "$daemon" ] || { kill "$daemon" 2>/dev/null || true; wait "$daemon" 2>/dev/null || true; daemon=""; }; }
 trap 'stop_daemon; purge; rm -rf "$work"' EXIT
 fail() { echo "debian_packages: $*" >&2; exit 1; }
 
