@@ -38,6 +38,11 @@ TEST_P(CollectivesTest, GroupedSubmissionRunsAsOneUnit) {
   expect_all_succeed(ranks);
 }
 
+TEST_P(CollectivesTest, WaitWithATimeoutReturnsInProgressThenTheResult) {
+  auto ranks = spawn_ranks("wait_timeout", GetParam(), {"wait_timeout"});
+  expect_all_succeed(ranks);
+}
+
 INSTANTIATE_TEST_SUITE_P(LocalRanks, CollectivesTest, ::testing::Values(1, 2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 

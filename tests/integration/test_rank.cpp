@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -585,6 +586,35 @@ int scenario_encoded(Communicator& comm, size_t count) {
   return 0;
 }
 
+// gradsync_wait_timeout: rank 0's allreduce is still in flight after a short wait while the
+// other ranks hold theirs back (IN_PROGRESS, the request still valid), then completes.
+int scenario_wait_timeout(Communicator& comm) {
+  constexpr size_t kCount = 1000;
+  SharedBuffer buf = comm.allocate(kCount * sizeof(float));
+  auto* data = buf.as<float>();
+  reference::fill_input(data, kCount, GRADSYNC_FLOAT32, g_rank, GRADSYNC_SUM, 0);
+  if (g_rank != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+  const gradsync_request r =
+      comm.allreduce("held", data, data, kCount, GRADSYNC_FLOAT32, GRADSYNC_SUM);
+  if (g_rank == 0) {
+    const gradsync_result negative = gradsync_wait_timeout(comm.get(), r, -1);
+    EXPECT_OR_FAIL(negative == GRADSYNC_ERR_INVALID_ARGUMENT, "a negative timeout gave %s",
+                   gradsync_result_string(negative));
+    if (g_ranks > 1) {
+      const gradsync_result early = gradsync_wait_timeout(comm.get(), r, 50);
+      EXPECT_OR_FAIL(early == GRADSYNC_IN_PROGRESS, "a wait before the others submitted gave %s",
+                     gradsync_result_string(early));
+    }
+  }
+  const gradsync_result done = gradsync_wait_timeout(comm.get(), r, 60'000);
+  EXPECT_OR_FAIL(done == GRADSYNC_OK, "the wait gave %s: %s", gradsync_result_string(done),
+                 gradsync_last_error(comm.get()));
+  const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, data, kCount,
+                                              GRADSYNC_FLOAT32, GRADSYNC_SUM, g_ranks, 0, 0);
+  EXPECT_OR_FAIL(wrong == 0, "%zu wrong", wrong);
+  return 0;
+}
+
 // Allreduce in a loop until something fails; the exit status is the failure's result code.
 // `polling` waits with gradsync_test instead of gradsync_wait.
 int scenario_loop(Communicator& comm, size_t bytes, bool polling, bool broadcast) {
@@ -649,6 +679,7 @@ int main(int argc, char** argv) {
     if (scenario == "device_refused") return scenario_device_refused(comm);
     if (scenario == "random_order") return scenario_random_order(comm);
     if (scenario == "grouped") return scenario_grouped(comm);
+    if (scenario == "wait_timeout") return scenario_wait_timeout(comm);
     if (scenario == "mixed") return scenario_mixed(comm);
     if (scenario == "fused_sizes") {
       return scenario_fused_sizes(comm, args.size() > 1 ? std::stoi(args[1]) : 1);
