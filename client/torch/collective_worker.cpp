@@ -1,5 +1,6 @@
 #include "client/torch/collective_worker.h"
 
+#include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -42,6 +43,9 @@ void CollectiveWorker::enqueue(Task task) {
 }
 
 void CollectiveWorker::run() {
+  // Results are written into the caller's tensors as Gloo and NCCL write them, beneath
+  // autograd: a parameter that requires grad may be broadcast into.
+  const at::NoGradGuard no_grad;
   while (true) {
     std::deque<Task> fresh;
     {

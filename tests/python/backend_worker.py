@@ -188,6 +188,18 @@ def check_movement(group, gloo, ranks, label, count, dtype, async_op):
     expect(equal(torch.cat(outs), expected), f"{label} all_to_all {dtype} {count}")
 
 
+def check_parameters(world):
+    """Tensors that require grad are written beneath autograd, as Gloo writes them."""
+    rank = dist.get_rank()
+    param = torch.nn.Parameter(torch.full((3,), float(rank)))
+    dist.broadcast(param, src=world - 1)
+    expect(torch.equal(param.detach(), torch.full((3,), float(world - 1))),
+           "broadcast into a parameter that requires grad")
+    dist.all_reduce(param)
+    expect(torch.equal(param.detach(), torch.full((3,), float(world * (world - 1)))),
+           "all_reduce of a parameter that requires grad")
+
+
 def check_subgroups(world):
     # Every rank enters new_group; members run inside it, the others go on.
     layouts = [list(range(world)), [0], list(range(0, world, 2)), list(range(world - 1, -1, -1))]
@@ -241,6 +253,7 @@ def main():
     if args.check == "calls":
         gloo = dist.new_group(backend="gloo")
         check_calls(dist.group.WORLD, gloo, list(range(world)), "world")
+        check_parameters(world)
         check_subgroups(world)
         status = 0
     elif args.check == "ddp":
