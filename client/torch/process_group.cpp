@@ -40,27 +40,50 @@ void check_like(const at::Tensor& tensor, const at::Tensor& model, const char* c
               model.scalar_type(), " of ", model.numel());
 }
 
-// Copies between a tensor (any strides) and staging memory, which holds it densely.
+// Copies between a tensor (any strides) and staging memory, which holds it densely, as
+// elements of `as` (converted where that is not the tensor's own type).
+void copy_in(std::byte* staging, const at::Tensor& tensor, at::ScalarType as) {
+  at::from_blob(staging, tensor.sizes(), tensor.options().dtype(as)).copy_(tensor);
+}
 void copy_in(std::byte* staging, const at::Tensor& tensor) {
-  at::from_blob(staging, tensor.sizes(), tensor.options()).copy_(tensor);
+  copy_in(staging, tensor, tensor.scalar_type());
+}
+void copy_out(const std::byte* staging, const at::Tensor& tensor, at::ScalarType as) {
+  // from_blob takes a mutable pointer; the view is only read.
+  tensor.copy_(
+      at::from_blob(const_cast<std::byte*>(staging), tensor.sizes(), tensor.options().dtype(as)));
 }
 void copy_out(const std::byte* staging, const at::Tensor& tensor) {
-  // from_blob takes a mutable pointer; the view is only read.
-  tensor.copy_(at::from_blob(const_cast<std::byte*>(staging), tensor.sizes(), tensor.options()));
+  copy_out(staging, tensor, tensor.scalar_type());
 }
 
-// An allreduce of `tensor` into staging; `deliver` takes the reduced elements.
-Transfer reduction(const at::Tensor& tensor, gradsync_op op, const char* call,
+// An allreduce of `blocks` laid end to end in staging, as `type`; `deliver` takes the reduced
+// elements.
+Transfer reduction(const std::vector<at::Tensor>& blocks, ReducedType type, gradsync_op op,
                    std::function<void(const std::byte*)> deliver) {
   Transfer transfer;
   transfer.kind = TransferKind::kAllreduce;
-  transfer.send_bytes = bytes_of(tensor);
-  transfer.count = static_cast<size_t>(tensor.numel());
-  transfer.dtype = reduced_dtype(tensor, call);
+  for (const at::Tensor& block : blocks) transfer.count += static_cast<size_t>(block.numel());
+  transfer.send_bytes = transfer.count * type.bytes();
+  transfer.dtype = type.dtype;
   transfer.op = op;
-  transfer.fill = [tensor](std::byte* send) { copy_in(send, tensor); };
+  transfer.fill = [blocks, type](std::byte* send) {
+    for (const at::Tensor& block : blocks) {
+      copy_in(send, block, type.scalar);
+      send += static_cast<size_t>(block.numel()) * type.bytes();
+    }
+  };
   transfer.deliver = std::move(deliver);
   return transfer;
+}
+
+// An allreduce of `tensor` whose result lands back in it (where `keep`).
+Transfer reduction_in_place(const at::Tensor& tensor, gradsync_op op, const char* call,
+                            bool keep = true) {
+  const ReducedType type = reduced_type(tensor, call);
+  return reduction({tensor}, type, op, [tensor, type, keep](const std::byte* recv) {
+    if (keep) copy_out(recv, tensor, type.scalar);
+  });
 }
 
 // An allgather of `block_bytes` bytes from each rank, as 4-byte words (any dtype): rank r's
@@ -139,8 +162,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allreduce(std::vector<at::T
                                                                const c10d::AllreduceOptions& opts) {
   const at::Tensor& tensor = only_tensor(tensors, "allreduce");
   std::vector<Transfer> transfers;
-  transfers.push_back(reduction(tensor, reduction_op(opts.reduceOp, "allreduce"), "allreduce",
-                                [tensor](const std::byte* recv) { copy_out(recv, tensor); }));
+  transfers.push_back(
+      reduction_in_place(tensor, reduction_op(opts.reduceOp, "allreduce"), "allreduce"));
   return run("allreduce", OpType::ALLREDUCE, std::move(transfers), tensors, bound(opts.timeout));
 }
 
@@ -150,8 +173,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allreduce_coalesced(
   std::vector<Transfer> transfers;
   for (const at::Tensor& tensor : tensors) {
     check_host(tensor, "allreduce_coalesced");
-    transfers.push_back(reduction(tensor, op, "allreduce_coalesced",
-                                  [tensor](const std::byte* recv) { copy_out(recv, tensor); }));
+    transfers.push_back(reduction_in_place(tensor, op, "allreduce_coalesced"));
   }
   return run("allreduce_coalesced", OpType::ALLREDUCE_COALESCED, std::move(transfers), tensors,
              bound(opts.timeout));
@@ -165,10 +187,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce(std::vector<at::Tens
               " is not a rank of this group of ", size_);
   const bool root = opts.rootRank == rank_;
   std::vector<Transfer> transfers;
-  transfers.push_back(reduction(tensor, reduction_op(opts.reduceOp, "reduce"), "reduce",
-                                [tensor, root](const std::byte* recv) {
-                                  if (root) copy_out(recv, tensor);
-                                }));
+  transfers.push_back(
+      reduction_in_place(tensor, reduction_op(opts.reduceOp, "reduce"), "reduce", root));
   return run("reduce", OpType::REDUCE, std::move(transfers), tensors, bound(opts.timeout));
 }
 
@@ -325,20 +345,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce_scatter(
               "gradsync: reduce_scatter needs one list of ", size_, " input tensors");
   const std::vector<at::Tensor> sources = inputs.front();
   for (const at::Tensor& source : sources) check_like(source, output, "reduce_scatter");
-  const size_t block = bytes_of(output);
-  Transfer transfer;
-  transfer.kind = TransferKind::kAllreduce;
-  transfer.send_bytes = block * static_cast<size_t>(size_);
-  transfer.count = static_cast<size_t>(output.numel()) * static_cast<size_t>(size_);
-  transfer.dtype = reduced_dtype(output, "reduce_scatter");
-  transfer.op = reduction_op(opts.reduceOp, "reduce_scatter");
-  transfer.fill = [sources, block](std::byte* send) {
-    for (size_t r = 0; r < sources.size(); ++r) copy_in(send + r * block, sources[r]);
-  };
-  const size_t own = block * static_cast<size_t>(rank_);
-  transfer.deliver = [output, own](const std::byte* recv) { copy_out(recv + own, output); };
+  const ReducedType type = reduced_type(output, "reduce_scatter");
+  const size_t own =
+      static_cast<size_t>(output.numel()) * type.bytes() * static_cast<size_t>(rank_);
   std::vector<Transfer> transfers;
-  transfers.push_back(std::move(transfer));
+  transfers.push_back(reduction(
+      sources, type, reduction_op(opts.reduceOp, "reduce_scatter"),
+      [output, own, type](const std::byte* recv) { copy_out(recv + own, output, type.scalar); }));
   return run("reduce_scatter", OpType::REDUCE_SCATTER, std::move(transfers), outputs,
              bound(opts.timeout));
 }
@@ -351,11 +364,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(
       output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * size_,
       "gradsync: _reduce_scatter_base needs an input of the output's dtype and ", size_,
       " times its size");
-  const size_t own = bytes_of(output) * static_cast<size_t>(rank_);
+  const ReducedType type = reduced_type(input, "_reduce_scatter_base");
+  const size_t own =
+      static_cast<size_t>(output.numel()) * type.bytes() * static_cast<size_t>(rank_);
   std::vector<Transfer> transfers;
-  transfers.push_back(
-      reduction(input, reduction_op(opts.reduceOp, "_reduce_scatter_base"), "_reduce_scatter_base",
-                [output, own](const std::byte* recv) { copy_out(recv + own, output); }));
+  transfers.push_back(reduction(
+      {input}, type, reduction_op(opts.reduceOp, "_reduce_scatter_base"),
+      [output, own, type](const std::byte* recv) { copy_out(recv + own, output, type.scalar); }));
   return run("_reduce_scatter_base", OpType::_REDUCE_SCATTER_BASE, std::move(transfers), {output},
              bound(opts.timeout));
 }

@@ -12,23 +12,27 @@ namespace {
 
 }  // namespace
 
-gradsync_dtype reduced_dtype(const at::Tensor& tensor, const char* call) {
+ReducedType reduced_type(const at::Tensor& tensor, const char* call) {
   switch (tensor.scalar_type()) {
     case at::kFloat:
-      return GRADSYNC_FLOAT32;
+      return {at::kFloat, GRADSYNC_FLOAT32};
     case at::kDouble:
-      return GRADSYNC_FLOAT64;
+      return {at::kDouble, GRADSYNC_FLOAT64};
     case at::kHalf:
-      return GRADSYNC_FLOAT16;
+      return {at::kHalf, GRADSYNC_FLOAT16};
     case at::kBFloat16:
-      return GRADSYNC_BFLOAT16;
+      return {at::kBFloat16, GRADSYNC_BFLOAT16};
     case at::kInt:
-      return GRADSYNC_INT32;
+    case at::kShort:
+    case at::kChar:
+    case at::kByte:
+    case at::kBool:
+      return {at::kInt, GRADSYNC_INT32};
     case at::kLong:
-      return GRADSYNC_INT64;
+      return {at::kLong, GRADSYNC_INT64};
     default:
       TORCH_CHECK(false, "gradsync: ", call, " cannot reduce ", tensor.scalar_type(),
-                  " tensors (float32, float64, float16, bfloat16, int32 and int64 can be)");
+                  " tensors (floating point, integer and bool tensors it can)");
   }
 }
 

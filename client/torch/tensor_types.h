@@ -11,9 +11,17 @@
 
 namespace gradsync::torch_backend {
 
-// The gradsync dtype of a tensor that is reduced; throws (a RuntimeError in Python) naming the
-// call and the dtype where gradsync has none.
-gradsync_dtype reduced_dtype(const at::Tensor& tensor, const char* call);
+// What a reduced tensor's elements travel and are reduced as: its own type where gradsync has
+// it; int32 for the narrower integers and bool, whose sums and products (taken modulo their
+// width, as Gloo's wrap) and whose minima and maxima come out the same.
+struct ReducedType {
+  at::ScalarType scalar;
+  gradsync_dtype dtype;
+  size_t bytes() const { return c10::elementSize(scalar); }
+};
+
+// Throws (a RuntimeError in Python) naming the call and the dtype where there is none.
+ReducedType reduced_type(const at::Tensor& tensor, const char* call);
 
 // The gradsync op of a PyTorch reduction; throws naming the call and the op for the bitwise
 // ops and PREMUL_SUM.

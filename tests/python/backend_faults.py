@@ -38,8 +38,10 @@ def check_bad_input(expect):
            lambda: dist.all_reduce(torch.ones(4).to_sparse()))
     raises(expect, "an unsupported op", ["gradsync", "BAND"],
            lambda: dist.all_reduce(torch.ones(4, dtype=torch.int32), op=dist.ReduceOp.BAND))
-    raises(expect, "an unsupported dtype", ["gradsync", "Byte"],
-           lambda: dist.all_reduce(torch.ones(4, dtype=torch.uint8)))
+    # Complex all_reduce PyTorch turns into real pairs itself; _reduce_scatter_base it hands on.
+    raises(expect, "an unsupported dtype", ["gradsync", "ComplexFloat"],
+           lambda: dist._reduce_scatter_base(torch.empty(2, dtype=torch.complex64),
+                                             torch.ones(2 * world, dtype=torch.complex64)))
     raises(expect, "uneven all_to_all splits", ["gradsync", "uneven"],
            lambda: dist.all_to_all_single(torch.empty(world + 1), torch.ones(world + 1),
                                           output_split_sizes=[2] + [1] * (world - 1),
