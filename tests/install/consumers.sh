@@ -35,7 +35,8 @@ echo "pkg-config: $(pkg-config --modversion gradsync): $(pkg-config --cflags --l
 cc -o "$dir/pkgconfig_consumer" "$source/tests/install/consumer.c" \
   $(pkg-config --cflags --libs gradsync) -Wl,-rpath,"$libdir"
 
-"$build/gradsyncd" --socket "$dir/gradsyncd.sock" --metrics-listen "" --log-level warn &
+"$build/gradsyncd" --socket "$dir/gradsyncd.sock" --metrics-listen "" --listen 127.0.0.1:0 \
+  --log-level warn &
 daemon=$!
 for _ in $(seq 200); do [ -S "$dir/gradsyncd.sock" ] && break; sleep 0.05; done
 

@@ -47,7 +47,8 @@ cmake --build "$work/cmake" >/dev/null
 # shellcheck disable=SC2046
 cc -o "$work/pkgconfig_consumer" "$source/tests/install/consumer.c" \
   $(env -u PKG_CONFIG_PATH pkg-config --cflags --libs gradsync)
-/usr/bin/gradsyncd --socket "$work/gradsyncd.sock" --metrics-listen "" --log-level warn &
+/usr/bin/gradsyncd --socket "$work/gradsyncd.sock" --metrics-listen "" --listen 127.0.0.1:0 \
+  --log-level warn &
 daemon=$!
 for _ in $(seq 200); do [ -S "$work/gradsyncd.sock" ] && break; sleep 0.05; done
 for program in "$work/cmake/consumer" "$work/pkgconfig_consumer"; do
