@@ -115,7 +115,8 @@ Transfer word_broadcast(size_t bytes, int root, std::function<void(std::byte*)> 
   return transfer;
 }
 
-// Writes `bytes` into `tensor` through `write`, directly where it is dense.
+// Lets `write` fill `tensor` as dense memory: the tensor itself where it is dense, else a
+// dense copy written back.
 void write_dense(const at::Tensor& tensor, const std::function<void(std::byte*)>& write) {
   if (tensor.is_contiguous()) {
     write(static_cast<std::byte*>(tensor.data_ptr()));
