@@ -51,6 +51,20 @@ def batches(rank, batch_size, steps):
         yield x, (x.flatten(1) @ patterns.flatten(1).T).argmax(dim=1)
 
 
+def train(model, optimizer, batch_size, steps):
+    """Trains on this rank's shard; rank 0 prints the loss and the samples/s of all ranks."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    start = time.perf_counter()
+    for step, (x, y) in enumerate(batches(rank, batch_size, steps), start=1):
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        if rank == 0 and (step % 10 == 0 or step == 1):
+            rate = step * batch_size * world / (time.perf_counter() - start)
+            print(f"step {step:4d}  loss {loss.item():.4f}  {rate:8.0f} samples/s", flush=True)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=100)
@@ -61,7 +75,7 @@ def main():
 
     # gradsync: one word, and every collective of the process group runs in the node's daemon.
     dist.init_process_group("gradsync" if args.backend == "gradsync" else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
+    world = dist.get_world_size()
     torch.manual_seed(0)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
     model = DDP(Net(), broadcast_buffers=False)
@@ -69,15 +83,7 @@ def main():
         # gradsync: the bucket allreduce goes through the node's daemon.
         model.register_comm_hook(gradsync.torch.GradsyncState(), gradsync.torch.allreduce_hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    start = time.perf_counter()
-    for step, (x, y) in enumerate(batches(rank, args.batch_size, args.steps), start=1):
-        optimizer.zero_grad()
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        if rank == 0 and (step % 10 == 0 or step == 1):
-            rate = step * args.batch_size * world / (time.perf_counter() - start)
-            print(f"step {step:4d}  loss {loss.item():.4f}  {rate:8.0f} samples/s", flush=True)
+    train(model, optimizer, args.batch_size, args.steps)
     if args.backend == "hook":
         gradsync.shutdown()
     dist.destroy_process_group()

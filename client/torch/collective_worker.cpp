@@ -4,7 +4,6 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -71,10 +70,9 @@ void CollectiveWorker::start(Task task) {
   }
   InFlight flight;
   flight.deadline = std::chrono::steady_clock::now() + task.timeout;
-  const bool grouped = task.transfers.size() > 1;
-  bool grouping = false;
+  bool grouping = false;  // between group_start and group_end
   try {
-    if (grouped) {
+    if (task.transfers.size() > 1) {
       comm_.group_start();
       grouping = true;
     }
@@ -102,7 +100,7 @@ void CollectiveWorker::start(Task task) {
           break;
       }
     }
-    if (grouped) {
+    if (grouping) {
       grouping = false;
       comm_.group_end();
     }
