@@ -2,6 +2,7 @@
 
 #include "client/torch/tensor_types.h"
 
+#include <Python.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -101,6 +102,17 @@ Transfer word_gather(size_t block_bytes, int world, std::function<void(std::byte
   return transfer;
 }
 
+// An allgather of every rank's `input` into `targets` (rank r's into targets[r]; none where
+// `targets` is empty, as on a gather's other ranks).
+Transfer gather_into(const at::Tensor& input, std::vector<at::Tensor> targets, int world) {
+  const size_t block = padded_to_words(bytes_of(input));
+  return word_gather(
+      bytes_of(input), world, [input](std::byte* send) { copy_in(send, input); },
+      [targets = std::move(targets), block](const std::byte* recv) {
+        for (size_t r = 0; r < targets.size(); ++r) copy_out(recv + r * block, targets[r]);
+      });
+}
+
 // A broadcast of `bytes` bytes from `root`, as 4-byte words, in place.
 Transfer word_broadcast(size_t bytes, int root, std::function<void(std::byte*)> fill,
                         std::function<void(const std::byte*)> deliver) {
@@ -135,6 +147,17 @@ ProcessGroupGradsync::ProcessGroupGradsync(const gradsync_options& options,
     : c10d::ProcessGroup(options.rank, options.world_size),
       timeout_(timeout),
       worker_(std::make_unique<CollectiveWorker>(options, settings)) {}
+
+ProcessGroupGradsync::~ProcessGroupGradsync() {
+  // Python drops the last reference to a group with the GIL held, and the worker may need the
+  // GIL to finish: releasing the last reference to a tensor whose Python object outlived
+  // Python's own references takes it. Joining the worker with the GIL held would deadlock.
+  if (Py_IsInitialized() != 0 && PyGILState_Check() != 0) {
+    PyThreadState* const state = PyEval_SaveThread();
+    worker_.reset();
+    PyEval_RestoreThread(state);
+  }
+}
 
 std::chrono::milliseconds ProcessGroupGradsync::bound(std::chrono::milliseconds requested) const {
   return requested == c10d::kUnsetTimeout ? timeout_ : requested;
@@ -219,13 +242,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather(
               "gradsync: allgather needs one list of ", size_, " output tensors");
   const std::vector<at::Tensor> targets = outputs.front();
   for (const at::Tensor& target : targets) check_like(target, input, "allgather");
-  const size_t block = padded_to_words(bytes_of(input));
   std::vector<Transfer> transfers;
-  transfers.push_back(word_gather(
-      bytes_of(input), size_, [input](std::byte* send) { copy_in(send, input); },
-      [targets, block](const std::byte* recv) {
-        for (size_t r = 0; r < targets.size(); ++r) copy_out(recv + r * block, targets[r]);
-      }));
+  transfers.push_back(gather_into(input, targets, size_));
   return run("allgather", OpType::ALLGATHER, std::move(transfers), targets, bound(opts.timeout));
 }
 
@@ -269,12 +287,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather_coalesced(
       check_like(target, input, "allgather_coalesced");
       results.push_back(target);
     }
-    const size_t block = padded_to_words(bytes_of(input));
-    transfers.push_back(word_gather(
-        bytes_of(input), size_, [input](std::byte* send) { copy_in(send, input); },
-        [targets, block](const std::byte* recv) {
-          for (size_t r = 0; r < targets.size(); ++r) copy_out(recv + r * block, targets[r]);
-        }));
+    transfers.push_back(gather_into(input, targets, size_));
   }
   return run("allgather_coalesced", OpType::ALLGATHER_COALESCED, std::move(transfers),
              std::move(results), bound(opts.timeout));
@@ -297,13 +310,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::gather(
     TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs.front().empty()),
                 "gradsync: gather takes output tensors on the root only");
   }
-  const size_t block = padded_to_words(bytes_of(input));
   std::vector<Transfer> transfers;
-  transfers.push_back(word_gather(
-      bytes_of(input), size_, [input](std::byte* send) { copy_in(send, input); },
-      [targets, block](const std::byte* recv) {
-        for (size_t r = 0; r < targets.size(); ++r) copy_out(recv + r * block, targets[r]);
-      }));
+  transfers.push_back(gather_into(input, targets, size_));
   return run("gather", OpType::GATHER, std::move(transfers), targets, bound(opts.timeout));
 }
 

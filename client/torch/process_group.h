@@ -23,6 +23,10 @@ class ProcessGroupGradsync : public c10d::ProcessGroup {
   // Connects as `options.rank` of `options.job`; `timeout` bounds every collective.
   ProcessGroupGradsync(const gradsync_options& options, const gradsync_job_settings& settings,
                        std::chrono::milliseconds timeout);
+  // Runs what is queued to its end, without the GIL (see the definition).
+  ~ProcessGroupGradsync() override;
+  ProcessGroupGradsync(const ProcessGroupGradsync&) = delete;
+  ProcessGroupGradsync& operator=(const ProcessGroupGradsync&) = delete;
 
   const std::string getBackendName() const override { return "gradsync"; }
 
