@@ -1,7 +1,6 @@
 """Training through the "gradsync" default group with no hook (DDP's own allreduce, then
 ZeroRedundancyOptimizer's broadcasts), each run compared with the same run over a Gloo group of
 the same ranks. Float64, so that the comparison measures the communication."""
-import os
 import time
 
 import torch
