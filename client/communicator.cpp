@@ -340,15 +340,21 @@ gradsync_request Communicator::submit(const CollectiveArgs& args) {
   if (args.collective != ipc::Collective::kBarrier) {
     if (!ipc::parse_dtype(args.dtype)) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown dtype");
     if (!ipc::parse_op(args.op)) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown op");
-    const auto send_bytes = ipc::checked_bytes(args.count, args.dtype);
+    // An allgather receives a block from every rank, a reduce-scatter sends one to each.
+    const auto block_bytes = ipc::checked_bytes(args.count, args.dtype);
+    const auto world = static_cast<uint64_t>(options_.world_size);
+    uint64_t send_bytes = 0;
     uint64_t recv_bytes = 0;
-    const uint64_t slots = args.collective == ipc::Collective::kAllgather
-                               ? static_cast<uint64_t>(options_.world_size)
-                               : 1;
-    if (!send_bytes || __builtin_mul_overflow(*send_bytes, slots, &recv_bytes)) {
+    if (!block_bytes ||
+        __builtin_mul_overflow(*block_bytes,
+                               args.collective == ipc::Collective::kReduceScatter ? world : 1,
+                               &send_bytes) ||
+        __builtin_mul_overflow(*block_bytes,
+                               args.collective == ipc::Collective::kAllgather ? world : 1,
+                               &recv_bytes)) {
       throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "count overflows the byte size");
     }
-    const Registered& send = registered_range(args.send, *send_bytes, "send");
+    const Registered& send = registered_range(args.send, send_bytes, "send");
     const Registered& recv = registered_range(args.recv, recv_bytes, "receive");
     entry.send_buffer = send.id;
     entry.send_offset = static_cast<const uint8_t*>(args.send) - send.base;

@@ -266,6 +266,14 @@ gradsync_result gradsync_allgather(gradsync_comm* comm, const char* name, const 
       request);
 }
 
+gradsync_result gradsync_reduce_scatter(gradsync_comm* comm, const char* name, const void* send,
+                                        void* recv, size_t count, gradsync_dtype dtype,
+                                        gradsync_op op, gradsync_request* request) {
+  return collective(
+      comm, {gradsync::ipc::Collective::kReduceScatter, name, send, recv, count, dtype, op, 0},
+      request);
+}
+
 gradsync_result gradsync_barrier(gradsync_comm* comm, gradsync_request* request) {
   return collective(comm,
                     {gradsync::ipc::Collective::kBarrier, nullptr, nullptr, nullptr, 0,

@@ -346,7 +346,7 @@ std::optional<std::string> find_mismatch(const std::vector<Submission>& ranks) {
     if (s.count != lead.count) {
       return differ("the count", std::to_string(lead.count), std::to_string(s.count));
     }
-    if (lead.collective == ipc::Collective::kAllreduce && s.op != lead.op) {
+    if (ipc::reduces(lead.collective) && s.op != lead.op) {
       return differ("the op", ipc::op_name(lead.op), ipc::op_name(s.op));
     }
     if (lead.collective == ipc::Collective::kBroadcast && s.root != lead.root) {

@@ -26,7 +26,7 @@ struct ReadyCollective {
   TraceTimes times;
 
   const Submission& first() const { return ranks.front(); }
-  uint64_t bytes() const { return first().send_bytes(); }
+  uint64_t bytes() const { return first().block_bytes(); }
   // The ranks' buffers, kept alive by whoever holds these (UCX may touch them after a failed
   // collective gave up on its operations).
   void append_memory(std::vector<std::shared_ptr<const void>>& memory) const {

@@ -10,6 +10,8 @@ double bus_bytes(ipc::Collective collective, uint64_t bytes, int32_t ranks) {
       return b * 2 * (n - 1) / n;
     case ipc::Collective::kAllgather:
       return b * (n - 1);  // each rank's n * bytes received, (n - 1)/n of it from the others
+    case ipc::Collective::kReduceScatter:
+      return b * (n - 1);  // each rank's n * bytes sent, (n - 1)/n of it to the others
     case ipc::Collective::kBroadcast:
       return b;
     case ipc::Collective::kBarrier:

@@ -37,14 +37,18 @@ bool overlaps(const uint8_t* a, uint64_t a_bytes, const uint8_t* b, uint64_t b_b
 
 }  // namespace
 
-uint64_t Submission::send_bytes() const {
+uint64_t Submission::block_bytes() const {
   return count * ipc::dtype_bytes(dtype);
 }
 
+uint64_t Submission::send_bytes(int32_t ranks) const {
+  return block_bytes() *
+         (collective == ipc::Collective::kReduceScatter ? static_cast<uint64_t>(ranks) : 1);
+}
+
 uint64_t Submission::recv_bytes(int32_t ranks) const {
-  const uint64_t factor =
-      collective == ipc::Collective::kAllgather ? static_cast<uint64_t>(ranks) : 1;
-  return send_bytes() * factor;
+  return block_bytes() *
+         (collective == ipc::Collective::kAllgather ? static_cast<uint64_t>(ranks) : 1);
 }
 
 Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buffers, int32_t rank,
@@ -77,7 +81,7 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buf
   const auto dtype = ipc::parse_dtype(entry.dtype);
   if (!dtype) return invalid(fmt::format("unknown dtype {}", entry.dtype));
   s.dtype = *dtype;
-  if (s.collective == ipc::Collective::kAllreduce) {
+  if (ipc::reduces(s.collective)) {
     const auto op = ipc::parse_op(entry.op);
     if (!op) return invalid(fmt::format("unknown reduction op {}", entry.op));
     s.op = *op;
@@ -89,11 +93,14 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buf
     s.root = entry.root;
   }
   s.count = entry.count;
-  const auto send_bytes = ipc::checked_bytes(entry.count, s.dtype);
+  const auto block_bytes = ipc::checked_bytes(entry.count, s.dtype);
+  const auto per_rank = [&](ipc::Collective c) { return s.collective == c ? ranks : 1; };
+  uint64_t send_bytes = 0;
   uint64_t recv_bytes = 0;
-  if (!send_bytes ||
-      __builtin_mul_overflow(*send_bytes, s.collective == ipc::Collective::kAllgather ? ranks : 1,
-                             &recv_bytes)) {
+  if (!block_bytes ||
+      __builtin_mul_overflow(*block_bytes, per_rank(ipc::Collective::kReduceScatter),
+                             &send_bytes) ||
+      __builtin_mul_overflow(*block_bytes, per_rank(ipc::Collective::kAllgather), &recv_bytes)) {
     return invalid(fmt::format("count {} overflows the size of {} elements", entry.count,
                                ipc::dtype_name(s.dtype)));
   }
@@ -102,9 +109,9 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buf
   const RegisteredMemory& send = buffers(entry.send_buffer);
   const RegisteredMemory& recv =
       entry.recv_buffer == entry.send_buffer ? send : buffers(entry.recv_buffer);
-  if (!range_fits(send, entry.send_offset, *send_bytes, element)) {
+  if (!range_fits(send, entry.send_offset, send_bytes, element)) {
     return invalid(
-        check_range("send", send, entry.send_buffer, entry.send_offset, *send_bytes, element));
+        check_range("send", send, entry.send_buffer, entry.send_offset, send_bytes, element));
   }
   if (!range_fits(recv, entry.recv_offset, recv_bytes, element)) {
     return invalid(
@@ -122,12 +129,21 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buf
   s.recv = recv.data + entry.recv_offset;
   s.send_buffer = send.mapping;
   s.recv_buffer = recv.mapping;
-  const uint8_t* in_place = s.recv;
-  if (s.collective == ipc::Collective::kAllgather) in_place += rank * *send_bytes;
-  if (overlaps(s.send, *send_bytes, s.recv, recv_bytes) && s.send != in_place) {
-    return invalid(s.collective == ipc::Collective::kAllgather
-                       ? "send range overlaps the receive range other than at this rank's slot"
-                       : "send and receive ranges overlap without being the same (in place)");
+  // In place: the same range, or the send range at this rank's slot of the receive range
+  // (allgather), or the receive range at this rank's block of the send range (reduce-scatter).
+  const uint64_t rank_offset = static_cast<uint64_t>(rank) * *block_bytes;
+  bool in_place = s.send == s.recv;
+  if (s.collective == ipc::Collective::kAllgather) in_place = s.send == s.recv + rank_offset;
+  if (s.collective == ipc::Collective::kReduceScatter) in_place = s.recv == s.send + rank_offset;
+  if (overlaps(s.send, send_bytes, s.recv, recv_bytes) && !in_place) {
+    switch (s.collective) {
+      case ipc::Collective::kAllgather:
+        return invalid("send range overlaps the receive range other than at this rank's slot");
+      case ipc::Collective::kReduceScatter:
+        return invalid("receive range overlaps the send range other than at this rank's block");
+      default:
+        return invalid("send and receive ranges overlap without being the same (in place)");
+    }
   }
   return s;
 }

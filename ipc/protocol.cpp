@@ -12,6 +12,8 @@ const char* collective_name(Collective c) {
       return "allgather";
     case Collective::kBarrier:
       return "barrier";
+    case Collective::kReduceScatter:
+      return "reduce_scatter";
   }
   return "?";
 }

@@ -29,15 +29,26 @@ inline constexpr int32_t kMaxLocalRanks = 256;
 inline constexpr size_t kMaxTensorNameBytes = 159;
 inline constexpr size_t kMaxErrorMessageBytes = 223;
 
-enum class Collective : uint8_t { kAllreduce = 0, kBroadcast = 1, kAllgather = 2, kBarrier = 3 };
+enum class Collective : uint8_t {
+  kAllreduce = 0,
+  kBroadcast = 1,
+  kAllgather = 2,
+  kBarrier = 3,
+  kReduceScatter = 4,
+};
+inline constexpr Collective kLastCollective = Collective::kReduceScatter;
 
 const char* collective_name(Collective c);
+// Whether it reduces (takes an op).
+constexpr bool reduces(Collective c) {
+  return c == Collective::kAllreduce || c == Collective::kReduceScatter;
+}
 const char* dtype_name(gradsync_dtype d);
 const char* op_name(gradsync_op op);
 
 // The checks below are inline: client and engine run them for every submission.
 constexpr std::optional<Collective> parse_collective(uint32_t raw) {
-  if (raw > static_cast<uint32_t>(Collective::kBarrier)) return std::nullopt;
+  if (raw > static_cast<uint32_t>(kLastCollective)) return std::nullopt;
   return static_cast<Collective>(raw);
 }
 

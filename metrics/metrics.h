@@ -9,7 +9,7 @@
 
 namespace gradsync::metrics {
 
-enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather, kBarrier, kCount };
+enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather, kBarrier, kReduceScatter, kCount };
 
 struct BuildInfo {
   std::string version;

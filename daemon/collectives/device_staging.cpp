@@ -59,15 +59,18 @@ NodeAwait<WrittenWait> DeviceStage::ranks_written() const {
 
 DeviceStage::DeviceStage(const std::vector<const ReadyCollective*>& collectives,
                          DeviceStreams& streams, int32_t world_size)
-    : streams_(streams) {
+    : streams_(streams), world_size_(world_size) {
   members_.reserve(collectives.size());
   uint64_t total = 0;
   for (const ReadyCollective* collective : collectives) {
     const Submission& lead = collective->first();
-    const uint64_t block = lead.send_bytes();
-    const uint64_t bytes = lead.collective == ipc::Collective::kAllgather
-                               ? block * static_cast<uint64_t>(world_size)
-                               : block;
+    const uint64_t block = lead.block_bytes();
+    const auto world = static_cast<uint64_t>(world_size);
+    uint64_t bytes = block;
+    if (lead.collective == ipc::Collective::kAllgather) bytes = block * world;
+    if (lead.collective == ipc::Collective::kReduceScatter) {
+      bytes = block * (world + 1) * collective->ranks.size();  // send ranges, then results
+    }
     members_.push_back({collective, total, bytes, devices_of(*collective), {}});
     total += bytes;
   }
@@ -87,11 +90,18 @@ DeviceStage::DeviceStage(const std::vector<const ReadyCollective*>& collectives,
       staged.send_buffer = keep;
       staged.recv_buffer = keep;
       staged.recv = at;
-      // An allgather's ranks each own a slot of the buffer; the others' collectives share it
-      // whole (a broadcast's root's data, an allreduce's node-wide sum).
+      // An allgather's ranks each own a slot of the buffer, a reduce-scatter's a send range
+      // and a result block; the others' collectives share it whole (a broadcast's root's data,
+      // an allreduce's node-wide sum).
       staged.send = lead.collective == ipc::Collective::kAllgather
-                        ? at + static_cast<uint64_t>(rank_of(s)) * lead.send_bytes()
+                        ? at + static_cast<uint64_t>(rank_of(s)) * lead.block_bytes()
                         : at;
+      if (lead.collective == ipc::Collective::kReduceScatter) {
+        const uint64_t index = member.host.ranks.size() - 1;
+        const uint64_t sends = lead.send_bytes(world_size) * collective.ranks.size();
+        staged.send = at + index * lead.send_bytes(world_size);
+        staged.recv = at + sends + index * lead.block_bytes();
+      }
       // An allreduce's ranks were reduced on the devices: one contributes for all.
       if (lead.collective == ipc::Collective::kAllreduce) break;
     }
@@ -194,8 +204,15 @@ void DeviceStage::stage_in(const Member& member, uint64_t begin, uint64_t end) {
       return;
     case ipc::Collective::kAllgather:
       for (const Submission& s : collective.ranks) {
-        const uint64_t block = s.send_bytes();
+        const uint64_t block = s.block_bytes();
         streams_.copy(s.device, at + static_cast<uint64_t>(rank_of(s)) * block, s.send, block);
+      }
+      return;
+    case ipc::Collective::kReduceScatter:
+      for (size_t r = 0; r < collective.ranks.size(); ++r) {
+        const Submission& s = collective.ranks[r];
+        const uint64_t range = s.send_bytes(world_size_);
+        streams_.copy(s.device, at + r * range, s.send, range);
       }
       return;
     case ipc::Collective::kBarrier:
@@ -212,6 +229,14 @@ void DeviceStage::stage_out(const Member& member, uint64_t begin, uint64_t end) 
     const uint64_t element = ipc::dtype_bytes(lead.dtype);
     skip = begin * element;
     bytes = (end - begin) * element;
+  }
+  if (lead.collective == ipc::Collective::kReduceScatter) {
+    for (size_t r = 0; r < collective.ranks.size(); ++r) {
+      const Submission& s = collective.ranks[r];
+      streams_.copy(s.device, s.recv, member.host.ranks[r].recv, s.block_bytes());
+    }
+    signal_ranks(collective, member.devices, streams_);
+    return;
   }
   for (const Submission& s : collective.ranks) {
     // A broadcast's root in place has its data already.

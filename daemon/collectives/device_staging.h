@@ -72,7 +72,8 @@ class WrittenWait final : public NodeWait {
 class DeviceStage {
  public:
   // `collectives`: on device memory, of a job of `world_size` ranks, their ranks' global ranks
-  // in their sessions: one allreduce, broadcast or allgather, or several allreduces of one
+  // in their sessions: one allreduce, broadcast, allgather or reduce-scatter (each rank's whole
+  // send range staged, and a block for its result), or several allreduces of one
   // dtype (a fused batch), packed one after the other in the host buffer. Takes the host buffer
   // from the streams' pool; throws DeviceError if there is none.
   DeviceStage(const std::vector<const ReadyCollective*>& collectives, DeviceStreams& streams,
@@ -124,6 +125,7 @@ class DeviceStage {
   void stage_out(const Member& member, uint64_t begin, uint64_t end);
 
   DeviceStreams& streams_;
+  int32_t world_size_;
   std::shared_ptr<uint8_t> buffer_;
   std::vector<Member> members_;
   std::optional<DeviceStreams::Fence> last_fence_;

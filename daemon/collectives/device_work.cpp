@@ -18,7 +18,7 @@ void allreduce(const ReadyCollective& collective, DeviceStreams& streams) {
 void broadcast(const ReadyCollective& collective, DeviceStreams& streams) {
   const auto& ranks = collective.ranks;
   const Submission& root = ranks[static_cast<size_t>(collective.first().root)];
-  const uint64_t bytes = root.send_bytes();
+  const uint64_t bytes = root.block_bytes();
   for (const Submission& rank : ranks) {
     if (rank.recv != root.send) streams.copy(rank.device, rank.recv, root.send, bytes);
   }
@@ -26,12 +26,33 @@ void broadcast(const ReadyCollective& collective, DeviceStreams& streams) {
 
 void allgather(const ReadyCollective& collective, DeviceStreams& streams) {
   const auto& ranks = collective.ranks;
-  const uint64_t bytes = collective.first().send_bytes();
+  const uint64_t bytes = collective.first().block_bytes();
   for (size_t slot = 0; slot < ranks.size(); ++slot) {
     for (const Submission& rank : ranks) {
       uint8_t* target = rank.recv + slot * bytes;
       if (target != ranks[slot].send) streams.copy(rank.device, target, ranks[slot].send, bytes);
     }
+  }
+}
+
+// Block j is reduced on rank j's device, which reads the other ranks' blocks through their
+// mappings and writes only its own rank's result.
+void reduce_scatter(const ReadyCollective& collective, DeviceStreams& streams) {
+  const auto& ranks = collective.ranks;
+  const Submission& lead = collective.first();
+  if (ranks.size() > DeviceStreams::max_operands()) {
+    throw DeviceError(
+        fmt::format("tensor '{}': a device reduce-scatter of {} local ranks; the "
+                    "kernels take at most {}",
+                    lead.name, ranks.size(), DeviceStreams::max_operands()));
+  }
+  const uint64_t bytes = lead.block_bytes();
+  std::vector<const void*> inputs(ranks.size());
+  for (size_t block = 0; block < ranks.size(); ++block) {
+    for (size_t r = 0; r < ranks.size(); ++r) inputs[r] = ranks[r].send + block * bytes;
+    void* output = ranks[block].recv;
+    streams.reduce(ranks[block].device, lead.dtype, lead.op, inputs.data(), inputs.size(), &output,
+                   1, lead.count);
   }
 }
 
@@ -132,6 +153,9 @@ void enqueue_device_work(const ReadyUnit& unit, DeviceStreams& streams) {
         break;
       case ipc::Collective::kAllgather:
         allgather(collective, streams);
+        break;
+      case ipc::Collective::kReduceScatter:
+        reduce_scatter(collective, streams);
         break;
       case ipc::Collective::kBarrier:
         break;

@@ -10,7 +10,7 @@ namespace gradsync::daemon {
 LocalWork local_allreduce(const ReadyCollective& collective) {
   const Submission& lead = collective.first();
   const size_t element = ipc::dtype_bytes(lead.dtype);
-  const bool streaming = lead.send_bytes() >= kernels::kStreamingMinBytes;
+  const bool streaming = lead.block_bytes() >= kernels::kStreamingMinBytes;
   return LocalWork{
       lead.count, element, [&collective, streaming](uint64_t begin, uint64_t end) {
         const auto& ranks = collective.ranks;
@@ -35,6 +35,8 @@ LocalWork local_work_for(const ReadyCollective& collective) {
       return local_broadcast(collective);
     case ipc::Collective::kAllgather:
       return local_allgather(collective);
+    case ipc::Collective::kReduceScatter:
+      return local_reduce_scatter(collective);
     case ipc::Collective::kBarrier:
       break;
   }

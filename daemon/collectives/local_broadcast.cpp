@@ -8,7 +8,7 @@ namespace gradsync::daemon {
 LocalWork local_broadcast(const ReadyCollective& collective) {
   const Submission& lead = collective.first();
   const size_t element = ipc::dtype_bytes(lead.dtype);
-  const bool streaming = lead.send_bytes() >= kernels::kStreamingMinBytes;
+  const bool streaming = lead.block_bytes() >= kernels::kStreamingMinBytes;
   return LocalWork{lead.count, element, [&collective, streaming](uint64_t begin, uint64_t end) {
                      const auto& ranks = collective.ranks;
                      const size_t element = ipc::dtype_bytes(ranks.front().dtype);

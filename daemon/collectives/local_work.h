@@ -23,6 +23,8 @@ LocalWork local_allreduce(const ReadyCollective& collective);
 LocalWork local_broadcast(const ReadyCollective& collective);
 // Copy every rank's send range into slot r of every rank's receive range.
 LocalWork local_allgather(const ReadyCollective& collective);
+// Reduce block j of every rank's send range into rank j's receive range.
+LocalWork local_reduce_scatter(const ReadyCollective& collective);
 
 LocalWork local_work_for(const ReadyCollective& collective);
 

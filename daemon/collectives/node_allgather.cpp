@@ -60,7 +60,7 @@ bool own_blocks_miss_sends(const ReadyCollective& collective, uint8_t* landing, 
 }  // namespace
 
 void pack_allgather_blocks(const ReadyCollective& collective, std::vector<uint8_t>& contribution) {
-  const uint64_t block = collective.first().send_bytes();
+  const uint64_t block = collective.first().block_bytes();
   contribution.resize(block * collective.ranks.size());
   uint8_t* out = contribution.data();
   for (const Submission* s : by_global_rank(collective)) {
@@ -73,7 +73,7 @@ NodeResult gather_contributions(const ReadyCollective& collective, const RankMap
                                 int32_t world_size,
                                 std::span<const std::span<const uint8_t>> contributions) {
   const Submission& lead = collective.first();
-  const uint64_t block = lead.send_bytes();
+  const uint64_t block = lead.block_bytes();
   // Where each node's blocks start in its contribution: ranks in ascending order, node by node.
   std::vector<uint64_t> filled(contributions.size(), 0);
   std::vector<std::pair<uint32_t, uint64_t>> sources(static_cast<size_t>(world_size));
@@ -105,7 +105,7 @@ NodeResult gather_contributions(const ReadyCollective& collective, const RankMap
 NodeTask node_allgather(CollectiveContext& step, const ReadyCollective& collective) {
   NodeLinks& links = step.links;
   const Submission& lead = collective.first();
-  const uint64_t block = lead.send_bytes();
+  const uint64_t block = lead.block_bytes();
   const auto world = static_cast<uint32_t>(step.world_size);
   std::vector<const Submission*> local(world, nullptr);  // by global rank
   for (const auto& s : collective.ranks)

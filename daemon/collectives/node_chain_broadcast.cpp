@@ -25,7 +25,7 @@ NodeTask node_chain_broadcast(CollectiveContext& step, const ReadyCollective& co
     co_return fmt::format("node {} was told the broadcast's root rank {} is on node {}", me,
                           collective.first().root, root_node);
   }
-  const uint64_t bytes = collective.first().send_bytes();
+  const uint64_t bytes = collective.first().block_bytes();
   // Every node cuts the same pieces: they depend on the size only.
   const uint32_t pieces = chain_broadcast_pieces(bytes);
   auto begin = [&](uint32_t j) { return bytes * j / pieces; };

@@ -46,7 +46,7 @@ struct CollectiveContext {
 };
 
 // The algorithms use scratch slots 0 and 1 (the ring's codec 3 and 4, top-k 5 to 8); a fused
-// allreduce's buffer is this one.
+// allreduce's buffer is this one. (A reduce-scatter's arrivals are slot 0, its sums slot 1.)
 inline constexpr size_t kFusionScratchSlot = 2;
 
 NodeTask node_ring_allreduce(CollectiveContext& step, const AllreduceOperand& operand);
@@ -88,6 +88,18 @@ void pack_allgather_blocks(const ReadyCollective& collective, std::vector<uint8_
 NodeResult gather_contributions(const ReadyCollective& collective, const RankMap& rank_nodes,
                                 int32_t world_size,
                                 std::span<const std::span<const uint8_t>> contributions);
+
+// Reduce-scatter (node_reduce_scatter.cpp): every node's ranks, as `rank_nodes` places them,
+// get the reduction of their blocks. `rank_nodes` must be complete.
+NodeTask node_reduce_scatter(CollectiveContext& step, const ReadyCollective& collective,
+                             const RankMap& rank_nodes);
+// A small reduce-scatter that piggybacks on the negotiation: this node's contribution is its
+// ranks' whole send ranges reduced over the node; every node's contribution, in node order,
+// then gives each local rank its block. Returns an error for a contribution of the wrong size.
+void pack_reduce_scatter_sums(const ReadyCollective& collective, int32_t world_size,
+                              std::vector<uint8_t>& contribution);
+NodeResult reduce_scatter_contributions(const ReadyCollective& collective, int32_t world_size,
+                                        std::span<const std::span<const uint8_t>> contributions);
 
 // Shared by the algorithms.
 namespace node_detail {

@@ -16,7 +16,7 @@ namespace gradsync::daemon {
 NodeResult broadcast_contributions(const ReadyCollective& collective, const RankMap& rank_nodes,
                                    std::span<const std::span<const uint8_t>> contributions) {
   const Submission& lead = collective.first();
-  const uint64_t bytes = lead.send_bytes();
+  const uint64_t bytes = lead.block_bytes();
   const std::optional<uint32_t> root_node = rank_nodes.node_of(lead.root);
   if (!root_node || *root_node >= contributions.size()) {
     return fmt::format("broadcast '{}': its root, rank {}, is on no node that sent data", lead.name,
@@ -43,7 +43,7 @@ NodeResult broadcast_contributions(const ReadyCollective& collective, const Rank
 NodeTask node_direct_broadcast(CollectiveContext& step, const ReadyCollective& collective,
                                std::optional<uint32_t> root_node) {
   NodeLinks& links = step.links;
-  const uint64_t bytes = collective.first().send_bytes();
+  const uint64_t bytes = collective.first().block_bytes();
   const Submission* root = node_detail::root_of(collective);
   Flight flight(links, &step.scratch, node_detail::rank_memory(collective),
                 root != nullptr ? "broadcasting to other nodes" : "receiving a broadcast");

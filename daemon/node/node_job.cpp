@@ -185,6 +185,13 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
     proposal.piggybacks = true;
     if (negotiator_) proposal.eager = negotiator_->eager_storage();
     pack_allgather_blocks(only, proposal.eager);
+  } else if (may_piggyback && lead.collective == ipc::Collective::kReduceScatter &&
+             lead.send_bytes(layout().world_size) <= eager_max) {
+    // And a reduce-scatter whose whole send range is: this node's sums of every block, from
+    // which every node takes its ranks' blocks.
+    proposal.piggybacks = true;
+    if (negotiator_) proposal.eager = negotiator_->eager_storage();
+    pack_reduce_scatter_sums(only, layout().world_size, proposal.eager);
   } else if (may_piggyback && lead.collective == ipc::Collective::kBroadcast &&
              only.bytes() <= eager_max) {
     // And a small broadcast: the root's data from its node, an empty contribution from every

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define GRADSYNC_API_VERSION 4
+#define GRADSYNC_API_VERSION 5
 
 #if defined(__GNUC__)
 #define GRADSYNC_EXPORT __attribute__((visibility("default")))
@@ -167,6 +167,12 @@ GRADSYNC_EXPORT gradsync_result gradsync_broadcast(gradsync_comm* comm, const ch
 GRADSYNC_EXPORT gradsync_result gradsync_allgather(gradsync_comm* comm, const char* name,
                                                    const void* send, void* recv, size_t count,
                                                    gradsync_dtype dtype, gradsync_request* request);
+/* send holds count * world_size elements, block r for rank r; recv receives this rank's block
+ * reduced over every rank (API version 5). In place: recv == send + rank * count elements. */
+GRADSYNC_EXPORT gradsync_result gradsync_reduce_scatter(gradsync_comm* comm, const char* name,
+                                                        const void* send, void* recv, size_t count,
+                                                        gradsync_dtype dtype, gradsync_op op,
+                                                        gradsync_request* request);
 GRADSYNC_EXPORT gradsync_result gradsync_barrier(gradsync_comm* comm, gradsync_request* request);
 
 /* Grouped submission: collectives submitted between group_start and group_end are negotiated

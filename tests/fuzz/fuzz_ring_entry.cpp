@@ -43,7 +43,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!s.valid() || s.collective == ipc::Collective::kBarrier) return 0;
   if (!s.send_buffer || !s.recv_buffer) fuzz::violated("a valid submission without its buffers");
   // The lookup above hands out host buffers only: the mappings are HostBuffers.
-  if (!inside(s.send, s.send_bytes(),
+  if (!inside(s.send, s.send_bytes(ranks),
               *static_cast<const daemon::HostBuffer*>(s.send_buffer.get()))) {
     fuzz::violated("the send range leaves its buffer");
   }

@@ -1,9 +1,9 @@
 // Device collectives through real gradsyncd: K rank processes on one GPU register device
 // memory (gradsync_register_device: the IPC handle, the allocation's base, the device's UUID),
-// and every op x dtype of allreduce, in place and out of place, broadcast and allgather come
-// back equal to the reference, on one node and across loopback nodes (staged through host
-// memory). The contract tested: a rank's writes are complete (its stream synchronised) before
-// it submits, and the result is there when the request completes.
+// and every op x dtype of allreduce, in place and out of place, broadcast, allgather and
+// reduce-scatter come back equal to the reference, on one node and across loopback nodes (staged
+// through host memory). The contract tested: a rank's writes are complete (its stream synchronised)
+// before it submits, and the result is there when the request completes.
 #include "tests/gpu/gpu_testing.h"
 #include "tests/gpu/spin_kernel.h"
 #include "tests/integration/loopback_cluster.h"
@@ -120,6 +120,25 @@ int run_rank() {
     expect(reference::count_wrong(reference::Kind::kAllgather, host.data(), kCount, dtype,
                                   GRADSYNC_SUM, ranks, 0) == 0,
            "allgather" + suffix);
+    // Reduce-scatter from the receive area (a block per rank), out of place into the send
+    // area, and in place into this rank's own block.
+    for (const gradsync_op op : {GRADSYNC_SUM, GRADSYNC_AVG, GRADSYNC_MAX}) {
+      for (const bool in_place : {false, true}) {
+        reference::fill_input(host.data(), kCount * ranks, dtype, rank, op);
+        GRADSYNC_CUDA_CHECK(cudaMemcpy(recv, host.data(), bytes * ranks, cudaMemcpyHostToDevice));
+        GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
+        uint8_t* out = in_place ? recv + bytes * rank : send;
+        const std::string name =
+            "reduce_scatter" + suffix + "." + std::to_string(op) + (in_place ? ".in_place" : "");
+        RANK_CHECK(
+            gradsync_reduce_scatter(comm, name.c_str(), recv, out, kCount, dtype, op, &request));
+        RANK_CHECK(gradsync_wait(comm, request));
+        GRADSYNC_CUDA_CHECK(cudaMemcpy(host.data(), out, bytes, cudaMemcpyDeviceToHost));
+        expect(
+            reference::count_wrong_reduce_scatter(host.data(), kCount, dtype, op, ranks, rank) == 0,
+            name);
+      }
+    }
   }
   // Many small tensors in flight at once: across nodes they fuse, each reduced on the device
   // into its place in one staged buffer.

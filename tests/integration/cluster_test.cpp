@@ -341,6 +341,25 @@ TEST(Cluster, SmallAllgathersRideWithTheNegotiation) {
   EXPECT_EQ(completed("direct"), 2 * kSteps + 2);
 }
 
+// Reduce-scatter across nodes, with ranks per node that differ (node 0 reduces two ranks'
+// inputs before anything leaves): a small one piggybacks on the negotiation once its name is
+// cached, the large ones go direct between the nodes. Every result is checked; node 0 counts
+// each by how it ran.
+TEST(Cluster, ReduceScattersAreRightWithUnevenRanksPerNode) {
+  LoopbackCluster cluster(3, "", true);
+  constexpr int kSteps = 4;
+  auto ranks =
+      cluster.spawn("reduce_scatters", {2, 1, 1}, {"reduce_scatters", std::to_string(kSteps)});
+  expect_all_succeed(ranks, cluster);
+  const std::string text = scrape(cluster.metrics_port());
+  auto completed = [&](const char* algorithm) {
+    return sample(text, std::string("gradsync_collectives_completed_total{algorithm=\"") +
+                            algorithm + "\",op=\"reduce_scatter\"}");
+  };
+  EXPECT_EQ(completed("negotiation"), kSteps - 1) << text;
+  EXPECT_EQ(completed("direct"), 2 * kSteps + 1) << text;
+}
+
 // Small broadcasts from every root: the root's data with its node's part of the cycle, after
 // a first step through node 0; the large ones over the network.
 TEST(Cluster, SmallBroadcastsRideWithTheNegotiation) {

@@ -120,6 +120,23 @@ int scenario_collectives(Communicator& comm) {
         EXPECT_OR_FAIL(wrong == 0, "allgather dtype %d count %zu in_place %d: %zu wrong", dtype,
                        count, in_place, wrong);
       }
+      for (gradsync_op op : kOps) {
+        for (bool in_place : {false, true}) {
+          ++seed;
+          auto* send = a.as<uint8_t>();
+          reference::fill_input(send, count * static_cast<size_t>(g_ranks), dtype, g_rank, op,
+                                seed);
+          uint8_t* recv =
+              in_place ? send + static_cast<size_t>(g_rank) * count * element : b.as<uint8_t>();
+          const std::string name = "rs." + std::to_string(seed);
+          comm.wait(comm.reduce_scatter(name.c_str(), send, recv, count, dtype, op));
+          const size_t wrong =
+              reference::count_wrong_reduce_scatter(recv, count, dtype, op, g_ranks, g_rank, seed);
+          EXPECT_OR_FAIL(wrong == 0,
+                         "reduce-scatter dtype %d op %d count %zu in_place %d: %zu wrong", dtype,
+                         op, count, in_place, wrong);
+        }
+      }
     }
   }
   for (int i = 0; i < 10; ++i) comm.barrier();
@@ -444,6 +461,44 @@ int scenario_allgathers(Communicator& comm, int steps) {
   return 0;
 }
 
+// `steps` steps of the same reduce-scatters: a small one (which, once its name is cached,
+// piggybacks on the negotiation) and large ones (over the network, in pipelined pieces, with a
+// count no piece size divides), out of place and in place, sum and average, each checked
+// against the reference.
+int scenario_reduce_scatters(Communicator& comm, int steps) {
+  struct Scattered {
+    const char* name;
+    gradsync_dtype dtype;
+    gradsync_op op;
+    size_t count;  // per rank
+    bool in_place;
+  };
+  const Scattered scattered[] = {
+      {"rs.small", GRADSYNC_FLOAT32, GRADSYNC_SUM, 5, false},
+      {"rs.large", GRADSYNC_FLOAT32, GRADSYNC_AVG, 1500007, false},
+      {"rs.large.in_place", GRADSYNC_INT32, GRADSYNC_SUM, 1500007, true}};
+  const size_t most = 1500007 * sizeof(float) * static_cast<size_t>(g_ranks);
+  SharedBuffer send_buffer = comm.allocate(most);
+  SharedBuffer recv_buffer = comm.allocate(most);
+  uint64_t seed = 0;
+  for (int step = 0; step < steps; ++step) {
+    for (const Scattered& r : scattered) {
+      ++seed;
+      const size_t block = r.count * gradsync_dtype_size(r.dtype);
+      auto* send = send_buffer.as<uint8_t>();
+      uint8_t* recv =
+          r.in_place ? send + static_cast<size_t>(g_rank) * block : recv_buffer.as<uint8_t>();
+      reference::fill_input(send, r.count * static_cast<size_t>(g_ranks), r.dtype, g_rank, r.op,
+                            seed);
+      comm.wait(comm.reduce_scatter(r.name, send, recv, r.count, r.dtype, r.op));
+      const size_t wrong = reference::count_wrong_reduce_scatter(recv, r.count, r.dtype, r.op,
+                                                                 g_ranks, g_rank, seed);
+      EXPECT_OR_FAIL(wrong == 0, "step %d reduce-scatter %s: %zu wrong", step, r.name, wrong);
+    }
+  }
+  return 0;
+}
+
 // Allreduces big enough that the inter-node algorithms cut them into pipelined pieces
 // (cost_model.h: kPipelinePieceBytes per node's share), with a count no node count divides:
 // out of place and in place, sum and average, each checked against the reference.
@@ -696,6 +751,9 @@ int main(int argc, char** argv) {
     }
     if (scenario == "large") return scenario_large(comm, std::stoul(args.at(1)));
     if (scenario == "allgathers") return scenario_allgathers(comm, std::stoi(args.at(1)));
+    if (scenario == "reduce_scatters") {
+      return scenario_reduce_scatters(comm, std::stoi(args.at(1)));
+    }
     if (scenario == "broadcasts") return scenario_broadcasts(comm, std::stoul(args.at(1)));
     if (scenario == "small_broadcasts") {
       return scenario_small_broadcasts(comm, std::stoi(args.at(1)));

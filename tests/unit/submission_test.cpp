@@ -52,7 +52,7 @@ TEST_F(SubmissionTest, AcceptsAValidEntry) {
   EXPECT_EQ(s.name, "grad");
   EXPECT_EQ(s.send, buffer_->data);
   EXPECT_EQ(s.recv, buffer_->data + 2048);
-  EXPECT_EQ(s.send_bytes(), 2048u);
+  EXPECT_EQ(s.block_bytes(), 2048u);
 }
 
 TEST_F(SubmissionTest, DeviceMemoryIsResolvedToItsDevice) {
@@ -194,6 +194,40 @@ TEST_F(SubmissionTest, AllgatherReceiveMustHoldEveryRank) {
   entry_.collective = static_cast<uint8_t>(ipc::Collective::kAllgather);
   entry_.count = 512;  // 2 KiB per rank: 4 KiB received from offset 2048 does not fit
   expect_invalid("outside buffer");
+}
+
+TEST_F(SubmissionTest, ReduceScatterInPlaceIsThisRanksBlock) {
+  entry_.collective = static_cast<uint8_t>(ipc::Collective::kReduceScatter);
+  entry_.count = 256;  // 2 KiB sent (a block of 1 KiB per rank), 1 KiB received
+  entry_.send_offset = 0;
+  entry_.recv_offset = 1024;
+  const Submission s = resolve(/*local_rank=*/1);
+  ASSERT_TRUE(s.valid()) << s.error;
+  EXPECT_EQ(s.send_bytes(2), 2048u);
+  EXPECT_EQ(s.recv_bytes(2), 1024u);
+  expect_invalid("overlaps the send range", /*local_rank=*/0);
+  entry_.recv_offset = 512;  // inside the send range, at no block's start
+  expect_invalid("overlaps the send range", /*local_rank=*/1);
+}
+
+TEST_F(SubmissionTest, ReduceScatterSendMustHoldEveryRanksBlock) {
+  entry_.collective = static_cast<uint8_t>(ipc::Collective::kReduceScatter);
+  entry_.count = 512;  // 4 KiB sent from offset 2048 does not fit
+  entry_.send_offset = 2048;
+  entry_.recv_offset = 0;
+  expect_invalid("send range");
+}
+
+TEST_F(SubmissionTest, ReduceScatterTakesAnOp) {
+  entry_.collective = static_cast<uint8_t>(ipc::Collective::kReduceScatter);
+  entry_.count = 256;
+  entry_.recv_offset = 2048;
+  entry_.op = GRADSYNC_MAX;
+  const Submission s = resolve();
+  ASSERT_TRUE(s.valid()) << s.error;
+  EXPECT_EQ(s.op, GRADSYNC_MAX);
+  entry_.op = 9;
+  expect_invalid("op");
 }
 
 TEST_F(SubmissionTest, BarrierNeedsNoBuffers) {

@@ -30,6 +30,7 @@ double bus_factor(ipc::Collective kind, int ranks) {
     case ipc::Collective::kBroadcast:
       return 1;
     case ipc::Collective::kAllgather:
+    case ipc::Collective::kReduceScatter:
       return (n - 1) / n;
     case ipc::Collective::kBarrier:
       break;  // the option parser offers no barrier sweep
@@ -74,7 +75,10 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
   const int ranks = who.world_size;
   const size_t element = gradsync_dtype_size(o.dtype);
   const bool gather = o.collective == ipc::Collective::kAllgather;
-  const uint64_t max_recv = std::max<uint64_t>(o.max_bytes, element * (gather ? ranks : 1));
+  const bool scatter = o.collective == ipc::Collective::kReduceScatter;
+  // A block per rank: the size is the whole of the gathered result or the scattered input.
+  const uint64_t blocks = gather || scatter ? static_cast<uint64_t>(ranks) : 1;
+  const uint64_t max_recv = std::max<uint64_t>(o.max_bytes, element * blocks);
   const std::unique_ptr<SweepBuffers> buffers =
       o.device ? make_device_buffers(comm, max_recv, who.local_rank, o.stream)
                : make_host_buffers(comm, max_recv);
@@ -97,11 +101,13 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
   std::vector<Row> rows;
   uint64_t wrong_total = 0;
   for (const uint64_t requested : sizes(o)) {
-    // Size is the receive size, as in nccl-tests: for allgather, ranks * count elements.
-    const uint64_t count = requested / element / (gather ? ranks : 1);
-    const uint64_t bytes = count * element * (gather ? ranks : 1);
-    reference::fill_input(buffers->staged_input(), count, o.dtype, rank, o.op, bytes);
-    buffers->upload(count * element);
+    // Size as in nccl-tests: an allgather's result, a reduce-scatter's input, ranks * count
+    // elements.
+    const uint64_t count = requested / element / blocks;
+    const uint64_t bytes = count * element * blocks;
+    const uint64_t inputs = scatter ? count * blocks : count;
+    reference::fill_input(buffers->staged_input(), inputs, o.dtype, rank, o.op, bytes);
+    buffers->upload(inputs * element);
     const std::string name = "bench." + std::to_string(bytes);
     auto once = [&] {
       switch (o.collective) {
@@ -114,6 +120,9 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
         case ipc::Collective::kAllgather:
           comm.wait(comm.allgather(name.c_str(), send, recv, count, o.dtype));
           break;
+        case ipc::Collective::kReduceScatter:
+          comm.wait(comm.reduce_scatter(name.c_str(), send, recv, count, o.dtype, o.op));
+          break;
         case ipc::Collective::kBarrier:
           comm.barrier();
           break;
@@ -123,7 +132,10 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
     const std::vector<double> times =
         slowest_rank_times_us(comm, scratch, o.iterations, o.warmup, once);
     uint64_t wrong = 0;
-    if (o.check) {
+    if (o.check && scatter) {
+      wrong = reference::count_wrong_reduce_scatter(buffers->download(recv, count * element), count,
+                                                    o.dtype, o.op, ranks, rank, bytes);
+    } else if (o.check) {
       const auto kind =
           gather ? reference::Kind::kAllgather
                  : (o.collective == ipc::Collective::kBroadcast ? reference::Kind::kBroadcast

@@ -141,4 +141,15 @@ size_t count_wrong(Kind kind, const void* result, size_t count, gradsync_dtype d
   return wrong;
 }
 
+size_t count_wrong_reduce_scatter(const void* result, size_t count, gradsync_dtype dtype,
+                                  gradsync_op op, int ranks, int rank, uint64_t seed) {
+  size_t wrong = 0;
+  const size_t first = static_cast<size_t>(rank) * count;
+  for (size_t i = 0; i < count; ++i) {
+    wrong += !matches(load(result, i, dtype), expected_allreduce(ranks, first + i, dtype, op, seed),
+                      dtype);
+  }
+  return wrong;
+}
+
 }  // namespace gradsync::reference

@@ -31,5 +31,9 @@ bool matches(double got, double expected, gradsync_dtype dtype);
 // Number of wrong elements in a result of the given collective.
 size_t count_wrong(Kind kind, const void* result, size_t count, gradsync_dtype dtype,
                    gradsync_op op, int ranks, int root, uint64_t seed = 0);
+// The same for rank `rank`'s result of a reduce-scatter whose inputs were fill_input's over
+// `count * ranks` elements: block `rank` of the allreduce of them.
+size_t count_wrong_reduce_scatter(const void* result, size_t count, gradsync_dtype dtype,
+                                  gradsync_op op, int ranks, int rank, uint64_t seed = 0);
 
 }  // namespace gradsync::reference
