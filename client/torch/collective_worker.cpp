@@ -95,6 +95,10 @@ void CollectiveWorker::start(Task task) {
           flight.requests.push_back(
               comm_.allgather(nullptr, send, recv, transfer.count, transfer.dtype));
           break;
+        case TransferKind::kReduceScatter:
+          flight.requests.push_back(comm_.reduce_scatter(nullptr, send, recv, transfer.count,
+                                                         transfer.dtype, transfer.op));
+          break;
         case TransferKind::kBarrier:
           flight.requests.push_back(comm_.barrier_async());
           break;

@@ -58,33 +58,49 @@ void copy_out(const std::byte* staging, const at::Tensor& tensor) {
   copy_out(staging, tensor, tensor.scalar_type());
 }
 
-// An allreduce of `blocks` laid end to end in staging, as `type`; `deliver` takes the reduced
-// elements.
-Transfer reduction(const std::vector<at::Tensor>& blocks, ReducedType type, gradsync_op op,
-                   std::function<void(const std::byte*)> deliver) {
-  Transfer transfer;
-  transfer.kind = TransferKind::kAllreduce;
-  for (const at::Tensor& block : blocks) transfer.count += static_cast<size_t>(block.numel());
-  transfer.send_bytes = transfer.count * type.bytes();
-  transfer.dtype = type.dtype;
-  transfer.op = op;
-  transfer.fill = [blocks, type](std::byte* send) {
+// Copies `blocks` end to end into staging, as `type`.
+std::function<void(std::byte*)> fill_with(std::vector<at::Tensor> blocks, ReducedType type) {
+  return [blocks = std::move(blocks), type](std::byte* send) {
     for (const at::Tensor& block : blocks) {
       copy_in(send, block, type.scalar);
       send += static_cast<size_t>(block.numel()) * type.bytes();
     }
   };
-  transfer.deliver = std::move(deliver);
-  return transfer;
 }
 
 // An allreduce of `tensor` whose result lands back in it (where `keep`).
 Transfer reduction_in_place(const at::Tensor& tensor, gradsync_op op, const char* call,
                             bool keep = true) {
   const ReducedType type = reduced_type(tensor, call);
-  return reduction({tensor}, type, op, [tensor, type, keep](const std::byte* recv) {
+  Transfer transfer;
+  transfer.kind = TransferKind::kAllreduce;
+  transfer.count = static_cast<size_t>(tensor.numel());
+  transfer.send_bytes = transfer.count * type.bytes();
+  transfer.dtype = type.dtype;
+  transfer.op = op;
+  transfer.fill = fill_with({tensor}, type);
+  transfer.deliver = [tensor, type, keep](const std::byte* recv) {
     if (keep) copy_out(recv, tensor, type.scalar);
-  });
+  };
+  return transfer;
+}
+
+// A reduce-scatter of `blocks` (one per rank, of one size) laid end to end in staging, as
+// `type`; `output` takes this rank's reduced block.
+Transfer scatter_reduction(const std::vector<at::Tensor>& blocks, size_t block_elements,
+                           ReducedType type, gradsync_op op, const at::Tensor& output) {
+  Transfer transfer;
+  transfer.kind = TransferKind::kReduceScatter;
+  transfer.count = block_elements;
+  transfer.recv_bytes = block_elements * type.bytes();
+  for (const at::Tensor& block : blocks) {
+    transfer.send_bytes += static_cast<size_t>(block.numel()) * type.bytes();
+  }
+  transfer.dtype = type.dtype;
+  transfer.op = op;
+  transfer.fill = fill_with(blocks, type);
+  transfer.deliver = [output, type](const std::byte* recv) { copy_out(recv, output, type.scalar); };
+  return transfer;
 }
 
 // An allgather of `block_bytes` bytes from each rank, as 4-byte words (any dtype): rank r's
@@ -348,19 +364,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::scatter(
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce_scatter(
     std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
     const c10d::ReduceScatterOptions& opts) {
-  // An allreduce of the blocks laid end to end, of which each rank keeps its own.
   const at::Tensor& output = only_tensor(outputs, "reduce_scatter");
   TORCH_CHECK(inputs.size() == 1 && inputs.front().size() == static_cast<size_t>(size_),
               "gradsync: reduce_scatter needs one list of ", size_, " input tensors");
   const std::vector<at::Tensor> sources = inputs.front();
   for (const at::Tensor& source : sources) check_like(source, output, "reduce_scatter");
-  const ReducedType type = reduced_type(output, "reduce_scatter");
-  const size_t own =
-      static_cast<size_t>(output.numel()) * type.bytes() * static_cast<size_t>(rank_);
   std::vector<Transfer> transfers;
-  transfers.push_back(reduction(
-      sources, type, reduction_op(opts.reduceOp, "reduce_scatter"),
-      [output, own, type](const std::byte* recv) { copy_out(recv + own, output, type.scalar); }));
+  transfers.push_back(scatter_reduction(sources, static_cast<size_t>(output.numel()),
+                                        reduced_type(output, "reduce_scatter"),
+                                        reduction_op(opts.reduceOp, "reduce_scatter"), output));
   return run("reduce_scatter", OpType::REDUCE_SCATTER, std::move(transfers), outputs,
              bound(opts.timeout));
 }
@@ -373,13 +385,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(
       output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * size_,
       "gradsync: _reduce_scatter_base needs an input of the output's dtype and ", size_,
       " times its size");
-  const ReducedType type = reduced_type(input, "_reduce_scatter_base");
-  const size_t own =
-      static_cast<size_t>(output.numel()) * type.bytes() * static_cast<size_t>(rank_);
   std::vector<Transfer> transfers;
-  transfers.push_back(reduction(
-      {input}, type, reduction_op(opts.reduceOp, "_reduce_scatter_base"),
-      [output, own, type](const std::byte* recv) { copy_out(recv + own, output, type.scalar); }));
+  transfers.push_back(scatter_reduction(
+      {input}, static_cast<size_t>(output.numel()), reduced_type(input, "_reduce_scatter_base"),
+      reduction_op(opts.reduceOp, "_reduce_scatter_base"), output));
   return run("_reduce_scatter_base", OpType::_REDUCE_SCATTER_BASE, std::move(transfers), {output},
              bound(opts.timeout));
 }

@@ -60,6 +60,23 @@ def main():
     gathered = gradsync.allgather(torch.full((5,), rank, dtype=torch.int64), name="gather")
     expect(gathered.tolist() == [[r] * 5 for r in range(size)], "allgather")
 
+    # Reduce-scatter: block b of every rank's tensor, reduced, lands on rank b; torch and numpy,
+    # into a new tensor and into a given one.
+    blocks = torch.stack([torch.arange(7, dtype=torch.float32) * (b + 1) + rank
+                          for b in range(size)])
+    mine = gradsync.reduce_scatter(blocks, name="scatter", op="sum")
+    expected = torch.arange(7, dtype=torch.float32) * (rank + 1) * size + sum(range(size))
+    expect(mine.shape == (7,) and bool((mine == expected).all()), "reduce_scatter")
+    out = np.zeros((2, 3), dtype=np.int64)
+    gradsync.reduce_scatter(np.full((size, 2, 3), rank + 1, dtype=np.int64),
+                            name="scatter.numpy", op="max", out=out)
+    expect(bool((out == size).all()), "reduce_scatter on numpy into out")
+    try:
+        gradsync.reduce_scatter(torch.zeros(size + 1, 2), name="scatter.bad")
+        expect(False, "reduce_scatter of the wrong first dimension raises")
+    except gradsync.InvalidArgumentError as e:
+        expect("one block per rank" in str(e), f"reduce_scatter's error names the rule: {e}")
+
     # A group runs as one unit.
     tensors = [torch.full((10,), float(rank + i)) for i in range(4)]
     with comm.group():

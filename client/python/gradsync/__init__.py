@@ -15,7 +15,7 @@ __all__ = ["Communicator", "DaemonGoneError", "GradsyncError", "Handle", "Invali
            "MismatchError", "PeerFailedError", "SharedBuffer", "UnsupportedError", "init",
            "shutdown",
            "communicator", "rank", "size", "local_rank", "local_size", "allreduce", "broadcast",
-           "allgather", "barrier", "empty"]
+           "allgather", "reduce_scatter", "barrier", "empty"]
 
 _default = None
 
@@ -67,6 +67,10 @@ def broadcast(tensor, root=0, name=None, async_op=False):
 
 def allgather(tensor, name=None, async_op=False):
     return communicator().allgather(tensor, name=name, async_op=async_op)
+
+
+def reduce_scatter(tensor, name=None, op="sum", out=None, async_op=False):
+    return communicator().reduce_scatter(tensor, name=name, op=op, out=out, async_op=async_op)
 
 
 def barrier():

@@ -291,15 +291,17 @@ class Communicator:
     def _last_error(self):
         return library().gradsync_last_error(self._handle).decode(errors="replace")
 
-    def _submit(self, function, name, send_array, out_array, out_bytes, *args):
+    def _submit(self, function, name, send_array, out_array, out_bytes, *args, send_blocks=1):
         """Runs one collective from send_array into out_array, staging whichever is not in
-        registered memory."""
+        registered memory. The collective's count is send_array's elements over send_blocks (a
+        reduce-scatter sends a block to each rank)."""
         if _is_cuda(send_array) or _is_cuda(out_array):
-            return self._submit_device(function, name, send_array, out_array, *args)
+            return self._submit_device(function, name, send_array, out_array, *args,
+                                       send_blocks=send_blocks)
         dtype = _dtype_of(send_array)
         send_address, send_bytes = _address_and_bytes(send_array)
         out_address, _ = _address_and_bytes(out_array)
-        count = send_bytes // _ELEMENT_BYTES[dtype]
+        count = send_bytes // _ELEMENT_BYTES[dtype] // send_blocks
         in_place = send_address == out_address
         staging = None
         copy_back = None
@@ -326,7 +328,7 @@ class Communicator:
         return Handle(self, request.value, out_array, staging, copy_back)
 
     # -- CUDA tensors ---------------------------------------------------------------------------
-    def _submit_device(self, function, name, send, out, *args):
+    def _submit_device(self, function, name, send, out, *args, send_blocks=1):
         """A collective on CUDA tensors: their memory registered with the daemon (which opens it
         through CUDA IPC), ordered on the current stream of their device. The handle's wait()
         returns once the daemon's work is done, the stream waiting for it."""
@@ -338,7 +340,7 @@ class Communicator:
         dtype = _dtype_of(send)
         send_address, send_bytes = _address_and_bytes(send)
         out_address, out_bytes = _address_and_bytes(out)
-        count = send_bytes // _ELEMENT_BYTES[dtype]
+        count = send_bytes // _ELEMENT_BYTES[dtype] // send_blocks
         encoded = name.encode() if name is not None else None
         with torch.cuda.device(send.device):
             stream = torch.cuda.current_stream(send.device).cuda_stream
@@ -400,6 +402,30 @@ class Communicator:
         out = self._new_like(tensor, (self.size,) + tuple(tensor.shape))
         _, nbytes = _address_and_bytes(out)
         handle = self._submit(library().gradsync_allgather, name, tensor, out, nbytes)
+        return handle if async_op else handle.wait()
+
+    def reduce_scatter(self, tensor, name=None, op="sum", out=None, async_op=False):
+        """Reduces `tensor` across the job's ranks and keeps this rank's block: `tensor` holds
+        one block per rank along its first dimension (of size()), and the result is block
+        rank(), shaped as tensor[0], in `out` (default: a new array)."""
+        if op not in OPS:
+            raise InvalidArgumentError(ERR_INVALID_ARGUMENT, f"unknown op {op!r}")
+        shape = tuple(tensor.shape)
+        if not shape or shape[0] != self.size:
+            raise InvalidArgumentError(
+                ERR_INVALID_ARGUMENT,
+                f"reduce_scatter takes one block per rank along the first dimension: "
+                f"{self.size} ranks, a tensor of shape {shape}")
+        out = self._new_like(tensor, shape[1:]) if out is None else out
+        _, nbytes = _address_and_bytes(out)
+        _, send_bytes = _address_and_bytes(tensor)
+        if nbytes * self.size != send_bytes:
+            raise InvalidArgumentError(
+                ERR_INVALID_ARGUMENT,
+                f"reduce_scatter's out holds {nbytes} bytes, where one block is "
+                f"{send_bytes // self.size}")
+        handle = self._submit(library().gradsync_reduce_scatter, name, tensor, out, nbytes,
+                              OPS[op], send_blocks=self.size)
         return handle if async_op else handle.wait()
 
     def barrier(self):
