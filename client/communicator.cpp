@@ -340,17 +340,17 @@ gradsync_request Communicator::submit(const CollectiveArgs& args) {
   if (args.collective != ipc::Collective::kBarrier) {
     if (!ipc::parse_dtype(args.dtype)) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown dtype");
     if (!ipc::parse_op(args.op)) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown op");
-    // An allgather receives a block from every rank, a reduce-scatter sends one to each.
+    // An allgather receives a block from every rank, a reduce-scatter sends one to each, an
+    // all-to-all both.
     const auto block_bytes = ipc::checked_bytes(args.count, args.dtype);
     const auto world = static_cast<uint64_t>(options_.world_size);
     uint64_t send_bytes = 0;
     uint64_t recv_bytes = 0;
     if (!block_bytes ||
+        __builtin_mul_overflow(
+            *block_bytes, ipc::sends_a_block_per_rank(args.collective) ? world : 1, &send_bytes) ||
         __builtin_mul_overflow(*block_bytes,
-                               args.collective == ipc::Collective::kReduceScatter ? world : 1,
-                               &send_bytes) ||
-        __builtin_mul_overflow(*block_bytes,
-                               args.collective == ipc::Collective::kAllgather ? world : 1,
+                               ipc::receives_a_block_per_rank(args.collective) ? world : 1,
                                &recv_bytes)) {
       throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "count overflows the byte size");
     }

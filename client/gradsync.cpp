@@ -274,6 +274,14 @@ gradsync_result gradsync_reduce_scatter(gradsync_comm* comm, const char* name, c
       request);
 }
 
+gradsync_result gradsync_alltoall(gradsync_comm* comm, const char* name, const void* send,
+                                  void* recv, size_t count, gradsync_dtype dtype,
+                                  gradsync_request* request) {
+  return collective(
+      comm, {gradsync::ipc::Collective::kAllToAll, name, send, recv, count, dtype, GRADSYNC_SUM, 0},
+      request);
+}
+
 gradsync_result gradsync_barrier(gradsync_comm* comm, gradsync_request* request) {
   return collective(comm,
                     {gradsync::ipc::Collective::kBarrier, nullptr, nullptr, nullptr, 0,

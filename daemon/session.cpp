@@ -7,8 +7,8 @@ namespace gradsync::daemon {
 
 static_assert(static_cast<int>(ipc::Collective::kBarrier) ==
               static_cast<int>(metrics::CollectiveKind::kBarrier));
-static_assert(static_cast<int>(ipc::Collective::kReduceScatter) ==
-              static_cast<int>(metrics::CollectiveKind::kReduceScatter));
+static_assert(static_cast<int>(ipc::Collective::kAllToAll) ==
+              static_cast<int>(metrics::CollectiveKind::kAllToAll));
 
 Session::Session(uint64_t id, ClientIdentity identity, ipc::Mapping segment, uint32_t ring_entries,
                  ipc::UniqueFd doorbell, metrics::Metrics& metrics)

@@ -11,6 +11,7 @@ double bus_bytes(ipc::Collective collective, uint64_t bytes, int32_t ranks) {
     case ipc::Collective::kAllgather:
       return b * (n - 1);  // each rank's n * bytes received, (n - 1)/n of it from the others
     case ipc::Collective::kReduceScatter:
+    case ipc::Collective::kAllToAll:
       return b * (n - 1);  // each rank's n * bytes sent, (n - 1)/n of it to the others
     case ipc::Collective::kBroadcast:
       return b;

@@ -43,12 +43,12 @@ uint64_t Submission::block_bytes() const {
 
 uint64_t Submission::send_bytes(int32_t ranks) const {
   return block_bytes() *
-         (collective == ipc::Collective::kReduceScatter ? static_cast<uint64_t>(ranks) : 1);
+         (ipc::sends_a_block_per_rank(collective) ? static_cast<uint64_t>(ranks) : 1);
 }
 
 uint64_t Submission::recv_bytes(int32_t ranks) const {
   return block_bytes() *
-         (collective == ipc::Collective::kAllgather ? static_cast<uint64_t>(ranks) : 1);
+         (ipc::receives_a_block_per_rank(collective) ? static_cast<uint64_t>(ranks) : 1);
 }
 
 Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buffers, int32_t rank,
@@ -94,13 +94,13 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buf
   }
   s.count = entry.count;
   const auto block_bytes = ipc::checked_bytes(entry.count, s.dtype);
-  const auto per_rank = [&](ipc::Collective c) { return s.collective == c ? ranks : 1; };
   uint64_t send_bytes = 0;
   uint64_t recv_bytes = 0;
   if (!block_bytes ||
-      __builtin_mul_overflow(*block_bytes, per_rank(ipc::Collective::kReduceScatter),
+      __builtin_mul_overflow(*block_bytes, ipc::sends_a_block_per_rank(s.collective) ? ranks : 1,
                              &send_bytes) ||
-      __builtin_mul_overflow(*block_bytes, per_rank(ipc::Collective::kAllgather), &recv_bytes)) {
+      __builtin_mul_overflow(*block_bytes, ipc::receives_a_block_per_rank(s.collective) ? ranks : 1,
+                             &recv_bytes)) {
     return invalid(fmt::format("count {} overflows the size of {} elements", entry.count,
                                ipc::dtype_name(s.dtype)));
   }
@@ -135,8 +135,11 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buf
   bool in_place = s.send == s.recv;
   if (s.collective == ipc::Collective::kAllgather) in_place = s.send == s.recv + rank_offset;
   if (s.collective == ipc::Collective::kReduceScatter) in_place = s.recv == s.send + rank_offset;
+  if (s.collective == ipc::Collective::kAllToAll) in_place = false;
   if (overlaps(s.send, send_bytes, s.recv, recv_bytes) && !in_place) {
     switch (s.collective) {
+      case ipc::Collective::kAllToAll:
+        return invalid("send and receive ranges overlap: an all-to-all is never in place");
       case ipc::Collective::kAllgather:
         return invalid("send range overlaps the receive range other than at this rank's slot");
       case ipc::Collective::kReduceScatter:

@@ -69,7 +69,7 @@ struct Submission {
   // an allgather's slot and a reduce-scatter's block.
   uint64_t block_bytes() const;
   // The ranges: an allgather receives a block from each of `ranks` ranks, a reduce-scatter
-  // sends one to each.
+  // sends one to each, an all-to-all both.
   uint64_t send_bytes(int32_t ranks) const;
   uint64_t recv_bytes(int32_t ranks) const;
 };
@@ -128,7 +128,8 @@ class BufferMemo {
 // Validates every field of `entry` and resolves its buffers. Never throws on bad input.
 // `rank` and `ranks` number the job's ranks as roots and allgather slots do (local ranks in a
 // single-node job, global ranks across nodes). In place means send == recv, or for allgather
-// send == recv + rank * count, or for reduce-scatter recv == send + rank * count. `name_storage`: a
+// send == recv + rank * count, or for reduce-scatter recv == send + rank * count; an
+// all-to-all is never in place. `name_storage`: a
 // string whose capacity the name may reuse.
 Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buffers, int32_t rank,
                               int32_t ranks, std::string name_storage = {});

@@ -14,6 +14,8 @@ const char* collective_name(Collective c) {
       return "barrier";
     case Collective::kReduceScatter:
       return "reduce_scatter";
+    case Collective::kAllToAll:
+      return "alltoall";
   }
   return "?";
 }

@@ -35,13 +35,22 @@ enum class Collective : uint8_t {
   kAllgather = 2,
   kBarrier = 3,
   kReduceScatter = 4,
+  kAllToAll = 5,
 };
-inline constexpr Collective kLastCollective = Collective::kReduceScatter;
+inline constexpr Collective kLastCollective = Collective::kAllToAll;
 
 const char* collective_name(Collective c);
 // Whether it reduces (takes an op).
 constexpr bool reduces(Collective c) {
   return c == Collective::kAllreduce || c == Collective::kReduceScatter;
+}
+// Whether its send range holds a block for each rank (of `count` elements), and its receive
+// range a block from each.
+constexpr bool sends_a_block_per_rank(Collective c) {
+  return c == Collective::kReduceScatter || c == Collective::kAllToAll;
+}
+constexpr bool receives_a_block_per_rank(Collective c) {
+  return c == Collective::kAllgather || c == Collective::kAllToAll;
 }
 const char* dtype_name(gradsync_dtype d);
 const char* op_name(gradsync_op op);

@@ -15,7 +15,7 @@ namespace gradsync::metrics {
 
 namespace {
 constexpr std::array<const char*, static_cast<size_t>(CollectiveKind::kCount)> kKindNames = {
-    "allreduce", "broadcast", "allgather", "barrier", "reduce_scatter"};
+    "allreduce", "broadcast", "allgather", "barrier", "reduce_scatter", "alltoall"};
 // How a collective ran: on one node, or across nodes by one of the rest.
 constexpr std::array<const char*, 7> kAlgorithms = {"local",  "ring", "rhd",  "negotiation",
                                                     "direct", "topk", "chain"};

@@ -9,7 +9,15 @@
 
 namespace gradsync::metrics {
 
-enum class CollectiveKind { kAllreduce, kBroadcast, kAllgather, kBarrier, kReduceScatter, kCount };
+enum class CollectiveKind {
+  kAllreduce,
+  kBroadcast,
+  kAllgather,
+  kBarrier,
+  kReduceScatter,
+  kAllToAll,
+  kCount
+};
 
 struct BuildInfo {
   std::string version;

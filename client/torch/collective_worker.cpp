@@ -99,6 +99,10 @@ void CollectiveWorker::start(Task task) {
           flight.requests.push_back(comm_.reduce_scatter(nullptr, send, recv, transfer.count,
                                                          transfer.dtype, transfer.op));
           break;
+        case TransferKind::kAllToAll:
+          flight.requests.push_back(
+              comm_.alltoall(nullptr, send, recv, transfer.count, transfer.dtype));
+          break;
         case TransferKind::kBarrier:
           flight.requests.push_back(comm_.barrier_async());
           break;

@@ -25,7 +25,7 @@
 
 namespace gradsync::torch_backend {
 
-enum class TransferKind { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kBarrier };
+enum class TransferKind { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kAllToAll, kBarrier };
 
 // One gradsync collective of a task, on staging memory: the receive region first, then the
 // send region (none when in place).
@@ -33,7 +33,7 @@ struct Transfer {
   TransferKind kind = TransferKind::kBarrier;
   size_t send_bytes = 0;
   size_t recv_bytes = 0;  // 0: in place, the result lands in the send region
-  size_t count = 0;       // elements of `dtype` each rank sends (a reduce-scatter: to each rank)
+  size_t count = 0;  // elements of `dtype` each rank sends (reduce-scatter, all-to-all: to each)
   gradsync_dtype dtype = GRADSYNC_INT32;
   gradsync_op op = GRADSYNC_SUM;
   int32_t root = 0;

@@ -129,6 +129,21 @@ Transfer gather_into(const at::Tensor& input, std::vector<at::Tensor> targets, i
       });
 }
 
+// An all-to-all of blocks of `block_bytes` bytes, as 4-byte words (any dtype): the block for
+// (and from) rank r at r * padded_to_words(block_bytes) of the send (and receive) region.
+Transfer word_exchange(size_t block_bytes, int world, std::function<void(std::byte*)> fill,
+                       std::function<void(const std::byte*)> deliver) {
+  Transfer transfer;
+  transfer.kind = TransferKind::kAllToAll;
+  transfer.count = padded_to_words(block_bytes) / kWordBytes;
+  transfer.send_bytes = padded_to_words(block_bytes) * static_cast<size_t>(world);
+  transfer.recv_bytes = transfer.send_bytes;
+  transfer.dtype = kWordDtype;
+  transfer.fill = std::move(fill);
+  transfer.deliver = std::move(deliver);
+  return transfer;
+}
+
 // A broadcast of `bytes` bytes from `root`, as 4-byte words, in place.
 Transfer word_broadcast(size_t bytes, int root, std::function<void(std::byte*)> fill,
                         std::function<void(const std::byte*)> deliver) {
@@ -396,7 +411,6 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
-  // Every rank's whole input gathered; each keeps the blocks addressed to it.
   check_like(output, input, "alltoall_base");
   for (const auto* splits : {&output_split_sizes, &input_split_sizes}) {
     TORCH_CHECK(splits->empty() || std::adjacent_find(splits->begin(), splits->end(),
@@ -406,19 +420,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
   }
   TORCH_CHECK(input.dim() > 0 && input.size(0) % size_ == 0, "gradsync: alltoall_base needs a ",
               "first dimension divisible by the group's size ", size_);
-  const size_t bytes = bytes_of(input);
-  const size_t block = bytes / static_cast<size_t>(size_);
-  const size_t stride = padded_to_words(bytes);
-  const size_t own = block * static_cast<size_t>(rank_);
+  const size_t block = bytes_of(input) / static_cast<size_t>(size_);
+  const size_t stride = padded_to_words(block);
   const int world = size_;
   std::vector<Transfer> transfers;
-  transfers.push_back(word_gather(
-      bytes, size_, [input](std::byte* send) { copy_in(send, input); },
-      [output, block, stride, own, world](const std::byte* recv) {
+  transfers.push_back(word_exchange(
+      block, world,
+      [input, block, stride, world](std::byte* send) {
+        const at::Tensor dense = input.contiguous();
+        const auto* bytes = static_cast<const std::byte*>(dense.data_ptr());
+        for (int r = 0; r < world; ++r) std::memcpy(send + r * stride, bytes + r * block, block);
+      },
+      [output, block, stride, world](const std::byte* recv) {
         write_dense(output, [&](std::byte* dense) {
-          for (int s = 0; s < world; ++s) {
-            std::memcpy(dense + s * block, recv + s * stride + own, block);
-          }
+          for (int s = 0; s < world; ++s) std::memcpy(dense + s * block, recv + s * stride, block);
         });
       }));
   return run("alltoall_base", OpType::ALLTOALL_BASE, std::move(transfers), {output},
@@ -438,19 +453,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall(std::vector<at::Te
                 "are)");
     check_host(tensor, "alltoall");
   }
-  const size_t block = bytes_of(inputs.front());
-  const size_t stride = padded_to_words(block * static_cast<size_t>(size_));
-  const size_t own = block * static_cast<size_t>(rank_);
+  const size_t stride = padded_to_words(bytes_of(inputs.front()));
   const std::vector<at::Tensor> sources = inputs;
   const std::vector<at::Tensor> targets = outputs;
   std::vector<Transfer> transfers;
-  transfers.push_back(word_gather(
-      block * static_cast<size_t>(size_), size_,
-      [sources, block](std::byte* send) {
-        for (size_t r = 0; r < sources.size(); ++r) copy_in(send + r * block, sources[r]);
+  transfers.push_back(word_exchange(
+      bytes_of(inputs.front()), size_,
+      [sources, stride](std::byte* send) {
+        for (size_t r = 0; r < sources.size(); ++r) copy_in(send + r * stride, sources[r]);
       },
-      [targets, stride, own](const std::byte* recv) {
-        for (size_t s = 0; s < targets.size(); ++s) copy_out(recv + s * stride + own, targets[s]);
+      [targets, stride](const std::byte* recv) {
+        for (size_t s = 0; s < targets.size(); ++s) copy_out(recv + s * stride, targets[s]);
       }));
   return run("alltoall", OpType::ALLTOALL, std::move(transfers), outputs, bound(opts.timeout));
 }

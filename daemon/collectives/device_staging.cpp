@@ -68,8 +68,9 @@ DeviceStage::DeviceStage(const std::vector<const ReadyCollective*>& collectives,
     const auto world = static_cast<uint64_t>(world_size);
     uint64_t bytes = block;
     if (lead.collective == ipc::Collective::kAllgather) bytes = block * world;
-    if (lead.collective == ipc::Collective::kReduceScatter) {
-      bytes = block * (world + 1) * collective->ranks.size();  // send ranges, then results
+    if (ipc::sends_a_block_per_rank(lead.collective)) {  // every rank's ranges, sends first
+      bytes =
+          (lead.send_bytes(world_size) + lead.recv_bytes(world_size)) * collective->ranks.size();
     }
     members_.push_back({collective, total, bytes, devices_of(*collective), {}});
     total += bytes;
@@ -90,17 +91,17 @@ DeviceStage::DeviceStage(const std::vector<const ReadyCollective*>& collectives,
       staged.send_buffer = keep;
       staged.recv_buffer = keep;
       staged.recv = at;
-      // An allgather's ranks each own a slot of the buffer, a reduce-scatter's a send range
-      // and a result block; the others' collectives share it whole (a broadcast's root's data,
-      // an allreduce's node-wide sum).
+      // An allgather's ranks each own a slot of the buffer, a reduce-scatter's and an
+      // all-to-all's their own ranges; the others' collectives share it whole (a broadcast's
+      // root's data, an allreduce's node-wide sum).
       staged.send = lead.collective == ipc::Collective::kAllgather
                         ? at + static_cast<uint64_t>(rank_of(s)) * lead.block_bytes()
                         : at;
-      if (lead.collective == ipc::Collective::kReduceScatter) {
+      if (ipc::sends_a_block_per_rank(lead.collective)) {
         const uint64_t index = member.host.ranks.size() - 1;
         const uint64_t sends = lead.send_bytes(world_size) * collective.ranks.size();
         staged.send = at + index * lead.send_bytes(world_size);
-        staged.recv = at + sends + index * lead.block_bytes();
+        staged.recv = at + sends + index * lead.recv_bytes(world_size);
       }
       // An allreduce's ranks were reduced on the devices: one contributes for all.
       if (lead.collective == ipc::Collective::kAllreduce) break;
@@ -209,6 +210,7 @@ void DeviceStage::stage_in(const Member& member, uint64_t begin, uint64_t end) {
       }
       return;
     case ipc::Collective::kReduceScatter:
+    case ipc::Collective::kAllToAll:
       for (size_t r = 0; r < collective.ranks.size(); ++r) {
         const Submission& s = collective.ranks[r];
         const uint64_t range = s.send_bytes(world_size_);
@@ -230,10 +232,10 @@ void DeviceStage::stage_out(const Member& member, uint64_t begin, uint64_t end) 
     skip = begin * element;
     bytes = (end - begin) * element;
   }
-  if (lead.collective == ipc::Collective::kReduceScatter) {
+  if (ipc::sends_a_block_per_rank(lead.collective)) {
     for (size_t r = 0; r < collective.ranks.size(); ++r) {
       const Submission& s = collective.ranks[r];
-      streams_.copy(s.device, s.recv, member.host.ranks[r].recv, s.block_bytes());
+      streams_.copy(s.device, s.recv, member.host.ranks[r].recv, s.recv_bytes(world_size_));
     }
     signal_ranks(collective, member.devices, streams_);
     return;

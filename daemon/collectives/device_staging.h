@@ -72,8 +72,8 @@ class WrittenWait final : public NodeWait {
 class DeviceStage {
  public:
   // `collectives`: on device memory, of a job of `world_size` ranks, their ranks' global ranks
-  // in their sessions: one allreduce, broadcast, allgather or reduce-scatter (each rank's whole
-  // send range staged, and a block for its result), or several allreduces of one
+  // in their sessions: one allreduce, broadcast, allgather, reduce-scatter or all-to-all (the
+  // last two with each rank's whole send and receive ranges staged), or several allreduces of one
   // dtype (a fused batch), packed one after the other in the host buffer. Takes the host buffer
   // from the streams' pool; throws DeviceError if there is none.
   DeviceStage(const std::vector<const ReadyCollective*>& collectives, DeviceStreams& streams,

@@ -56,6 +56,18 @@ void reduce_scatter(const ReadyCollective& collective, DeviceStreams& streams) {
   }
 }
 
+// Each block is copied on its receiving rank's device, reading the sender's through its mapping.
+void alltoall(const ReadyCollective& collective, DeviceStreams& streams) {
+  const auto& ranks = collective.ranks;
+  const uint64_t bytes = collective.first().block_bytes();
+  for (size_t target = 0; target < ranks.size(); ++target) {
+    for (size_t source = 0; source < ranks.size(); ++source) {
+      streams.copy(ranks[target].device, ranks[target].recv + source * bytes,
+                   ranks[source].send + target * bytes, bytes);
+    }
+  }
+}
+
 }  // namespace
 
 void reduce_on_devices(const ReadyCollective& collective, gradsync_op op, size_t outputs_of,
@@ -156,6 +168,9 @@ void enqueue_device_work(const ReadyUnit& unit, DeviceStreams& streams) {
         break;
       case ipc::Collective::kReduceScatter:
         reduce_scatter(collective, streams);
+        break;
+      case ipc::Collective::kAllToAll:
+        alltoall(collective, streams);
         break;
       case ipc::Collective::kBarrier:
         break;

@@ -37,6 +37,8 @@ LocalWork local_work_for(const ReadyCollective& collective) {
       return local_allgather(collective);
     case ipc::Collective::kReduceScatter:
       return local_reduce_scatter(collective);
+    case ipc::Collective::kAllToAll:
+      return local_alltoall(collective);
     case ipc::Collective::kBarrier:
       break;
   }

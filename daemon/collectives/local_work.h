@@ -25,6 +25,8 @@ LocalWork local_broadcast(const ReadyCollective& collective);
 LocalWork local_allgather(const ReadyCollective& collective);
 // Reduce block j of every rank's send range into rank j's receive range.
 LocalWork local_reduce_scatter(const ReadyCollective& collective);
+// Copy block j of rank i's send range to block i of rank j's receive range.
+LocalWork local_alltoall(const ReadyCollective& collective);
 
 LocalWork local_work_for(const ReadyCollective& collective);
 

@@ -101,8 +101,29 @@ void pack_reduce_scatter_sums(const ReadyCollective& collective, int32_t world_s
 NodeResult reduce_scatter_contributions(const ReadyCollective& collective, int32_t world_size,
                                         std::span<const std::span<const uint8_t>> contributions);
 
+// All-to-all (node_alltoall.cpp): one message between each pair of nodes, placed by
+// `rank_nodes` (complete). A small one piggybacks on the negotiation: this node's contribution
+// is its ranks' whole send ranges in rank order, from which every node takes its ranks' blocks.
+NodeTask node_alltoall(CollectiveContext& step, const ReadyCollective& collective,
+                       const RankMap& rank_nodes);
+void pack_alltoall_sends(const ReadyCollective& collective, int32_t world_size,
+                         std::vector<uint8_t>& contribution);
+NodeResult alltoall_contributions(const ReadyCollective& collective, const RankMap& rank_nodes,
+                                  int32_t world_size,
+                                  std::span<const std::span<const uint8_t>> contributions);
+
 // Shared by the algorithms.
 namespace node_detail {
+
+// The global ranks of each of `nodes` nodes, ascending (`rank_nodes` complete).
+std::vector<std::vector<int32_t>> ranks_by_node(const RankMap& rank_nodes, uint32_t nodes,
+                                                int32_t world_size);
+// Whether the ranks (ascending) run without a gap.
+bool consecutive(const std::vector<int32_t>& ranks);
+// The local ranks' submissions in the order of `ranks` (this node's, ascending) into `local`;
+// an error if the rank map and the submissions disagree.
+NodeResult in_rank_order(const ReadyCollective& collective, const std::vector<int32_t>& ranks,
+                         std::vector<const Submission*>& local);
 
 // Everything of the ranks' that UCX may touch: handed to the mesh when a collective fails.
 std::vector<std::shared_ptr<const void>> rank_memory(const ReadyCollective& collective);

@@ -1,6 +1,8 @@
 #include "daemon/collectives/node_collectives.h"
 #include "kernels/reduce.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 namespace gradsync::daemon {
@@ -35,6 +37,42 @@ NodeTask copy_between_rounds(uint8_t* destination, const uint8_t* source, uint64
                   streaming);
   }
   co_return std::nullopt;
+}
+
+std::vector<std::vector<int32_t>> ranks_by_node(const RankMap& rank_nodes, uint32_t nodes,
+                                                int32_t world_size) {
+  std::vector<std::vector<int32_t>> ranks(nodes);
+  for (int32_t rank = 0; rank < world_size; ++rank) {
+    if (const auto node = rank_nodes.node_of(rank); node && *node < nodes) {
+      ranks[*node].push_back(rank);
+    }
+  }
+  return ranks;
+}
+
+bool consecutive(const std::vector<int32_t>& ranks) {
+  return ranks.empty() || ranks.back() - ranks.front() + 1 == static_cast<int32_t>(ranks.size());
+}
+
+NodeResult in_rank_order(const ReadyCollective& collective, const std::vector<int32_t>& ranks,
+                         std::vector<const Submission*>& local) {
+  const Submission& lead = collective.first();
+  if (ranks.size() != collective.ranks.size()) {
+    return fmt::format("{} '{}': the rank map gives this node {} ranks, not {}",
+                       ipc::collective_name(lead.collective), lead.name, ranks.size(),
+                       collective.ranks.size());
+  }
+  local.assign(ranks.size(), nullptr);
+  for (const auto& s : collective.ranks) {
+    const auto at = std::find(ranks.begin(), ranks.end(), s.session->identity().rank);
+    if (at == ranks.end()) {
+      return fmt::format("{} '{}': rank {} is not mapped to this node",
+                         ipc::collective_name(lead.collective), lead.name,
+                         s.session->identity().rank);
+    }
+    local[static_cast<size_t>(at - ranks.begin())] = &s;
+  }
+  return std::nullopt;
 }
 
 std::vector<std::shared_ptr<const void>> rank_memory(const ReadyCollective& collective) {

@@ -23,22 +23,6 @@
 namespace gradsync::daemon {
 namespace {
 
-// The global ranks of each node, ascending: the blocks it is due, in the order they travel.
-std::vector<std::vector<int32_t>> ranks_by_node(const RankMap& rank_nodes, uint32_t nodes,
-                                                int32_t world_size) {
-  std::vector<std::vector<int32_t>> ranks(nodes);
-  for (int32_t rank = 0; rank < world_size; ++rank) {
-    if (const auto node = rank_nodes.node_of(rank); node && *node < nodes) {
-      ranks[*node].push_back(rank);
-    }
-  }
-  return ranks;
-}
-
-bool consecutive(const std::vector<int32_t>& ranks) {
-  return ranks.empty() || ranks.back() - ranks.front() + 1 == static_cast<int32_t>(ranks.size());
-}
-
 // Elements [begin, end) of a packed run of blocks (block i of the run is global rank
 // `ranks[i]`'s), taken a block at a time: fn(rank index in the run, offset in its block, n).
 template <typename Fn>
@@ -104,22 +88,10 @@ NodeTask node_reduce_scatter(CollectiveContext& step, const ReadyCollective& col
   const uint64_t block = lead.block_bytes();
   const gradsync_op op = node_detail::network_op(lead.op);
   const std::vector<std::vector<int32_t>> node_ranks =
-      ranks_by_node(rank_nodes, n, step.world_size);
+      node_detail::ranks_by_node(rank_nodes, n, step.world_size);
   const std::vector<int32_t>& mine = node_ranks[me];
-  if (mine.size() != collective.ranks.size()) {
-    co_return fmt::format("reduce-scatter '{}': the rank map gives this node {} ranks, not {}",
-                          lead.name, mine.size(), collective.ranks.size());
-  }
-  // This node's ranks' submissions, in the order of `mine`.
-  std::vector<const Submission*> local(mine.size());
-  for (const auto& s : collective.ranks) {
-    const auto at = std::find(mine.begin(), mine.end(), s.session->identity().rank);
-    if (at == mine.end()) {
-      co_return fmt::format("reduce-scatter '{}': rank {} is not mapped to this node", lead.name,
-                            s.session->identity().rank);
-    }
-    local[static_cast<size_t>(at - mine.begin())] = &s;
-  }
+  std::vector<const Submission*> local;
+  if (auto error = node_detail::in_rank_order(collective, mine, local)) co_return error;
   // Every node cuts a run of K blocks alike: pieces of whole elements, at most kMaxPieces.
   constexpr uint64_t kMaxPieces = 1024;
   const auto piece_elements = [&](size_t blocks) {
@@ -169,7 +141,7 @@ NodeTask node_reduce_scatter(CollectiveContext& step, const ReadyCollective& col
     const std::vector<int32_t>& theirs = node_ranks[node];
     const uint64_t elements = count * theirs.size();
     const uint64_t piece = piece_elements(theirs.size());
-    const bool straight = local.size() == 1 && consecutive(theirs);
+    const bool straight = local.size() == 1 && node_detail::consecutive(theirs);
     if (!straight && packed_all == nullptr)
       packed_all = step.scratch.get(1, packed_elements * element);
     uint8_t* packed = straight ? nullptr : packed_all + packed_at[node] * element;

@@ -192,6 +192,14 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
     proposal.piggybacks = true;
     if (negotiator_) proposal.eager = negotiator_->eager_storage();
     pack_reduce_scatter_sums(only, layout().world_size, proposal.eager);
+  } else if (may_piggyback && lead.collective == ipc::Collective::kAllToAll &&
+             lead.send_bytes(layout().world_size) * static_cast<uint64_t>(layout().world_size) <=
+                 eager_max) {
+    // And an all-to-all whose every block together is: each node takes in every node's
+    // send ranges with the cycle, so the limit is on all of them.
+    proposal.piggybacks = true;
+    if (negotiator_) proposal.eager = negotiator_->eager_storage();
+    pack_alltoall_sends(only, layout().world_size, proposal.eager);
   } else if (may_piggyback && lead.collective == ipc::Collective::kBroadcast &&
              only.bytes() <= eager_max) {
     // And a small broadcast: the root's data from its node, an empty contribution from every

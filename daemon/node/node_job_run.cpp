@@ -43,7 +43,7 @@ void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algor
                               bool piggybacked, const LinkFigures& link, Clock::time_point now) {
   for (const auto& c : unit.collectives) {
     const ipc::Collective kind = c.first().collective;
-    const char* algorithm = "direct";  // allgathers and reduce-scatters
+    const char* algorithm = "direct";  // allgathers, reduce-scatters, all-to-alls
     if (kind == ipc::Collective::kAllreduce) algorithm = allreduce_algorithm;
     if (kind == ipc::Collective::kBroadcast) {
       // What run_collective chose, from the same figures (a device broadcast staged in pieces
@@ -127,6 +127,9 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
           break;
         case ipc::Collective::kReduceScatter:
           bad = reduce_scatter_contributions(collective, layout().world_size, contributions);
+          break;
+        case ipc::Collective::kAllToAll:
+          bad = alltoall_contributions(collective, rank_nodes_, layout().world_size, contributions);
           break;
         default:
           bad = reduce_contributions(collective, contributions);
@@ -474,6 +477,10 @@ NodeTask NodeJob::run_collective(InFlight& work, const ReadyCollective& collecti
     }
     case ipc::Collective::kReduceScatter: {
       NodeTask task = node_reduce_scatter(step, collective, rank_nodes_);
+      co_return co_await finish(task);
+    }
+    case ipc::Collective::kAllToAll: {
+      NodeTask task = node_alltoall(step, collective, rank_nodes_);
       co_return co_await finish(task);
     }
     case ipc::Collective::kBarrier:

@@ -173,6 +173,11 @@ GRADSYNC_EXPORT gradsync_result gradsync_reduce_scatter(gradsync_comm* comm, con
                                                         const void* send, void* recv, size_t count,
                                                         gradsync_dtype dtype, gradsync_op op,
                                                         gradsync_request* request);
+/* send and recv hold count * world_size elements each: block r of send goes to rank r, block r
+ * of recv comes from rank r (API version 5). Never in place: the ranges must not overlap. */
+GRADSYNC_EXPORT gradsync_result gradsync_alltoall(gradsync_comm* comm, const char* name,
+                                                  const void* send, void* recv, size_t count,
+                                                  gradsync_dtype dtype, gradsync_request* request);
 GRADSYNC_EXPORT gradsync_result gradsync_barrier(gradsync_comm* comm, gradsync_request* request);
 
 /* Grouped submission: collectives submitted between group_start and group_end are negotiated

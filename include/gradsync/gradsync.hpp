@@ -149,6 +149,12 @@ class Communicator {
     check(gradsync_reduce_scatter(comm_, name, send, recv, count, dtype, op, &request), comm_);
     return request;
   }
+  gradsync_request alltoall(const char* name, const void* send, void* recv, size_t count,
+                            gradsync_dtype dtype) {
+    gradsync_request request = 0;
+    check(gradsync_alltoall(comm_, name, send, recv, count, dtype, &request), comm_);
+    return request;
+  }
   gradsync_request barrier_async() {
     gradsync_request request = 0;
     check(gradsync_barrier(comm_, &request), comm_);

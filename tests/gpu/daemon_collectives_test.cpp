@@ -1,9 +1,9 @@
 // Device collectives through real gradsyncd: K rank processes on one GPU register device
 // memory (gradsync_register_device: the IPC handle, the allocation's base, the device's UUID),
-// and every op x dtype of allreduce, in place and out of place, broadcast, allgather and
-// reduce-scatter come back equal to the reference, on one node and across loopback nodes (staged
-// through host memory). The contract tested: a rank's writes are complete (its stream synchronised)
-// before it submits, and the result is there when the request completes.
+// and every op x dtype of allreduce, in place and out of place, broadcast, allgather,
+// reduce-scatter and all-to-all come back equal to the reference, on one node and across loopback
+// nodes (staged through host memory). The contract tested: a rank's writes are complete (its stream
+// synchronised) before it submits, and the result is there when the request completes.
 #include "tests/gpu/gpu_testing.h"
 #include "tests/gpu/spin_kernel.h"
 #include "tests/integration/loopback_cluster.h"
@@ -139,6 +139,20 @@ int run_rank() {
             name);
       }
     }
+    // All-to-all: a block of kCount / ranks elements for each rank, send area to receive area.
+    const size_t exchanged = kCount / static_cast<size_t>(ranks);
+    const size_t exchanged_bytes =
+        exchanged * static_cast<size_t>(ranks) * gradsync_dtype_size(dtype);
+    reference::fill_input(host.data(), exchanged * ranks, dtype, rank, GRADSYNC_SUM);
+    GRADSYNC_CUDA_CHECK(cudaMemcpy(send, host.data(), exchanged_bytes, cudaMemcpyHostToDevice));
+    GRADSYNC_CUDA_CHECK(cudaDeviceSynchronize());
+    RANK_CHECK(gradsync_alltoall(comm, ("alltoall" + suffix).c_str(), send, recv, exchanged, dtype,
+                                 &request));
+    RANK_CHECK(gradsync_wait(comm, request));
+    GRADSYNC_CUDA_CHECK(cudaMemcpy(host.data(), recv, exchanged_bytes, cudaMemcpyDeviceToHost));
+    expect(reference::count_wrong_alltoall(host.data(), exchanged, dtype, GRADSYNC_SUM, ranks,
+                                           rank) == 0,
+           "alltoall" + suffix);
   }
   // Many small tensors in flight at once: across nodes they fuse, each reduced on the device
   // into its place in one staged buffer.

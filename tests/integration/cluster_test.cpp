@@ -360,6 +360,24 @@ TEST(Cluster, ReduceScattersAreRightWithUnevenRanksPerNode) {
   EXPECT_EQ(completed("direct"), 2 * kSteps + 1) << text;
 }
 
+// All-to-all across nodes with ranks per node that differ (node 0's messages are packed from
+// two ranks' buffers, the others' go straight from and into their one rank's): a small one
+// piggybacks on the negotiation once its name is cached, the large one goes as one message
+// between each pair of nodes. Every result is checked; node 0 counts each by how it ran.
+TEST(Cluster, AllToAllsAreRightWithUnevenRanksPerNode) {
+  LoopbackCluster cluster(3, "", true);
+  constexpr int kSteps = 4;
+  auto ranks = cluster.spawn("alltoalls", {2, 1, 1}, {"alltoalls", std::to_string(kSteps)});
+  expect_all_succeed(ranks, cluster);
+  const std::string text = scrape(cluster.metrics_port());
+  auto completed = [&](const char* algorithm) {
+    return sample(text, std::string("gradsync_collectives_completed_total{algorithm=\"") +
+                            algorithm + "\",op=\"alltoall\"}");
+  };
+  EXPECT_EQ(completed("negotiation"), kSteps - 1) << text;
+  EXPECT_EQ(completed("direct"), kSteps + 1) << text;
+}
+
 // Small broadcasts from every root: the root's data with its node's part of the cycle, after
 // a first step through node 0; the large ones over the network.
 TEST(Cluster, SmallBroadcastsRideWithTheNegotiation) {

@@ -137,6 +137,14 @@ int scenario_collectives(Communicator& comm) {
                          op, count, in_place, wrong);
         }
       }
+      ++seed;
+      reference::fill_input(a.data(), count * static_cast<size_t>(g_ranks), dtype, g_rank,
+                            GRADSYNC_SUM, seed);
+      const std::string name = "a2a." + std::to_string(seed);
+      comm.wait(comm.alltoall(name.c_str(), a.data(), b.data(), count, dtype));
+      const size_t wrong = reference::count_wrong_alltoall(b.data(), count, dtype, GRADSYNC_SUM,
+                                                           g_ranks, g_rank, seed);
+      EXPECT_OR_FAIL(wrong == 0, "all-to-all dtype %d count %zu: %zu wrong", dtype, count, wrong);
     }
   }
   for (int i = 0; i < 10; ++i) comm.barrier();
@@ -499,6 +507,35 @@ int scenario_reduce_scatters(Communicator& comm, int steps) {
   return 0;
 }
 
+// `steps` steps of the same all-to-alls: a small one (which, once its name is cached,
+// piggybacks on the negotiation) and a large one (one message between each pair of nodes),
+// each checked against the reference.
+int scenario_alltoalls(Communicator& comm, int steps) {
+  struct Exchanged {
+    const char* name;
+    gradsync_dtype dtype;
+    size_t count;  // per block
+  };
+  const Exchanged exchanged[] = {{"a2a.small", GRADSYNC_INT32, 3},
+                                 {"a2a.large", GRADSYNC_FLOAT64, 300007}};
+  const size_t most = 300007 * sizeof(double) * static_cast<size_t>(g_ranks);
+  SharedBuffer send_buffer = comm.allocate(most);
+  SharedBuffer recv_buffer = comm.allocate(most);
+  uint64_t seed = 0;
+  for (int step = 0; step < steps; ++step) {
+    for (const Exchanged& x : exchanged) {
+      ++seed;
+      reference::fill_input(send_buffer.data(), x.count * static_cast<size_t>(g_ranks), x.dtype,
+                            g_rank, GRADSYNC_SUM, seed);
+      comm.wait(comm.alltoall(x.name, send_buffer.data(), recv_buffer.data(), x.count, x.dtype));
+      const size_t wrong = reference::count_wrong_alltoall(recv_buffer.data(), x.count, x.dtype,
+                                                           GRADSYNC_SUM, g_ranks, g_rank, seed);
+      EXPECT_OR_FAIL(wrong == 0, "step %d all-to-all %s: %zu wrong", step, x.name, wrong);
+    }
+  }
+  return 0;
+}
+
 // Allreduces big enough that the inter-node algorithms cut them into pipelined pieces
 // (cost_model.h: kPipelinePieceBytes per node's share), with a count no node count divides:
 // out of place and in place, sum and average, each checked against the reference.
@@ -754,6 +791,7 @@ int main(int argc, char** argv) {
     if (scenario == "reduce_scatters") {
       return scenario_reduce_scatters(comm, std::stoi(args.at(1)));
     }
+    if (scenario == "alltoalls") return scenario_alltoalls(comm, std::stoi(args.at(1)));
     if (scenario == "broadcasts") return scenario_broadcasts(comm, std::stoul(args.at(1)));
     if (scenario == "small_broadcasts") {
       return scenario_small_broadcasts(comm, std::stoi(args.at(1)));

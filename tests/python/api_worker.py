@@ -71,6 +71,16 @@ def main():
     gradsync.reduce_scatter(np.full((size, 2, 3), rank + 1, dtype=np.int64),
                             name="scatter.numpy", op="max", out=out)
     expect(bool((out == size).all()), "reduce_scatter on numpy into out")
+    # All-to-all: block b of rank s's tensor lands as block s on rank b.
+    sent = torch.stack([torch.full((2, 3), 10 * rank + b, dtype=torch.int32) for b in range(size)])
+    got = gradsync.alltoall(sent, name="exchange")
+    expect(got.shape == sent.shape and
+           all(bool((got[s] == 10 * s + rank).all()) for s in range(size)), "alltoall")
+    try:
+        gradsync.alltoall(sent, name="exchange.in_place", out=sent)
+        expect(False, "alltoall in place raises")
+    except gradsync.InvalidArgumentError as e:
+        expect("never in place" in str(e), f"alltoall's error says why: {e}")
     try:
         gradsync.reduce_scatter(torch.zeros(size + 1, 2), name="scatter.bad")
         expect(False, "reduce_scatter of the wrong first dimension raises")

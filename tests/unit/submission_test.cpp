@@ -230,6 +230,19 @@ TEST_F(SubmissionTest, ReduceScatterTakesAnOp) {
   expect_invalid("op");
 }
 
+TEST_F(SubmissionTest, AllToAllIsNeverInPlace) {
+  entry_.collective = static_cast<uint8_t>(ipc::Collective::kAllToAll);
+  entry_.count = 256;  // 2 KiB sent and 2 KiB received
+  const Submission s = resolve();
+  ASSERT_TRUE(s.valid()) << s.error;
+  EXPECT_EQ(s.send_bytes(2), 2048u);
+  EXPECT_EQ(s.recv_bytes(2), 2048u);
+  entry_.recv_offset = 0;
+  expect_invalid("never in place");
+  entry_.recv_offset = 1024;
+  expect_invalid("never in place", /*local_rank=*/1);
+}
+
 TEST_F(SubmissionTest, BarrierNeedsNoBuffers) {
   entry_.collective = static_cast<uint8_t>(ipc::Collective::kBarrier);
   entry_.send_buffer = 42;

@@ -1,4 +1,5 @@
-// gradsync-bench: allreduce/broadcast/allgather/reduce-scatter performance, nccl-tests style.
+// gradsync-bench: allreduce/broadcast/allgather/reduce-scatter/all-to-all performance, nccl-tests
+// style.
 #include "tools/bench/cluster.h"
 #include "tools/bench/options.h"
 #include "tools/bench/runner.h"

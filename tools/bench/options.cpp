@@ -50,7 +50,7 @@ const char* op_flag_name(gradsync_op op) {
 
 std::string usage() {
   return "usage: gradsync-bench [-np K] [--spawn-daemon | --cluster N [--rate 1gbit]]\n"
-         "  [-c allreduce|broadcast|allgather|reduce_scatter]\n"
+         "  [-c allreduce|broadcast|allgather|reduce_scatter|alltoall]\n"
          "  -b MIN -e MAX [-f FACTOR | -i STEP]   sizes in bytes, K/M/G suffixes\n"
          "  -d float|double|half|bfloat16|int32|int64   -o sum|prod|min|max|avg   -r ROOT\n"
          "  -n ITERS -w WARMUP  --check  --json FILE  --daemon PATH  --help  --version\n"
@@ -97,6 +97,8 @@ BenchOptions parse_options(int argc, char** argv) {
         o.collective = ipc::Collective::kAllgather;
       else if (v == "reduce_scatter")
         o.collective = ipc::Collective::kReduceScatter;
+      else if (v == "alltoall")
+        o.collective = ipc::Collective::kAllToAll;
       else
         throw std::invalid_argument(flag + ": unknown collective '" + v + "'");
       keep(v);

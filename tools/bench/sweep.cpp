@@ -31,6 +31,7 @@ double bus_factor(ipc::Collective kind, int ranks) {
       return 1;
     case ipc::Collective::kAllgather:
     case ipc::Collective::kReduceScatter:
+    case ipc::Collective::kAllToAll:
       return (n - 1) / n;
     case ipc::Collective::kBarrier:
       break;  // the option parser offers no barrier sweep
@@ -76,8 +77,10 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
   const size_t element = gradsync_dtype_size(o.dtype);
   const bool gather = o.collective == ipc::Collective::kAllgather;
   const bool scatter = o.collective == ipc::Collective::kReduceScatter;
-  // A block per rank: the size is the whole of the gathered result or the scattered input.
-  const uint64_t blocks = gather || scatter ? static_cast<uint64_t>(ranks) : 1;
+  const bool alltoall = o.collective == ipc::Collective::kAllToAll;
+  // A block per rank: the size is the whole of the gathered result, the scattered input or
+  // the all-to-all's send (and receive) range.
+  const uint64_t blocks = gather || scatter || alltoall ? static_cast<uint64_t>(ranks) : 1;
   const uint64_t max_recv = std::max<uint64_t>(o.max_bytes, element * blocks);
   const std::unique_ptr<SweepBuffers> buffers =
       o.device ? make_device_buffers(comm, max_recv, who.local_rank, o.stream)
@@ -101,11 +104,11 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
   std::vector<Row> rows;
   uint64_t wrong_total = 0;
   for (const uint64_t requested : sizes(o)) {
-    // Size as in nccl-tests: an allgather's result, a reduce-scatter's input, ranks * count
-    // elements.
+    // Size as in nccl-tests: an allgather's result, a reduce-scatter's input, an all-to-all's
+    // send range, ranks * count elements.
     const uint64_t count = requested / element / blocks;
     const uint64_t bytes = count * element * blocks;
-    const uint64_t inputs = scatter ? count * blocks : count;
+    const uint64_t inputs = scatter || alltoall ? count * blocks : count;
     reference::fill_input(buffers->staged_input(), inputs, o.dtype, rank, o.op, bytes);
     buffers->upload(inputs * element);
     const std::string name = "bench." + std::to_string(bytes);
@@ -123,6 +126,9 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
         case ipc::Collective::kReduceScatter:
           comm.wait(comm.reduce_scatter(name.c_str(), send, recv, count, o.dtype, o.op));
           break;
+        case ipc::Collective::kAllToAll:
+          comm.wait(comm.alltoall(name.c_str(), send, recv, count, o.dtype));
+          break;
         case ipc::Collective::kBarrier:
           comm.barrier();
           break;
@@ -135,6 +141,9 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
     if (o.check && scatter) {
       wrong = reference::count_wrong_reduce_scatter(buffers->download(recv, count * element), count,
                                                     o.dtype, o.op, ranks, rank, bytes);
+    } else if (o.check && alltoall) {
+      wrong = reference::count_wrong_alltoall(buffers->download(recv, bytes), count, o.dtype, o.op,
+                                              ranks, rank, bytes);
     } else if (o.check) {
       const auto kind =
           gather ? reference::Kind::kAllgather

@@ -152,4 +152,17 @@ size_t count_wrong_reduce_scatter(const void* result, size_t count, gradsync_dty
   return wrong;
 }
 
+size_t count_wrong_alltoall(const void* result, size_t count, gradsync_dtype dtype, gradsync_op op,
+                            int ranks, int rank, uint64_t seed) {
+  size_t wrong = 0;
+  const size_t first = static_cast<size_t>(rank) * count;
+  for (int r = 0; r < ranks; ++r) {
+    for (size_t i = 0; i < count; ++i) {
+      wrong += !matches(load(result, static_cast<size_t>(r) * count + i, dtype),
+                        input_value(r, first + i, op, seed), dtype);
+    }
+  }
+  return wrong;
+}
+
 }  // namespace gradsync::reference

@@ -35,5 +35,9 @@ size_t count_wrong(Kind kind, const void* result, size_t count, gradsync_dtype d
 // `count * ranks` elements: block `rank` of the allreduce of them.
 size_t count_wrong_reduce_scatter(const void* result, size_t count, gradsync_dtype dtype,
                                   gradsync_op op, int ranks, int rank, uint64_t seed = 0);
+// The same for rank `rank`'s result of an all-to-all whose inputs were fill_input's over
+// `count * ranks` elements (with `op`): block r is block `rank` of rank r's input.
+size_t count_wrong_alltoall(const void* result, size_t count, gradsync_dtype dtype, gradsync_op op,
+                            int ranks, int rank, uint64_t seed = 0);
 
 }  // namespace gradsync::reference

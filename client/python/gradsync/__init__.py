@@ -15,7 +15,7 @@ __all__ = ["Communicator", "DaemonGoneError", "GradsyncError", "Handle", "Invali
            "MismatchError", "PeerFailedError", "SharedBuffer", "UnsupportedError", "init",
            "shutdown",
            "communicator", "rank", "size", "local_rank", "local_size", "allreduce", "broadcast",
-           "allgather", "reduce_scatter", "barrier", "empty"]
+           "allgather", "reduce_scatter", "alltoall", "barrier", "empty"]
 
 _default = None
 
@@ -71,6 +71,10 @@ def allgather(tensor, name=None, async_op=False):
 
 def reduce_scatter(tensor, name=None, op="sum", out=None, async_op=False):
     return communicator().reduce_scatter(tensor, name=name, op=op, out=out, async_op=async_op)
+
+
+def alltoall(tensor, name=None, out=None, async_op=False):
+    return communicator().alltoall(tensor, name=name, out=out, async_op=async_op)
 
 
 def barrier():

@@ -404,28 +404,48 @@ class Communicator:
         handle = self._submit(library().gradsync_allgather, name, tensor, out, nbytes)
         return handle if async_op else handle.wait()
 
+    def _blocks_per_rank(self, call, tensor):
+        """Checks that `tensor` holds one block per rank along its first dimension."""
+        shape = tuple(tensor.shape)
+        if not shape or shape[0] != self.size:
+            raise InvalidArgumentError(
+                ERR_INVALID_ARGUMENT,
+                f"{call} takes one block per rank along the first dimension: "
+                f"{self.size} ranks, a tensor of shape {shape}")
+        return shape
+
+    def _check_out_bytes(self, call, out, expected):
+        _, nbytes = _address_and_bytes(out)
+        if nbytes != expected:
+            raise InvalidArgumentError(ERR_INVALID_ARGUMENT,
+                                       f"{call}'s out holds {nbytes} bytes, where {expected} "
+                                       "are due")
+        return nbytes
+
     def reduce_scatter(self, tensor, name=None, op="sum", out=None, async_op=False):
         """Reduces `tensor` across the job's ranks and keeps this rank's block: `tensor` holds
         one block per rank along its first dimension (of size()), and the result is block
         rank(), shaped as tensor[0], in `out` (default: a new array)."""
         if op not in OPS:
             raise InvalidArgumentError(ERR_INVALID_ARGUMENT, f"unknown op {op!r}")
-        shape = tuple(tensor.shape)
-        if not shape or shape[0] != self.size:
-            raise InvalidArgumentError(
-                ERR_INVALID_ARGUMENT,
-                f"reduce_scatter takes one block per rank along the first dimension: "
-                f"{self.size} ranks, a tensor of shape {shape}")
+        shape = self._blocks_per_rank("reduce_scatter", tensor)
         out = self._new_like(tensor, shape[1:]) if out is None else out
-        _, nbytes = _address_and_bytes(out)
         _, send_bytes = _address_and_bytes(tensor)
-        if nbytes * self.size != send_bytes:
-            raise InvalidArgumentError(
-                ERR_INVALID_ARGUMENT,
-                f"reduce_scatter's out holds {nbytes} bytes, where one block is "
-                f"{send_bytes // self.size}")
+        nbytes = self._check_out_bytes("reduce_scatter", out, send_bytes // self.size)
         handle = self._submit(library().gradsync_reduce_scatter, name, tensor, out, nbytes,
                               OPS[op], send_blocks=self.size)
+        return handle if async_op else handle.wait()
+
+    def alltoall(self, tensor, name=None, out=None, async_op=False):
+        """Exchanges blocks: `tensor` holds one block per rank along its first dimension, block
+        r going to rank r; the result, of the same shape, holds block r from rank r, in `out`
+        (default: a new array; never `tensor` itself)."""
+        shape = self._blocks_per_rank("alltoall", tensor)
+        out = self._new_like(tensor, shape) if out is None else out
+        _, send_bytes = _address_and_bytes(tensor)
+        nbytes = self._check_out_bytes("alltoall", out, send_bytes)
+        handle = self._submit(library().gradsync_alltoall, name, tensor, out, nbytes,
+                              send_blocks=self.size)
         return handle if async_op else handle.wait()
 
     def barrier(self):

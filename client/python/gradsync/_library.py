@@ -94,6 +94,8 @@ def _declare(lib):
                                 ctypes.POINTER(request)], c_int),
         "gradsync_reduce_scatter": ([comm, c_char, c_void, c_void, c_size, c_int, c_int,
                                      ctypes.POINTER(request)], c_int),
+        "gradsync_alltoall": ([comm, c_char, c_void, c_void, c_size, c_int,
+                               ctypes.POINTER(request)], c_int),
         "gradsync_barrier": ([comm, ctypes.POINTER(request)], c_int),
         "gradsync_group_start": ([comm], c_int),
         "gradsync_group_end": ([comm], c_int),
