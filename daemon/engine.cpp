@@ -61,6 +61,7 @@ void trace_local_batch(TraceRecorder& trace, const std::vector<ReadyUnit>& batch
       TracePhase phase = TracePhase::kLocalReduce;
       if (lead.collective == ipc::Collective::kBroadcast) phase = TracePhase::kBroadcast;
       if (lead.collective == ipc::Collective::kAllgather) phase = TracePhase::kAllgather;
+      if (lead.collective == ipc::Collective::kAllToAll) phase = TracePhase::kAllToAll;
       if (lead.collective != ipc::Collective::kBarrier) {
         trace.record(lead.name, phase, start, end, c.bytes(), fused);
       }

@@ -7,8 +7,8 @@
 namespace gradsync::daemon {
 
 const char* phase_name(TracePhase phase) {
-  static constexpr std::array<const char*, 6> kNames = {"negotiate", "queue",     "local reduce",
-                                                        "network",   "broadcast", "allgather"};
+  static constexpr std::array<const char*, 7> kNames = {
+      "negotiate", "queue", "local reduce", "network", "broadcast", "allgather", "alltoall"};
   return kNames[static_cast<size_t>(phase)];
 }
 

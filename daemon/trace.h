@@ -24,6 +24,7 @@ enum class TracePhase : uint8_t {
   kNetwork,
   kBroadcast,
   kAllgather,
+  kAllToAll,
 };
 const char* phase_name(TracePhase phase);
 

@@ -161,8 +161,9 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
           .Help(
               "Collectives completed on this node (one per tensor, not per rank), by op and "
               "algorithm: local (one node), ring or rhd (allreduce across nodes), negotiation "
-              "(data carried by the negotiation), direct (broadcast and allgather across nodes, "
-              "sent from each node to every other), chain (broadcast along a pipelined chain of "
+              "(data carried by the negotiation), direct (broadcast, allgather, reduce-scatter "
+              "and all-to-all across nodes, sent from each node to every other), chain (broadcast "
+              "along a pipelined chain of "
               "nodes), topk (allreduce across nodes through the top-k wire codec)")
           .Register(registry);
   auto& duration = prometheus::BuildHistogram()

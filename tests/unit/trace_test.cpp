@@ -132,6 +132,8 @@ TEST(StepMeter, BusFactorsAreThoseOfNcclTests) {
   EXPECT_DOUBLE_EQ(bus_bytes(ipc::Collective::kAllreduce, 1000, 4), 1500);
   EXPECT_DOUBLE_EQ(bus_bytes(ipc::Collective::kAllreduce, 1000, 1), 0);
   EXPECT_DOUBLE_EQ(bus_bytes(ipc::Collective::kAllgather, 1000, 4), 3000);
+  EXPECT_DOUBLE_EQ(bus_bytes(ipc::Collective::kReduceScatter, 1000, 4), 3000);
+  EXPECT_DOUBLE_EQ(bus_bytes(ipc::Collective::kAllToAll, 1000, 4), 3000);
   EXPECT_DOUBLE_EQ(bus_bytes(ipc::Collective::kBroadcast, 1000, 4), 1000);
   EXPECT_DOUBLE_EQ(bus_bytes(ipc::Collective::kBarrier, 1000, 4), 0);
 }
