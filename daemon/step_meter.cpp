@@ -8,11 +8,12 @@ double bus_bytes(ipc::Collective collective, uint64_t bytes, int32_t ranks) {
   switch (collective) {
     case ipc::Collective::kAllreduce:
       return b * 2 * (n - 1) / n;
+    // Each rank's n blocks received (allgather), sent (reduce-scatter) or both (all-to-all),
+    // (n - 1)/n of them from or to the others.
     case ipc::Collective::kAllgather:
-      return b * (n - 1);  // each rank's n * bytes received, (n - 1)/n of it from the others
     case ipc::Collective::kReduceScatter:
     case ipc::Collective::kAllToAll:
-      return b * (n - 1);  // each rank's n * bytes sent, (n - 1)/n of it to the others
+      return b * (n - 1);
     case ipc::Collective::kBroadcast:
       return b;
     case ipc::Collective::kBarrier:

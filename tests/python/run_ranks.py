@@ -6,6 +6,8 @@
         (rank 1 fails mid-training: it must die, every other rank must get gradsync's error)
     run_ranks.py --build-dir build --nodes 2 --ranks 4 ...
         (a loopback cluster: one gradsyncd per node, ranks split evenly across them)
+    run_ranks.py --build-dir build --nodes 2 --ranks 4 --store-rendezvous ...
+        (the same, the nodes' daemons found through torch.distributed's store)
 """
 import argparse
 import json
@@ -53,6 +55,9 @@ def main():
     parser.add_argument("--torch-env", action="store_true",
                         help="the workers find each other as under torchrun (MASTER_ADDR and "
                         "MASTER_PORT), not through --init-file")
+    parser.add_argument("--store-rendezvous", action="store_true",
+                        help="no GRADSYNC_NODES or node ranks: the backend learns the nodes' "
+                        "daemons through torch.distributed's store")
     parser.add_argument("--rank-fails", action="store_true",
                         help="rank 1 fails on purpose (as with the DDP worker's --raise-at)")
     args, worker_args = parser.parse_known_args()
@@ -69,7 +74,7 @@ def main():
             env = dict(os.environ, GRADSYNC_JOB=f"ddp-{os.getpid()}",
                        GRADSYNC_LIBRARY=os.path.join(build_dir, "libgradsync.so"),
                        WORLD_SIZE=str(args.ranks), LOCAL_WORLD_SIZE=str(per_node))
-            if args.nodes > 1:
+            if args.nodes > 1 and not args.store_rendezvous:
                 env["GRADSYNC_NODES"] = ",".join(listens)
             rendezvous = ["--init-file", os.path.join(directory, "gloo-init")]
             if args.torch_env:
@@ -78,10 +83,13 @@ def main():
             workers = []
             for rank in range(args.ranks):
                 node = rank // per_node
+                rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank % per_node),
+                                GRADSYNC_SOCKET=daemons[node][1])
+                if not args.store_rendezvous:
+                    rank_env["GRADSYNC_NODE_RANK"] = str(node)
                 workers.append(subprocess.Popen(
                     [sys.executable, os.path.join(HERE, args.worker)] + rendezvous + worker_args,
-                    env=dict(env, RANK=str(rank), LOCAL_RANK=str(rank % per_node),
-                             GRADSYNC_NODE_RANK=str(node), GRADSYNC_SOCKET=daemons[node][1])))
+                    env=rank_env))
             deadline = time.monotonic() + args.timeout
             codes = []
             for rank, worker in enumerate(workers):

@@ -9,10 +9,11 @@ The module-level functions use one default Communicator made by init(); create C
 objects directly to hold several. PyTorch DDP: see gradsync.torch.
 """
 from ._core import (Communicator, DaemonGoneError, GradsyncError, Handle, InvalidArgumentError,
-                    MismatchError, PeerFailedError, SharedBuffer, UnsupportedError)
+                    MismatchError, PeerFailedError, SharedBuffer, UnsupportedError, node_address)
 
 __all__ = ["Communicator", "DaemonGoneError", "GradsyncError", "Handle", "InvalidArgumentError",
            "MismatchError", "PeerFailedError", "SharedBuffer", "UnsupportedError", "init",
+           "node_address",
            "shutdown",
            "communicator", "rank", "size", "local_rank", "local_size", "allreduce", "broadcast",
            "allgather", "reduce_scatter", "alltoall", "barrier", "empty"]

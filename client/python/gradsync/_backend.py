@@ -5,7 +5,9 @@ Each process group, the default one and every dist.new_group, is a job of its ow
 daemon. Its ranks agree through the group's store on what the daemon needs to know: the job's
 name (GRADSYNC_JOB, or one rank 0 makes up, so that two jobs on one node never collide), which
 ranks share a node (each rank's local rank and the node's count), and which nodes the group
-spans (a group on one node is a one-node job: it never touches the network).
+spans (a group on one node is a one-node job: it never touches the network). Where no
+GRADSYNC_NODES lists the nodes' daemons, each node's first rank asks its daemon for its
+inter-node address and publishes it in the store, and every rank reads the list from there.
 """
 import ctypes
 import glob
@@ -97,6 +99,9 @@ def _group_layout(store, rank, size, socket_path, nodes, node_rank, is_default_g
     distinct = sorted(set(members), key=members.index)
     if len(distinct) == 1:
         return local.index(rank), len(local), "", 0
+    if not nodes:
+        addresses = _node_addresses(store, rank, members, node, socket_path)
+        return local.index(rank), len(local), ",".join(addresses), distinct.index(node)
     if is_default_group or not nodes:
         return local.index(rank), len(local), ",".join(nodes), node_rank
     if node_rank < 0:
@@ -106,6 +111,25 @@ def _group_layout(store, rank, size, socket_path, nodes, node_rank, is_default_g
     spanned = sorted(int(member) for member in distinct)
     return (local.index(rank), len(local), ",".join(nodes[n] for n in spanned),
             spanned.index(node_rank))
+
+
+def _node_addresses(store, rank, members, node, socket_path):
+    """The inter-node addresses of the daemons of the nodes in `members` (each rank's node, in
+    rank order), in order of each node's first rank: each node's first rank publishes its own
+    daemon's, every rank reads them all."""
+    distinct = sorted(set(members), key=members.index)
+    index = distinct.index(node)
+    if members.index(node) == rank:
+        store.set(f"gradsync/address/{index}", _core.node_address(socket_path))
+    addresses = [store.get(f"gradsync/address/{i}").decode() for i in range(len(distinct))]
+    for i, address in enumerate(addresses):
+        if addresses.index(address) != i:
+            raise RuntimeError(
+                f"gradsync: the daemons of two nodes (ranks {members.index(distinct[i])} and "
+                f"{members.index(distinct[addresses.index(address)])}) both say their "
+                f"inter-node address is {address}: give each daemon an address the other "
+                "nodes reach it at (`listen` in its configuration)")
+    return addresses
 
 
 def _create_process_group(options, pg_options):

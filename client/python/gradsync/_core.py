@@ -91,6 +91,16 @@ def _check_connect(lib, code):
         raise _error(code, lib.gradsync_last_error(None).decode())
 
 
+def node_address(socket_path=None):
+    """The inter-node address (HOST:PORT) of the daemon at `socket_path` (default: the one
+    GRADSYNC_SOCKET names): where the other nodes of a job reach it."""
+    lib = library()
+    address = ctypes.create_string_buffer(256)
+    encoded = socket_path.encode() if socket_path else None
+    _check_connect(lib, lib.gradsync_node_address(encoded, address, len(address)))
+    return address.value.decode()
+
+
 def _dtype_of(array):
     name = str(array.dtype).replace("torch.", "")
     if name not in _DTYPE_BY_NAME:

@@ -97,6 +97,7 @@ def _declare(lib):
         "gradsync_alltoall": ([comm, c_char, c_void, c_void, c_size, c_int,
                                ctypes.POINTER(request)], c_int),
         "gradsync_barrier": ([comm, ctypes.POINTER(request)], c_int),
+        "gradsync_node_address": ([c_char, ctypes.c_char_p, c_size], c_int),
         "gradsync_group_start": ([comm], c_int),
         "gradsync_group_end": ([comm], c_int),
         "gradsync_wait": ([comm, request], c_int),
