@@ -1,5 +1,7 @@
 #include "client/communicator.h"
 
+#include "client/daemon_socket.h"
+
 #include "client/wait_policy.h"
 #include "ipc/messages.h"
 
@@ -28,22 +30,9 @@ int timeout_ms(const gradsync_options& options) {
 }  // namespace
 
 Communicator::Communicator(const gradsync_options& options, const gradsync_job_settings& settings)
-    : options_(options) {
-  socket_.reset(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!socket_.valid())
-    throw Error(GRADSYNC_ERR_CONNECT, std::string("socket: ") + strerror(errno));
-  struct sockaddr_un address {};
-  address.sun_family = AF_UNIX;
-  const size_t path_length = strnlen(options.socket_path, sizeof(options.socket_path));
-  if (path_length == 0 || path_length >= sizeof(address.sun_path)) {
-    throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "socket path is empty or too long");
-  }
-  std::memcpy(address.sun_path, options.socket_path, path_length);
-  if (::connect(socket_.get(), reinterpret_cast<struct sockaddr*>(&address), sizeof(address)) !=
-      0) {
-    throw Error(GRADSYNC_ERR_CONNECT, std::string("cannot connect to gradsyncd at ") +
-                                          address.sun_path + ": " + strerror(errno));
-  }
+    : options_(options),
+      socket_(connect_to_daemon(std::string(
+          options.socket_path, strnlen(options.socket_path, sizeof(options.socket_path))))) {
   capnp::MallocMessageBuilder message;
   auto hello = message.initRoot<ipc::wire::Request>().initHello();
   hello.setProtocolVersion(ipc::kProtocolVersion);

@@ -3,6 +3,7 @@
 
 #include "client/communicator.h"
 #include "client/cuda_driver.h"
+#include "client/daemon_socket.h"
 
 #include <kj/exception.h>
 
@@ -25,6 +26,9 @@ using gradsync::client::Error;
 // The message of a failed gradsync_connect (no communicator exists to hold it), per thread
 // like errno.
 thread_local std::string connect_error;
+
+// A daemon answers a question about itself from its control thread, at once.
+constexpr int kNodeAddressTimeoutMs = 10'000;
 
 template <typename Body>
 gradsync_result guarded(std::string& last_error, Body body) {
@@ -87,6 +91,12 @@ gradsync_result collective(gradsync_comm* comm, const gradsync::client::Collecti
   });
 }
 
+// GRADSYNC_SOCKET, or where the packaged daemon listens.
+const char* socket_from_env() {
+  const char* socket = std::getenv("GRADSYNC_SOCKET");
+  return socket != nullptr ? socket : "/run/gradsync/gradsyncd.sock";
+}
+
 }  // namespace
 
 extern "C" {
@@ -95,12 +105,11 @@ gradsync_result gradsync_options_from_env(gradsync_options* options) {
   if (options == nullptr) return GRADSYNC_ERR_INVALID_ARGUMENT;
   std::string& error = connect_error;
   *options = gradsync_options{};
-  const char* socket = std::getenv("GRADSYNC_SOCKET");
+  const char* socket = socket_from_env();
   const char* job = std::getenv("GRADSYNC_JOB");
   if (job == nullptr || *job == '\0') job = std::getenv("TORCHELASTIC_RUN_ID");
-  gradsync_result r =
-      copy_string("GRADSYNC_SOCKET", socket != nullptr ? socket : "/run/gradsync/gradsyncd.sock",
-                  options->socket_path, sizeof(options->socket_path), error);
+  gradsync_result r = copy_string("GRADSYNC_SOCKET", socket, options->socket_path,
+                                  sizeof(options->socket_path), error);
   if (r == GRADSYNC_OK) {
     r = copy_string("GRADSYNC_JOB", job != nullptr && *job != '\0' ? job : "default", options->job,
                     sizeof(options->job), error);
@@ -280,6 +289,22 @@ gradsync_result gradsync_alltoall(gradsync_comm* comm, const char* name, const v
   return collective(
       comm, {gradsync::ipc::Collective::kAllToAll, name, send, recv, count, dtype, GRADSYNC_SUM, 0},
       request);
+}
+
+gradsync_result gradsync_node_address(const char* socket_path, char* address, size_t capacity) {
+  return guarded(connect_error, [&] {
+    if (address == nullptr || capacity == 0) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "no room for the address");
+    }
+    const std::string answer = gradsync::client::ask_node_address(
+        socket_path != nullptr ? socket_path : socket_from_env(), kNodeAddressTimeoutMs);
+    if (answer.size() >= capacity) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "the address " + answer + " needs " +
+                                                     std::to_string(answer.size() + 1) + " bytes");
+    }
+    std::memcpy(address, answer.c_str(), answer.size() + 1);
+    return GRADSYNC_OK;
+  });
 }
 
 gradsync_result gradsync_barrier(gradsync_comm* comm, gradsync_request* request) {

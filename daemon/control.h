@@ -94,6 +94,8 @@ class ControlServer {
   void reply_report(Client& client, std::string_view text);
   void reload();
   void reply_ok(Client& client);
+  // Where other nodes reach this daemon (transport::reachable_address), or why it cannot say.
+  void reply_node_address(Client& client);
   void reply_error(Client& client, gradsync_result code, const std::string& message);
   void disconnect(uint64_t client_id, const std::string& reason);
   void feed_watchdog();

@@ -3,6 +3,7 @@
 
 #include "daemon/log.h"
 #include "ipc/protocol.h"
+#include "transport/reachable_address.h"
 
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
@@ -81,8 +82,30 @@ void ControlServer::handle_inspect(Client& client, ipc::wire::Inspect::Reader in
     case ipc::wire::Inspect::TRACE:
       start_trace(client, inspect.getTrace());
       return;
+    case ipc::wire::Inspect::NODE_ADDRESS:
+      reply_node_address(client);
+      return;
   }
   reply_error(client, GRADSYNC_ERR_PROTOCOL, "unknown inspect request");
+}
+
+void ControlServer::reply_node_address(Client& client) {
+  if (info_.listen_address.empty()) {
+    reply_error(client, GRADSYNC_ERR_UNSUPPORTED,
+                "this gradsyncd has no inter-node listener (listen is empty): it serves jobs of "
+                "one node only");
+    return;
+  }
+  std::string address;
+  try {
+    address = transport::reachable_address(info_.listen_address);
+  } catch (const std::exception& e) {
+    reply_error(client, GRADSYNC_ERR_UNSUPPORTED, e.what());
+    return;
+  }
+  capnp::MallocMessageBuilder reply;
+  reply.initRoot<ipc::wire::Reply>().setNodeAddress(address);
+  ipc::send_frame(client.socket.get(), ipc::encode(reply));
 }
 
 void ControlServer::start_trace(Client& client, ipc::wire::TraceRequest::Reader request) {

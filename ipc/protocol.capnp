@@ -92,6 +92,7 @@ struct Inspect {
   union {
     status @0 :Void;  # daemon, configuration, clients, jobs and peers
     trace @1 :TraceRequest;
+    nodeAddress @2 :Void;  # where other nodes reach this daemon: answered with nodeAddress
   }
 }
 
@@ -127,6 +128,7 @@ struct Reply {
     error @2 :Error;
     report @3 :Report;
     events @4 :RegisteredEvents;
+    nodeAddress @5 :Text;  # HOST:PORT
   }
 }
 

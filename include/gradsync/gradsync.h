@@ -110,6 +110,14 @@ GRADSYNC_EXPORT gradsync_result gradsync_connect(const gradsync_options* options
 GRADSYNC_EXPORT gradsync_result gradsync_connect_with(const gradsync_options* options,
                                                       const gradsync_job_settings* settings,
                                                       gradsync_comm** comm);
+/* Where other nodes reach the daemon at socket_path (NULL: GRADSYNC_SOCKET or the default),
+ * HOST:PORT into address (capacity bytes with the NUL), asked without joining a job: for
+ * launchers that publish each node's daemon to a job's other nodes (API version 5). Fails with
+ * GRADSYNC_ERR_UNSUPPORTED and the daemon's reason where it cannot say; gradsync_last_error(NULL)
+ * has the message. */
+GRADSYNC_EXPORT gradsync_result gradsync_node_address(const char* socket_path, char* address,
+                                                      size_t capacity);
+
 /* Fails every request still in flight, releases all buffers and closes the connection. */
 GRADSYNC_EXPORT void gradsync_disconnect(gradsync_comm* comm);
 

@@ -53,6 +53,9 @@ def main():
     gradsync.allreduce(array, name="numpy", op="max")
     expect(bool((array == size).all()), "allreduce on numpy")
 
+    # Where the other nodes reach this node's daemon (its listener here is on loopback).
+    expect(gradsync.node_address().startswith("127.0.0.1:"), "node_address")
+
     # Broadcast and allgather.
     b = torch.full((33,), float(rank))
     gradsync.broadcast(b, root=size - 1, name="bcast")

@@ -2,6 +2,7 @@
 // (eager) and large (rendezvous), a peer that goes away and comes back, and the cluster
 // handshake (same key, another key, no key, a connection that never speaks).
 #include "transport/mesh.h"
+#include "transport/reachable_address.h"
 #include "transport/network_transports.h"
 
 #include <dlfcn.h>
@@ -676,6 +677,21 @@ TEST(HostPort, ParsesAndRejects) {
   EXPECT_THROW(parse_host_port("198.18.0.2"), std::invalid_argument);
   EXPECT_THROW(parse_host_port("host:1"), std::invalid_argument);
   EXPECT_THROW(parse_host_port("1.2.3.4:70000"), std::invalid_argument);
+}
+
+// A specific address is where peers reach the daemon; for every address (0.0.0.0) one of the
+// host's own stands in, never loopback, or the error names the fix.
+TEST(ReachableAddress, IsTheListenAddressOrOneOfTheHosts) {
+  EXPECT_EQ(reachable_address("198.18.0.5:9478"), "198.18.0.5:9478");
+  EXPECT_THROW(reachable_address("198.18.0.5"), std::invalid_argument);
+  try {
+    const std::string address = reachable_address("0.0.0.0:9478");
+    EXPECT_TRUE(address.ends_with(":9478")) << address;
+    EXPECT_FALSE(address.starts_with("0.0.0.0") || address.starts_with("127.")) << address;
+    EXPECT_NO_THROW(parse_host_port(address));
+  } catch (const std::runtime_error& e) {  // a host with loopback alone
+    EXPECT_NE(std::string(e.what()).find("set `listen`"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
