@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """PyTorch's Gloo allreduce (or, with -c broadcast, broadcast from rank 0; with -c allgather,
-all_gather of each rank's block into a list of tensors) measured the way gradsync-bench
+all_gather of each rank's block into a list of tensors; with -c alltoall, all_to_all_single;
+PyTorch 1.13's Gloo has no reduce-scatter) measured the way gradsync-bench
 measures: per-iteration time of the slowest rank, median over iterations, nccl-tests'
 algbw/busbw. One process per rank, identity from RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
 (torch.distributed's env:// rendezvous):
@@ -26,6 +27,14 @@ def prepare(kind, count, rank, ranks):
         outputs = [torch.empty_like(block) for _ in range(ranks)]
         return (lambda: dist.all_gather(outputs, block), lambda: block.fill_(rank + 1),
                 lambda: sum(int(torch.count_nonzero(out != r + 1)) for r, out in enumerate(outputs)))
+    if kind == "alltoall":
+        data = torch.empty(count, dtype=torch.float32)
+        out = torch.empty_like(data)
+        expected = torch.arange(1, ranks + 1, dtype=torch.float32).repeat_interleave(count // ranks)
+        return (lambda: dist.all_to_all_single(out, data), lambda: data.fill_(rank + 1),
+                lambda: int(torch.count_nonzero(out != expected)))
+    if kind == "reduce_scatter":
+        raise SystemExit("gloo_allreduce.py: this PyTorch's Gloo has no reduce-scatter")
     data = torch.empty(count, dtype=torch.float32)
     if kind == "broadcast":
         run, expected = (lambda: dist.broadcast(data, src=0)), 1  # rank 0's value

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Open MPI's MPI_Allreduce (or, with -c broadcast, MPI_Bcast from rank 0; with -c allgather,
-MPI_Allgather) measured the way gradsync-bench measures: per-iteration time of the slowest
+MPI_Allgather; with -c reduce_scatter, MPI_Reduce_scatter_block; with -c alltoall,
+MPI_Alltoall) measured the way gradsync-bench measures: per-iteration time of the slowest
 rank, median over iterations, nccl-tests' algbw/busbw. Run under mpirun:
 
     mpirun -np 2 /usr/bin/python3 bench/mpi_allreduce.py -b 8 -e 64M -f 4 -n 20 -w 5 --json out.json
@@ -24,6 +25,17 @@ def prepare(comm, kind, count, rank, ranks):
         expected = np.repeat(np.arange(1, ranks + 1, dtype=np.float32), count // ranks)
         return (lambda: comm.Allgather(send, recv), send,
                 lambda: int(np.count_nonzero(recv != expected)))
+    if kind == "reduce_scatter":
+        send = np.empty(count, dtype=np.float32)
+        recv = np.empty(count // ranks, dtype=np.float32)
+        return (lambda: comm.Reduce_scatter_block(send, recv, op=MPI.SUM), send,
+                lambda: int(np.count_nonzero(recv != ranks * (ranks + 1) / 2)))
+    if kind == "alltoall":
+        send = np.empty(count, dtype=np.float32)
+        recv = np.empty(count, dtype=np.float32)
+        expected = np.repeat(np.arange(1, ranks + 1, dtype=np.float32), count // ranks)
+        return (lambda: comm.Alltoall(send, recv), send,
+                lambda: int(np.count_nonzero(recv != expected)))
     send = np.empty(count, dtype=np.float32)
     if kind == "broadcast":
         return (lambda: comm.Bcast(send, root=0), send,
@@ -41,7 +53,7 @@ def main():
     if rank == 0:
         peer_common.print_header(
             f"# Open MPI {args.c}, {ranks} ranks, float, "
-            f"{'sum, ' if args.c == 'allreduce' else ''}{args.n} iterations")
+            f"{'sum, ' if args.c in ('allreduce', 'reduce_scatter') else ''}{args.n} iterations")
     for count in peer_common.counts(args, ranks):
         collective, input_, count_wrong = prepare(comm, args.c, count, rank, ranks)
         for _ in range(args.w):

@@ -1,6 +1,7 @@
 """What the peer benchmarks (mpi_allreduce.py, gloo_allreduce.py) share, so that every peer is
 measured and reported exactly as gradsync-bench does: sizes in bytes with K/M/G suffixes, the
-collective (-c allreduce, broadcast from rank 0, or allgather), per size the median over
+collective (-c allreduce, broadcast from rank 0, allgather, reduce_scatter or alltoall), per
+size the median over
 iterations of the slowest rank's time, nccl-tests' algbw and busbw, and the same JSON rows."""
 import argparse
 import json
@@ -15,7 +16,8 @@ def size(text):
 
 def parse_args():
     parser = argparse.ArgumentParser()
-    parser.add_argument("-c", choices=["allreduce", "broadcast", "allgather"], default="allreduce")
+    parser.add_argument("-c", choices=["allreduce", "broadcast", "allgather", "reduce_scatter",
+                                       "alltoall"], default="allreduce")
     parser.add_argument("-b", type=size, default=8)
     parser.add_argument("-e", type=size, default=64 << 20)
     parser.add_argument("-f", type=int, default=2)
@@ -26,13 +28,15 @@ def parse_args():
 
 
 def counts(args, ranks):
-    """Element counts (float32) of the sizes from -b to -e by factor -f: of each rank's result,
-    as nccl-tests and gradsync-bench count them (for an allgather, ranks blocks of count/ranks
-    elements, rounded down to whole blocks)."""
+    """Element counts (float32) of the sizes from -b to -e by factor -f, as nccl-tests and
+    gradsync-bench count them: an allreduce's or broadcast's buffer, an allgather's result, a
+    reduce-scatter's input, an all-to-all's send range (the last three ranks blocks of
+    count/ranks elements, rounded down to whole blocks)."""
     nbytes = args.b
+    blocks = args.c in ("allgather", "reduce_scatter", "alltoall")
     while nbytes <= args.e:
         count = max(1, nbytes // 4)
-        yield max(1, count // ranks) * ranks if args.c == "allgather" else count
+        yield max(1, count // ranks) * ranks if blocks else count
         nbytes *= args.f
 
 
@@ -43,11 +47,13 @@ def print_header(title):
 
 def row(count, slowest_us, ranks, wrong, collective="allreduce"):
     """One size's row from the per-iteration times of the slowest rank (µs); `count`: the
-    elements of each rank's result. Bus bandwidth as nccl-tests: algbw x 2(n-1)/n for an
-    allreduce, x (n-1)/n for an allgather, algbw for a broadcast."""
+    size's elements (counts()). Bus bandwidth as nccl-tests: algbw x 2(n-1)/n for an allreduce,
+    x (n-1)/n for an allgather, a reduce-scatter and an all-to-all, algbw for a broadcast."""
     median = statistics.median(slowest_us)
     algbw = count * 4 / median / 1e3
-    factor = {"allreduce": 2 * (ranks - 1) / ranks, "allgather": (ranks - 1) / ranks}
+    share = (ranks - 1) / ranks
+    factor = {"allreduce": 2 * share, "allgather": share, "reduce_scatter": share,
+              "alltoall": share}
     busbw = algbw * factor.get(collective, 1)
     return {"bytes": count * 4, "count": count, "time_us": median, "algbw_gbps": algbw,
             "busbw_gbps": busbw, "wrong": wrong}

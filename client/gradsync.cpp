@@ -4,6 +4,7 @@
 #include "client/communicator.h"
 #include "client/cuda_driver.h"
 #include "client/daemon_socket.h"
+#include "client/slurm.h"
 
 #include <kj/exception.h>
 
@@ -11,6 +12,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 
 struct gradsync_comm {
@@ -29,6 +31,9 @@ thread_local std::string connect_error;
 
 // A daemon answers a question about itself from its control thread, at once.
 constexpr int kNodeAddressTimeoutMs = 10'000;
+
+// Where node daemons listen unless configured otherwise (gradsyncd's `listen`).
+constexpr int32_t kDefaultNodePort = 9478;
 
 template <typename Body>
 gradsync_result guarded(std::string& last_error, Body body) {
@@ -105,27 +110,60 @@ gradsync_result gradsync_options_from_env(gradsync_options* options) {
   if (options == nullptr) return GRADSYNC_ERR_INVALID_ARGUMENT;
   std::string& error = connect_error;
   *options = gradsync_options{};
+  // Under srun without torchrun, Slurm's variables stand in for those left unset.
+  std::optional<gradsync::client::slurm::TaskLayout> task;
+  try {
+    task = gradsync::client::slurm::layout_from_env();
+  } catch (const std::invalid_argument& e) {
+    error = e.what();
+    return GRADSYNC_ERR_INVALID_ARGUMENT;
+  }
   const char* socket = socket_from_env();
   const char* job = std::getenv("GRADSYNC_JOB");
   if (job == nullptr || *job == '\0') job = std::getenv("TORCHELASTIC_RUN_ID");
+  if ((job == nullptr || *job == '\0') && task) job = task->job.c_str();
   gradsync_result r = copy_string("GRADSYNC_SOCKET", socket, options->socket_path,
                                   sizeof(options->socket_path), error);
   if (r == GRADSYNC_OK) {
     r = copy_string("GRADSYNC_JOB", job != nullptr && *job != '\0' ? job : "default", options->job,
                     sizeof(options->job), error);
   }
-  if (r == GRADSYNC_OK) r = read_int("RANK", 0, &options->rank, error);
-  if (r == GRADSYNC_OK) r = read_int("WORLD_SIZE", 1, &options->world_size, error);
-  if (r == GRADSYNC_OK) r = read_int("LOCAL_RANK", options->rank, &options->local_rank, error);
+  if (r == GRADSYNC_OK) r = read_int("RANK", task ? task->rank : 0, &options->rank, error);
   if (r == GRADSYNC_OK) {
-    r = read_int("LOCAL_WORLD_SIZE", options->world_size, &options->local_world_size, error);
+    r = read_int("WORLD_SIZE", task ? task->world_size : 1, &options->world_size, error);
   }
-  const char* nodes = std::getenv("GRADSYNC_NODES");
   if (r == GRADSYNC_OK) {
-    r = copy_string("GRADSYNC_NODES", nodes != nullptr ? nodes : "", options->nodes,
-                    sizeof(options->nodes), error);
+    r = read_int("LOCAL_RANK", task ? task->local_rank : options->rank, &options->local_rank,
+                 error);
   }
-  options->node_rank = -1;
+  if (r == GRADSYNC_OK) {
+    r = read_int("LOCAL_WORLD_SIZE", task ? task->local_world_size : options->world_size,
+                 &options->local_world_size, error);
+  }
+  std::string nodes = std::getenv("GRADSYNC_NODES") != nullptr ? std::getenv("GRADSYNC_NODES") : "";
+  int32_t node_rank = -1;
+  if (r == GRADSYNC_OK && nodes.empty() && task && task->hosts.size() > 1) {
+    // Every node's daemon on the port of this node's (the packaged default, or as set).
+    int32_t port = kDefaultNodePort;
+    r = read_int("GRADSYNC_NODE_PORT", kDefaultNodePort, &port, error);
+    if (r == GRADSYNC_OK && port > UINT16_MAX) {
+      error = "GRADSYNC_NODE_PORT=" + std::to_string(port) + " is not a port";
+      r = GRADSYNC_ERR_INVALID_ARGUMENT;
+    }
+    if (r == GRADSYNC_OK) {
+      try {
+        nodes = gradsync::client::slurm::node_list(task->hosts, static_cast<uint16_t>(port));
+        node_rank = task->node;
+      } catch (const std::runtime_error& e) {
+        error = e.what();
+        r = GRADSYNC_ERR_INVALID_ARGUMENT;
+      }
+    }
+  }
+  if (r == GRADSYNC_OK) {
+    r = copy_string("GRADSYNC_NODES", nodes.c_str(), options->nodes, sizeof(options->nodes), error);
+  }
+  options->node_rank = node_rank;
   if (r == GRADSYNC_OK && std::getenv("GRADSYNC_NODE_RANK") != nullptr) {
     r = read_int("GRADSYNC_NODE_RANK", -1, &options->node_rank, error);
   }

@@ -54,7 +54,7 @@ def main():
     expect(bool((array == size).all()), "allreduce on numpy")
 
     # Where the other nodes reach this node's daemon (its listener here is on loopback).
-    expect(gradsync.node_address().startswith("127.0.0.1:"), "node_address")
+    expect(gradsync.node_address().startswith("127.0.0."), "node_address")
 
     # Broadcast and allgather.
     b = torch.full((33,), float(rank))

@@ -2,8 +2,8 @@
 // (eager) and large (rendezvous), a peer that goes away and comes back, and the cluster
 // handshake (same key, another key, no key, a connection that never speaks).
 #include "transport/mesh.h"
-#include "transport/reachable_address.h"
 #include "transport/network_transports.h"
+#include "transport/reachable_address.h"
 
 #include <dlfcn.h>
 #include <gmock/gmock.h>
