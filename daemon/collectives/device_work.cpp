@@ -10,6 +10,18 @@
 namespace gradsync::daemon {
 namespace {
 
+// A device reduction reads every local rank's input in one kernel.
+void check_operands(const ReadyCollective& collective) {
+  if (collective.ranks.size() > DeviceStreams::max_operands()) {
+    const Submission& lead = collective.first();
+    throw DeviceError(
+        fmt::format("tensor '{}': a device {} of {} local ranks; the kernels take "
+                    "at most {}",
+                    lead.name, ipc::collective_name(lead.collective), collective.ranks.size(),
+                    DeviceStreams::max_operands()));
+  }
+}
+
 void allreduce(const ReadyCollective& collective, DeviceStreams& streams) {
   reduce_on_devices(collective, collective.first().op, collective.ranks.size(), streams);
 }
@@ -40,12 +52,7 @@ void allgather(const ReadyCollective& collective, DeviceStreams& streams) {
 void reduce_scatter(const ReadyCollective& collective, DeviceStreams& streams) {
   const auto& ranks = collective.ranks;
   const Submission& lead = collective.first();
-  if (ranks.size() > DeviceStreams::max_operands()) {
-    throw DeviceError(
-        fmt::format("tensor '{}': a device reduce-scatter of {} local ranks; the "
-                    "kernels take at most {}",
-                    lead.name, ranks.size(), DeviceStreams::max_operands()));
-  }
+  check_operands(collective);
   const uint64_t bytes = lead.block_bytes();
   std::vector<const void*> inputs(ranks.size());
   for (size_t block = 0; block < ranks.size(); ++block) {
@@ -74,12 +81,7 @@ void reduce_on_devices(const ReadyCollective& collective, gradsync_op op, size_t
                        DeviceStreams& streams, uint64_t begin, uint64_t end) {
   const auto& ranks = collective.ranks;
   const Submission& lead = collective.first();
-  if (ranks.size() > DeviceStreams::max_operands()) {
-    throw DeviceError(
-        fmt::format("tensor '{}': a device allreduce of {} local ranks; the "
-                    "kernels take at most {}",
-                    lead.name, ranks.size(), DeviceStreams::max_operands()));
-  }
+  check_operands(collective);
   const size_t element = ipc::dtype_bytes(lead.dtype);
   end = std::min(end, lead.count);
   begin = std::min(begin, end);

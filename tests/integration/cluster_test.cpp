@@ -341,41 +341,31 @@ TEST(Cluster, SmallAllgathersRideWithTheNegotiation) {
   EXPECT_EQ(completed("direct"), 2 * kSteps + 2);
 }
 
-// Reduce-scatter across nodes, with ranks per node that differ (node 0 reduces two ranks'
-// inputs before anything leaves): a small one piggybacks on the negotiation once its name is
-// cached, the large ones go direct between the nodes. Every result is checked; node 0 counts
-// each by how it ran.
-TEST(Cluster, ReduceScattersAreRightWithUnevenRanksPerNode) {
+// Runs `scenario` for 4 steps on 3 nodes with ranks per node that differ ({2, 1, 1}: node 0
+// reduces or packs two ranks' blocks before anything leaves, the others send straight from
+// their one rank's buffer), every result checked by the ranks; then node 0's count of `op`
+// by algorithm: the small one piggybacks on the negotiation once its name is cached (every
+// step but the first), the large ones (`large` a step) go direct between the nodes.
+void expect_small_piggybacked_large_direct(const char* scenario, const char* op, int large) {
   LoopbackCluster cluster(3, "", true);
   constexpr int kSteps = 4;
-  auto ranks =
-      cluster.spawn("reduce_scatters", {2, 1, 1}, {"reduce_scatters", std::to_string(kSteps)});
+  auto ranks = cluster.spawn(scenario, {2, 1, 1}, {scenario, std::to_string(kSteps)});
   expect_all_succeed(ranks, cluster);
   const std::string text = scrape(cluster.metrics_port());
   auto completed = [&](const char* algorithm) {
     return sample(text, std::string("gradsync_collectives_completed_total{algorithm=\"") +
-                            algorithm + "\",op=\"reduce_scatter\"}");
+                            algorithm + "\",op=\"" + op + "\"}");
   };
   EXPECT_EQ(completed("negotiation"), kSteps - 1) << text;
-  EXPECT_EQ(completed("direct"), 2 * kSteps + 1) << text;
+  EXPECT_EQ(completed("direct"), large * kSteps + 1) << text;
 }
 
-// All-to-all across nodes with ranks per node that differ (node 0's messages are packed from
-// two ranks' buffers, the others' go straight from and into their one rank's): a small one
-// piggybacks on the negotiation once its name is cached, the large one goes as one message
-// between each pair of nodes. Every result is checked; node 0 counts each by how it ran.
+TEST(Cluster, ReduceScattersAreRightWithUnevenRanksPerNode) {
+  expect_small_piggybacked_large_direct("reduce_scatters", "reduce_scatter", 2);
+}
+
 TEST(Cluster, AllToAllsAreRightWithUnevenRanksPerNode) {
-  LoopbackCluster cluster(3, "", true);
-  constexpr int kSteps = 4;
-  auto ranks = cluster.spawn("alltoalls", {2, 1, 1}, {"alltoalls", std::to_string(kSteps)});
-  expect_all_succeed(ranks, cluster);
-  const std::string text = scrape(cluster.metrics_port());
-  auto completed = [&](const char* algorithm) {
-    return sample(text, std::string("gradsync_collectives_completed_total{algorithm=\"") +
-                            algorithm + "\",op=\"alltoall\"}");
-  };
-  EXPECT_EQ(completed("negotiation"), kSteps - 1) << text;
-  EXPECT_EQ(completed("direct"), kSteps + 1) << text;
+  expect_small_piggybacked_large_direct("alltoalls", "alltoall", 1);
 }
 
 // Small broadcasts from every root: the root's data with its node's part of the cycle, after
