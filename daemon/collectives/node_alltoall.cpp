@@ -84,6 +84,7 @@ NodeTask node_alltoall(CollectiveContext& step, const ReadyCollective& collectiv
   const uint32_t n = links.nodes();
   const uint32_t me = links.me();
   const uint64_t block = collective.first().block_bytes();
+  if (block == 0) co_return std::nullopt;  // every node has the agreed count: all skip alike
   const std::vector<std::vector<int32_t>> node_ranks =
       node_detail::ranks_by_node(rank_nodes, n, step.world_size);
   const std::vector<int32_t>& mine = node_ranks[me];

@@ -508,8 +508,8 @@ int scenario_reduce_scatters(Communicator& comm, int steps) {
 }
 
 // `steps` steps of the same all-to-alls: a small one (which, once its name is cached,
-// piggybacks on the negotiation) and a large one (one message between each pair of nodes),
-// each checked against the reference.
+// piggybacks on the negotiation), a large one (one message between each pair of nodes) and an
+// empty one, each checked against the reference.
 int scenario_alltoalls(Communicator& comm, int steps) {
   struct Exchanged {
     const char* name;
@@ -517,7 +517,8 @@ int scenario_alltoalls(Communicator& comm, int steps) {
     size_t count;  // per block
   };
   const Exchanged exchanged[] = {{"a2a.small", GRADSYNC_INT32, 3},
-                                 {"a2a.large", GRADSYNC_FLOAT64, 300007}};
+                                 {"a2a.large", GRADSYNC_FLOAT64, 300007},
+                                 {"a2a.empty", GRADSYNC_INT32, 0}};
   const size_t most = 300007 * sizeof(double) * static_cast<size_t>(g_ranks);
   SharedBuffer send_buffer = comm.allocate(most);
   SharedBuffer recv_buffer = comm.allocate(most);
