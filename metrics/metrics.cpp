@@ -163,8 +163,8 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
               "algorithm: local (one node), ring or rhd (allreduce across nodes), negotiation "
               "(data carried by the negotiation), direct (broadcast, allgather, reduce-scatter "
               "and all-to-all across nodes, sent from each node to every other), chain (broadcast "
-              "along a pipelined chain of "
-              "nodes), topk (allreduce across nodes through the top-k wire codec)")
+              "along a pipelined chain of nodes), topk (allreduce across nodes through the top-k "
+              "wire codec)")
           .Register(registry);
   auto& duration = prometheus::BuildHistogram()
                        .Name("gradsync_collective_duration_seconds")
