@@ -100,6 +100,21 @@ def main():
     for i, t in enumerate(tensors):
         expect(bool((t == sum(r + i for r in range(size))).all()), "grouped allreduce")
 
+    # A group of different collectives runs as one unit too.
+    scatter_in = torch.stack([torch.full((5,), float(rank + b)) for b in range(size)])
+    exchange_in = torch.stack([torch.full((3,), 100 * rank + b, dtype=torch.int32)
+                               for b in range(size)])
+    summed = torch.full((4,), float(rank))
+    with comm.group():
+        handles = [gradsync.reduce_scatter(scatter_in, name="group.scatter", async_op=True),
+                   gradsync.alltoall(exchange_in, name="group.exchange", async_op=True),
+                   gradsync.allreduce(summed, name="group.sum", async_op=True)]
+    scattered, exchanged, _ = [h.wait() for h in handles]
+    expect(bool((scattered == sum(r + rank for r in range(size))).all()), "grouped reduce_scatter")
+    expect(all(bool((exchanged[s] == 100 * s + rank).all()) for s in range(size)),
+           "grouped alltoall")
+    expect(bool((summed == sum(range(size))).all()), "grouped allreduce beside them")
+
     # Errors are exceptions carrying the daemon's message.
     try:
         gradsync.allreduce(torch.ones(10 + rank), name="mismatch")
