@@ -8,7 +8,6 @@
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 
 #include <atomic>
 #include <chrono>
@@ -329,22 +328,11 @@ gradsync_request Communicator::submit(const CollectiveArgs& args) {
   if (args.collective != ipc::Collective::kBarrier) {
     if (!ipc::parse_dtype(args.dtype)) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown dtype");
     if (!ipc::parse_op(args.op)) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown op");
-    // An allgather receives a block from every rank, a reduce-scatter sends one to each, an
-    // all-to-all both.
-    const auto block_bytes = ipc::checked_bytes(args.count, args.dtype);
-    const auto world = static_cast<uint64_t>(options_.world_size);
-    uint64_t send_bytes = 0;
-    uint64_t recv_bytes = 0;
-    if (!block_bytes ||
-        __builtin_mul_overflow(
-            *block_bytes, ipc::sends_a_block_per_rank(args.collective) ? world : 1, &send_bytes) ||
-        __builtin_mul_overflow(*block_bytes,
-                               ipc::receives_a_block_per_rank(args.collective) ? world : 1,
-                               &recv_bytes)) {
-      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "count overflows the byte size");
-    }
-    const Registered& send = registered_range(args.send, send_bytes, "send");
-    const Registered& recv = registered_range(args.recv, recv_bytes, "receive");
+    const auto range = ipc::checked_range_bytes(args.collective, args.count, args.dtype,
+                                                static_cast<uint64_t>(options_.world_size));
+    if (!range) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "count overflows the byte size");
+    const Registered& send = registered_range(args.send, range->send, "send");
+    const Registered& recv = registered_range(args.recv, range->recv, "receive");
     entry.send_buffer = send.id;
     entry.send_offset = static_cast<const uint8_t*>(args.send) - send.base;
     entry.recv_buffer = recv.id;

@@ -93,17 +93,14 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buf
     s.root = entry.root;
   }
   s.count = entry.count;
-  const auto block_bytes = ipc::checked_bytes(entry.count, s.dtype);
-  uint64_t send_bytes = 0;
-  uint64_t recv_bytes = 0;
-  if (!block_bytes ||
-      __builtin_mul_overflow(*block_bytes, ipc::sends_a_block_per_rank(s.collective) ? ranks : 1,
-                             &send_bytes) ||
-      __builtin_mul_overflow(*block_bytes, ipc::receives_a_block_per_rank(s.collective) ? ranks : 1,
-                             &recv_bytes)) {
+  const auto range =
+      ipc::checked_range_bytes(s.collective, entry.count, s.dtype, static_cast<uint64_t>(ranks));
+  if (!range) {
     return invalid(fmt::format("count {} overflows the size of {} elements", entry.count,
                                ipc::dtype_name(s.dtype)));
   }
+  const uint64_t send_bytes = range->send;
+  const uint64_t recv_bytes = range->recv;
   const size_t element = ipc::dtype_bytes(s.dtype);
   // In place (the common case): one lookup serves both.
   const RegisteredMemory& send = buffers(entry.send_buffer);
@@ -131,7 +128,7 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buf
   s.recv_buffer = recv.mapping;
   // In place: the same range, or the send range at this rank's slot of the receive range
   // (allgather), or the receive range at this rank's block of the send range (reduce-scatter).
-  const uint64_t rank_offset = static_cast<uint64_t>(rank) * *block_bytes;
+  const uint64_t rank_offset = static_cast<uint64_t>(rank) * s.block_bytes();
   bool in_place = s.send == s.recv;
   if (s.collective == ipc::Collective::kAllgather) in_place = s.send == s.recv + rank_offset;
   if (s.collective == ipc::Collective::kReduceScatter) in_place = s.recv == s.send + rank_offset;

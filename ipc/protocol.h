@@ -82,4 +82,23 @@ constexpr std::optional<uint64_t> checked_bytes(uint64_t count, gradsync_dtype d
   return bytes;
 }
 
+// The bytes of a collective's send and receive ranges for `count` elements among `ranks`
+// ranks (a block per rank where the collective has one: sends_a_block_per_rank and
+// receives_a_block_per_rank), or nullopt when either overflows.
+struct RangeBytes {
+  uint64_t send = 0;
+  uint64_t recv = 0;
+};
+constexpr std::optional<RangeBytes> checked_range_bytes(Collective c, uint64_t count,
+                                                        gradsync_dtype d, uint64_t ranks) {
+  const std::optional<uint64_t> block = checked_bytes(count, d);
+  RangeBytes range;
+  if (!block ||
+      __builtin_mul_overflow(*block, sends_a_block_per_rank(c) ? ranks : 1, &range.send) ||
+      __builtin_mul_overflow(*block, receives_a_block_per_rank(c) ? ranks : 1, &range.recv)) {
+    return std::nullopt;
+  }
+  return range;
+}
+
 }  // namespace gradsync::ipc

@@ -64,14 +64,12 @@ DeviceStage::DeviceStage(const std::vector<const ReadyCollective*>& collectives,
   uint64_t total = 0;
   for (const ReadyCollective* collective : collectives) {
     const Submission& lead = collective->first();
-    const uint64_t block = lead.block_bytes();
-    const auto world = static_cast<uint64_t>(world_size);
-    uint64_t bytes = block;
-    if (lead.collective == ipc::Collective::kAllgather) bytes = block * world;
-    if (ipc::sends_a_block_per_rank(lead.collective)) {  // every rank's ranges, sends first
-      bytes =
-          (lead.send_bytes(world_size) + lead.recv_bytes(world_size)) * collective->ranks.size();
-    }
+    // One receive range (shared, or an allgather's whole result), or where ranks send a block
+    // to each rank, every rank's two ranges, sends first.
+    const uint64_t bytes =
+        ipc::sends_a_block_per_rank(lead.collective)
+            ? (lead.send_bytes(world_size) + lead.recv_bytes(world_size)) * collective->ranks.size()
+            : lead.recv_bytes(world_size);
     members_.push_back({collective, total, bytes, devices_of(*collective), {}});
     total += bytes;
   }

@@ -59,13 +59,14 @@ bool own_blocks_miss_sends(const ReadyCollective& collective, uint8_t* landing, 
 
 }  // namespace
 
-void pack_allgather_blocks(const ReadyCollective& collective, std::vector<uint8_t>& contribution) {
-  const uint64_t block = collective.first().block_bytes();
-  contribution.resize(block * collective.ranks.size());
+void pack_send_ranges(const ReadyCollective& collective, int32_t world_size,
+                      std::vector<uint8_t>& contribution) {
+  const uint64_t range = collective.first().send_bytes(world_size);
+  contribution.resize(range * collective.ranks.size());
   uint8_t* out = contribution.data();
   for (const Submission* s : by_global_rank(collective)) {
-    std::memcpy(out, s->send, block);
-    out += block;
+    std::memcpy(out, s->send, range);
+    out += range;
   }
 }
 

@@ -36,20 +36,6 @@ void for_each_message_block(const std::vector<int32_t>& sources,
 
 }  // namespace
 
-void pack_alltoall_sends(const ReadyCollective& collective, int32_t world_size,
-                         std::vector<uint8_t>& contribution) {
-  const uint64_t range = collective.first().send_bytes(world_size);
-  std::vector<const Submission*> ordered;
-  for (const auto& s : collective.ranks) ordered.push_back(&s);
-  std::sort(ordered.begin(), ordered.end(), [](const Submission* a, const Submission* b) {
-    return a->session->identity().rank < b->session->identity().rank;
-  });
-  contribution.resize(range * ordered.size());
-  for (size_t i = 0; i < ordered.size(); ++i) {
-    std::memcpy(contribution.data() + i * range, ordered[i]->send, range);
-  }
-}
-
 NodeResult alltoall_contributions(const ReadyCollective& collective, const RankMap& rank_nodes,
                                   int32_t world_size,
                                   std::span<const std::span<const uint8_t>> contributions) {

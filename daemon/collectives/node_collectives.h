@@ -81,10 +81,14 @@ NodeTask run_broadcast(CollectiveContext& step, const ReadyCollective& collectiv
                        std::optional<uint32_t> root_node, BroadcastAlgorithm algorithm);
 NodeTask node_allgather(CollectiveContext& step, const ReadyCollective& collective);
 // A small allgather that piggybacks on the negotiation (node_allgather.cpp): this node's
-// contribution is its ranks' blocks in the order of their global ranks, written into
-// `contribution`; every node's contribution, in node order, then gives every local rank the
-// whole. `rank_nodes` must be complete. Returns an error for a contribution of the wrong size.
-void pack_allgather_blocks(const ReadyCollective& collective, std::vector<uint8_t>& contribution);
+// contribution is its ranks' blocks in the order of their global ranks (pack_send_ranges);
+// every node's contribution, in node order, then gives every local rank the whole.
+// `rank_nodes` must be complete. Returns an error for a contribution of the wrong size.
+//
+// pack_send_ranges writes each local rank's send range, in the order of their global ranks,
+// into `contribution`: an allgather's blocks, an all-to-all's whole send ranges.
+void pack_send_ranges(const ReadyCollective& collective, int32_t world_size,
+                      std::vector<uint8_t>& contribution);
 NodeResult gather_contributions(const ReadyCollective& collective, const RankMap& rank_nodes,
                                 int32_t world_size,
                                 std::span<const std::span<const uint8_t>> contributions);
@@ -103,11 +107,10 @@ NodeResult reduce_scatter_contributions(const ReadyCollective& collective, int32
 
 // All-to-all (node_alltoall.cpp): one message between each pair of nodes, placed by
 // `rank_nodes` (complete). A small one piggybacks on the negotiation: this node's contribution
-// is its ranks' whole send ranges in rank order, from which every node takes its ranks' blocks.
+// is its ranks' whole send ranges in rank order (pack_send_ranges), from which every node
+// takes its ranks' blocks.
 NodeTask node_alltoall(CollectiveContext& step, const ReadyCollective& collective,
                        const RankMap& rank_nodes);
-void pack_alltoall_sends(const ReadyCollective& collective, int32_t world_size,
-                         std::vector<uint8_t>& contribution);
 NodeResult alltoall_contributions(const ReadyCollective& collective, const RankMap& rank_nodes,
                                   int32_t world_size,
                                   std::span<const std::span<const uint8_t>> contributions);

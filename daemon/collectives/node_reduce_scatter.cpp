@@ -132,8 +132,7 @@ NodeTask node_reduce_scatter(CollectiveContext& step, const ReadyCollective& col
     packed_at[node] = packed_elements;
     if (node != me) packed_elements += count * node_ranks[node].size();
   }
-  uint8_t* packed_all =
-      local.size() == 1 ? nullptr : step.scratch.get(1, packed_elements * element);
+  uint8_t* packed_all = nullptr;  // taken from scratch once a node's blocks need packing
   std::array<const void*, ipc::kMaxLocalRanks> inputs;
   for (uint32_t k = 1; k < n; ++k) {
     // Starting to the right, so that not every node sends to node 0 first.
@@ -142,8 +141,9 @@ NodeTask node_reduce_scatter(CollectiveContext& step, const ReadyCollective& col
     const uint64_t elements = count * theirs.size();
     const uint64_t piece = piece_elements(theirs.size());
     const bool straight = local.size() == 1 && node_detail::consecutive(theirs);
-    if (!straight && packed_all == nullptr)
+    if (!straight && packed_all == nullptr) {
       packed_all = step.scratch.get(1, packed_elements * element);
+    }
     uint8_t* packed = straight ? nullptr : packed_all + packed_at[node] * element;
     for (uint64_t begin = 0, p = 0; begin < elements; begin += piece, ++p) {
       const uint64_t end = std::min(elements, begin + piece);

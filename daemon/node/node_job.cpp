@@ -177,14 +177,16 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
     proposal.eager.resize(only.bytes());
     AllreduceOperand(only, proposal.eager.data())
         .reduce_into(node_detail::network_op(lead.op), 0, lead.count, nullptr);
-  } else if (may_piggyback && lead.collective == ipc::Collective::kAllgather &&
-             only.bytes() * static_cast<uint64_t>(layout().world_size) <= eager_max) {
-    // The same for an allgather whose whole result is as small: this node's ranks' blocks,
-    // which every node places by the rank map. Each node takes in the whole result with the
-    // cycle, so the limit is on the whole result, not on a node's part.
+  } else if (may_piggyback && ipc::receives_a_block_per_rank(lead.collective) &&
+             lead.send_bytes(layout().world_size) * static_cast<uint64_t>(layout().world_size) <=
+                 eager_max) {
+    // The same for an allgather or an all-to-all whose every send range together is as
+    // small: this node's ranks' send ranges, from which every node takes its ranks' blocks by
+    // the rank map. Each node takes in every node's part with the cycle, so the limit is on
+    // all of them, not on a node's part.
     proposal.piggybacks = true;
     if (negotiator_) proposal.eager = negotiator_->eager_storage();
-    pack_allgather_blocks(only, proposal.eager);
+    pack_send_ranges(only, layout().world_size, proposal.eager);
   } else if (may_piggyback && lead.collective == ipc::Collective::kReduceScatter &&
              lead.send_bytes(layout().world_size) <= eager_max) {
     // And a reduce-scatter whose whole send range is: this node's sums of every block, from
@@ -192,14 +194,6 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
     proposal.piggybacks = true;
     if (negotiator_) proposal.eager = negotiator_->eager_storage();
     pack_reduce_scatter_sums(only, layout().world_size, proposal.eager);
-  } else if (may_piggyback && lead.collective == ipc::Collective::kAllToAll &&
-             lead.send_bytes(layout().world_size) * static_cast<uint64_t>(layout().world_size) <=
-                 eager_max) {
-    // And an all-to-all whose every block together is: each node takes in every node's
-    // send ranges with the cycle, so the limit is on all of them.
-    proposal.piggybacks = true;
-    if (negotiator_) proposal.eager = negotiator_->eager_storage();
-    pack_alltoall_sends(only, layout().world_size, proposal.eager);
   } else if (may_piggyback && lead.collective == ipc::Collective::kBroadcast &&
              only.bytes() <= eager_max) {
     // And a small broadcast: the root's data from its node, an empty contribution from every

@@ -78,9 +78,12 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
   const bool gather = o.collective == ipc::Collective::kAllgather;
   const bool scatter = o.collective == ipc::Collective::kReduceScatter;
   const bool alltoall = o.collective == ipc::Collective::kAllToAll;
+  const bool sends_blocks = ipc::sends_a_block_per_rank(o.collective);
   // A block per rank: the size is the whole of the gathered result, the scattered input or
   // the all-to-all's send (and receive) range.
-  const uint64_t blocks = gather || scatter || alltoall ? static_cast<uint64_t>(ranks) : 1;
+  const uint64_t blocks = sends_blocks || ipc::receives_a_block_per_rank(o.collective)
+                              ? static_cast<uint64_t>(ranks)
+                              : 1;
   const uint64_t max_recv = std::max<uint64_t>(o.max_bytes, element * blocks);
   const std::unique_ptr<SweepBuffers> buffers =
       o.device ? make_device_buffers(comm, max_recv, who.local_rank, o.stream)
@@ -108,7 +111,7 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
     // send range, ranks * count elements.
     const uint64_t count = requested / element / blocks;
     const uint64_t bytes = count * element * blocks;
-    const uint64_t inputs = scatter || alltoall ? count * blocks : count;
+    const uint64_t inputs = sends_blocks ? count * blocks : count;
     reference::fill_input(buffers->staged_input(), inputs, o.dtype, rank, o.op, bytes);
     buffers->upload(inputs * element);
     const std::string name = "bench." + std::to_string(bytes);

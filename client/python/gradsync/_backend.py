@@ -100,9 +100,9 @@ def _group_layout(store, rank, size, socket_path, nodes, node_rank, is_default_g
     if len(distinct) == 1:
         return local.index(rank), len(local), "", 0
     if not nodes:
-        addresses = _node_addresses(store, rank, members, node, socket_path)
+        addresses = _node_addresses(store, rank, members, distinct, node, socket_path)
         return local.index(rank), len(local), ",".join(addresses), distinct.index(node)
-    if is_default_group or not nodes:
+    if is_default_group:
         return local.index(rank), len(local), ",".join(nodes), node_rank
     if node_rank < 0:
         raise RuntimeError("gradsync: a process group across some of the nodes needs each "
@@ -113,11 +113,10 @@ def _group_layout(store, rank, size, socket_path, nodes, node_rank, is_default_g
             spanned.index(node_rank))
 
 
-def _node_addresses(store, rank, members, node, socket_path):
-    """The inter-node addresses of the daemons of the nodes in `members` (each rank's node, in
-    rank order), in order of each node's first rank: each node's first rank publishes its own
-    daemon's, every rank reads them all."""
-    distinct = sorted(set(members), key=members.index)
+def _node_addresses(store, rank, members, distinct, node, socket_path):
+    """The inter-node addresses of the daemons of the `distinct` nodes of `members` (each rank's
+    node, in rank order; `distinct` in order of each node's first rank): each node's first rank
+    publishes its own daemon's, every rank reads them all."""
     index = distinct.index(node)
     if members.index(node) == rank:
         store.set(f"gradsync/address/{index}", _core.node_address(socket_path))
