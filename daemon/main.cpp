@@ -1,9 +1,9 @@
 // gradsyncd: the per-node gradient communication daemon.
-#include "daemon/config.h"
-#include "daemon/control.h"
+#include "daemon/base/config.h"
+#include "daemon/base/log.h"
+#include "daemon/control/control.h"
 #include "daemon/device/devices.h"
-#include "daemon/engine.h"
-#include "daemon/log.h"
+#include "daemon/engine/engine.h"
 #include "kernels/reduce.h"
 #include "metrics/metrics.h"
 

@@ -45,13 +45,14 @@ double measure_gamma(Scratch& scratch) {
 
 }  // namespace
 
-LinkFigures link_figures_from_rounds(const std::vector<double>& small_seconds,
-                                     const std::vector<double>& large_seconds, size_t large_bytes) {
+cost_model::LinkFigures link_figures_from_rounds(const std::vector<double>& small_seconds,
+                                                 const std::vector<double>& large_seconds,
+                                                 size_t large_bytes) {
   // The fastest round, not the median: a job forms while its ranks are busy setting up (a
   // rank that fills its gradient buffers shares the daemon's core), and a preempted round
   // only ever takes longer. Medians taken then were 10x off (α 221 µs, β 0.1 GB/s on a link
   // that moves 2 GB/s), and every choice made from the figures with them.
-  LinkFigures figures;
+  cost_model::LinkFigures figures;
   if (small_seconds.empty() || large_seconds.empty() || large_bytes == 0) return figures;
   figures.alpha_seconds = fastest(small_seconds);
   figures.beta_seconds_per_byte = std::max(fastest(large_seconds) - figures.alpha_seconds, 0.0) /
@@ -59,7 +60,7 @@ LinkFigures link_figures_from_rounds(const std::vector<double>& small_seconds,
   return figures;
 }
 
-NodeTask probe_links(NodeLinks& links, Scratch& scratch, LinkFigures& figures) {
+NodeTask probe_links(NodeLinks& links, Scratch& scratch, cost_model::LinkFigures& figures) {
   const uint32_t n = links.nodes();
   const uint32_t me = links.me();
   figures.gamma_seconds_per_byte = measure_gamma(scratch);
@@ -86,7 +87,7 @@ NodeTask probe_links(NodeLinks& links, Scratch& scratch, LinkFigures& figures) {
           .push_back(std::chrono::duration<double>(Clock::now() - start).count());
     }
   }
-  const LinkFigures wire = link_figures_from_rounds(small, large, kBandwidthBytes);
+  const cost_model::LinkFigures wire = link_figures_from_rounds(small, large, kBandwidthBytes);
   figures.alpha_seconds = wire.alpha_seconds;
   figures.beta_seconds_per_byte = wire.beta_seconds_per_byte;
   co_return std::nullopt;

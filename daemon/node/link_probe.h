@@ -3,7 +3,7 @@
 // the left-hand neighbour, the way a ring step uses it), and γ on this node's cores.
 #pragma once
 
-#include "daemon/collectives/node_collectives.h"
+#include "daemon/collectives/internode/node_collectives.h"
 #include "daemon/node/negotiator.h"
 
 #include <vector>
@@ -12,10 +12,11 @@ namespace gradsync::daemon {
 
 // α and β from the probe's timed rounds (seconds per round): small rounds carry a few bytes,
 // large ones `large_bytes`. Zero figures where a kind of round is missing.
-LinkFigures link_figures_from_rounds(const std::vector<double>& small_seconds,
-                                     const std::vector<double>& large_seconds, size_t large_bytes);
+cost_model::LinkFigures link_figures_from_rounds(const std::vector<double>& small_seconds,
+                                                 const std::vector<double>& large_seconds,
+                                                 size_t large_bytes);
 
 // A task that refers to its arguments until it ends.
-NodeTask probe_links(NodeLinks& links, Scratch& scratch, LinkFigures& figures);
+NodeTask probe_links(NodeLinks& links, Scratch& scratch, cost_model::LinkFigures& figures);
 
 }  // namespace gradsync::daemon

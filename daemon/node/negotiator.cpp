@@ -89,7 +89,7 @@ const Negotiator::EagerSet::Entry* Negotiator::EagerSet::seek(uint32_t bit, size
 }
 
 Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string ranks,
-                       uint32_t cache_capacity, LinkFigures own_link, SendFn send,
+                       uint32_t cache_capacity, cost_model::LinkFigures own_link, SendFn send,
                        bool hold_empty_joins, CycleRoute route)
     : job_(std::move(job)),
       last_cycles_(nodes, 0),
@@ -98,7 +98,7 @@ Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string
       ranks_(std::move(ranks)),
       own_link_(own_link),
       agreed_link_(own_link),
-      agreed_eager_max_bytes_(eager_max_bytes(own_link, nodes)),
+      agreed_eager_max_bytes_(cost_model::eager_max_bytes(own_link, nodes)),
       send_(std::move(send)),
       cache_(cache_capacity),
       hold_empty_joins_(hold_empty_joins),
@@ -500,7 +500,7 @@ void Negotiator::apply(CycleState& state) {
     agreed_link_.gamma_seconds_per_byte =
         std::max(agreed_link_.gamma_seconds_per_byte, from->link.gamma_seconds_per_byte);
   }
-  agreed_eager_max_bytes_ = eager_max_bytes(agreed_link_, nodes_);
+  agreed_eager_max_bytes_ = cost_model::eager_max_bytes(agreed_link_, nodes_);
   peer_ready_bits_.resize(nodes_);
   for (uint32_t node = 0; node < nodes_; ++node) {
     peer_ready_bits_[node] = state.from[node]->ready_bits;

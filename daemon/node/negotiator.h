@@ -34,8 +34,8 @@
 // or when the caller, after a bounded wait, calls release_hold().
 #pragma once
 
-#include "daemon/fifo.h"
-#include "daemon/node/cost_model.h"
+#include "cost_model/cost_model.h"
+#include "daemon/base/fifo.h"
 #include "daemon/node/internode.capnp.h"
 #include "daemon/node/response_cache.h"
 #include "daemon/node/signature.h"
@@ -96,7 +96,7 @@ struct Decision {
 // be fused (a node may have applied the next one before another).
 struct CycleDecisions {
   uint64_t cycle = 0;
-  LinkFigures link;  // agreed as of this cycle, for choices every node must make alike
+  cost_model::LinkFigures link;  // agreed as of this cycle, for choices every node must make alike
   std::vector<Decision> decisions;
   std::vector<std::span<const uint8_t>> contributions;  // into eager_bytes
   std::vector<std::vector<uint8_t>> eager_bytes;        // by node: what piggybacked on the cycle
@@ -129,7 +129,7 @@ class Negotiator {
 
   // `ranks`: this node's ranks in words ("ranks 2, 3"), for the coordinator's errors.
   Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string ranks,
-             uint32_t cache_capacity, LinkFigures own_link, SendFn send,
+             uint32_t cache_capacity, cost_model::LinkFigures own_link, SendFn send,
              bool hold_empty_joins = false, CycleRoute route = CycleRoute::kDirect);
 
   // A collective ready on this node, named by proposal.key. With `more_coming`, the caller has
@@ -161,9 +161,9 @@ class Negotiator {
   bool has_decided() const { return !decided_.empty(); }
 
   // This node's figures, sent with its next cycles (a job refines them as it runs).
-  void set_own_link(const LinkFigures& link) { own_link_ = link; }
+  void set_own_link(const cost_model::LinkFigures& link) { own_link_ = link; }
   // Every node's largest figures, as of the last cycle: the same on every node.
-  const LinkFigures& agreed_link() const { return agreed_link_; }
+  const cost_model::LinkFigures& agreed_link() const { return agreed_link_; }
   // eager_max_bytes() (cost_model.h) of the agreed figures, worked out once a cycle.
   uint64_t agreed_eager_max_bytes() const { return agreed_eager_max_bytes_; }
   const ResponseCache& cache() const { return cache_; }
@@ -214,7 +214,7 @@ class Negotiator {
     std::vector<uint64_t> invalid_bits;
     std::vector<Proposal> uncached;
     std::vector<NameId> uncached_names;  // this node's own cycle only: uncached's names
-    LinkFigures link;
+    cost_model::LinkFigures link;
     EagerSet eager;
   };
   // The coordinator's answer for a name reported to it.
@@ -318,8 +318,8 @@ class Negotiator {
   uint32_t nodes_;
   uint32_t me_;
   std::string ranks_;
-  LinkFigures own_link_;
-  LinkFigures agreed_link_;
+  cost_model::LinkFigures own_link_;
+  cost_model::LinkFigures agreed_link_;
   uint64_t agreed_eager_max_bytes_;
   SendFn send_;
   ResponseCache cache_;

@@ -1,8 +1,8 @@
 #include "daemon/node/node_job.h"
 
-#include "daemon/collectives/device_work.h"
-#include "daemon/collectives/node_collectives.h"
-#include "daemon/log.h"
+#include "daemon/base/log.h"
+#include "daemon/collectives/internode/node_collectives.h"
+#include "daemon/collectives/local/device_work.h"
 #include "daemon/node/link_probe.h"
 #include "kernels/reduce.h"
 
@@ -39,7 +39,7 @@ void NodeJob::on_local_formed(std::vector<int32_t> ranks) {
   joined.setCacheCapacity(settings_.cache_capacity);
   joined.setAlgorithm(settings_.algorithm);
   joined.setFusionThresholdBytes(settings_.fusion_threshold_bytes);
-  joined.setWireCodec(wire_codec_name(settings_.wire_codec));
+  joined.setWireCodec(cost_model::wire_codec_name(settings_.wire_codec));
   joined.setSlowLinkMessageBytes(settings_.slow_link_message_bytes);
   joined.setRelayMinNodes(settings_.relay_min_nodes);
   auto own_ranks = joined.initRanks(static_cast<unsigned>(ranks.size()));
@@ -67,7 +67,7 @@ void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined) {
     agreed_.algorithm = joined.getAlgorithm();
     agreed_.fusion_threshold_bytes = joined.getFusionThresholdBytes();
     const std::string name = joined.getWireCodec().cStr();
-    const auto codec = parse_wire_codec(name.empty() ? "none" : name);
+    const auto codec = cost_model::parse_wire_codec(name.empty() ? "none" : name);
     if (!codec) {
       throw std::invalid_argument(fmt::format("job '{}': node 0 asked for wire codec '{}'",
                                               links_.job_name(), joined.getWireCodec().cStr()));
@@ -125,7 +125,7 @@ std::optional<std::string> NodeJob::finish_forming() {
       own_link_.alpha_seconds * 1e6,
       own_link_.beta_seconds_per_byte > 0 ? 1e-9 / own_link_.beta_seconds_per_byte : 0.0,
       own_link_.gamma_seconds_per_byte > 0 ? 1e-9 / own_link_.gamma_seconds_per_byte : 0.0,
-      agreed_.cache_capacity, agreed_.algorithm, wire_codec_name(agreed_.wire_codec),
+      agreed_.cache_capacity, agreed_.algorithm, cost_model::wire_codec_name(agreed_.wire_codec),
       agreed_.fusion_threshold_bytes, agreed_.slow_link_message_bytes,
       relay ? "relayed" : "to every node");
   publish_own_link();
@@ -165,7 +165,8 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
                         lead.collective == ipc::Collective::kBroadcast ? lead.root : -1,
                         on_device(unit)};
   const ReadyCollective& only = unit.collectives.front();
-  const uint64_t eager_max = negotiator_ ? negotiator_->agreed_eager_max_bytes() : kEagerMinBytes;
+  const uint64_t eager_max =
+      negotiator_ ? negotiator_->agreed_eager_max_bytes() : cost_model::kEagerMinBytes;
   // Empty ones take the network's path, which moves nothing.
   const bool may_piggyback =
       unit.collectives.size() == 1 && !proposal.signature.on_device && only.bytes() > 0;

@@ -9,13 +9,17 @@
 // Engine-thread only.
 #pragma once
 
-#include "daemon/collectives/node_collectives.h"
-#include "daemon/job.h"
-#include "daemon/node/cost_model.h"
+#include "cost_model/cost_model.h"
+#include "daemon/collectives/internode/node_collectives.h"
+#include "daemon/job/ready_unit.h"
+#include "daemon/job/stall.h"
+#include "daemon/job/step_meter.h"
+#include "daemon/job/trace.h"
+#include "daemon/job/unit_pool.h"
+#include "daemon/links/links.h"
+#include "daemon/links/rank_map.h"
 #include "daemon/node/internode.capnp.h"
-#include "daemon/node/links.h"
 #include "daemon/node/negotiator.h"
-#include "daemon/node/rank_map.h"
 #include "metrics/metrics.h"
 
 #include <capnp/message.h>
@@ -39,7 +43,7 @@ struct NodeJobSettings {
   std::chrono::seconds peer_timeout{60};
   uint32_t cache_capacity = 1024;
   std::string algorithm = "auto";  // "auto", "ring" or "rhd"
-  WireCodecSpec wire_codec;
+  cost_model::WireCodecSpec wire_codec;
   uint64_t fusion_threshold_bytes = 64ull << 20;
   // How long this node holds back an empty part of a peer's negotiation cycle (Negotiator,
   // "holding a join"); 0: joins at once. This node's own: not agreed.
@@ -152,14 +156,14 @@ class NodeJob {
   // Agreed collectives that run as one task: one unit, or several allreduces fused.
   struct Batch {
     std::vector<ReadyUnit> units;
-    LinkFigures link;  // as agreed in the cycle that decided them
+    cost_model::LinkFigures link;  // as agreed in the cycle that decided them
     bool fused = false;
     AllreduceOperand::Layout layout = AllreduceOperand::Layout::kPacked;  // when fused
   };
   // A batch in progress, with everything its task refers to (at a stable address).
   struct InFlight {
     std::vector<ReadyUnit> units;
-    LinkFigures link;
+    cost_model::LinkFigures link;
     AllreduceOperand::Layout layout = AllreduceOperand::Layout::kPacked;
     uint64_t first_sequence = 0;
     const char* allreduce_algorithm = "negotiation";  // for the metrics: set when one runs
@@ -182,7 +186,8 @@ class NodeJob {
   // algorithm that ran it, or as piggybacking on the negotiation (`piggybacked`, whatever its
   // kind).
   void count_completed(const ReadyUnit& unit, const char* allreduce_algorithm, bool piggybacked,
-                       const LinkFigures& link, std::chrono::steady_clock::time_point now);
+                       const cost_model::LinkFigures& link,
+                       std::chrono::steady_clock::time_point now);
   // Completes one cycle's decisions that need no network; queues the others as batches.
   std::optional<std::string> take_cycle(const CycleDecisions& cycle);
   // How `unit` may be fused, if it may: allreduces of one dtype and op within the fusion
@@ -191,19 +196,21 @@ class NodeJob {
   // which moves a batch of large tensors in place as a message per tensor and level (the
   // ring's pieces would need a message per tensor and piece: large ones stay alone there).
   std::optional<AllreduceOperand::Layout> fusion_layout(const ReadyUnit& unit, uint64_t cutoff,
-                                                        const LinkFigures& link) const;
+                                                        const cost_model::LinkFigures& link) const;
   // Resumes the tasks in flight, completes the finished, starts queued batches.
   std::optional<std::string> progress(bool& ran);
   void start(Batch batch);
   // With the codec the ring would apply to allreduces of `dtype`.
-  AllreduceAlgorithm choose(uint64_t bytes, gradsync_dtype dtype, const LinkFigures& link) const;
+  cost_model::AllreduceAlgorithm choose(uint64_t bytes, gradsync_dtype dtype,
+                                        const cost_model::LinkFigures& link) const;
   // Chain or direct, as the cost model or the job's forced algorithm (ring: chain; rhd:
   // direct) says.
-  BroadcastAlgorithm choose_broadcast_for(uint64_t bytes, const LinkFigures& link) const;
+  cost_model::BroadcastAlgorithm choose_broadcast_for(uint64_t bytes,
+                                                      const cost_model::LinkFigures& link) const;
   // The step of a collective of `work`: bulk data cut into eager messages where the link its
   // cycle agreed on is slow.
   CollectiveContext step_for(InFlight& work, uint32_t sequence, gradsync_dtype dtype);
-  WireCodec codec_for(gradsync_dtype dtype) const;
+  cost_model::WireCodec codec_for(gradsync_dtype dtype) const;
   // The job's wire codec is top-k and `collective` (or a batch it leads) is an f32 sum or
   // average it applies to: on host memory, or on device memory staged whole. Agreed on every
   // node, as everything it looks at is.
@@ -211,13 +218,13 @@ class NodeJob {
   // The job's collective numbers `collective` takes (start()): one per staging piece; top-k's
   // two allreduces.
   uint64_t sequences_of(const ReadyCollective& collective) const;
-  TopKRun topk_run(const LinkFigures& link);
+  TopKRun topk_run(const cost_model::LinkFigures& link);
   // Tells the metrics what residuals_ holds now, by the difference from the last call.
   void report_topk();
   // Learns from an allreduce that ran without error: a β lower than this node's (cost_model.h,
   // implied_beta) replaces it, in the next cycles and the metrics.
-  void refine_beta(AllreduceAlgorithm algorithm, uint64_t bytes, WireCodec codec,
-                   std::chrono::steady_clock::time_point started);
+  void refine_beta(cost_model::AllreduceAlgorithm algorithm, uint64_t bytes,
+                   cost_model::WireCodec codec, std::chrono::steady_clock::time_point started);
   // Exports this node's figures for its link to the left-hand node.
   void publish_own_link();
   NodeTask run_unit(InFlight& work);
@@ -249,7 +256,7 @@ class NodeJob {
   std::vector<bool> joined_;  // by node
   bool cutting_messages_ = false;  // the last step's bulk data went in eager messages
   NodeJobSettings agreed_;         // node 0's
-  LinkFigures own_link_;
+  cost_model::LinkFigures own_link_;
   std::optional<Negotiator> negotiator_;
   std::vector<Proposal> unproposed_;  // ready before the job formed across nodes
   // Cycle messages that arrived before this node finished forming.

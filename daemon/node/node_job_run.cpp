@@ -1,8 +1,8 @@
 // The running half of NodeJob: what the nodes agreed on, cycle by cycle, becomes batches
 // (fused where that pays), which run as tasks the engine resumes, a few at a time.
-#include "daemon/collectives/device_staging.h"
-#include "daemon/collectives/device_work.h"
-#include "daemon/collectives/node_collectives.h"
+#include "daemon/collectives/internode/device_staging.h"
+#include "daemon/collectives/internode/node_collectives.h"
+#include "daemon/collectives/local/device_work.h"
 #include "daemon/node/node_job.h"
 #include "kernels/reduce.h"
 
@@ -40,7 +40,8 @@ void NodeJob::trace_completed(const InFlight& work) const {
 }
 
 void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algorithm,
-                              bool piggybacked, const LinkFigures& link, Clock::time_point now) {
+                              bool piggybacked, const cost_model::LinkFigures& link,
+                              Clock::time_point now) {
   for (const auto& c : unit.collectives) {
     const ipc::Collective kind = c.first().collective;
     const char* algorithm = "direct";  // allgathers, reduce-scatters, all-to-alls
@@ -48,7 +49,7 @@ void NodeJob::count_completed(const ReadyUnit& unit, const char* allreduce_algor
     if (kind == ipc::Collective::kBroadcast) {
       // What run_collective chose, from the same figures (a device broadcast staged in pieces
       // chose per piece, and is counted by its whole size).
-      algorithm = broadcast_algorithm_name(choose_broadcast_for(c.bytes(), link));
+      algorithm = cost_model::broadcast_algorithm_name(choose_broadcast_for(c.bytes(), link));
     }
     if (kind == ipc::Collective::kBarrier || piggybacked) algorithm = "negotiation";
     metrics_.collective_completed(static_cast<metrics::CollectiveKind>(kind), c.bytes(), algorithm,
@@ -157,7 +158,7 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
   // fuse the same way go together where the first of them would have gone. Everything this
   // looks at was agreed on (the decisions, their signatures, the cycle's link figures), so
   // every node queues the same batches in the same order.
-  const uint64_t cutoff = fusion_cutoff_bytes(cycle.link, links_.nodes());
+  const uint64_t cutoff = cost_model::fusion_cutoff_bytes(cycle.link, links_.nodes());
   std::vector<std::optional<AllreduceOperand::Layout>> layouts(networked.size());
   for (size_t u = 0; u < networked.size(); ++u) {
     layouts[u] = fusion_layout(networked[u], cutoff, cycle.link);
@@ -188,7 +189,7 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
       if (layout == AllreduceOperand::Layout::kInPlace &&
           (members + unit.collectives.size() > kMaxInPlaceMembers ||
            choose(bytes + unit.bytes(), lead.dtype, cycle.link) !=
-               AllreduceAlgorithm::kHalvingDoubling)) {
+               cost_model::AllreduceAlgorithm::kHalvingDoubling)) {
         continue;
       }
       bytes += unit.bytes();
@@ -202,9 +203,8 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
   return error;
 }
 
-std::optional<AllreduceOperand::Layout> NodeJob::fusion_layout(const ReadyUnit& unit,
-                                                               uint64_t cutoff,
-                                                               const LinkFigures& link) const {
+std::optional<AllreduceOperand::Layout> NodeJob::fusion_layout(
+    const ReadyUnit& unit, uint64_t cutoff, const cost_model::LinkFigures& link) const {
   const Submission& lead = unit.collectives.front().first();
   const uint64_t bytes = unit.bytes();
   if (bytes > agreed_.fusion_threshold_bytes || unit.collectives.size() > kMaxInPlaceMembers ||
@@ -218,7 +218,7 @@ std::optional<AllreduceOperand::Layout> NodeJob::fusion_layout(const ReadyUnit& 
   if (bytes < cutoff) return AllreduceOperand::Layout::kPacked;
   // Device memory is staged through one host buffer (device_staging.h): packed, or alone.
   if (on_device(unit)) return std::nullopt;
-  if (choose(bytes, lead.dtype, link) == AllreduceAlgorithm::kHalvingDoubling) {
+  if (choose(bytes, lead.dtype, link) == cost_model::AllreduceAlgorithm::kHalvingDoubling) {
     return AllreduceOperand::Layout::kInPlace;
   }
   return std::nullopt;
@@ -248,7 +248,7 @@ std::optional<std::string> NodeJob::progress(bool& ran) {
     work.task.reset();
     spare_scratch_.push_back(std::move(work.scratch));
     it = in_flight_.erase(it);
-    if (agreed_.wire_codec.codec == WireCodec::kTopK) report_topk();
+    if (agreed_.wire_codec.codec == cost_model::WireCodec::kTopK) report_topk();
   }
   // Start what was agreed, in the agreed order, up to the window.
   while (!queued_.empty() && in_flight_.size() < kMaxInFlight) {
@@ -296,12 +296,14 @@ void NodeJob::publish_own_link() {
   links_.set_link(left, own_link_.alpha_seconds, bytes_per_second);
 }
 
-void NodeJob::refine_beta(AllreduceAlgorithm algorithm, uint64_t bytes, WireCodec codec,
+void NodeJob::refine_beta(cost_model::AllreduceAlgorithm algorithm, uint64_t bytes,
+                          cost_model::WireCodec codec,
                           std::chrono::steady_clock::time_point started) {
-  if (bytes < kRefineBetaMinBytes || links_.nodes() < 2) return;
+  if (bytes < cost_model::kRefineBetaMinBytes || links_.nodes() < 2) return;
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  const auto beta = implied_beta(algorithm, own_link_, links_.nodes(), bytes, codec, seconds);
+  const auto beta =
+      cost_model::implied_beta(algorithm, own_link_, links_.nodes(), bytes, codec, seconds);
   if (!beta || (own_link_.beta_seconds_per_byte > 0 && *beta >= own_link_.beta_seconds_per_byte))
     return;
   own_link_.beta_seconds_per_byte = *beta;
@@ -310,12 +312,12 @@ void NodeJob::refine_beta(AllreduceAlgorithm algorithm, uint64_t bytes, WireCode
   negotiator_->set_own_link(own_link_);
   publish_own_link();
   log_->debug("job '{}': {} bytes by {} in {:.3f} ms: beta now {:.3f} GB/s", links_.job_name(),
-              bytes, algorithm_name(algorithm), seconds * 1e3, 1e-9 / *beta);
+              bytes, cost_model::algorithm_name(algorithm), seconds * 1e3, 1e-9 / *beta);
 }
 
 bool NodeJob::topk_applies(const ReadyCollective& collective) const {
   const Submission& lead = collective.first();
-  return agreed_.wire_codec.codec == WireCodec::kTopK && links_.nodes() > 1 &&
+  return agreed_.wire_codec.codec == cost_model::WireCodec::kTopK && links_.nodes() > 1 &&
          lead.collective == ipc::Collective::kAllreduce && lead.dtype == GRADSYNC_FLOAT32 &&
          (lead.op == GRADSYNC_SUM || lead.op == GRADSYNC_AVG) &&
          staging_pieces(collective).count == 1;
@@ -325,7 +327,7 @@ uint64_t NodeJob::sequences_of(const ReadyCollective& collective) const {
   return topk_applies(collective) ? 2 : staging_pieces(collective).count;
 }
 
-TopKRun NodeJob::topk_run(const LinkFigures& link) {
+TopKRun NodeJob::topk_run(const cost_model::LinkFigures& link) {
   return TopKRun{agreed_.wire_codec.topk_percent, residuals_,
                  [this, link](uint64_t bytes) { return choose(bytes, GRADSYNC_FLOAT32, link); }};
 }
@@ -340,33 +342,36 @@ void NodeJob::report_topk() {
   reported_evicted_ = evicted;
 }
 
-WireCodec NodeJob::codec_for(gradsync_dtype dtype) const {
+cost_model::WireCodec NodeJob::codec_for(gradsync_dtype dtype) const {
   // Only f32 has bytes to spare that bf16 keeps the range of.
-  return dtype == GRADSYNC_FLOAT32 ? agreed_.wire_codec.codec : WireCodec::kNone;
+  return dtype == GRADSYNC_FLOAT32 ? agreed_.wire_codec.codec : cost_model::WireCodec::kNone;
 }
 
-AllreduceAlgorithm NodeJob::choose(uint64_t bytes, gradsync_dtype dtype,
-                                   const LinkFigures& link) const {
-  if (links_.nodes() == 1) return AllreduceAlgorithm::kHalvingDoubling;  // the local reduce
-  if (const auto forced = parse_algorithm(agreed_.algorithm)) return *forced;
-  return choose_allreduce(link, links_.nodes(), bytes, codec_for(dtype));
+cost_model::AllreduceAlgorithm NodeJob::choose(uint64_t bytes, gradsync_dtype dtype,
+                                               const cost_model::LinkFigures& link) const {
+  if (links_.nodes() == 1)
+    return cost_model::AllreduceAlgorithm::kHalvingDoubling;  // the local reduce
+  if (const auto forced = cost_model::parse_algorithm(agreed_.algorithm)) return *forced;
+  return cost_model::choose_allreduce(link, links_.nodes(), bytes, codec_for(dtype));
 }
 
-BroadcastAlgorithm NodeJob::choose_broadcast_for(uint64_t bytes, const LinkFigures& link) const {
+cost_model::BroadcastAlgorithm NodeJob::choose_broadcast_for(
+    uint64_t bytes, const cost_model::LinkFigures& link) const {
   // A forced algorithm names the family: bandwidth-optimal (the ring, the chain) or
   // latency-optimal (halving-doubling, the direct broadcast's one step).
-  if (const auto forced = parse_algorithm(agreed_.algorithm)) {
-    return *forced == AllreduceAlgorithm::kRing ? BroadcastAlgorithm::kChain
-                                                : BroadcastAlgorithm::kDirect;
+  if (const auto forced = cost_model::parse_algorithm(agreed_.algorithm)) {
+    return *forced == cost_model::AllreduceAlgorithm::kRing
+               ? cost_model::BroadcastAlgorithm::kChain
+               : cost_model::BroadcastAlgorithm::kDirect;
   }
-  return choose_broadcast(link, links_.nodes(), bytes);
+  return cost_model::choose_broadcast(link, links_.nodes(), bytes);
 }
 
 CollectiveContext NodeJob::step_for(InFlight& work, uint32_t sequence, gradsync_dtype dtype) {
-  const bool cut = agreed_.slow_link_message_bytes > 0 && eager_bulk_pays(work.link);
+  const bool cut = agreed_.slow_link_message_bytes > 0 && cost_model::eager_bulk_pays(work.link);
   if (cut != cutting_messages_) {
     cutting_messages_ = cut;
-    const LinkFigures& link = work.link;
+    const cost_model::LinkFigures& link = work.link;
     log_->info("job '{}': wire {:.3f} GB/s, reduce {:.2f} GB/s: bulk data goes {}",
                links_.job_name(),
                link.beta_seconds_per_byte > 0 ? 1e-9 / link.beta_seconds_per_byte : 0.0,
@@ -449,13 +454,13 @@ NodeTask NodeJob::run_collective(InFlight& work, const ReadyCollective& collecti
         NodeTask task = node_topk_allreduce(step, operand, topk_run(work.link));
         co_return co_await finish(task);
       }
-      const AllreduceAlgorithm algorithm =
+      const cost_model::AllreduceAlgorithm algorithm =
           choose(collective.bytes(), collective.first().dtype, work.link);
-      metrics_.internode_allreduce(algorithm_name(algorithm));
-      work.allreduce_algorithm = algorithm_name(algorithm);
+      metrics_.internode_allreduce(cost_model::algorithm_name(algorithm));
+      work.allreduce_algorithm = cost_model::algorithm_name(algorithm);
       log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}", links_.job_name(),
                   collective.first().name, collective.bytes(), step.sequence,
-                  algorithm_name(algorithm));
+                  cost_model::algorithm_name(algorithm));
       const auto started = std::chrono::steady_clock::now();
       NodeTask task = run_allreduce(step, operand, algorithm);
       if (auto error = co_await finish(task)) co_return error;
@@ -463,10 +468,11 @@ NodeTask NodeJob::run_collective(InFlight& work, const ReadyCollective& collecti
       co_return std::nullopt;
     }
     case ipc::Collective::kBroadcast: {
-      const BroadcastAlgorithm algorithm = choose_broadcast_for(collective.bytes(), work.link);
+      const cost_model::BroadcastAlgorithm algorithm =
+          choose_broadcast_for(collective.bytes(), work.link);
       log_->debug("job '{}': broadcast '{}' ({} bytes) as collective {} by {}", links_.job_name(),
                   collective.first().name, collective.bytes(), step.sequence,
-                  broadcast_algorithm_name(algorithm));
+                  cost_model::broadcast_algorithm_name(algorithm));
       NodeTask task =
           run_broadcast(step, collective, rank_nodes_.node_of(collective.first().root), algorithm);
       co_return co_await finish(task);
@@ -500,7 +506,7 @@ NodeTask NodeJob::run_fused(InFlight& work) {
   }
   const auto start = std::chrono::steady_clock::now();
   const gradsync_dtype dtype = fused.front()->first().dtype;
-  const AllreduceAlgorithm algorithm = choose(bytes, dtype, work.link);
+  const cost_model::AllreduceAlgorithm algorithm = choose(bytes, dtype, work.link);
   const bool topk = topk_applies(*fused.front());
   const bool on_device = fused.front()->first().device != kHostMemory;
   // In place only where halving-doubling runs it (take_cycle makes sure it does): the ring
@@ -508,7 +514,7 @@ NodeTask NodeJob::run_fused(InFlight& work) {
   AllreduceOperand::Layout members_layout = AllreduceOperand::Layout::kPacked;
   if (topk && !on_device) {
     members_layout = AllreduceOperand::Layout::kInPlace;
-  } else if (!topk && algorithm == AllreduceAlgorithm::kHalvingDoubling) {
+  } else if (!topk && algorithm == cost_model::AllreduceAlgorithm::kHalvingDoubling) {
     members_layout = work.layout;
   }
   const bool in_place = members_layout == AllreduceOperand::Layout::kInPlace;
@@ -532,7 +538,7 @@ NodeTask NodeJob::run_fused(InFlight& work) {
   AllreduceOperand operand(fused, packed, members_layout);
   if (trace_ != nullptr) operand.time_into(&work.times);
   CollectiveContext step = step_for(work, static_cast<uint32_t>(work.first_sequence), dtype);
-  const char* by = topk ? "topk" : algorithm_name(algorithm);
+  const char* by = topk ? "topk" : cost_model::algorithm_name(algorithm);
   metrics_.internode_allreduce(by);
   work.allreduce_algorithm = by;
   log_->debug("job '{}': {} tensors fused ({} bytes, {}) as collective {} by {}", links_.job_name(),

@@ -1,6 +1,6 @@
 // The configuration parser: any text is a configuration or a ConfigError naming what is wrong,
 // and what parses prints back (to_toml) to text that parses to the same.
-#include "daemon/config.h"
+#include "daemon/base/config.h"
 #include "tests/fuzz/fuzz_target.h"
 
 #include <fstream>

@@ -2,8 +2,8 @@
 // size, become frames (or a protocol error), Cap'n Proto messages (or a decoding error), and
 // requests the control thread admits (or refuses with a reason). What it admits is consistent:
 // an identity with its ranks in range, a buffer range inside its memory.
-#include "daemon/admission.h"
-#include "daemon/node/links.h"
+#include "daemon/control/admission.h"
+#include "daemon/links/links.h"
 #include "ipc/frame_socket.h"
 #include "ipc/messages.h"
 #include "tests/fuzz/fuzz_target.h"

@@ -2,7 +2,7 @@
 // ring: any 256 bytes (with the rank and rank count that come before them) resolve to an error
 // or to ranges that lie inside the buffers they name: the daemon never reads or writes outside
 // what a client registered.
-#include "daemon/submission.h"
+#include "daemon/job/submission.h"
 #include "tests/fuzz/fuzz_target.h"
 
 #include <array>

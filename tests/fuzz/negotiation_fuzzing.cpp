@@ -38,7 +38,7 @@ Proposal proposal(uint32_t i) {
 std::unique_ptr<Negotiator> make_node(const NegotiationShape& shape, uint32_t me,
                                       Negotiator::SendFn send) {
   auto node = std::make_unique<Negotiator>("job", shape.nodes, me, "ranks " + std::to_string(me),
-                                           16, daemon::LinkFigures{1e-5, 1e-9, 1e-10},
+                                           16, cost_model::LinkFigures{1e-5, 1e-9, 1e-10},
                                            std::move(send), false, shape.route);
   for (uint32_t i = 0; i < kProposals; ++i) node->propose(proposal(i), i + 1 < kProposals);
   return node;

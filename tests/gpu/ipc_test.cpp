@@ -3,7 +3,7 @@
 // open allocation between them), reduces in it, is refused a range past its end, and lets go;
 // and the mapping cache evicts and opens again what no work holds.
 #include "daemon/device/devices.h"
-#include "daemon/mapping_cache.h"
+#include "daemon/memory/mapping_cache.h"
 #include "kernels/cuda/reduce.h"
 #include "tests/gpu/gpu_testing.h"
 #include "tools/common/process.h"

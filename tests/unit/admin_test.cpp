@@ -1,6 +1,6 @@
 // What gradsyncctl's status shows to whom: the operator sees everything, anyone else only
 // their own clients and jobs.
-#include "daemon/admin.h"
+#include "daemon/control/admin.h"
 
 #include <gtest/gtest.h>
 

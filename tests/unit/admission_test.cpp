@@ -1,6 +1,6 @@
 // What the control thread admits of a hello and of a registered range: the edges a fuzzer is
 // unlikely to hit by chance.
-#include "daemon/admission.h"
+#include "daemon/control/admission.h"
 
 #include <capnp/message.h>
 #include <gtest/gtest.h>

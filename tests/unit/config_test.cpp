@@ -1,4 +1,4 @@
-#include "daemon/config.h"
+#include "daemon/base/config.h"
 
 #include <gtest/gtest.h>
 #include <toml++/toml.h>
@@ -42,12 +42,12 @@ TEST(Config, DefaultsAreValidAndDocumented) {
 }
 
 // systemd/gradsyncd.toml and docs/configuration.md's table are what the code generates: a key
-// added, removed or redocumented in daemon/config.cpp fails here until they are regenerated.
+// added, removed or redocumented in daemon/base/config.cpp fails here until they are regenerated.
 TEST(Config, ShippedFileAndDocsAreGenerated) {
   EXPECT_EQ(read_source_file("systemd/gradsyncd.toml"), config_docs(ConfigDocs::kToml))
       << "regenerate: gradsyncd --print-config-docs toml > systemd/gradsyncd.toml";
   const std::string docs = read_source_file("docs/configuration.md");
-  const std::string begin = "from the table in daemon/config.cpp: edit it there -->\n";
+  const std::string begin = "from the table in daemon/base/config.cpp: edit it there -->\n";
   const size_t from = docs.find(begin);
   const size_t to = docs.find("<!-- end of generated table -->");
   ASSERT_NE(from, std::string::npos) << "docs/configuration.md has no generated table";

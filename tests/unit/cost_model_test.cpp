@@ -1,4 +1,4 @@
-#include "daemon/node/cost_model.h"
+#include "cost_model/cost_model.h"
 #include "daemon/node/link_probe.h"
 
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <bit>
 #include <vector>
 
-namespace gradsync::daemon {
+namespace gradsync::cost_model {
 namespace {
 
 // About a 25 Gbit/s network with 10 us per message, and a 10 GB/s reduction.
@@ -201,13 +201,13 @@ TEST(LinkProbe, PreemptedRoundsDoNotSkewTheFigures) {
   // daemon's core stretches most rounds by milliseconds.
   const std::vector<double> small{250e-6, 20e-6, 900e-6, 21e-6, 300e-6, 2e-3, 22e-6};
   const std::vector<double> large{8e-3, 4e-3, 520e-6, 9e-3, 3e-3};
-  const LinkFigures figures = link_figures_from_rounds(small, large, 1'000'000);
+  const LinkFigures figures = daemon::link_figures_from_rounds(small, large, 1'000'000);
   EXPECT_DOUBLE_EQ(figures.alpha_seconds, 20e-6);
   EXPECT_NEAR(figures.beta_seconds_per_byte, 500e-6 / 1e6, 1e-15);
 }
 
 TEST(LinkProbe, NoRoundsGiveNoFigures) {
-  const LinkFigures figures = link_figures_from_rounds({}, {1e-3}, 1 << 20);
+  const LinkFigures figures = daemon::link_figures_from_rounds({}, {1e-3}, 1 << 20);
   EXPECT_EQ(figures.alpha_seconds, 0);
   EXPECT_EQ(figures.beta_seconds_per_byte, 0);
 }
@@ -220,4 +220,4 @@ TEST(CostModel, ParsesAlgorithmNames) {
 }
 
 }  // namespace
-}  // namespace gradsync::daemon
+}  // namespace gradsync::cost_model

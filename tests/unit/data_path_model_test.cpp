@@ -31,9 +31,10 @@ TEST(DataPathModel, HostStagesAddUpAcrossNodes) {
   const auto p = predict_allreduce({4, 2}, kHost, kLink, bytes);
   ASSERT_EQ(p.algorithms.size(), 2U);
   const double local = 2.0 * 2 * bytes / 10e9;
-  EXPECT_DOUBLE_EQ(p.algorithms[0].seconds, 5e-6 + local + daemon::predict_ring(kLink, 4, bytes));
+  EXPECT_DOUBLE_EQ(p.algorithms[0].seconds,
+                   5e-6 + local + cost_model::predict_ring(kLink, 4, bytes));
   EXPECT_DOUBLE_EQ(p.algorithms[1].seconds,
-                   5e-6 + local + daemon::predict_halving_doubling(kLink, 4, bytes));
+                   5e-6 + local + cost_model::predict_halving_doubling(kLink, 4, bytes));
   EXPECT_EQ(p.algorithms[0].algorithm, "ring");
   EXPECT_EQ(p.algorithms[1].algorithm, "rhd");
 }
@@ -45,7 +46,7 @@ TEST(DataPathModel, TheCodecIsTheRingsStage) {
   EXPECT_EQ(p.algorithms[0].algorithm, "ring+bf16");
   const double local = 2.0 * bytes / 10e9;
   EXPECT_DOUBLE_EQ(p.algorithms[0].seconds,
-                   5e-6 + local + daemon::predict_ring(kLink, 4, bytes, WireCodec::kBf16));
+                   5e-6 + local + cost_model::predict_ring(kLink, 4, bytes, WireCodec::kBf16));
   // Halving-doubling sends the values either way.
   EXPECT_DOUBLE_EQ(p.algorithms[1].seconds,
                    predict_allreduce({4, 1}, kHost, kLink, bytes).algorithms[1].seconds);
@@ -57,8 +58,8 @@ TEST(DataPathModel, TopKIsACarryPassAndTwoSmallAllreduces) {
   ASSERT_EQ(p.algorithms.size(), 3U);
   EXPECT_EQ(p.best().algorithm, "topk:1");
   auto cheaper = [](uint64_t b) {
-    return std::min(daemon::predict_ring(kLink, 4, b),
-                    daemon::predict_halving_doubling(kLink, 4, b));
+    return std::min(cost_model::predict_ring(kLink, 4, b),
+                    cost_model::predict_halving_doubling(kLink, 4, b));
   };
   const double local = 2.0 * bytes / 10e9;
   const double carry = 4.0 * bytes / 10e9;
@@ -92,7 +93,7 @@ TEST(DataPathModel, OverlappingStagesArePacedByTheSlowerOne) {
   const NodeFigures gpu{5e-6, 100e9, true, true};
   const uint64_t large = 256 << 20;
   const auto p = predict_allreduce({8, 8}, gpu, kLink, large);
-  const double network = daemon::predict_ring(kLink, 8, large);
+  const double network = cost_model::predict_ring(kLink, 8, large);
   const double local = 2.0 * large / 100e9;  // per device, not per node
   ASSERT_GT(network, local);
   const double first_piece = local * kPipelinePieceBytes / large;
@@ -101,7 +102,7 @@ TEST(DataPathModel, OverlappingStagesArePacedByTheSlowerOne) {
   const uint64_t small = 4096;
   const auto q = predict_allreduce({8, 8}, gpu, kLink, small);
   EXPECT_NEAR(q.algorithms[0].seconds,
-              5e-6 + 2.0 * small / 100e9 + daemon::predict_ring(kLink, 8, small), 1e-15);
+              5e-6 + 2.0 * small / 100e9 + cost_model::predict_ring(kLink, 8, small), 1e-15);
 }
 
 TEST(DataPathModel, PicksWhatTheDaemonsWouldRun) {

@@ -1,4 +1,4 @@
-#include "daemon/job.h"
+#include "daemon/engine/job.h"
 
 #include <gtest/gtest.h>
 

@@ -2,8 +2,8 @@
 // misses, mappings held across eviction and unregistration by work in flight, LRU eviction of
 // what no work holds, invalidation on unregister and on the client leaving, and a buffer id
 // registered again with other memory. Mappings are counted in /proc/self/maps, not assumed.
-#include "daemon/mapping_cache.h"
-#include "daemon/host_mapper.h"
+#include "daemon/memory/mapping_cache.h"
+#include "daemon/memory/host_mapper.h"
 
 #include <gtest/gtest.h>
 

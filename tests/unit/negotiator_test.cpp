@@ -36,13 +36,13 @@ class Network {
  public:
   // Node n measured link_of(n); by default, figures that differ only in latency.
   Network(uint32_t nodes, uint32_t capacity, uint64_t seed, bool hold = false,
-          const std::function<LinkFigures(uint32_t)>& link_of = {},
+          const std::function<cost_model::LinkFigures(uint32_t)>& link_of = {},
           CycleRoute route = CycleRoute::kDirect)
       : random_(seed), sent_(nodes, 0), responses_sent_(nodes, 0) {
     for (uint32_t n = 0; n < nodes; ++n) {
       negotiators_.push_back(std::make_unique<Negotiator>(
           "job", nodes, n, "ranks " + std::to_string(n), capacity,
-          link_of ? link_of(n) : LinkFigures{1e-5 * (n + 1), 1e-9, 1e-10},
+          link_of ? link_of(n) : cost_model::LinkFigures{1e-5 * (n + 1), 1e-9, 1e-10},
           [this, n](uint32_t to, capnp::MessageBuilder& message) {
             EXPECT_NE(to, n) << "a node sent itself a message";
             measure(message.getRoot<wire::NodeMessage>().asReader());
@@ -686,14 +686,14 @@ TEST(Negotiator, RejectsPartsByTheOtherRoute) {
 // piggyback, takes node 0's limit once a cycle has told it the figures.
 TEST(Negotiator, TheEagerLimitFollowsTheAgreedFigures) {
   Network net(2, 1024, 1, false, [](uint32_t n) {
-    return LinkFigures{1e-5, 1e-9, n == 0 ? 1e-8 : 1e-10};
+    return cost_model::LinkFigures{1e-5, 1e-9, n == 0 ? 1e-8 : 1e-10};
   });
-  ASSERT_EQ(net.node(1).agreed_eager_max_bytes(), kEagerCapBytes) << "its own figures";
-  ASSERT_EQ(net.node(0).agreed_eager_max_bytes(), kEagerMinBytes) << "its own figures";
+  ASSERT_EQ(net.node(1).agreed_eager_max_bytes(), cost_model::kEagerCapBytes) << "its own figures";
+  ASSERT_EQ(net.node(0).agreed_eager_max_bytes(), cost_model::kEagerMinBytes) << "its own figures";
   std::mt19937_64 random(1);
   run_step(net, tensor_names(3), random);
   for (uint32_t n = 0; n < 2; ++n) {
-    EXPECT_EQ(net.node(n).agreed_eager_max_bytes(), kEagerMinBytes) << "node " << n;
+    EXPECT_EQ(net.node(n).agreed_eager_max_bytes(), cost_model::kEagerMinBytes) << "node " << n;
   }
 }
 

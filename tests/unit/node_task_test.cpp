@@ -1,8 +1,8 @@
 // NodeTask: a coroutine resumed by polls. What the engine relies on: a poll resumes the task
 // only once what it waits for is ready, says whether it did (a task that works in pieces
 // between engine rounds keeps the engine awake), and hands back the task's result.
-#include "daemon/node/node_task.h"
-#include "daemon/collectives/node_collectives.h"
+#include "daemon/links/node_task.h"
+#include "daemon/collectives/internode/node_collectives.h"
 
 #include <gtest/gtest.h>
 
@@ -72,7 +72,7 @@ TEST(NodeTask, APollWhileTheWaitIsNotReadyDoesNotResume) {
 // A collective's own copy in pieces: one piece as it starts, one more each poll, the whole
 // (a short last piece too) once done, and every poll counted as work.
 TEST(NodeTask, CopyBetweenRoundsCopiesAPieceEachRound) {
-  const uint64_t bytes = 2 * kPipelinePieceBytes + 5;
+  const uint64_t bytes = 2 * cost_model::kPipelinePieceBytes + 5;
   std::vector<uint8_t> source(bytes);
   std::iota(source.begin(), source.end(), uint8_t{1});
   std::vector<uint8_t> destination(bytes, 0);
@@ -84,10 +84,10 @@ TEST(NodeTask, CopyBetweenRoundsCopiesAPieceEachRound) {
   };
   // iota wraps to 0 every 256 bytes: what a copy of the first n leaves non-zero.
   const auto nonzero = [](uint64_t n) { return n - n / 256; };
-  EXPECT_EQ(copied(), nonzero(kPipelinePieceBytes));
+  EXPECT_EQ(copied(), nonzero(cost_model::kPipelinePieceBytes));
   EXPECT_FALSE(copying.poll());
   EXPECT_TRUE(copying.worked());
-  EXPECT_EQ(copied(), nonzero(2 * kPipelinePieceBytes));
+  EXPECT_EQ(copied(), nonzero(2 * cost_model::kPipelinePieceBytes));
   EXPECT_TRUE(copying.poll());
   EXPECT_TRUE(copying.worked());
   EXPECT_EQ(destination, source);

@@ -1,4 +1,4 @@
-#include "daemon/node/rank_map.h"
+#include "daemon/links/rank_map.h"
 
 #include <gmock/gmock.h>
 

@@ -1,7 +1,7 @@
 // The top-k codec's kernels (kernels/sparse.h): what is carried, what a chunk's energy is, and
 // which chunks are chosen (the same on every node that holds the same energies).
 #include "kernels/sparse.h"
-#include "daemon/collectives/residuals.h"
+#include "daemon/collectives/internode/residuals.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // How a device allreduce across nodes is cut into pieces (device_staging.h): every node must
 // cut alike from the agreed count and dtype, every piece but the last whole 16-byte packs, the
 // pieces covering the elements exactly, and no more of them than kMaxStagingPieces.
-#include "daemon/collectives/device_staging.h"
+#include "daemon/collectives/internode/device_staging.h"
 
 #include <gtest/gtest.h>
 

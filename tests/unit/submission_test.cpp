@@ -1,5 +1,5 @@
 // The daemon's validation of ring entries: everything a hostile client can write.
-#include "daemon/submission.h"
+#include "daemon/job/submission.h"
 
 #include <gtest/gtest.h>
 

@@ -1,8 +1,8 @@
 // The trace recorder's bounds (steps, events, time) and its hand-over; the step meter's
 // figures; the Chrome trace it renders to.
-#include "daemon/trace.h"
-#include "daemon/admin.h"
-#include "daemon/step_meter.h"
+#include "daemon/job/trace.h"
+#include "daemon/control/admin.h"
+#include "daemon/job/step_meter.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

@@ -1,6 +1,6 @@
 // The storage a job keeps of finished collectives: handed out again empty, with its capacity,
 // and never holding on to what the collectives held (their buffers' mappings).
-#include "daemon/unit_pool.h"
+#include "daemon/job/unit_pool.h"
 
 #include <gtest/gtest.h>
 

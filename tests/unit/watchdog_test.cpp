@@ -1,6 +1,6 @@
 // The rule that feeds systemd's watchdog: a keep-alive only for an engine that came round since
 // it was last poked, checked every quarter interval.
-#include "daemon/watchdog.h"
+#include "daemon/base/watchdog.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 #include "tools/model/calibration.h"
 
-#include "daemon/node/cost_model.h"
+#include "cost_model/cost_model.h"
 
 #include <nlohmann/json.hpp>
 
@@ -68,20 +68,21 @@ Figures fit_figures(const CalibrationRun& run) {
   // what they cost on one node) and the algorithm's messages, bytes on the wire and bytes
   // reduced, less the ring's messages that the small run paid; its algorithm's β follows.
   const double local_large = 2 * k * large / figures.node.local_bytes_per_second;
-  auto beta_of = [&](daemon::AllreduceAlgorithm algorithm, double large_seconds) {
+  auto beta_of = [&](cost_model::AllreduceAlgorithm algorithm, double large_seconds) {
     const double network = large_seconds - run.cluster->small_seconds +
                            steps * figures.link.alpha_seconds - local_large;
     return std::max(kNegligibleSecondsPerByte,
-                    daemon::implied_beta(algorithm, figures.link, run.layout.nodes, run.large_bytes,
-                                         daemon::WireCodec::kNone, network)
+                    cost_model::implied_beta(algorithm, figures.link, run.layout.nodes,
+                                             run.large_bytes, cost_model::WireCodec::kNone, network)
                         .value_or(0));
   };
   figures.link.beta_seconds_per_byte =
-      beta_of(daemon::AllreduceAlgorithm::kRing, run.cluster->large_seconds);
+      beta_of(cost_model::AllreduceAlgorithm::kRing, run.cluster->large_seconds);
   if (run.cluster_halving_doubling_large_seconds) {
-    figures.link.beta_seconds_per_byte = std::min(
-        figures.link.beta_seconds_per_byte, beta_of(daemon::AllreduceAlgorithm::kHalvingDoubling,
-                                                    *run.cluster_halving_doubling_large_seconds));
+    figures.link.beta_seconds_per_byte =
+        std::min(figures.link.beta_seconds_per_byte,
+                 beta_of(cost_model::AllreduceAlgorithm::kHalvingDoubling,
+                         *run.cluster_halving_doubling_large_seconds));
   }
   if (run.cluster_topk_large_seconds) {
     const double passes = *run.cluster_topk_large_seconds -

@@ -38,8 +38,8 @@ Prediction make_prediction(const Layout& layout, std::string algorithm, double s
 
 double topk_fixed_seconds(const Layout& layout, const NodeFigures& node, const LinkFigures& link,
                           uint64_t bytes, double percent) {
-  auto cheaper = [&](uint64_t b) { return daemon::predict_cheaper(link, layout.nodes, b); };
-  const uint64_t chunk_bytes = daemon::kTopKChunkElements * 4;
+  auto cheaper = [&](uint64_t b) { return cost_model::predict_cheaper(link, layout.nodes, b); };
+  const uint64_t chunk_bytes = cost_model::kTopKChunkElements * 4;
   const uint64_t energies = (bytes + chunk_bytes - 1) / chunk_bytes * 4;
   const auto chosen =
       static_cast<uint64_t>(std::min(1.0, percent / 100) * static_cast<double>(bytes));
@@ -69,25 +69,25 @@ AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& n
     return out;
   }
   const WireCodec codec = spec.codec;
-  const double ring = daemon::predict_ring(link, layout.nodes, bytes, codec);
-  const double rhd = daemon::predict_halving_doubling(link, layout.nodes, bytes);
+  const double ring = cost_model::predict_ring(link, layout.nodes, bytes, codec);
+  const double rhd = cost_model::predict_halving_doubling(link, layout.nodes, bytes);
   out.algorithms.push_back(
       make_prediction(layout, codec == WireCodec::kBf16 ? "ring+bf16" : "ring",
                       node.overhead_seconds + pipelined(node, local, ring, bytes), bytes));
   out.algorithms.push_back(make_prediction(
       layout, "rhd", node.overhead_seconds + pipelined(node, local, rhd, bytes), bytes));
-  out.picked = daemon::choose_allreduce(link, layout.nodes, bytes, codec) ==
-                       daemon::AllreduceAlgorithm::kRing
+  out.picked = cost_model::choose_allreduce(link, layout.nodes, bytes, codec) ==
+                       cost_model::AllreduceAlgorithm::kRing
                    ? 0
                    : 1;
   if (codec == WireCodec::kTopK) {
     // An allreduce small enough to piggyback on the negotiation stays exact (negotiator.h).
-    const double seconds = bytes <= daemon::eager_max_bytes(link, layout.nodes)
+    const double seconds = bytes <= cost_model::eager_max_bytes(link, layout.nodes)
                                ? out.best().seconds
                                : topk_fixed_seconds(layout, node, link, bytes, spec.topk_percent) +
                                      topk_passes(layout, node, bytes);
     out.algorithms.push_back(
-        make_prediction(layout, daemon::wire_codec_name(spec), seconds, bytes));
+        make_prediction(layout, cost_model::wire_codec_name(spec), seconds, bytes));
     out.picked = 2;  // the daemons run every f32 sum through it
   }
   return out;

@@ -5,7 +5,7 @@
 //   local      the node's ranks' buffers read and written: reduced on the way out, the result
 //              copied back (2S bytes of traffic per rank);
 //   inter-node ring or recursive halving-doubling among the N node daemons, exactly as the
-//              daemons' own chooser predicts it (daemon/node/cost_model.h);
+//              daemons' own chooser predicts it (cost_model/cost_model.h);
 //   codec      with the bf16 wire codec, the ring's bytes on the wire halve and its encode
 //              and decode passes are added, as the daemons' chooser prices them. With top-k
 //              at P%, the codec's passes over the data (as a calibration timed them, or the
@@ -20,7 +20,7 @@
 // share the host's cores (gradsync's host path) their costs add.
 #pragma once
 
-#include "daemon/node/cost_model.h"
+#include "cost_model/cost_model.h"
 
 #include <cstdint>
 #include <string>
@@ -49,7 +49,7 @@ struct NodeFigures {
 };
 
 // The network between nodes; gamma is the reduction of what arrives.
-using LinkFigures = daemon::LinkFigures;
+using LinkFigures = cost_model::LinkFigures;
 
 struct Prediction {
   // "local" (one node), "ring" ("ring+bf16" with the codec), "rhd", "topk:P" (the codec)
@@ -66,10 +66,10 @@ struct AllreducePrediction {
   const Prediction& best() const { return algorithms[picked]; }
 };
 
-using daemon::kPipelinePieceBytes;
+using cost_model::kPipelinePieceBytes;
 
-using daemon::WireCodec;
-using daemon::WireCodecSpec;
+using cost_model::WireCodec;
+using cost_model::WireCodecSpec;
 
 // A top-k allreduce of `bytes` at `percent` is these two, one after the other: a collective's
 // fixed cost and its two allreduces (the chunk energies, 4 bytes per 32 KiB chunk; the chosen

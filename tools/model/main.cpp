@@ -90,7 +90,7 @@ int predict(const Options& o) {
   std::string basis;
   const Figures figures = resolve_figures(o, basis);
   const uint64_t bytes = gradsync::tools::parse_size(o.bytes);
-  const auto codec = gradsync::daemon::parse_wire_codec(o.wire_codec).value();
+  const auto codec = gradsync::cost_model::parse_wire_codec(o.wire_codec).value();
   const auto allreduce =
       gradsync::model::predict_allreduce(o.layout, figures.node, figures.link, bytes, codec);
   std::optional<gradsync::model::ScalingPrediction> scaling;
@@ -187,7 +187,7 @@ int run(int argc, char** argv) {
                  "topk:PERCENT (that share of each tensor's chunks)")
       ->check(CLI::Validator(
           [](const std::string& name) {
-            return gradsync::daemon::parse_wire_codec(name)
+            return gradsync::cost_model::parse_wire_codec(name)
                        ? std::string()
                        : "must be none, bf16, topk or topk:PERCENT, not '" + name + "'";
           },

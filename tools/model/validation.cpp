@@ -27,8 +27,8 @@ json read_json(const std::string& path) {
 }  // namespace
 
 Regime regime_of(uint64_t bytes, uint64_t last_level_cache_bytes) {
-  if (bytes <= daemon::kEagerMinBytes) return Regime::kLatency;
-  if (bytes >= std::max<uint64_t>(4 * daemon::kPipelinePieceBytes, last_level_cache_bytes)) {
+  if (bytes <= cost_model::kEagerMinBytes) return Regime::kLatency;
+  if (bytes >= std::max<uint64_t>(4 * cost_model::kPipelinePieceBytes, last_level_cache_bytes)) {
     return Regime::kBandwidth;
   }
   return Regime::kTransition;
@@ -106,7 +106,7 @@ int validate(const std::string& result_path, const std::string& calibration_path
   const WireCodecSpec topk{WireCodec::kTopK, kCalibrationTopKPercent};
   const bool with_topk = calibration.cluster_topk_large_seconds && result.contains("systems") &&
                          result["systems"].contains("gradsync_topk") &&
-                         result.value("topk_codec", "") == daemon::wire_codec_name(topk);
+                         result.value("topk_codec", "") == cost_model::wire_codec_name(topk);
   std::vector<ValidationRow> rows;
   std::vector<ValidationRow> topk_rows;
   try {
@@ -134,7 +134,7 @@ int validate(const std::string& result_path, const std::string& calibration_path
   within = report_rows(rows, tolerance, as_json ? &out : nullptr) && within;
   if (with_topk) {
     // Printed, not in the JSON: bench/compare keeps the exact rows' predictions only.
-    if (!as_json) fmt::print("# with the {} wire codec\n", daemon::wire_codec_name(topk));
+    if (!as_json) fmt::print("# with the {} wire codec\n", cost_model::wire_codec_name(topk));
     json ignored = json::array();
     within = report_rows(topk_rows, tolerance, as_json ? &ignored : nullptr) && within;
   }

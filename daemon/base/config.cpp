@@ -1,0 +1,357 @@
+#include "daemon/base/config.h"
+
+#include "cost_model/cost_model.h"
+
+#include <toml++/toml.h>
+
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+namespace gradsync::daemon {
+namespace {
+
+// When a changed key takes effect on reload (SIGHUP).
+enum class Reload {
+  kRestart,         // only when the daemon restarts: it binds sockets or sizes threads
+  kLive,            // at once
+  kLiveNewJobs,     // for jobs that form after the reload
+  kLiveNewClients,  // for clients that connect after the reload
+};
+
+using Field =
+    std::variant<std::string DaemonConfig::*, uint32_t DaemonConfig::*, uint64_t DaemonConfig::*>;
+
+// Every key in one table: its name, the field it sets, its range, when a change takes effect,
+// and its documentation, from which docs/configuration.md's table and systemd/gradsyncd.toml
+// are generated (config_docs; a unit test checks both match).
+struct Key {
+  const char* name;
+  Field field;
+  Reload reload;
+  const char* doc;
+  int64_t min = 0;  // integers only
+  int64_t max = 0;
+  bool octal = false;  // written as 0o..., as permission bits read
+};
+
+constexpr int64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
+constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
+
+// Docs: one plain sentence or more each, lower case, without the unit the name already says.
+const std::vector<Key>& keys() {
+  using C = DaemonConfig;
+  static const std::vector<Key> table = {
+      {"socket_path", &C::socket_path, Reload::kRestart, "client control socket"},
+      {"socket_mode", &C::socket_mode, Reload::kRestart, "permission bits of the socket", 0, 0777,
+       true},
+      {"socket_group", &C::socket_group, Reload::kRestart,
+       "group of the socket (empty: the daemon's)"},
+      {"metrics_listen", &C::metrics_listen, Reload::kRestart,
+       "Prometheus endpoint, HOST:PORT; `\"\"` disables it, port 0 picks one (`gradsyncctl "
+       "status` names it)"},
+      {"listen", &C::listen, Reload::kRestart,
+       "inter-node transport (UCX) address, HOST:PORT, for multi-node jobs; port 0 picks one "
+       "(`gradsyncctl status` names it)"},
+      {"cluster_key_file", &C::cluster_key_file, Reload::kRestart,
+       "the key node daemons prove to each other (docs/deployment.md, cluster authentication); "
+       "must be owned by the daemon's user with no group or other permission bits, or the "
+       "daemon does not start; `\"\"`: no key, only daemons without one are accepted"},
+      {"log_level", &C::log_level, Reload::kLive, "trace, debug, info, warn, error, critical, off"},
+      {"fusion_threshold_bytes", &C::fusion_threshold_bytes, Reload::kLive,
+       "ready tensors are fused into batches up to this size per rank (across nodes: node 0's "
+       "value); a ready tensor never waits for others to fuse with: what is ready together "
+       "fuses",
+       0, kMaxI64},
+      {"ring_entries", &C::ring_entries, Reload::kLiveNewClients,
+       "entries per client ring, a power of two; also the client's in-flight limit", 2, 1 << 16},
+      {"engine_spin_us", &C::engine_spin_us, Reload::kLive,
+       "how long the engine polls (yielding) before it sleeps", 0, 1'000'000},
+      {"negotiation_hold_us", &C::negotiation_hold_us, Reload::kLiveNewJobs,
+       "across nodes: how long a node with nothing to propose holds back its part of a peer's "
+       "negotiation cycle, so that its ranks' next collective joins that cycle instead of "
+       "needing one of its own; at most `engine_spin_us`, 0 joins at once",
+       0, 1'000'000},
+      {"negotiation_relay_min_nodes", &C::negotiation_relay_min_nodes, Reload::kLiveNewJobs,
+       "across nodes: jobs of at least this many nodes relay their negotiation cycles by "
+       "recursive doubling (about log2 N messages per node and cycle, log2 N hops); smaller "
+       "jobs send each node's cycle to every other node (N-1 messages, one hop); node 0's value "
+       "holds for a job",
+       2, kMaxU32},
+      {"reduce_threads", &C::reduce_threads, Reload::kRestart,
+       "local reduce threads; 0: one per online CPU", 0, 256},
+      {"parallel_reduce_min_bytes", &C::parallel_reduce_min_bytes, Reload::kLive,
+       "batches below this reduce on the engine thread alone", 4096, kMaxI64},
+      {"job_formation_timeout_seconds", &C::job_formation_timeout_seconds, Reload::kLiveNewJobs,
+       "a job whose local ranks have not all connected by then fails, naming the missing ones", 1,
+       86400},
+      {"peer_timeout_seconds", &C::peer_timeout_seconds, Reload::kLiveNewJobs,
+       "a peer node daemon that makes no progress this long mid-collective fails the job", 1,
+       86400},
+      {"stall_warning_seconds", &C::stall_warning_seconds, Reload::kLive,
+       "a tensor some ranks or nodes have submitted and others have not, this long: a warning "
+       "names it, its job and who is missing",
+       1, 86400},
+      {"stall_shutdown_seconds", &C::stall_shutdown_seconds, Reload::kLive,
+       "a stall this long fails the job with that message to every rank; 0: warn only", 0, 86400},
+      {"tcp_keepalive_idle_seconds", &C::tcp_keepalive_idle_seconds, Reload::kRestart,
+       "a peer host silent this long is probed by TCP keepalive (a vanished host fails its "
+       "jobs after about idle + 3 x interval)",
+       1, 86400},
+      {"tcp_keepalive_interval_seconds", &C::tcp_keepalive_interval_seconds, Reload::kRestart,
+       "time between keepalive probes", 1, 3600},
+      {"tcp_bulk_protocol", &C::tcp_bulk_protocol, Reload::kRestart,
+       "bulk data to other nodes where UCX has only TCP on this host: `rendezvous` (UCX's "
+       "choice: a handshake per message, then the data without UCX's copies), `eager` (every "
+       "message at once, through UCX's buffers), or `auto` (per job, from the links it "
+       "measures as it forms: `rendezvous` where they are fast next to this host's copies, "
+       "eager messages where they are slow); RDMA networks always keep UCX's zero-copy "
+       "rendezvous (docs/multi-node.md, TCP networks)"},
+      {"tcp_rendezvous_min_bytes", &C::tcp_rendezvous_min_bytes, Reload::kRestart,
+       "with `rendezvous` or `auto` over TCP only: smaller messages go eagerly, where the "
+       "handshake's round trip costs more than the copies it saves (`auto` cuts a slow link's "
+       "bulk data into messages of the largest power of two below it)",
+       1, kMaxI64},
+      {"response_cache_capacity", &C::response_cache_capacity, Reload::kLiveNewJobs,
+       "collectives per multi-node job whose negotiation is cached (a bit each); 0 sends every "
+       "one through node 0",
+       0, 1 << 16},
+      {"allreduce_algorithm", &C::allreduce_algorithm, Reload::kLiveNewJobs,
+       "inter-node allreduce: `auto` (the cost model), `ring` or `rhd`, and with it the "
+       "broadcast (`ring`: the chain, `rhd`: direct); a job's `GRADSYNC_ALGO` overrides it"},
+      {"allreduce_wire_codec", &C::allreduce_wire_codec, Reload::kLiveNewJobs,
+       "what f32 allreduces send between nodes: `none` (the values), `bf16` (rounded to "
+       "bfloat16 on the ring: half the bytes) or `topk:PERCENT` (sums and averages send that "
+       "percent of each tensor's 32 KiB chunks, the rest later; `topk` alone is `topk:1`); a "
+       "job's `GRADSYNC_WIRE_CODEC` overrides it (docs/multi-node.md)"},
+      {"max_clients", &C::max_clients, Reload::kLive, "connected clients", 1, 1 << 20},
+      {"max_buffers_per_client", &C::max_buffers_per_client, Reload::kLiveNewClients,
+       "registered buffers per client", 1, kMaxU32},
+      {"host_mapping_cache_entries", &C::host_mapping_cache_entries, Reload::kRestart,
+       "clients' shared-memory ranges kept mapped; past it the least recently used one no "
+       "collective uses is unmapped, and mapped again when next used",
+       1, 1 << 24},
+      {"device_mapping_cache_entries", &C::device_mapping_cache_entries, Reload::kRestart,
+       "client device allocations kept open through CUDA IPC; past it the least recently used "
+       "one no collective uses is closed, and opened again when next used",
+       1, 1 << 20},
+  };
+  return table;
+}
+
+ConfigError key_error(const std::string& key, const std::string& what) {
+  return ConfigError("config key '" + key + "': " + what);
+}
+
+void set_key(const Key& key, DaemonConfig& config, const toml::node& node) {
+  std::visit(
+      [&](auto field) {
+        using Value = std::remove_cvref_t<decltype(config.*field)>;
+        if constexpr (std::is_same_v<Value, std::string>) {
+          const auto value = node.value<std::string>();
+          if (!value) throw key_error(key.name, "expected a string");
+          config.*field = *value;
+        } else {
+          if (!node.is_integer()) throw key_error(key.name, "expected an integer");
+          const int64_t value = *node.value<int64_t>();
+          if (value < key.min || value > key.max) {
+            throw key_error(key.name, "value " + std::to_string(value) + " outside [" +
+                                          std::to_string(key.min) + ", " + std::to_string(key.max) +
+                                          "]");
+          }
+          config.*field = static_cast<Value>(value);
+        }
+      },
+      key.field);
+}
+
+// A TOML basic string: quoted, with quotes, backslashes and control characters escaped.
+std::string toml_string(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof escaped, "\\u%04x", static_cast<unsigned char>(c));
+      out += escaped;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// The key's value in `config` as TOML writes it.
+std::string value_text(const Key& key, const DaemonConfig& config) {
+  return std::visit(
+      [&](auto field) -> std::string {
+        using Value = std::remove_cvref_t<decltype(config.*field)>;
+        std::ostringstream out;
+        if constexpr (std::is_same_v<Value, std::string>) {
+          out << toml_string(config.*field);
+        } else if (key.octal) {
+          out << "0o" << std::oct << config.*field;
+        } else {
+          out << config.*field;
+        }
+        return out.str();
+      },
+      key.field);
+}
+
+const Key* find_key(const std::string& name) {
+  for (const Key& key : keys()) {
+    if (name == key.name) return &key;
+  }
+  return nullptr;
+}
+
+const char* reload_note(Reload reload) {
+  switch (reload) {
+    case Reload::kRestart:
+      return "";
+    case Reload::kLive:
+      return " (*live*)";
+    case Reload::kLiveNewJobs:
+      return " (*live*: jobs that form after)";
+    case Reload::kLiveNewClients:
+      return " (*live*: clients that connect after)";
+  }
+  return "";
+}
+
+// `text` as comment lines of at most `width` columns.
+std::string comment(const std::string& text, size_t width) {
+  std::string out, line = "#";
+  std::istringstream words(text);
+  std::string word;
+  while (words >> word) {
+    if (line.size() + 1 + word.size() > width && line != "#") {
+      out += line + "\n";
+      line = "#";
+    }
+    line += " " + word;
+  }
+  return out + line + "\n";
+}
+
+}  // namespace
+
+DaemonConfig default_config() {
+  return DaemonConfig{};
+}
+
+DaemonConfig parse_config(const std::string& toml_text, const std::string& origin) {
+  toml::table table;
+  try {
+    table = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    std::ostringstream message;
+    message << origin << ":" << e.source().begin.line << ":" << e.source().begin.column << ": "
+            << e.description();
+    throw ConfigError(message.str());
+  }
+  DaemonConfig config = default_config();
+  for (const auto& [key, node] : table) {
+    const std::string name(key.str());
+    const Key* spec = find_key(name);
+    if (spec == nullptr) throw ConfigError(origin + ": unknown config key '" + name + "'");
+    set_key(*spec, config, node);
+  }
+  validate(config);
+  return config;
+}
+
+DaemonConfig load_config_file(const std::string& path) {
+  std::ifstream file(path);
+  if (!file) throw ConfigError("cannot read config file " + path);
+  std::stringstream text;
+  text << file.rdbuf();
+  return parse_config(text.str(), path);
+}
+
+void validate(const DaemonConfig& config) {
+  if (config.socket_path.empty()) throw key_error("socket_path", "must not be empty");
+  if (config.socket_path.size() >= 108) throw key_error("socket_path", "longer than 107 bytes");
+  static const char* const kLevels[] = {"trace", "debug",    "info", "warn",
+                                        "error", "critical", "off"};
+  bool level_known = false;
+  for (const char* level : kLevels) level_known = level_known || config.log_level == level;
+  if (!level_known) throw key_error("log_level", "unknown level '" + config.log_level + "'");
+  if (config.tcp_bulk_protocol != "auto" && config.tcp_bulk_protocol != "eager" &&
+      config.tcp_bulk_protocol != "rendezvous") {
+    throw key_error("tcp_bulk_protocol",
+                    "must be auto, eager or rendezvous, not '" + config.tcp_bulk_protocol + "'");
+  }
+  if (config.allreduce_algorithm != "auto" && config.allreduce_algorithm != "ring" &&
+      config.allreduce_algorithm != "rhd") {
+    throw key_error("allreduce_algorithm",
+                    "must be auto, ring or rhd, not '" + config.allreduce_algorithm + "'");
+  }
+  if (!cost_model::parse_wire_codec(config.allreduce_wire_codec)) {
+    throw key_error("allreduce_wire_codec", "must be none, bf16, topk or topk:PERCENT, not '" +
+                                                config.allreduce_wire_codec + "'");
+  }
+  if ((config.ring_entries & (config.ring_entries - 1)) != 0) {
+    throw key_error("ring_entries", "must be a power of two");
+  }
+}
+
+std::string to_toml(const DaemonConfig& config) {
+  // One `key = value` line each, in the order of the key names (as TOML tables print).
+  std::map<std::string, std::string> lines;
+  for (const Key& key : keys()) lines[key.name] = value_text(key, config);
+  std::string out;
+  for (const auto& [name, value] : lines) out += name + " = " + value + "\n";
+  if (!out.empty()) out.pop_back();
+  return out;
+}
+
+std::vector<std::string> keep_restart_only_keys(DaemonConfig& fresh, const DaemonConfig& running) {
+  std::vector<std::string> kept;
+  for (const Key& key : keys()) {
+    if (key.reload != Reload::kRestart) continue;
+    std::visit(
+        [&](auto field) {
+          if (fresh.*field == running.*field) return;
+          fresh.*field = running.*field;
+          kept.emplace_back(key.name);
+        },
+        key.field);
+  }
+  return kept;
+}
+
+std::string config_docs(ConfigDocs format) {
+  const DaemonConfig defaults = default_config();
+  std::string out;
+  if (format == ConfigDocs::kMarkdown) {
+    out = "| key | default | meaning |\n| --- | --- | --- |\n";
+    for (const Key& key : keys()) {
+      out += std::string("| `") + key.name + "` | `" + value_text(key, defaults) + "` | " +
+             key.doc + reload_note(key.reload) + " |\n";
+    }
+    return out;
+  }
+  out =
+      "# gradsyncd configuration. Every key is optional; the values below are the built-in "
+      "defaults.\n"
+      "# Units are in the key names. Command-line flags override: --socket, --metrics-listen, "
+      "--listen,\n"
+      "# --cluster-key-file, --log-level. Generated by `gradsyncd --print-config-docs toml` "
+      "from the\n"
+      "# table in daemon/base/config.cpp; docs/configuration.md says which keys reload live.\n";
+  for (const Key& key : keys()) {
+    out += "\n" + comment(key.doc, 98) + key.name + " = " + value_text(key, defaults) + "\n";
+  }
+  return out;
+}
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,136 @@
+#include "daemon/control/admission.h"
+
+#include "cost_model/cost_model.h"
+#include "daemon/links/links.h"
+#include "ipc/protocol.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+
+namespace gradsync::daemon {
+namespace {
+
+bool valid_job_name(const std::string& name) {
+  if (name.empty() || name.size() > ipc::kMaxJobNameBytes) return false;
+  for (char c : name) {
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.' ||
+          c == ':')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void resolve_nodes(ClientIdentity& who, ipc::wire::Hello::Reader hello, const HelloRules& rules) {
+  for (auto node : hello.getNodes()) who.nodes.emplace_back(node.cStr());
+  if (who.nodes.size() <= 1) {
+    if (who.world_size != who.local_world_size) {
+      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                    fmt::format("job '{}' spans {} ranks but {} are local: a multi-node job "
+                                "needs GRADSYNC_NODES",
+                                who.job, who.world_size, who.local_world_size)};
+    }
+    who.nodes.clear();
+    return;
+  }
+  if (rules.listen_address.empty()) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  "this gradsyncd has no inter-node listener (listen is empty)"};
+  }
+  if (who.nodes.size() > kMaxNodes) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("at most {} nodes per job", kMaxNodes)};
+  }
+  const int32_t rank = hello.getNodeRank();
+  if (rank >= 0) {
+    if (static_cast<size_t>(rank) >= who.nodes.size()) {
+      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                    fmt::format("node rank {} outside the {} nodes of GRADSYNC_NODES", rank,
+                                who.nodes.size())};
+    }
+    who.node_rank = static_cast<uint32_t>(rank);
+  } else {
+    const auto self = std::find(who.nodes.begin(), who.nodes.end(), rules.listen_address);
+    if (self == who.nodes.end()) {
+      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                    fmt::format("this gradsyncd ({}) is not in GRADSYNC_NODES: set "
+                                "GRADSYNC_NODE_RANK",
+                                rules.listen_address)};
+    }
+    who.node_rank = static_cast<uint32_t>(self - who.nodes.begin());
+  }
+  if (who.world_size < who.local_world_size) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("WORLD_SIZE {} is smaller than LOCAL_WORLD_SIZE {}", who.world_size,
+                              who.local_world_size)};
+  }
+}
+
+// The job's settings across nodes. Checked on a single-node job too: a setting that means
+// nothing is a mistake the rank should hear of, not one that waits for a second node.
+void resolve_settings(ClientIdentity& who, ipc::wire::Hello::Reader hello,
+                      const HelloRules& rules) {
+  who.algorithm = hello.getAlgorithm().cStr();
+  if (who.algorithm.empty()) who.algorithm = rules.default_algorithm;
+  if (who.algorithm != "auto" && who.algorithm != "ring" && who.algorithm != "rhd") {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("GRADSYNC_ALGO must be ring, rhd or auto, not '{}'", who.algorithm)};
+  }
+  who.wire_codec = hello.getWireCodec().cStr();
+  if (who.wire_codec.empty()) who.wire_codec = rules.default_wire_codec;
+  if (!cost_model::parse_wire_codec(who.wire_codec)) {
+    throw Refusal{
+        GRADSYNC_ERR_INVALID_ARGUMENT,
+        fmt::format("GRADSYNC_WIRE_CODEC must be none, bf16, topk or topk:PERCENT, not '{}'",
+                    who.wire_codec)};
+  }
+}
+
+}  // namespace
+
+ClientIdentity validate_hello(ipc::wire::Hello::Reader hello, pid_t pid, uid_t uid,
+                              const HelloRules& rules) {
+  if (hello.getProtocolVersion() != ipc::kProtocolVersion) {
+    throw Refusal{GRADSYNC_ERR_PROTOCOL,
+                  fmt::format("protocol version {} is not supported (gradsyncd speaks {})",
+                              hello.getProtocolVersion(), ipc::kProtocolVersion)};
+  }
+  ClientIdentity who;
+  who.job = hello.getJob().cStr();
+  who.rank = hello.getRank();
+  who.world_size = hello.getWorldSize();
+  who.local_rank = hello.getLocalRank();
+  who.local_world_size = hello.getLocalWorldSize();
+  who.pid = pid;
+  who.uid = uid;
+  if (!valid_job_name(who.job)) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("job name '{}' must be 1-{} characters of [A-Za-z0-9._:-]", who.job,
+                              ipc::kMaxJobNameBytes)};
+  }
+  if (who.local_world_size < 1 || who.local_world_size > ipc::kMaxLocalRanks ||
+      who.local_rank < 0 || who.local_rank >= who.local_world_size || who.world_size < 1 ||
+      who.rank < 0 || who.rank >= who.world_size || who.local_world_size > who.world_size) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("inconsistent identity: rank {} of {}, local rank {} of {} (at most "
+                              "{} local ranks)",
+                              who.rank, who.world_size, who.local_rank, who.local_world_size,
+                              ipc::kMaxLocalRanks)};
+  }
+  resolve_nodes(who, hello, rules);
+  resolve_settings(who, hello, rules);
+  return who;
+}
+
+void validate_range(uint32_t buffer_id, uint64_t offset, uint64_t bytes, uint64_t size) {
+  uint64_t end = 0;
+  if (bytes == 0 || __builtin_add_overflow(offset, bytes, &end) || end > size) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("register buffer {}: range [{}, +{}) outside the {}-byte segment",
+                              buffer_id, offset, bytes, size)};
+  }
+}
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,216 @@
+// The engine thread: polls the clients' submission rings, negotiates, fuses ready collectives
+// into batches and runs them. It owns every Session and Job; the control thread talks to it
+// only through posted commands.
+#pragma once
+
+#include "daemon/base/config.h"
+#include "daemon/device/device_streams.h"
+#include "daemon/device/devices.h"
+#include "daemon/engine/inspect.h"
+#include "daemon/engine/job.h"
+#include "daemon/engine/reduce_pool.h"
+#include "daemon/job/session.h"
+#include "daemon/memory/host_mapper.h"
+#include "daemon/memory/mapping_cache.h"
+#include "metrics/metrics.h"
+#include "transport/mesh.h"
+
+#include <spdlog/logger.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+namespace gradsync::daemon {
+
+struct AttachSession {
+  std::unique_ptr<Session> session;
+};
+// Memory a client registered: its handle, and the mapping the control thread made when it
+// checked the registration.
+struct HostRegistration {
+  HostHandle handle;
+  std::shared_ptr<const HostBuffer> mapped;
+};
+struct DeviceRegistration {
+  DeviceHandle handle;
+  std::shared_ptr<const DeviceBuffer> mapped;
+};
+struct AddBuffer {
+  uint64_t session;
+  uint32_t buffer_id;
+  std::optional<HostRegistration> host;  // one of the two
+  std::optional<DeviceRegistration> device;
+  std::promise<void> done;  // the control thread replies to the client only after this
+};
+struct AddEvents {
+  uint64_t session;
+  std::shared_ptr<const ClientEvents> events;
+  std::promise<void> done;  // replied to only after this
+};
+struct RemoveBuffer {
+  uint64_t session;
+  uint32_t buffer_id;
+};
+struct DetachSession {
+  uint64_t session;
+  std::string reason;
+};
+struct Shutdown {
+  std::string reason;
+};
+// The configuration after a reload (SIGHUP); keys that need a restart carry their old values.
+struct Reconfigure {
+  DaemonConfig config;
+};
+using EngineCommand = std::variant<AttachSession, AddBuffer, AddEvents, RemoveBuffer, DetachSession,
+                                   Shutdown, Reconfigure, InspectEngine, StartTrace>;
+
+class Engine {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devices& devices);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Thread-safe; wakes the engine.
+  void post(EngineCommand command);
+  // Wakes the engine if it sleeps (for the watchdog's check that it comes round).
+  void poke();
+  // When the engine last came round its loop.
+  std::chrono::steady_clock::time_point heartbeat() const {
+    return std::chrono::steady_clock::time_point(
+        std::chrono::steady_clock::duration(heartbeat_.load(std::memory_order_relaxed)));
+  }
+
+  // HOST:PORT of the inter-node listener (the port resolved when configured as 0); empty
+  // when the daemon serves single-node jobs only.
+  const std::string& listen_address() const { return listen_address_; }
+
+  // The engine thread's body. Returns after a Shutdown command has failed all pending work.
+  void run();
+
+ private:
+  bool drain_commands();
+  void handle(AttachSession& command);
+  void handle(AddBuffer& command);
+  void handle(RemoveBuffer& command);
+  void handle(AddEvents& command);
+  void handle(DetachSession& command);
+  void handle(Shutdown& command);
+  void handle(Reconfigure& command) { config_ = std::move(command.config); }
+  void handle(InspectEngine& command);  // engine_inspect.cpp
+  void handle(StartTrace& command);
+
+  bool poll_submissions(Session& session);
+  // A submission's buffer: host memory from the session, device memory from the cache (mapped
+  // again if it was evicted).
+  RegisteredMemory registered_memory(Session& session, uint32_t id);
+  // A stream-ordered submission gets its session's events, or an error if it cannot have them.
+  static void attach_events(const Session& session, Submission& submission);
+  bool poll_peers();
+  // Logs and counts the handshakes that ended; forms the jobs that waited for them.
+  bool take_handshakes();
+  // Fails the jobs of the peers that failed since the last call.
+  bool take_failed_peers();
+  void drain_ended_jobs();
+  // `tag`: the message's UCX tag (names the sending node and, hashed, the job), to fail the
+  // job a message that cannot be read was for; 0 when replaying a message read before.
+  void handle_node_message(std::span<const uint8_t> payload, uint64_t tag = 0);
+  // Fails the jobs whose hashed name `tag` carries, naming its sending node: "node N <what>".
+  void fail_jobs_of_tag(uint64_t tag, gradsync_result status, const std::string& what);
+  // How a job's failure is logged: a fault as a warning; a peer that ended the job once the
+  // work it agreed to was done (its ranks left) as one only where work here still waited.
+  enum class JobFailure : uint8_t { kFault, kPeerEnded };
+  void fail_job(Job& job, gradsync_result status, const std::string& reason, bool tell_peers,
+                JobFailure kind = JobFailure::kFault);
+  bool run_ready_batches();
+  // Metrics and step accounting of a unit done on this node; returns its collectives.
+  uint64_t record_local_completion(Job& job, const ReadyUnit& unit, Clock::time_point end);
+  // Device units (engine_device.cpp): enqueued on the daemon's streams, completed when their
+  // fence is reached; the engine polls them while any is in flight.
+  void launch_device_unit(Job& job, ReadyUnit unit);
+  // Whether the writes of `unit`'s stream-ordered ranks are done (ranks_written).
+  bool device_inputs_done(const ReadyUnit& unit);
+  bool poll_device_work();
+  // A session leaving: its parts of device work in flight are not completed to it.
+  void forget_device_work_of(const Session& session);
+  // Runs the collectives every node of a multi-node job agreed on, in order.
+  bool run_agreed(Job& job);
+  bool check_formation(std::chrono::steady_clock::time_point now);
+  // Once a second: warns of tensors some ranks or nodes wait on (stall_warning_seconds),
+  // fails jobs stalled for stall_shutdown_seconds, ends traces past their time, and exports
+  // the sampled metrics.
+  bool inspect_stalls(std::chrono::steady_clock::time_point now);  // engine_inspect.cpp
+  void export_samples();  // jobs, their progress and stall ages, peer traffic
+  // The mapping caches' lookups since the last report (once a second, and as clients leave:
+  // an engine with no job left samples nothing).
+  void report_mapping_lookups();
+  void export_job_states();
+  int sleep_timeout_ms() const;  // until the next formation deadline; -1: none
+  void sleep_until_work();
+  bool any_submission_waiting();
+  void set_sleeping(uint32_t value);
+
+  DaemonConfig config_;  // engine-thread only: a reload comes as a command
+  metrics::Metrics& metrics_;
+  std::shared_ptr<spdlog::logger> log_;
+  ReducePool pool_;
+  // Clients' memory, by (session, buffer id): every session's, so that one bound holds for
+  // the daemon's mappings of each kind (host_mapping_cache_entries: shared-memory mappings;
+  // device_mapping_cache_entries: open CUDA IPC mappings).
+  MappingCache<HostMapper> host_buffers_;
+  MappingCache<DeviceMapper> device_buffers_;
+  // The caches' lookup counters as last handed to the metrics.
+  MappingCounters reported_lookups_;
+  MappingCounters memo_lookups_;  // answered by a look's BufferMemo (poll_submissions)
+  // Device units in flight, oldest first; they hold their buffers' mappings. Declared before
+  // the streams: those are destroyed first, waiting for the work, and the mappings after.
+  struct DeviceUnit {
+    std::string job;
+    ReadyUnit unit;
+    DeviceStreams::Fence fence = 0;
+    Clock::time_point start;
+    bool failed = false;  // failed to start: its ranks were told; kept for its mappings
+  };
+  std::deque<DeviceUnit> device_in_flight_;
+  DeviceStreams device_streams_;
+  std::unique_ptr<transport::Mesh> mesh_;  // null without an inter-node listener
+  std::string listen_address_;
+  std::chrono::steady_clock::time_point next_stall_inspection_{};
+  std::atomic<std::chrono::steady_clock::rep> heartbeat_{0};
+  size_t network_jobs_ = 0;  // jobs with a NodeJob: the mesh is polled only while there are any
+  // Control messages for jobs that have no rank here yet, replayed when one connects.
+  std::unordered_map<std::string, std::vector<std::vector<uint8_t>>> early_messages_;
+  // Jobs across nodes that ended here, by name: what their peers still send is drained from
+  // the mesh (drain_ended_jobs) until `until`, and none of it is kept as early.
+  struct EndedJob {
+    uint16_t tag;
+    std::chrono::steady_clock::time_point until;
+  };
+  std::unordered_map<std::string, EndedJob> ended_jobs_;
+  ipc::UniqueFd epoll_;
+  ipc::UniqueFd wake_;
+
+  std::mutex commands_mutex_;
+  std::vector<EngineCommand> commands_;  // guarded by commands_mutex_
+  // Set with each post: lets the polling loop skip the mutex when there is nothing to take.
+  std::atomic<bool> commands_posted_{false};
+
+  std::unordered_map<uint64_t, std::unique_ptr<Session>> sessions_;
+  std::vector<Session*> polled_;  // sessions_ in a flat list for the polling loop
+  std::unordered_map<std::string, std::unique_ptr<Job>> jobs_;
+  bool stopping_ = false;
+};
+
+}  // namespace gradsync::daemon

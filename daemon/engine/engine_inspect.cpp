@@ -1,0 +1,206 @@
+// What the engine tells an operator: snapshots of its state and job traces for gradsyncctl;
+// once a second, stalls (warned about, or failing their jobs) and the sampled metrics.
+#include "daemon/base/log.h"
+#include "daemon/engine/engine.h"
+#include "daemon/node/node_job.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace gradsync::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often the engine looks for stalled tensors and samples its metrics.
+constexpr auto kStallInspectionInterval = std::chrono::seconds(1);
+
+const char* state_of(const Job& job) {
+  if (job.failure()) return "failed";
+  if (job.formed()) return "running";
+  const NodeJob* network = job.network();
+  return network != nullptr && network->measuring() ? "measuring" : "forming";
+}
+
+}  // namespace
+
+void Engine::handle(InspectEngine& command) {
+  EngineSnapshot snapshot;
+  for (const auto& [id, session] : sessions_) {
+    const ClientIdentity& who = session->identity();
+    snapshot.clients.push_back(ClientView{id, who.pid, who.uid, who.job, who.rank, who.local_rank,
+                                          session->buffer_count(), session->submitted(),
+                                          session->completed(), session->in_flight()});
+  }
+  for (const auto& [name, job] : jobs_) {
+    JobView view;
+    view.name = name;
+    view.failure = job->failure().value_or("");
+    view.state = state_of(*job);
+    view.local_world_size = job->local_world_size();
+    view.local_ranks = job->connected_ranks();
+    view.world_size = job->world_size();
+    view.stall_seconds = job->stall_seconds();
+    view.traced = job->trace() != nullptr;
+    if (const NodeJob* network = job->network()) {
+      view.nodes = network->layout().nodes;
+      view.node_rank = network->layout().node_rank;
+      view.algorithm = network->settings().algorithm;
+      view.wire_codec = cost_model::wire_codec_name(network->settings().wire_codec);
+    }
+    snapshot.jobs.push_back(std::move(view));
+  }
+  // The maps hold no order; operators read these in the order they connected, jobs by name.
+  std::sort(snapshot.clients.begin(), snapshot.clients.end(),
+            [](const ClientView& a, const ClientView& b) { return a.id < b.id; });
+  std::sort(snapshot.jobs.begin(), snapshot.jobs.end(),
+            [](const JobView& a, const JobView& b) { return a.name < b.name; });
+  if (mesh_) {
+    for (transport::PeerId peer = 0; peer < mesh_->peer_count(); ++peer) {
+      const transport::PeerStats& stats = mesh_->stats(peer);
+      snapshot.peers.push_back(PeerView{mesh_->address_of(peer), mesh_->failed(peer),
+                                        stats.bytes_sent, stats.bytes_received, stats.errors,
+                                        stats.latency_seconds, stats.bytes_per_second});
+    }
+  }
+  command.snapshot.set_value(std::move(snapshot));
+}
+
+void Engine::handle(StartTrace& command) {
+  const auto refuse = [&command](std::string why) {
+    TraceData data;
+    data.job = command.job;
+    data.error = std::move(why);
+    command.result.set_value(std::move(data));
+  };
+  const auto it = jobs_.find(command.job);
+  if (it == jobs_.end()) return refuse(fmt::format("no job '{}' on this node", command.job));
+  Job& job = *it->second;
+  if (job.failure()) {
+    return refuse(fmt::format("job '{}' has failed: {}", command.job, *job.failure()));
+  }
+  if (job.trace() != nullptr) {
+    return refuse(fmt::format("job '{}' is being traced already", command.job));
+  }
+  const TraceRecorder::Limits limits{command.steps, command.max_events,
+                                     std::chrono::steady_clock::now() + command.timeout};
+  job.start_trace(std::make_unique<TraceRecorder>(command.job, limits, std::move(command.result)));
+  log_->info("job '{}': tracing {} steps (at most {} events, {} s)", command.job, command.steps,
+             command.max_events, command.timeout.count());
+}
+
+bool Engine::inspect_stalls(Clock::time_point now) {
+  if (now < next_stall_inspection_) return false;
+  next_stall_inspection_ = now + kStallInspectionInterval;
+  const auto warn_after = std::chrono::seconds(config_.stall_warning_seconds);
+  const auto shutdown_after = std::chrono::seconds(config_.stall_shutdown_seconds);
+  bool failed = false;
+  std::vector<std::string> warnings;
+  for (auto& [name, job] : jobs_) {
+    job->check_trace(now);
+    if (job->failure()) continue;
+    warnings.clear();
+    double age = 0;
+    std::string oldest;
+    if (auto stall = job->oldest_stall(now, warn_after, warnings)) {
+      age = stall->seconds;
+      oldest = std::move(stall->message);
+    }
+    if (NodeJob* network = job->network()) {
+      // The same for a job whose nodes have not all joined (their ranks may not be there yet,
+      // or their Joined messages cannot cross).
+      if (job->locally_formed() && !network->formed() &&
+          now - network->created() >= std::chrono::seconds(config_.peer_timeout_seconds)) {
+        network->check_peers_alive();
+      }
+      if (auto stall = network->oldest_stall(now, warn_after, warnings)) {
+        // Waiting this long on other nodes may be their ranks being slow, or a link that
+        // carries nothing any more (cut, with control messages in flight: no error comes).
+        // Their daemons answer a ping only in the first case; the second fails the peer.
+        if (stall->seconds >= static_cast<double>(config_.peer_timeout_seconds)) {
+          network->check_peers_alive();
+        }
+        if (stall->seconds > age) {
+          age = stall->seconds;
+          oldest = std::move(stall->message);
+        }
+      }
+    }
+    for (const auto& warning : warnings) log_->warn("stall: {}", warning);
+    job->set_stall_seconds(age);
+    if (config_.stall_shutdown_seconds > 0 &&
+        age >= std::chrono::duration<double>(shutdown_after).count()) {
+      fail_job(*job, GRADSYNC_ERR_TIMEOUT, "stalled: " + oldest, true);
+      failed = true;
+    }
+  }
+  export_samples();
+  return failed;
+}
+
+void Engine::export_job_states() {
+  int64_t forming = 0;
+  int64_t running = 0;
+  int64_t failed = 0;
+  for (const auto& [name, job] : jobs_) {
+    if (job->failure()) {
+      ++failed;
+    } else if (job->formed()) {
+      ++running;
+    } else {
+      ++forming;
+    }
+  }
+  metrics_.set_jobs(forming, running, failed);
+}
+
+void Engine::report_mapping_lookups() {
+  // Since the last report, from both caches (registrations count their own miss) and what the
+  // looks at the rings answered themselves.
+  MappingCounters now = host_buffers_.counters();
+  const MappingCounters& device = device_buffers_.counters();
+  now.hits += device.hits + memo_lookups_.hits;
+  now.misses += device.misses;
+  now.unregistered += device.unregistered + memo_lookups_.unregistered;
+  using Lookup = metrics::Metrics::MappingLookup;
+  if (now.hits > reported_lookups_.hits) {
+    metrics_.mapping_lookups(Lookup::kHit, now.hits - reported_lookups_.hits);
+  }
+  if (now.misses > reported_lookups_.misses) {
+    metrics_.mapping_lookups(Lookup::kMiss, now.misses - reported_lookups_.misses);
+  }
+  if (now.unregistered > reported_lookups_.unregistered) {
+    metrics_.mapping_lookups(Lookup::kUnregistered,
+                             now.unregistered - reported_lookups_.unregistered);
+  }
+  reported_lookups_ = now;
+}
+
+void Engine::export_samples() {
+  export_job_states();
+  report_mapping_lookups();
+  uint64_t bytes = 0;
+  for (Session* session : polled_) bytes += session->registered_bytes();
+  metrics_.set_mappings(host_buffers_.mapped() + device_buffers_.mapped(), bytes);
+  metrics::Metrics::JobProgress progress;
+  for (const auto& [name, job] : jobs_) {
+    progress.stall_seconds = job->stall_seconds();
+    progress.step_bus_bandwidth = job->steps().last_bus_bandwidth();
+    job->rank_progress(progress.rank_submitted, progress.rank_completed);
+    progress.node_cycles.clear();
+    if (const NodeJob* network = job->network(); network && network->negotiator()) {
+      progress.node_cycles = network->negotiator()->last_cycles();
+    }
+    metrics_.set_job_progress(name, progress);
+  }
+  if (mesh_) {
+    for (transport::PeerId peer = 0; peer < mesh_->peer_count(); ++peer) {
+      const transport::PeerStats& stats = mesh_->stats(peer);
+      metrics_.set_peer_traffic(mesh_->address_of(peer), stats.bytes_sent, stats.bytes_received,
+                                stats.errors);
+    }
+  }
+}
+
+}  // namespace gradsync::daemon

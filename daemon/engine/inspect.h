@@ -1,0 +1,76 @@
+// What the engine tells an operator (gradsyncctl, through the control thread): a snapshot of
+// its clients, jobs and peers, taken on the engine thread between two passes of its loop.
+#pragma once
+
+#include "daemon/job/trace.h"
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <string>
+#include <vector>
+
+namespace gradsync::daemon {
+
+struct ClientView {
+  uint64_t id = 0;
+  pid_t pid = 0;
+  uid_t uid = 0;
+  std::string job;
+  int32_t rank = 0;
+  int32_t local_rank = 0;
+  size_t buffers = 0;
+  uint64_t submitted = 0;  // collectives taken from its ring
+  uint64_t completed = 0;  // completions posted to it
+  uint32_t in_flight = 0;  // taken and not completed
+};
+
+struct JobView {
+  std::string name;
+  // forming, measuring (its links, as a job across nodes forms), running, failed
+  std::string state;
+  std::string failure;
+  int32_t local_world_size = 0;
+  int32_t local_ranks = 0;  // connected now
+  int32_t world_size = 0;
+  std::vector<std::string> nodes;  // empty for a single-node job
+  uint32_t node_rank = 0;
+  std::string algorithm;   // across nodes: as asked for (auto, ring, rhd)
+  std::string wire_codec;  // across nodes: none or bf16
+  double stall_seconds = 0;
+  bool traced = false;
+};
+
+struct PeerView {
+  std::string address;
+  bool failed = false;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_received = 0;
+  uint64_t errors = 0;
+  // As the last job that measured this link found it; zero before any did.
+  double latency_seconds = 0;
+  double bytes_per_second = 0;
+};
+
+struct EngineSnapshot {
+  std::vector<ClientView> clients;
+  std::vector<JobView> jobs;
+  std::vector<PeerView> peers;
+  size_t hidden_jobs = 0;  // jobs of other users, left out for the viewer
+};
+
+// Engine commands for them.
+struct InspectEngine {
+  std::promise<EngineSnapshot> snapshot;
+};
+struct StartTrace {
+  std::string job;
+  uint32_t steps = 1;
+  uint32_t max_events = 1;
+  std::chrono::seconds timeout{60};
+  std::promise<TraceData> result;  // TraceData::error says why none was recorded
+};
+
+}  // namespace gradsync::daemon

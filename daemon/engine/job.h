@@ -1,0 +1,148 @@
+// A job's ranks on this node and the negotiation among them: which tensors every local rank
+// has submitted, in which order they run, and which fail. Engine-thread only.
+#pragma once
+
+#include "daemon/base/fifo.h"
+#include "daemon/job/ready_unit.h"
+#include "daemon/job/stall.h"
+#include "daemon/job/step_meter.h"
+#include "daemon/job/submission.h"
+#include "daemon/job/trace.h"
+#include "daemon/job/unit_pool.h"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace gradsync::daemon {
+
+class NodeJob;
+
+class Job {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  Job(std::string name, int32_t local_world_size, Clock::time_point formation_deadline);
+  ~Job();
+
+  // The job's part across nodes; null for a single-node job.
+  NodeJob* network() const { return network_.get(); }
+  void set_network(std::unique_ptr<NodeJob> network);
+
+  const std::string& name() const { return name_; }
+  int32_t local_world_size() const { return local_world_size_; }
+  int32_t world_size() const;  // on every node
+  const std::optional<std::string>& failure() const { return failure_; }
+
+  void attach(Session& session);
+  // Detaches and fails the job: the others' collectives cannot complete without this rank.
+  void detach(Session& session, const std::string& reason);
+  bool empty() const;
+  // The job ranks of the local ranks connected now.
+  std::vector<int32_t> ranks() const;
+  int32_t connected_ranks() const;
+  // Collectives each local rank has submitted and had completed (0 for a rank not connected).
+  void rank_progress(std::vector<uint64_t>& submitted, std::vector<uint64_t>& completed) const;
+  StepMeter& steps() { return steps_; }
+  UnitPool& unit_pool() { return unit_pool_; }
+  // Every local rank has connected at some point.
+  bool locally_formed() const { return formed_; }
+  // And, across nodes, every node has joined.
+  bool formed() const;
+  Clock::time_point formation_deadline() const { return formation_deadline_; }
+  // Fails the job if it has not formed (on every node) by its deadline; true if it did so now.
+  bool check_formation(Clock::time_point now);
+
+  // Takes one rank's submission, taken off its ring at `taken_at`. Completes it at once with an
+  // error if the job has failed.
+  void submit(Submission submission, Clock::time_point taken_at);
+
+  // Fails everything pending and everything submitted from now on. Returns how many ranks'
+  // submissions were pending (0: the job had nothing in flight here).
+  size_t fail(gradsync_result status, const std::string& message);
+
+  // Ready units in the order they became ready (the same order on every rank).
+  std::deque<ReadyUnit>& ready() { return ready_; }
+
+  // The recording of this job's events, while `gradsyncctl trace` asks for one (else null).
+  TraceRecorder* trace() const {
+    return trace_ != nullptr && !trace_->finished() ? trace_.get() : nullptr;
+  }
+  // Starts a recording; trace() must be null (one that has finished may still be held here
+  // until check_trace: it goes now).
+  void start_trace(std::unique_ptr<TraceRecorder> recorder);
+  // Drops the recording once it has ended (at its deadline, if not before).
+  void check_trace(Clock::time_point now);
+
+  // The oldest tensor some local ranks have submitted and others have not, if any; and, in
+  // `warn`, each one older than `warn_after` that has not been warned about before.
+  std::optional<Stall> oldest_stall(Clock::time_point now, Clock::duration warn_after,
+                                    std::vector<std::string>& warn);
+  // The age of the job's oldest stall as last inspected (engine.cpp), for gradsyncctl.
+  double stall_seconds() const { return stall_seconds_; }
+  void set_stall_seconds(double seconds) { stall_seconds_ = seconds; }
+
+ private:
+  // Negotiation entries kept between steps before idle ones are swept.
+  static constexpr size_t kMaxIdleTensors = 1 << 16;
+
+  struct PendingTensor {
+    std::vector<Fifo<Submission>> per_rank;
+    size_t ranks_waiting;               // ranks with an empty queue
+    Clock::time_point since{};          // when its oldest instance was first submitted
+    bool warned = false;                // about the stall of that instance
+    const std::string* name = nullptr;  // its key in pending_
+    // The tensor a rank submitted after this one last time: find_pending's guess.
+    PendingTensor* submitted_next = nullptr;
+  };
+  // The entry of `name`, made now if it is new. A rank submits a step's tensors in the order
+  // of the step before, so the tensor it submitted after its last one then is nearly always
+  // the one asked for: checking that guess compares the name once, where a lookup hashes it.
+  PendingTensor& find_pending(size_t rank, const std::string& name);
+  // Drops the guesses, before entries of pending_ are erased.
+  void forget_submission_order();
+  std::string stall_message(const std::string& name, const PendingTensor& tensor,
+                            Clock::duration waited) const;
+
+  // `since`: when the first of them submitted it; `ready`: when the last did.
+  void on_all_submitted(std::vector<Submission> ranks, Clock::time_point since,
+                        Clock::time_point ready);
+  // Returns how many submissions it failed.
+  size_t fail_collective(std::vector<Submission>& ranks, gradsync_result status,
+                         const std::string& message);
+
+  std::string name_;
+  int32_t local_world_size_;
+  std::vector<Session*> sessions_;  // by local rank
+  bool formed_ = false;
+  Clock::time_point formation_deadline_;
+  std::optional<std::string> failure_;
+  gradsync_result failure_status_ = GRADSYNC_OK;
+  std::unordered_map<std::string, PendingTensor> pending_;
+  std::vector<PendingTensor*> last_submitted_;  // by local rank
+  struct GroupAssembly {
+    ReadyUnit unit;
+    uint32_t expected = 0;
+    uint32_t seen = 0;
+    std::optional<std::pair<gradsync_result, std::string>> failure;
+  };
+
+  // Groups being assembled, by local rank 0's group id.
+  std::unordered_map<uint64_t, GroupAssembly> groups_;
+  std::deque<ReadyUnit> ready_;
+  double stall_seconds_ = 0;
+  StepMeter steps_;
+  UnitPool unit_pool_;                    // before network_, which returns units to it
+  std::unique_ptr<TraceRecorder> trace_;  // before network_, which refers to it: goes after
+  std::unique_ptr<NodeJob> network_;
+};
+
+// Checks that all ranks agree on a collective; returns the error naming tensor and ranks.
+std::optional<std::string> find_mismatch(const std::vector<Submission>& ranks);
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,209 @@
+#include "daemon/links/links.h"
+
+#include "ipc/messages.h"
+
+#include <fmt/format.h>
+
+#include <sched.h>
+
+#include <algorithm>
+#include <functional>
+
+namespace gradsync::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+}  // namespace
+
+uint8_t* Scratch::get(size_t slot, size_t bytes) {
+  if (buffers_.size() <= slot) buffers_.resize(slot + 1);
+  auto& buffer = buffers_[slot];
+  if (!buffer) buffer = std::make_shared<std::vector<uint8_t>>();
+  if (buffer->size() < bytes) buffer->resize(bytes);
+  return buffer->data();
+}
+
+std::vector<std::shared_ptr<const void>> Scratch::abandon() {
+  std::vector<std::shared_ptr<const void>> memory(buffers_.begin(), buffers_.end());
+  buffers_.clear();
+  return memory;
+}
+
+NodeLinks::NodeLinks(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
+                     std::chrono::seconds peer_timeout)
+    : job_name_(job_name),
+      layout_(std::move(layout)),
+      mesh_(mesh),
+      peer_timeout_(peer_timeout),
+      job_tag_(static_cast<uint16_t>(std::hash<std::string>{}(job_name))) {
+  // Connect to every other node now: each endpoint also watches that peer for failure.
+  for (uint32_t node = 0; node < layout_.nodes.size(); ++node) {
+    peers_.push_back(node == layout_.node_rank ? transport::PeerId{}
+                                               : mesh_.connect(layout_.nodes[node]));
+  }
+}
+
+bool NodeLinks::authenticated() const {
+  for (uint32_t node = 0; node < peers_.size(); ++node) {
+    if (node != me() && !mesh_.authenticated(peers_[node])) return false;
+  }
+  return true;
+}
+
+void NodeLinks::check_alive() {
+  for (uint32_t node = 0; node < peers_.size(); ++node) {
+    if (node != me()) mesh_.check_alive(peers_[node]);
+  }
+}
+
+bool NodeLinks::has_peer(transport::PeerId peer) const {
+  for (uint32_t node = 0; node < peers_.size(); ++node) {
+    if (node != me() && peers_[node] == peer) return true;
+  }
+  return false;
+}
+
+uint64_t NodeLinks::tag(uint64_t kind, uint32_t sender, uint32_t sequence, uint32_t part) const {
+  return tags::make(kind, sender, job_tag_, ((sequence & 0xffffu) << 16) | (part & 0xffffu));
+}
+
+transport::Operation NodeLinks::send(uint32_t node, uint64_t tag, const void* data, size_t bytes,
+                                     size_t max_message_bytes) {
+  return mesh_.send(peers_[node], tag, data, bytes, max_message_bytes);
+}
+
+transport::Operation NodeLinks::receive(uint64_t tag, std::optional<uint32_t> sender, void* data,
+                                        size_t bytes, size_t max_message_bytes) {
+  const uint64_t mask = sender ? tags::kAll : tags::kAll & ~tags::kNodeMask;
+  return mesh_.receive(tag, mask, data, bytes,
+                       sender ? std::optional(peers_[*sender]) : std::nullopt, max_message_bytes);
+}
+
+void NodeLinks::count_received(uint64_t sender_tag, uint64_t bytes) {
+  const auto node = static_cast<uint32_t>((sender_tag & tags::kNodeMask) >> 48);
+  if (node < peers_.size() && node != me()) mesh_.count_received(peers_[node], bytes);
+}
+
+void NodeLinks::set_link(uint32_t node, double latency_seconds, double bytes_per_second) {
+  if (node < peers_.size() && node != me()) {
+    mesh_.set_link(peers_[node], latency_seconds, bytes_per_second);
+  }
+}
+
+std::optional<std::string> NodeLinks::failed_peer(const char* what) const {
+  for (uint32_t node = 0; node < peers_.size(); ++node) {
+    if (node != me() && mesh_.failed(peers_[node])) {
+      const std::string& reason = mesh_.failure(peers_[node]);
+      return fmt::format("node {} ({}) of job '{}' failed while {}{}{}", node, layout_.nodes[node],
+                         job_name_, what, reason.empty() ? "" : ": ", reason);
+    }
+  }
+  return std::nullopt;
+}
+
+void NodeLinks::send_control(uint32_t node, capnp::MessageBuilder& message) {
+  // Never wait for it: a large message goes by rendezvous, which completes only once the peer
+  // receives it, and the peer may be sending to us at the same moment. The mesh keeps the
+  // bytes until the peer has accepted our handshake and UCX is done; a failure shows up as a
+  // failed peer, which fails the job.
+  mesh_.post(peers_[node], tags::make(tags::kControl, me(), job_tag_, 0),
+             std::make_shared<const std::vector<uint8_t>>(ipc::encode(message)));
+}
+
+void NodeLinks::send_control_to_all_live(capnp::MessageBuilder& message) {
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(ipc::encode(message));
+  std::vector<transport::Operation> sends;
+  for (uint32_t node = 0; node < peers_.size(); ++node) {
+    if (node == me() || mesh_.failed(peers_[node])) continue;
+    const uint64_t tag = tags::make(tags::kControl, me(), job_tag_, 0);
+    if (mesh_.authenticated(peers_[node])) {
+      sends.push_back(send(node, tag, bytes->data(), bytes->size()));
+    } else {
+      mesh_.post(peers_[node], tag, bytes);  // goes once the handshake is done
+    }
+  }
+  // Bounded: a peer that is gone does not hold us up. What is still in flight then is
+  // retired with its bytes.
+  const auto deadline = Clock::now() + std::chrono::seconds(1);
+  auto all_done = [&] {
+    return std::all_of(sends.begin(), sends.end(), [](const auto& op) { return op.done(); });
+  };
+  while (!all_done() && Clock::now() < deadline) {
+    if (!mesh_.progress()) sched_yield();
+  }
+  mesh_.retire(std::move(sends), {bytes});
+}
+
+Flight::Flight(NodeLinks& links, Scratch* scratch, std::vector<std::shared_ptr<const void>> memory,
+               const char* what)
+    : links_(links), scratch_(scratch), memory_(std::move(memory)), what_(what) {}
+
+Flight::~Flight() {
+  std::vector<transport::Operation> pending;
+  for (auto& operation : operations_) {
+    if (!operation.valid()) continue;
+    if (!operation.done()) {
+      pending.push_back(std::move(operation));
+    } else if (operation.is_receive() && operation.status() == UCS_OK) {
+      links_.count_received(operation.sender_tag(), operation.received_bytes());
+    }
+  }
+  if (pending.empty()) return;
+  if (scratch_ != nullptr) {
+    for (auto& buffer : scratch_->abandon()) memory_.push_back(std::move(buffer));
+  }
+  links_.mesh().retire(std::move(pending), std::move(memory_));
+}
+
+size_t Flight::add(transport::Operation operation) {
+  operations_.push_back(std::move(operation));
+  return operations_.size() - 1;
+}
+
+std::optional<std::string> Flight::failure_of(const transport::Operation& operation) const {
+  if (operation.status() == UCS_OK) return std::nullopt;
+  return fmt::format("job '{}': {} failed: {}", links_.job_name(), what_,
+                     ucs_status_string(operation.status()));
+}
+
+size_t Flight::count_done() const {
+  return static_cast<size_t>(std::count_if(operations_.begin(), operations_.end(),
+                                           [](const auto& op) { return op.done(); }));
+}
+
+FlightWait::FlightWait(Flight& flight, std::optional<size_t> index)
+    : flight_(&flight), index_(index), deadline_(Clock::now() + flight.links_.peer_timeout()) {}
+
+bool FlightWait::ready() {
+  Flight& f = *flight_;
+  if (index_) {
+    if (f.operations_[*index_].done()) {
+      result_ = f.failure_of(f.operations_[*index_]);
+      return true;
+    }
+  } else {
+    while (f.waited_ < f.operations_.size() && f.operations_[f.waited_].done()) ++f.waited_;
+    if (f.waited_ == f.operations_.size()) {
+      for (const auto& operation : f.operations_) {
+        if (!result_) result_ = f.failure_of(operation);
+      }
+      return true;
+    }
+  }
+  if ((result_ = f.links_.failed_peer(f.what_))) return true;
+  if (Clock::now() > deadline_) {
+    // Silent for the peer timeout? Not if any of the Flight's operations finished meanwhile.
+    const size_t done = f.count_done();
+    if (done == done_at_deadline_) {
+      result_ = fmt::format("job '{}': no progress for {} s while {}", f.links_.job_name(),
+                            f.links_.peer_timeout().count(), f.what_);
+      return true;
+    }
+    done_at_deadline_ = done;
+    deadline_ = Clock::now() + f.links_.peer_timeout();
+  }
+  return false;
+}
+
+}  // namespace gradsync::daemon

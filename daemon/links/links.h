@@ -1,0 +1,160 @@
+// A job's connections to its other node daemons, as its collectives use them: tagged sends
+// and receives over the mesh, and a bounded wait that turns a dead or silent peer into an
+// error instead of a hang.
+#pragma once
+
+#include "daemon/links/node_task.h"
+
+#include "transport/mesh.h"
+
+#include <capnp/message.h>
+#include <spdlog/logger.h>
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gradsync::daemon {
+
+// Tag layout between node daemons: kind (8 bits) | sender node (8) | job (16) | low 32 bits.
+namespace tags {
+inline constexpr uint64_t kControl = 1;
+inline constexpr uint64_t kData = 2;
+inline constexpr uint64_t kProbe = 3;
+inline constexpr uint64_t kKindMask = uint64_t{0xff} << 56;
+inline constexpr uint64_t kNodeMask = uint64_t{0xff} << 48;
+inline constexpr uint64_t kJobMask = uint64_t{0xffff} << 32;
+inline constexpr uint64_t kAll = ~uint64_t{0};
+inline uint64_t make(uint64_t kind, uint32_t node, uint16_t job, uint32_t low) {
+  return (kind << 56) | (uint64_t{node & 0xffu} << 48) | (uint64_t{job} << 32) | low;
+}
+}  // namespace tags
+
+inline constexpr uint32_t kMaxNodes = 255;
+
+struct NodeLayout {
+  std::vector<std::string> nodes;  // inter-node addresses, in node order
+  uint32_t node_rank = 0;
+  int32_t world_size = 1;  // ranks of the job on all nodes
+};
+
+// Host memory the collectives stage through. Shared so that a collective given up on can hand
+// it to the mesh while UCX may still write into it; the job then starts afresh.
+class Scratch {
+ public:
+  uint8_t* get(size_t slot, size_t bytes);
+  std::vector<std::shared_ptr<const void>> abandon();
+
+ private:
+  std::vector<std::shared_ptr<std::vector<uint8_t>>> buffers_;
+};
+
+class NodeLinks {
+ public:
+  NodeLinks(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
+            std::chrono::seconds peer_timeout);
+
+  const std::string& job_name() const { return job_name_; }
+  const NodeLayout& layout() const { return layout_; }
+  uint32_t nodes() const { return static_cast<uint32_t>(layout_.nodes.size()); }
+  uint32_t me() const { return layout_.node_rank; }
+  bool has_peer(transport::PeerId peer) const;
+  // Every other node has accepted this daemon's handshake: data may flow.
+  bool authenticated() const;
+  // Has the mesh check that every other node still answers (after a failure: a connection
+  // that does not is closed, and the next job reconnects).
+  void check_alive();
+  std::chrono::seconds peer_timeout() const { return peer_timeout_; }
+  uint16_t job_tag() const { return job_tag_; }  // the job's name, hashed, in every tag
+
+  // Tag of a message from `sender`; `sequence` keeps collectives apart (a few at a time are in
+  // flight, started in the agreed order, so 16 bits are plenty), `part` the messages of one.
+  uint64_t tag(uint64_t kind, uint32_t sender, uint32_t sequence, uint32_t part) const;
+
+  // `max_message_bytes`: see transport::Mesh::send (0: one message).
+  transport::Operation send(uint32_t node, uint64_t tag, const void* data, size_t bytes,
+                            size_t max_message_bytes = 0);
+  // From `sender` exactly, or from any node when sender is nullopt (a tag only one node sends).
+  transport::Operation receive(uint64_t tag, std::optional<uint32_t> sender, void* data,
+                               size_t bytes, size_t max_message_bytes = 0);
+
+  // Counts what a message with `sender_tag` brought in its sender's statistics.
+  void count_received(uint64_t sender_tag, uint64_t bytes);
+  // Records a measured link to `node` in its peer's statistics.
+  void set_link(uint32_t node, double latency_seconds, double bytes_per_second);
+
+  // Drives UCX; true when it made progress.
+  bool progress() { return mesh_.progress(); }
+  // An error naming the first other node of the job that failed, if any.
+  std::optional<std::string> failed_peer(const char* what) const;
+  transport::Mesh& mesh() { return mesh_; }
+
+  // A control message to one node, sent without waiting (the mesh holds it until it is out);
+  // or to every live node, waiting a bounded time (for aborts, before the job goes).
+  void send_control(uint32_t node, capnp::MessageBuilder& message);
+  void send_control_to_all_live(capnp::MessageBuilder& message);
+
+ private:
+  std::string job_name_;
+  NodeLayout layout_;
+  transport::Mesh& mesh_;
+  std::chrono::seconds peer_timeout_;
+  uint16_t job_tag_;
+  std::vector<transport::PeerId> peers_;  // by node; own entry unused
+};
+
+class Flight;
+
+// A wait on one operation of a Flight, or on all of them (see Flight::wait).
+class FlightWait final : public NodeWait {
+ public:
+  FlightWait(Flight& flight, std::optional<size_t> index);
+  bool ready() override;
+  NodeResult take_result() { return std::move(result_); }
+
+ private:
+  Flight* flight_;
+  std::optional<size_t> index_;  // nullopt: every operation
+  NodeResult result_;
+  std::chrono::steady_clock::time_point deadline_;
+  size_t done_at_deadline_ = 0;  // operations done when the deadline was last set
+};
+
+// The operations of one collective in flight, waited on one by one or all together. Whatever
+// is still pending when the Flight goes (the collective failed, or returned early) is retired
+// to the mesh with the memory it may touch (`memory`, and the scratch buffers, which the job
+// then replaces): UCX may still write into a receive's buffer after it was given up on.
+class Flight {
+ public:
+  Flight(NodeLinks& links, Scratch* scratch, std::vector<std::shared_ptr<const void>> memory,
+         const char* what);
+  ~Flight();
+  Flight(const Flight&) = delete;
+  Flight& operator=(const Flight&) = delete;
+
+  size_t add(transport::Operation operation);
+  // co_await in a NodeTask: until operation `index` is done, or every operation. The result is
+  // an error message when a peer failed, an operation failed, or none of the Flight's
+  // operations completed for the peer timeout.
+  NodeAwait<FlightWait> wait(size_t index) { return {FlightWait(*this, index)}; }
+  NodeAwait<FlightWait> wait_all() { return {FlightWait(*this, std::nullopt)}; }
+
+ private:
+  friend class FlightWait;
+  std::optional<std::string> failure_of(const transport::Operation& operation) const;
+  size_t count_done() const;
+
+  NodeLinks& links_;
+  Scratch* scratch_;
+  std::vector<std::shared_ptr<const void>> memory_;
+  const char* what_;
+  std::deque<transport::Operation> operations_;  // stable while more are added
+  size_t waited_ = 0;                            // operations_[0, waited_) are known to be done
+};
+
+}  // namespace gradsync::daemon
