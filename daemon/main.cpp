@@ -5,6 +5,7 @@
 #include "daemon/device/devices.h"
 #include "daemon/engine/engine.h"
 #include "kernels/reduce.h"
+#include "metrics/families.h"
 #include "metrics/metrics.h"
 
 #include <CLI/CLI.hpp>
@@ -114,8 +115,15 @@ int parse_and_run(int argc, char** argv) {
                  "print every key's documentation as docs/configuration.md's table (markdown) "
                  "or as systemd/gradsyncd.toml (toml), and exit")
       ->check(CLI::IsMember({"markdown", "toml"}));
+  bool print_metrics_docs = false;
+  app.add_flag("--print-metrics-docs", print_metrics_docs,
+               "print every metric family as docs/metrics.md's table (markdown), and exit");
   app.set_version_flag("--version", GRADSYNC_VERSION);
   CLI11_PARSE(app, argc, argv);
+  if (print_metrics_docs) {
+    std::cout << gradsync::metrics::families_markdown();
+    return 0;
+  }
   if (print_docs) {
     using gradsync::daemon::ConfigDocs;
     std::cout << gradsync::daemon::config_docs(*print_docs == "toml" ? ConfigDocs::kToml

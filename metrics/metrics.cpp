@@ -1,15 +1,20 @@
 #include "metrics/metrics.h"
 
+#include "metrics/families.h"
+
 #include <prometheus/counter.h>
 #include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
 
 #include <algorithm>
 #include <array>
 #include <cstring>
 #include <map>
+#include <stdexcept>
+#include <type_traits>
 
 namespace gradsync::metrics {
 
@@ -46,6 +51,28 @@ prometheus::Histogram::BucketBoundaries exponential(double start, double factor,
   prometheus::Histogram::BucketBoundaries bounds;
   for (double v = start; count-- > 0; v *= factor) bounds.push_back(v);
   return bounds;
+}
+template <typename Metric>
+constexpr Type type_of() {
+  if constexpr (std::is_same_v<Metric, prometheus::Counter>) return Type::kCounter;
+  if constexpr (std::is_same_v<Metric, prometheus::Gauge>) return Type::kGauge;
+  return Type::kHistogram;
+}
+
+// A family registered as the table (families.h) describes it.
+template <typename Metric>
+prometheus::Family<Metric>& family(prometheus::Registry& registry, Family id) {
+  const FamilyDoc& doc = family_doc(id);
+  if (doc.type != type_of<Metric>()) {
+    throw std::logic_error(std::string(doc.name) + " registered as another type than families.h's");
+  }
+  if constexpr (type_of<Metric>() == Type::kCounter) {
+    return prometheus::BuildCounter().Name(doc.name).Help(doc.help).Register(registry);
+  } else if constexpr (type_of<Metric>() == Type::kGauge) {
+    return prometheus::BuildGauge().Name(doc.name).Help(doc.help).Register(registry);
+  } else {
+    return prometheus::BuildHistogram().Name(doc.name).Help(doc.help).Register(registry);
+  }
 }
 }  // namespace
 
@@ -129,57 +156,23 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
     : impl_(std::make_unique<Impl>()) {
   auto& registry = *impl_->registry;
   // Info metrics the Prometheus way: a gauge fixed at 1 whose labels carry the information.
-  prometheus::BuildGauge()
-      .Name("gradsync_build_info")
-      .Help("Build of this gradsyncd")
-      .Register(registry)
+  family<prometheus::Gauge>(registry, Family::kBuildInfo)
       .Add({{"version", build.version},
             {"cuda", build.cuda ? "on" : "off"},
             {"devices", std::to_string(build.devices)},
             {"mps_devices", std::to_string(build.mps_devices)},
             {"reduce_isa", build.reduce_isa}})
       .Set(1);
-  impl_->config_info = &prometheus::BuildGauge()
-                            .Name("gradsync_config_info")
-                            .Help("Effective configuration of this gradsyncd, as TOML")
-                            .Register(registry);
+  impl_->config_info = &family<prometheus::Gauge>(registry, Family::kConfigInfo);
   set_config_info(config_toml);
-  impl_->clients = &prometheus::BuildGauge()
-                        .Name("gradsync_connected_clients")
-                        .Help("Client processes connected to this daemon")
-                        .Register(registry)
-                        .Add({});
-  auto& jobs = prometheus::BuildGauge()
-                   .Name("gradsync_jobs")
-                   .Help("Jobs with at least one connected rank on this node, by state")
-                   .Register(registry);
+  impl_->clients = &family<prometheus::Gauge>(registry, Family::kConnectedClients).Add({});
+  auto& jobs = family<prometheus::Gauge>(registry, Family::kJobs);
   impl_->jobs = {&jobs.Add({{"state", "forming"}}), &jobs.Add({{"state", "running"}}),
                  &jobs.Add({{"state", "failed"}})};
-  auto& completed =
-      prometheus::BuildCounter()
-          .Name("gradsync_collectives_completed_total")
-          .Help(
-              "Collectives completed on this node (one per tensor, not per rank), by op and "
-              "algorithm: local (one node), ring or rhd (allreduce across nodes), negotiation "
-              "(data carried by the negotiation), direct (broadcast, allgather, reduce-scatter "
-              "and all-to-all across nodes, sent from each node to every other), chain (broadcast "
-              "along a pipelined chain of nodes), topk (allreduce across nodes through the top-k "
-              "wire codec)")
-          .Register(registry);
-  auto& duration = prometheus::BuildHistogram()
-                       .Name("gradsync_collective_duration_seconds")
-                       .Help(
-                           "Time from a collective being ready on this node (every local rank "
-                           "submitted it) to done, by op and size (payload bytes per rank)")
-                       .Register(registry);
-  auto& failed = prometheus::BuildCounter()
-                     .Name("gradsync_collectives_failed_total")
-                     .Help("Collective submissions completed with an error (per rank)")
-                     .Register(registry);
-  auto& bytes = prometheus::BuildCounter()
-                    .Name("gradsync_collective_bytes_total")
-                    .Help("Payload bytes per rank of completed collectives")
-                    .Register(registry);
+  auto& completed = family<prometheus::Counter>(registry, Family::kCollectivesCompleted);
+  auto& duration = family<prometheus::Histogram>(registry, Family::kCollectiveDurationSeconds);
+  auto& failed = family<prometheus::Counter>(registry, Family::kCollectivesFailed);
+  auto& bytes = family<prometheus::Counter>(registry, Family::kCollectiveBytes);
   for (size_t i = 0; i < kKindNames.size(); ++i) {
     for (size_t a = 0; a < kAlgorithms.size(); ++a) {
       impl_->completed[i][a] =
@@ -193,180 +186,57 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
     impl_->failed[i] = &failed.Add({{"op", kKindNames[i]}});
     impl_->bytes[i] = &bytes.Add({{"op", kKindNames[i]}});
   }
-  impl_->batch_bytes = &prometheus::BuildHistogram()
-                            .Name("gradsync_fusion_batch_bytes")
-                            .Help("Payload bytes per rank of each fused batch")
-                            .Register(registry)
+  impl_->batch_bytes = &family<prometheus::Histogram>(registry, Family::kFusionBatchBytes)
                             .Add({}, exponential(1024, 4, 12));
-  impl_->batch_collectives = &prometheus::BuildHistogram()
-                                  .Name("gradsync_fusion_batch_tensors")
-                                  .Help("Tensors fused into each batch")
-                                  .Register(registry)
+  impl_->batch_collectives = &family<prometheus::Histogram>(registry, Family::kFusionBatchTensors)
                                   .Add({}, exponential(1, 2, 10));
-  impl_->batch_seconds = &prometheus::BuildHistogram()
-                              .Name("gradsync_batch_duration_seconds")
-                              .Help("Time to execute one fused batch on the node")
-                              .Register(registry)
+  impl_->batch_seconds = &family<prometheus::Histogram>(registry, Family::kBatchDurationSeconds)
                               .Add({}, exponential(1e-6, 4, 12));
-  impl_->fusion_use = &prometheus::BuildHistogram()
-                           .Name("gradsync_fusion_buffer_use_ratio")
-                           .Help("Bytes of each fused batch over the fusion threshold")
-                           .Register(registry)
+  impl_->fusion_use = &family<prometheus::Histogram>(registry, Family::kFusionBufferUseRatio)
                            .Add({}, prometheus::Histogram::BucketBoundaries{0.01, 0.05, 0.1, 0.25,
                                                                             0.5, 0.75, 0.9, 1.0});
-  impl_->ring_depth = &prometheus::BuildHistogram()
-                           .Name("gradsync_submission_ring_depth_entries")
-                           .Help(
-                               "Entries waiting on a client's submission ring when the engine "
-                               "drained it")
-                           .Register(registry)
+  impl_->ring_depth = &family<prometheus::Histogram>(registry, Family::kSubmissionRingDepthEntries)
                            .Add({}, exponential(1, 4, 7));
-  auto& lookups = prometheus::BuildCounter()
-                      .Name("gradsync_mapping_cache_lookups_total")
-                      .Help(
-                          "Registered client memory looked up for a submission (hit), mapped "
-                          "(miss: host memory is mapped when registered), or not registered")
-                      .Register(registry);
+  auto& lookups = family<prometheus::Counter>(registry, Family::kMappingCacheLookups);
   impl_->mapping_lookups = {&lookups.Add({{"result", "hit"}}), &lookups.Add({{"result", "miss"}}),
                             &lookups.Add({{"result", "unregistered"}})};
-  impl_->mappings_released = &prometheus::BuildCounter()
-                                  .Name("gradsync_mapping_cache_released_total")
-                                  .Help(
-                                      "Mappings dropped because their client unregistered them "
-                                      "or left")
-                                  .Register(registry)
-                                  .Add({});
-  impl_->mapped_buffers = &prometheus::BuildGauge()
-                               .Name("gradsync_mapped_buffers")
-                               .Help("Registered client buffers mapped in the daemon")
-                               .Register(registry)
-                               .Add({});
-  impl_->mapped_bytes = &prometheus::BuildGauge()
-                             .Name("gradsync_mapped_bytes")
-                             .Help("Bytes of registered client buffers mapped in the daemon")
-                             .Register(registry)
-                             .Add({});
-  impl_->topk_held_bytes =
-      &prometheus::BuildGauge()
-           .Name("gradsync_topk_held_bytes")
-           .Help("What the top-k wire codec holds back for tensors' next allreduces, all jobs")
-           .Register(registry)
-           .Add({});
-  impl_->topk_evicted = &prometheus::BuildCounter()
-                             .Name("gradsync_topk_evicted_tensors_total")
-                             .Help(
-                                 "Tensor names whose held-back values the top-k codec dropped, "
-                                 "least recently used past a job's bound")
-                             .Register(registry)
-                             .Add({});
-  impl_->rejected = &prometheus::BuildCounter()
-                         .Name("gradsync_client_requests_rejected_total")
-                         .Help("Control requests refused, by reason")
-                         .Register(registry);
+  impl_->mappings_released =
+      &family<prometheus::Counter>(registry, Family::kMappingCacheReleased).Add({});
+  impl_->mapped_buffers = &family<prometheus::Gauge>(registry, Family::kMappedBuffers).Add({});
+  impl_->mapped_bytes = &family<prometheus::Gauge>(registry, Family::kMappedBytes).Add({});
+  impl_->topk_held_bytes = &family<prometheus::Gauge>(registry, Family::kTopkHeldBytes).Add({});
+  impl_->topk_evicted = &family<prometheus::Counter>(registry, Family::kTopkEvictedTensors).Add({});
+  impl_->rejected = &family<prometheus::Counter>(registry, Family::kClientRequestsRejected);
   // Every series of a fixed label set exists from the start, at zero: rate() over it then
   // has data before the first event, as dashboards and alerts expect.
   for (const char* reason : {"too_many_clients", "protocol", "permission", "invalid"}) {
     impl_->rejected->Add({{"reason", reason}});
   }
-  auto& handshakes = prometheus::BuildCounter()
-                         .Name("gradsync_peer_handshakes_total")
-                         .Help(
-                             "Cluster handshakes with other node daemons that ended, both ways, "
-                             "by result (refused: no key, another key, broken or too slow)")
-                         .Register(registry);
+  auto& handshakes = family<prometheus::Counter>(registry, Family::kPeerHandshakes);
   impl_->handshakes_accepted = &handshakes.Add({{"result", "accepted"}});
   impl_->handshakes_refused = &handshakes.Add({{"result", "refused"}});
-  impl_->stall = &prometheus::BuildGauge()
-                      .Name("gradsync_stall_seconds")
-                      .Help(
-                          "Age of the oldest tensor of a job that some of its ranks or nodes "
-                          "have submitted and others have not (0: none)")
-                      .Register(registry);
-  impl_->peer_latency = &prometheus::BuildGauge()
-                             .Name("gradsync_peer_latency_seconds")
-                             .Help(
-                                 "Per-message latency (alpha) to a peer node daemon, as measured "
-                                 "when a job formed")
-                             .Register(registry);
-  impl_->peer_bandwidth = &prometheus::BuildGauge()
-                               .Name("gradsync_peer_bandwidth_bytes_per_second")
-                               .Help(
-                                   "Bandwidth (1/beta) to a peer node daemon, as measured when a "
-                                   "job formed")
-                               .Register(registry);
-  impl_->peer_sent = &prometheus::BuildCounter()
-                          .Name("gradsync_peer_sent_bytes_total")
-                          .Help("Bytes sent to a peer node daemon")
-                          .Register(registry);
-  impl_->peer_received = &prometheus::BuildCounter()
-                              .Name("gradsync_peer_received_bytes_total")
-                              .Help("Bytes received from a peer node daemon")
-                              .Register(registry);
-  impl_->peer_errors = &prometheus::BuildCounter()
-                            .Name("gradsync_peer_errors_total")
-                            .Help(
-                                "Failures of the connection to a peer node daemon, and sends "
-                                "refused because it had failed")
-                            .Register(registry);
+  impl_->stall = &family<prometheus::Gauge>(registry, Family::kStallSeconds);
+  impl_->peer_latency = &family<prometheus::Gauge>(registry, Family::kPeerLatencySeconds);
+  impl_->peer_bandwidth =
+      &family<prometheus::Gauge>(registry, Family::kPeerBandwidthBytesPerSecond);
+  impl_->peer_sent = &family<prometheus::Counter>(registry, Family::kPeerSentBytes);
+  impl_->peer_received = &family<prometheus::Counter>(registry, Family::kPeerReceivedBytes);
+  impl_->peer_errors = &family<prometheus::Counter>(registry, Family::kPeerErrors);
   impl_->step_bus_bandwidth =
-      &prometheus::BuildGauge()
-           .Name("gradsync_step_bus_bandwidth_bytes_per_second")
-           .Help(
-               "Bus bandwidth of a job's last whole step on this node, the nccl-tests way: bytes "
-               "times the collective's bus factor (allreduce 2(n-1)/n) over the step's time from "
-               "its first tensor ready to its last done")
-           .Register(registry);
-  impl_->rank_submitted = &prometheus::BuildGauge()
-                               .Name("gradsync_rank_submitted_sequence")
-                               .Help(
-                                   "Collectives a job's local rank has submitted so far: the "
-                                   "sequence number of its last")
-                               .Register(registry);
-  impl_->rank_completed = &prometheus::BuildGauge()
-                               .Name("gradsync_rank_completed_sequence")
-                               .Help("Collectives of a job's local rank completed so far")
-                               .Register(registry);
-  impl_->node_cycle = &prometheus::BuildGauge()
-                           .Name("gradsync_node_cycle_sequence")
-                           .Help(
-                               "The last negotiation cycle of a job heard from each of its "
-                               "nodes (this one's own included); the node behind is the one "
-                               "the others wait for")
-                           .Register(registry);
-  auto& cache = prometheus::BuildCounter()
-                    .Name("gradsync_negotiation_cache_total")
-                    .Help(
-                        "Collectives negotiated across nodes, by whether the response cache "
-                        "decided them (hit) or node 0 did (miss)")
-                    .Register(registry);
+      &family<prometheus::Gauge>(registry, Family::kStepBusBandwidthBytesPerSecond);
+  impl_->rank_submitted = &family<prometheus::Gauge>(registry, Family::kRankSubmittedSequence);
+  impl_->rank_completed = &family<prometheus::Gauge>(registry, Family::kRankCompletedSequence);
+  impl_->node_cycle = &family<prometheus::Gauge>(registry, Family::kNodeCycleSequence);
+  auto& cache = family<prometheus::Counter>(registry, Family::kNegotiationCache);
   impl_->cache_hits = &cache.Add({{"result", "hit"}});
   impl_->cache_misses = &cache.Add({{"result", "miss"}});
-  impl_->cycles = &prometheus::BuildCounter()
-                       .Name("gradsync_negotiation_cycles_total")
-                       .Help("Negotiation cycles among node daemons")
-                       .Register(registry)
-                       .Add({});
+  impl_->cycles = &family<prometheus::Counter>(registry, Family::kNegotiationCycles).Add({});
   impl_->cycle_messages =
-      &prometheus::BuildCounter()
-           .Name("gradsync_negotiation_messages_total")
-           .Help(
-               "Messages with this node's parts of negotiation cycles (its own, and others' it "
-               "relays) sent to other node daemons")
-           .Register(registry)
-           .Add({});
+      &family<prometheus::Counter>(registry, Family::kNegotiationMessages).Add({});
   impl_->answer_messages =
-      &prometheus::BuildCounter()
-           .Name("gradsync_negotiation_answers_total")
-           .Help(
-               "Messages with node 0's answers to negotiation cycles (the order of names new to "
-               "the response cache) sent to other node daemons: node 0's own, and those a node "
-               "passes on")
-           .Register(registry)
-           .Add({});
-  impl_->internode_allreduces = &prometheus::BuildCounter()
-                                     .Name("gradsync_internode_allreduces_total")
-                                     .Help("Allreduces run across nodes, by algorithm")
-                                     .Register(registry);
+      &family<prometheus::Counter>(registry, Family::kNegotiationAnswers).Add({});
+  impl_->internode_allreduces =
+      &family<prometheus::Counter>(registry, Family::kInternodeAllreduces);
   for (const char* algorithm : {"ring", "rhd", "topk"}) {
     impl_->internode_allreduce_by[algorithm_index(algorithm)] =
         &impl_->internode_allreduces->Add({{"algorithm", algorithm}});
@@ -384,6 +254,10 @@ std::vector<uint16_t> Metrics::listening_ports() const {
   std::vector<uint16_t> ports;
   for (int port : impl_->exposer->GetListeningPorts()) ports.push_back(static_cast<uint16_t>(port));
   return ports;
+}
+
+std::string Metrics::exposition() const {
+  return prometheus::TextSerializer().Serialize(impl_->registry->Collect());
 }
 
 void Metrics::set_config_info(const std::string& config_toml) {

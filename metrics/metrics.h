@@ -37,6 +37,8 @@ class Metrics {
   Metrics& operator=(const Metrics&) = delete;
 
   std::vector<uint16_t> listening_ports() const;
+  // What /metrics serves now, in Prometheus' text format.
+  std::string exposition() const;
   // The effective configuration (gradsync_config_info) after a reload.
   void set_config_info(const std::string& config_toml);
 
