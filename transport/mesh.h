@@ -17,6 +17,7 @@
 #pragma once
 
 #include "transport/handshake.h"
+#include "transport/transport.h"
 #include "transport/ucx.h"
 
 #include <netinet/in.h>
@@ -31,8 +32,6 @@
 #include <vector>
 
 namespace gradsync::transport {
-
-using PeerId = uint32_t;
 
 // HOST:PORT (IPv4) to a socket address; throws std::invalid_argument.
 struct sockaddr_in parse_host_port(const std::string& host_port);
@@ -75,10 +74,10 @@ struct PeerStats {
   double bytes_per_second = 0;
 };
 
-class Mesh {
+class Mesh final : public Transport {
  public:
   explicit Mesh(const MeshOptions& options);
-  ~Mesh();
+  ~Mesh() override;
   Mesh(const Mesh&) = delete;
   Mesh& operator=(const Mesh&) = delete;
 
@@ -98,18 +97,18 @@ class Mesh {
 
   // The peer at `address` (HOST:PORT), connecting on first use, and again after a failure
   // that take_failed_peers() has reported (the peer daemon may have restarted).
-  PeerId connect(const std::string& address);
+  PeerId connect(const std::string& address) override;
   // The peer has accepted our handshake: sends may go to it.
-  bool authenticated(PeerId peer) const { return peers_.at(peer).accepted; }
+  bool authenticated(PeerId peer) const override { return peers_.at(peer).accepted; }
   // Why the peer failed (empty: it has not, or its connection broke without a reason).
-  const std::string& failure(PeerId peer) const { return peers_.at(peer).failure; }
+  const std::string& failure(PeerId peer) const override { return peers_.at(peer).failure; }
   const std::string& address_of(PeerId peer) const { return peers_.at(peer).address; }
   size_t peer_count() const { return peers_.size(); }
   const PeerStats& stats(PeerId peer) const { return peers_.at(peer).stats; }
-  void count_received(PeerId peer, uint64_t bytes) {
+  void count_received(PeerId peer, uint64_t bytes) override {
     peers_.at(peer).stats.bytes_received += bytes;
   }
-  void set_link(PeerId peer, double latency_seconds, double bytes_per_second);
+  void set_link(PeerId peer, double latency_seconds, double bytes_per_second) override;
 
   // The largest message that goes without a rendezvous where the rendezvous threshold is
   // set (TCP only, rendezvous_min_bytes() not 0 and not kEveryMessageEager); else 0.
@@ -121,10 +120,10 @@ class Mesh {
   // Operation is done when all of them are. Cutting a buffer into messages below the
   // rendezvous threshold sends it without a rendezvous (see largest_eager_message()).
   Operation send(PeerId peer, uint64_t tag, const void* data, size_t bytes,
-                 size_t max_message_bytes = 0);
+                 size_t max_message_bytes = 0) override;
   // Sends without waiting: held until the handshake is done, then until UCX is done with it.
   // A failure shows as a failed peer.
-  void post(PeerId peer, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes);
+  void post(PeerId peer, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes) override;
   // A whole message of unknown size matching tag/mask, if one has arrived (for control
   // messages: small, so it completes without waiting on the sender). Its payload lies in the
   // mesh's receive buffer, valid until the next call: one buffer serves every control message,
@@ -145,7 +144,8 @@ class Mesh {
   // receive cut off half-way can no longer be written.
   // `max_message_bytes`: as the sender's (send()); the messages then come from one sender.
   Operation receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes,
-                    std::optional<PeerId> from = std::nullopt, size_t max_message_bytes = 0);
+                    std::optional<PeerId> from = std::nullopt,
+                    size_t max_message_bytes = 0) override;
 
   // Operations nobody waits for (sends left to finish on their own, or operations of a
   // collective that failed), with whatever memory they read or write: kept until UCX is done
@@ -153,7 +153,8 @@ class Mesh {
   // receive matched to a message whose connection broke half-way is never finished by UCX
   // (an eager message of several fragments): its memory goes once every connection to us
   // that could have carried that message has closed, since no more of it can arrive then.
-  void retire(std::vector<Operation> operations, std::vector<std::shared_ptr<const void>> memory);
+  void retire(std::vector<Operation> operations,
+              std::vector<std::shared_ptr<const void>> memory) override;
   // Receives and drops every message that has arrived matching tag/mask: for what peers still
   // send to a job that has ended here. Left in UCX, such messages would pile up, and a large
   // one would hold its sender's buffer until it is received. Returns how many.
@@ -161,7 +162,7 @@ class Mesh {
 
   size_t retired_count() const { return retired_.size(); }
   // Drives UCX; true when it made progress.
-  bool progress();
+  bool progress() override;
   // For sleeping: the fd to poll, and arm() before polling (false: something happened or is
   // pending; poll for messages again instead of sleeping).
   int event_fd() const { return event_fd_; }
@@ -171,7 +172,7 @@ class Mesh {
 
   // Peers whose endpoint failed since the last call (each reported once).
   std::vector<PeerId> take_failed_peers();
-  bool failed(PeerId peer) const { return peers_.at(peer).failed; }
+  bool failed(PeerId peer) const override { return peers_.at(peer).failed; }
   // The peer failed because it said goodbye (it shut down), not because its connection broke.
   bool left(PeerId peer) const { return peers_.at(peer).left; }
 
@@ -181,7 +182,7 @@ class Mesh {
   // retransmitting for many minutes without an error, and keepalive only probes idle
   // connections. A peer that answers keeps its connection. Nothing happens for a peer that
   // has failed, or has not accepted us yet, or is being checked already.
-  void check_alive(PeerId peer);
+  void check_alive(PeerId peer) override;
 
   // Handshakes that ended since the last call, both ways.
   std::vector<HandshakeOutcome> take_handshake_outcomes() { return std::move(outcomes_); }

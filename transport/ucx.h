@@ -107,6 +107,14 @@ class Operation {
     Part& part(size_t index) { return index == 0 ? first : more[index - 1]; }
   };
   uint32_t source() const { return state_->source; }
+  const State* state() const { return state_.get(); }
+
+  // An operation with no UCX request, whose transport completes it by writing its State
+  // (done, status, received, sender_tag) itself: the in-process transport's. The State stays
+  // where it is while the Operation moves, so the transport may keep a pointer to it.
+  static Operation without_requests(std::unique_ptr<State> state, bool receive) {
+    return Operation(nullptr, std::move(state), receive, 0);
+  }
 
   // Starts an operation of `parts` UCX requests (a send or a receive, as `receive` says):
   // `issue(part, params)` starts each, with `params` set for its callback (add to them, keep

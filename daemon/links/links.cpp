@@ -30,30 +30,30 @@ std::vector<std::shared_ptr<const void>> Scratch::abandon() {
   return memory;
 }
 
-NodeLinks::NodeLinks(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
-                     std::chrono::seconds peer_timeout)
+NodeLinks::NodeLinks(const std::string& job_name, NodeLayout layout,
+                     transport::Transport& transport, std::chrono::seconds peer_timeout)
     : job_name_(job_name),
       layout_(std::move(layout)),
-      mesh_(mesh),
+      transport_(transport),
       peer_timeout_(peer_timeout),
       job_tag_(static_cast<uint16_t>(std::hash<std::string>{}(job_name))) {
   // Connect to every other node now: each endpoint also watches that peer for failure.
   for (uint32_t node = 0; node < layout_.nodes.size(); ++node) {
     peers_.push_back(node == layout_.node_rank ? transport::PeerId{}
-                                               : mesh_.connect(layout_.nodes[node]));
+                                               : transport_.connect(layout_.nodes[node]));
   }
 }
 
 bool NodeLinks::authenticated() const {
   for (uint32_t node = 0; node < peers_.size(); ++node) {
-    if (node != me() && !mesh_.authenticated(peers_[node])) return false;
+    if (node != me() && !transport_.authenticated(peers_[node])) return false;
   }
   return true;
 }
 
 void NodeLinks::check_alive() {
   for (uint32_t node = 0; node < peers_.size(); ++node) {
-    if (node != me()) mesh_.check_alive(peers_[node]);
+    if (node != me()) transport_.check_alive(peers_[node]);
   }
 }
 
@@ -70,31 +70,32 @@ uint64_t NodeLinks::tag(uint64_t kind, uint32_t sender, uint32_t sequence, uint3
 
 transport::Operation NodeLinks::send(uint32_t node, uint64_t tag, const void* data, size_t bytes,
                                      size_t max_message_bytes) {
-  return mesh_.send(peers_[node], tag, data, bytes, max_message_bytes);
+  return transport_.send(peers_[node], tag, data, bytes, max_message_bytes);
 }
 
 transport::Operation NodeLinks::receive(uint64_t tag, std::optional<uint32_t> sender, void* data,
                                         size_t bytes, size_t max_message_bytes) {
   const uint64_t mask = sender ? tags::kAll : tags::kAll & ~tags::kNodeMask;
-  return mesh_.receive(tag, mask, data, bytes,
-                       sender ? std::optional(peers_[*sender]) : std::nullopt, max_message_bytes);
+  return transport_.receive(tag, mask, data, bytes,
+                            sender ? std::optional(peers_[*sender]) : std::nullopt,
+                            max_message_bytes);
 }
 
 void NodeLinks::count_received(uint64_t sender_tag, uint64_t bytes) {
   const auto node = static_cast<uint32_t>((sender_tag & tags::kNodeMask) >> 48);
-  if (node < peers_.size() && node != me()) mesh_.count_received(peers_[node], bytes);
+  if (node < peers_.size() && node != me()) transport_.count_received(peers_[node], bytes);
 }
 
 void NodeLinks::set_link(uint32_t node, double latency_seconds, double bytes_per_second) {
   if (node < peers_.size() && node != me()) {
-    mesh_.set_link(peers_[node], latency_seconds, bytes_per_second);
+    transport_.set_link(peers_[node], latency_seconds, bytes_per_second);
   }
 }
 
 std::optional<std::string> NodeLinks::failed_peer(const char* what) const {
   for (uint32_t node = 0; node < peers_.size(); ++node) {
-    if (node != me() && mesh_.failed(peers_[node])) {
-      const std::string& reason = mesh_.failure(peers_[node]);
+    if (node != me() && transport_.failed(peers_[node])) {
+      const std::string& reason = transport_.failure(peers_[node]);
       return fmt::format("node {} ({}) of job '{}' failed while {}{}{}", node, layout_.nodes[node],
                          job_name_, what, reason.empty() ? "" : ": ", reason);
     }
@@ -104,23 +105,23 @@ std::optional<std::string> NodeLinks::failed_peer(const char* what) const {
 
 void NodeLinks::send_control(uint32_t node, capnp::MessageBuilder& message) {
   // Never wait for it: a large message goes by rendezvous, which completes only once the peer
-  // receives it, and the peer may be sending to us at the same moment. The mesh keeps the
+  // receives it, and the peer may be sending to us at the same moment. The transport keeps the
   // bytes until the peer has accepted our handshake and UCX is done; a failure shows up as a
   // failed peer, which fails the job.
-  mesh_.post(peers_[node], tags::make(tags::kControl, me(), job_tag_, 0),
-             std::make_shared<const std::vector<uint8_t>>(ipc::encode(message)));
+  transport_.post(peers_[node], tags::make(tags::kControl, me(), job_tag_, 0),
+                  std::make_shared<const std::vector<uint8_t>>(ipc::encode(message)));
 }
 
 void NodeLinks::send_control_to_all_live(capnp::MessageBuilder& message) {
   auto bytes = std::make_shared<const std::vector<uint8_t>>(ipc::encode(message));
   std::vector<transport::Operation> sends;
   for (uint32_t node = 0; node < peers_.size(); ++node) {
-    if (node == me() || mesh_.failed(peers_[node])) continue;
+    if (node == me() || transport_.failed(peers_[node])) continue;
     const uint64_t tag = tags::make(tags::kControl, me(), job_tag_, 0);
-    if (mesh_.authenticated(peers_[node])) {
+    if (transport_.authenticated(peers_[node])) {
       sends.push_back(send(node, tag, bytes->data(), bytes->size()));
     } else {
-      mesh_.post(peers_[node], tag, bytes);  // goes once the handshake is done
+      transport_.post(peers_[node], tag, bytes);  // goes once the handshake is done
     }
   }
   // Bounded: a peer that is gone does not hold us up. What is still in flight then is
@@ -130,9 +131,9 @@ void NodeLinks::send_control_to_all_live(capnp::MessageBuilder& message) {
     return std::all_of(sends.begin(), sends.end(), [](const auto& op) { return op.done(); });
   };
   while (!all_done() && Clock::now() < deadline) {
-    if (!mesh_.progress()) sched_yield();
+    if (!transport_.progress()) sched_yield();
   }
-  mesh_.retire(std::move(sends), {bytes});
+  transport_.retire(std::move(sends), {bytes});
 }
 
 Flight::Flight(NodeLinks& links, Scratch* scratch, std::vector<std::shared_ptr<const void>> memory,
@@ -153,7 +154,7 @@ Flight::~Flight() {
   if (scratch_ != nullptr) {
     for (auto& buffer : scratch_->abandon()) memory_.push_back(std::move(buffer));
   }
-  links_.mesh().retire(std::move(pending), std::move(memory_));
+  links_.transport().retire(std::move(pending), std::move(memory_));
 }
 
 size_t Flight::add(transport::Operation operation) {

@@ -1,11 +1,11 @@
 // A job's connections to its other node daemons, as its collectives use them: tagged sends
-// and receives over the mesh, and a bounded wait that turns a dead or silent peer into an
-// error instead of a hang.
+// and receives over the transport (the UCX mesh, or in tests an in-process one), and a bounded wait
+// that turns a dead or silent peer into an error instead of a hang.
 #pragma once
 
 #include "daemon/links/node_task.h"
 
-#include "transport/mesh.h"
+#include "transport/transport.h"
 
 #include <capnp/message.h>
 #include <spdlog/logger.h>
@@ -44,7 +44,7 @@ struct NodeLayout {
 };
 
 // Host memory the collectives stage through. Shared so that a collective given up on can hand
-// it to the mesh while UCX may still write into it; the job then starts afresh.
+// it to the transport while UCX may still write into it; the job then starts afresh.
 class Scratch {
  public:
   uint8_t* get(size_t slot, size_t bytes);
@@ -56,7 +56,7 @@ class Scratch {
 
 class NodeLinks {
  public:
-  NodeLinks(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
+  NodeLinks(const std::string& job_name, NodeLayout layout, transport::Transport& transport,
             std::chrono::seconds peer_timeout);
 
   const std::string& job_name() const { return job_name_; }
@@ -66,7 +66,7 @@ class NodeLinks {
   bool has_peer(transport::PeerId peer) const;
   // Every other node has accepted this daemon's handshake: data may flow.
   bool authenticated() const;
-  // Has the mesh check that every other node still answers (after a failure: a connection
+  // Has the transport check that every other node still answers (after a failure: a connection
   // that does not is closed, and the next job reconnects).
   void check_alive();
   std::chrono::seconds peer_timeout() const { return peer_timeout_; }
@@ -76,7 +76,7 @@ class NodeLinks {
   // flight, started in the agreed order, so 16 bits are plenty), `part` the messages of one.
   uint64_t tag(uint64_t kind, uint32_t sender, uint32_t sequence, uint32_t part) const;
 
-  // `max_message_bytes`: see transport::Mesh::send (0: one message).
+  // `max_message_bytes`: see transport::Transport::send (0: one message).
   transport::Operation send(uint32_t node, uint64_t tag, const void* data, size_t bytes,
                             size_t max_message_bytes = 0);
   // From `sender` exactly, or from any node when sender is nullopt (a tag only one node sends).
@@ -89,12 +89,12 @@ class NodeLinks {
   void set_link(uint32_t node, double latency_seconds, double bytes_per_second);
 
   // Drives UCX; true when it made progress.
-  bool progress() { return mesh_.progress(); }
+  bool progress() { return transport_.progress(); }
   // An error naming the first other node of the job that failed, if any.
   std::optional<std::string> failed_peer(const char* what) const;
-  transport::Mesh& mesh() { return mesh_; }
+  transport::Transport& transport() { return transport_; }
 
-  // A control message to one node, sent without waiting (the mesh holds it until it is out);
+  // A control message to one node, sent without waiting (the transport holds it until it is out);
   // or to every live node, waiting a bounded time (for aborts, before the job goes).
   void send_control(uint32_t node, capnp::MessageBuilder& message);
   void send_control_to_all_live(capnp::MessageBuilder& message);
@@ -102,7 +102,7 @@ class NodeLinks {
  private:
   std::string job_name_;
   NodeLayout layout_;
-  transport::Mesh& mesh_;
+  transport::Transport& transport_;
   std::chrono::seconds peer_timeout_;
   uint16_t job_tag_;
   std::vector<transport::PeerId> peers_;  // by node; own entry unused
@@ -127,7 +127,7 @@ class FlightWait final : public NodeWait {
 
 // The operations of one collective in flight, waited on one by one or all together. Whatever
 // is still pending when the Flight goes (the collective failed, or returned early) is retired
-// to the mesh with the memory it may touch (`memory`, and the scratch buffers, which the job
+// to the transport with the memory it may touch (`memory`, and the scratch buffers, which the job
 // then replaces): UCX may still write into a receive's buffer after it was given up on.
 class Flight {
  public:

@@ -13,9 +13,9 @@
 #include <stdexcept>
 
 namespace gradsync::daemon {
-NodeJob::NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
+NodeJob::NodeJob(const std::string& job_name, NodeLayout layout, transport::Transport& transport,
                  NodeJobSettings settings, metrics::Metrics& metrics, DeviceStreams& device_streams)
-    : links_(job_name, std::move(layout), mesh, settings.peer_timeout),
+    : links_(job_name, std::move(layout), transport, settings.peer_timeout),
       settings_(std::move(settings)),
       metrics_(metrics),
       device_streams_(device_streams),

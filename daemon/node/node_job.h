@@ -69,7 +69,7 @@ struct NodeJobError {
 class NodeJob {
  public:
   // `device_streams`: where collectives on device memory are staged (device_staging.h).
-  NodeJob(const std::string& job_name, NodeLayout layout, transport::Mesh& mesh,
+  NodeJob(const std::string& job_name, NodeLayout layout, transport::Transport& transport,
           NodeJobSettings settings, metrics::Metrics& metrics, DeviceStreams& device_streams);
   ~NodeJob();
   NodeJob(const NodeJob&) = delete;

@@ -1,7 +1,7 @@
 // The metric families the daemon exports are the ones families.h lists, with its types, labels
 // and help, and docs/metrics.md's table is generated from that list.
-#include "metrics/families.h"
 #include "metrics/metrics.h"
+#include "metrics/families.h"
 
 #include <gtest/gtest.h>
 
