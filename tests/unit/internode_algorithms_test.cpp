@@ -245,6 +245,7 @@ class InterNodeAlgorithms : public testing::TestWithParam<Shape> {
           for (uint32_t node = 0; node < cluster_.nodes(); ++node) {
             ready.push_back(cluster_.ready(node, ipc::Collective::kAllreduce, r.dtype, r.op, count));
           }
+          operands.reserve(ready.size());
           for (const auto& collective : ready) {
             operands.push_back(std::make_unique<AllreduceOperand>(collective));
           }
@@ -432,6 +433,7 @@ TEST_P(InterNodeAlgorithms, ALostNodeFailsEveryAlgorithmOnTheOthers) {
     ready.push_back(cluster_.ready(node, ipc::Collective::kAllreduce, GRADSYNC_FLOAT32,
                                    GRADSYNC_SUM, count));
   }
+  operands.reserve(ready.size());
   for (const auto& collective : ready) {
     operands.push_back(std::make_unique<AllreduceOperand>(collective));
   }
