@@ -43,9 +43,8 @@ class InProcessNetwork::Endpoint final : public Transport {
     auto state = std::make_unique<Operation::State>();
     state->source = from.value_or(Operation::kAnySource);
     Posted posted{tag, tag_mask, static_cast<uint8_t*>(data), bytes, state.get()};
-    const auto match = std::find_if(arrived_.begin(), arrived_.end(), [&](const Message& m) {
-      return posted.matches(m);
-    });
+    const auto match = std::find_if(arrived_.begin(), arrived_.end(),
+                                    [&](const Message& m) { return posted.matches(m); });
     if (match != arrived_.end()) {
       posted.complete(*match);
       arrived_.erase(match);

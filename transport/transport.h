@@ -43,7 +43,8 @@ class Transport {
                             std::optional<PeerId> from, size_t max_message_bytes) = 0;
   // Sends without an operation to wait on: the transport holds the bytes until they are out.
   // A failure shows as a failed peer.
-  virtual void post(PeerId peer, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes) = 0;
+  virtual void post(PeerId peer, uint64_t tag,
+                    std::shared_ptr<const std::vector<uint8_t>> bytes) = 0;
   // Operations nobody waits for any more, with the memory they may still touch: kept until
   // the transport is done with them. Receives not matched yet are cancelled.
   virtual void retire(std::vector<Operation> operations,

@@ -313,7 +313,6 @@ void Engine::handle(DetachSession& command) {
         ended_jobs_[job_name] = EndedJob{
             job->network()->job_tag(),
             Clock::now() + std::chrono::seconds(config_.peer_timeout_seconds) + kEndedJobGrace};
-        early_messages_.erase(job_name);
         log_->debug("job '{}' ended; the mesh holds {} retired operations", job_name,
                     mesh_->retired_count());
       }

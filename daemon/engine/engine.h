@@ -190,10 +190,12 @@ class Engine {
   std::chrono::steady_clock::time_point next_stall_inspection_{};
   std::atomic<std::chrono::steady_clock::rep> heartbeat_{0};
   size_t network_jobs_ = 0;  // jobs with a NodeJob: the mesh is polled only while there are any
-  // Control messages for jobs that have no rank here yet, replayed when one connects.
+  // Control messages for jobs that have no rank here yet, replayed when one connects; and the
+  // joins of a job re-forming under the name of one that failed here and has not ended yet.
   std::unordered_map<std::string, std::vector<std::vector<uint8_t>>> early_messages_;
   // Jobs across nodes that ended here, by name: what their peers still send is drained from
-  // the mesh (drain_ended_jobs) until `until`, and none of it is kept as early.
+  // the mesh (drain_ended_jobs) until `until`, and none of it is kept as early but the joins of
+  // a new job of that name.
   struct EndedJob {
     uint16_t tag;
     std::chrono::steady_clock::time_point until;

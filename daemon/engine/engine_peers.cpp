@@ -47,7 +47,13 @@ void Engine::drain_ended_jobs() {
     const bool shared = std::any_of(jobs_.begin(), jobs_.end(), [tag](const auto& job) {
       return job.second->network() != nullptr && job.second->network()->job_tag() == tag;
     });
-    if (!shared) mesh_->discard(tags::make(0, 0, tag, 0), tags::kJobMask);
+    // Its data only: control messages go to handle_node_message, which keeps a new job's
+    // joins (a job of that name re-forming) and drops the rest.
+    if (!shared) {
+      for (const uint64_t kind : {tags::kData, tags::kProbe}) {
+        mesh_->discard(tags::make(kind, 0, tag, 0), tags::kKindMask | tags::kJobMask);
+      }
+    }
   }
 }
 
@@ -122,16 +128,32 @@ void Engine::handle_node_message(std::span<const uint8_t> payload, uint64_t tag)
     const auto message = decoded.root<wire::NodeMessage>();
     const std::string name = message.getJob();
     const auto job = jobs_.find(name);
-    if (job == jobs_.end() || !job->second->network()) {
-      // An abort for a job not here: it ended here first (its ranks all left), or never began.
-      // Kept, it would fail the next job of that name. Nor is anything kept for a job that
-      // ended here.
-      if (message.isAbort() || ended_jobs_.contains(name)) return;
-      // Peers may be a step ahead of this node's ranks connecting.
+    // Peers may be a step ahead of this node's ranks connecting: what they send is kept for the
+    // job until it begins here.
+    auto keep_early = [&] {
       size_t kept = 0;
       for (const auto& [job_name, messages] : early_messages_) kept += messages.size();
-      if (kept < kMaxEarlyMessages)
+      if (kept < kMaxEarlyMessages) {
         early_messages_[name].emplace_back(payload.begin(), payload.end());
+      }
+    };
+    // A job re-forming under its name (an elastic restart): a peer's new ranks may join before
+    // the old job has ended here, or while what the old one's peers still send is drained.
+    // A join is always the new job's, since each node joins a job once, before anything else
+    // it sends for it.
+    const bool earlier_job = job == jobs_.end()
+                                 ? ended_jobs_.contains(name)
+                                 : job->second->network() != nullptr && job->second->failure();
+    if (earlier_job && message.isJoined()) {
+      keep_early();
+      return;
+    }
+    if (job == jobs_.end() || !job->second->network()) {
+      // An abort for a job not here: it ended here first (its ranks all left), or never began.
+      // Kept, it would fail the next job of that name. Nor is anything else kept for a job
+      // that ended here.
+      if (message.isAbort() || ended_jobs_.contains(name)) return;
+      keep_early();
       return;
     }
     if (message.isAbort()) {

@@ -655,6 +655,39 @@ std::vector<tools::ChildProcess> spawn_over(LoopbackCluster& cluster, const std:
   return ranks;
 }
 
+// Elastic re-formation, as torchrun's elastic launch does it: a node is lost mid-training (its
+// daemon and its rank killed), every other rank's call fails within the bound, and the job
+// re-forms at once under the same name on the nodes left, with a smaller world; once the node
+// is back, the job re-forms on all three. Nothing of the earlier memberships stays behind on
+// the nodes that lived through it.
+TEST(Cluster, AJobReformsUnderItsNameOnTheNodesLeftAndAgainWhenTheLostNodeReturns) {
+  LoopbackCluster cluster(3);
+  auto warm = spawn_over(cluster, "warm", {0, 1, 2}, {"grouped"});
+  expect_all_succeed(warm, cluster);  // the nodes' connections exist from here on
+  std::vector<DaemonResources> baseline;
+  for (int node : {0, 1}) {
+    baseline.push_back(settled_resources_of(cluster.daemon(node).process().pid(),
+                                            cluster.daemon(node).socket_path()));
+  }
+  auto ranks = spawn_over(cluster, "elastic", {0, 1, 2}, {"loop", std::to_string(1 << 20)});
+  ASSERT_NO_FATAL_FAILURE(kill_daemon_and_expect_every_rank_fails(cluster, ranks, 2));
+
+  auto smaller = spawn_over(cluster, "elastic", {0, 1}, {"cluster"});
+  expect_all_succeed(smaller, cluster);
+
+  cluster.restart(2);
+  auto whole = spawn_over(cluster, "elastic", {0, 1, 2}, {"cluster"});
+  expect_all_succeed(whole, cluster);
+
+  for (int node : {0, 1}) {
+    const DaemonResources now = settled_resources_of(cluster.daemon(node).process().pid(),
+                                                     cluster.daemon(node).socket_path());
+    EXPECT_EQ(now.open_fds, baseline[static_cast<size_t>(node)].open_fds) << "node " << node;
+    EXPECT_EQ(now.memfd_mappings, baseline[static_cast<size_t>(node)].memfd_mappings)
+        << "node " << node;
+  }
+}
+
 // A peer daemon SIGKILLed while large tensors run fused in place (halving-doubling: receives
 // posted straight into many ranks' buffers at once, a message per tensor): every surviving rank
 // fails within the bound, the survivors serve the next job right, and none of the failed job's

@@ -41,10 +41,10 @@ struct DtypeOp {
 };
 // Every dtype with a sum, and the other ops on the types that make them interesting.
 const std::vector<DtypeOp> kReductions = {
-    {GRADSYNC_FLOAT32, GRADSYNC_SUM},  {GRADSYNC_FLOAT32, GRADSYNC_AVG},
-    {GRADSYNC_FLOAT32, GRADSYNC_MAX},  {GRADSYNC_FLOAT64, GRADSYNC_SUM},
-    {GRADSYNC_FLOAT16, GRADSYNC_SUM},  {GRADSYNC_BFLOAT16, GRADSYNC_SUM},
-    {GRADSYNC_INT32, GRADSYNC_SUM},    {GRADSYNC_INT32, GRADSYNC_MIN},
+    {GRADSYNC_FLOAT32, GRADSYNC_SUM}, {GRADSYNC_FLOAT32, GRADSYNC_AVG},
+    {GRADSYNC_FLOAT32, GRADSYNC_MAX}, {GRADSYNC_FLOAT64, GRADSYNC_SUM},
+    {GRADSYNC_FLOAT16, GRADSYNC_SUM}, {GRADSYNC_BFLOAT16, GRADSYNC_SUM},
+    {GRADSYNC_INT32, GRADSYNC_SUM},   {GRADSYNC_INT32, GRADSYNC_MIN},
     {GRADSYNC_INT64, GRADSYNC_PROD},
 };
 
@@ -64,8 +64,7 @@ size_t element_bytes(gradsync_dtype dtype) {
 enum class Placement { kBlocked, kInterleaved };  // rank r on node r / K, or on node r % N
 
 // A session as the control thread makes one: the engine's collectives only read its identity.
-std::unique_ptr<Session> make_session(int32_t rank, int32_t world_size,
-                                      metrics::Metrics& metrics) {
+std::unique_ptr<Session> make_session(int32_t rank, int32_t world_size, metrics::Metrics& metrics) {
   constexpr uint32_t kEntries = 8;
   const ipc::SegmentLayout layout = ipc::SegmentLayout::for_entries(kEntries);
   const ipc::UniqueFd fd = ipc::create_sealed_memfd("algorithm-test", layout.total_bytes);
@@ -243,7 +242,8 @@ class InterNodeAlgorithms : public testing::TestWithParam<Shape> {
           std::vector<ReadyCollective> ready;
           std::vector<std::unique_ptr<AllreduceOperand>> operands;
           for (uint32_t node = 0; node < cluster_.nodes(); ++node) {
-            ready.push_back(cluster_.ready(node, ipc::Collective::kAllreduce, r.dtype, r.op, count));
+            ready.push_back(
+                cluster_.ready(node, ipc::Collective::kAllreduce, r.dtype, r.op, count));
           }
           operands.reserve(ready.size());
           for (const auto& collective : ready) {
@@ -281,10 +281,10 @@ class InterNodeAlgorithms : public testing::TestWithParam<Shape> {
           return run_broadcast(context, ready[node], root_node, algorithm);
         }));
         for (int32_t rank = 0; rank < cluster_.world_size(); ++rank) {
-          ASSERT_EQ(reference::count_wrong(reference::Kind::kBroadcast, cluster_.result(rank),
-                                           count, GRADSYNC_FLOAT32, GRADSYNC_SUM,
-                                           cluster_.world_size(), root),
-                    0u)
+          ASSERT_EQ(
+              reference::count_wrong(reference::Kind::kBroadcast, cluster_.result(rank), count,
+                                     GRADSYNC_FLOAT32, GRADSYNC_SUM, cluster_.world_size(), root),
+              0u)
               << "rank " << rank;
         }
       }
@@ -295,9 +295,8 @@ class InterNodeAlgorithms : public testing::TestWithParam<Shape> {
 };
 
 TEST_P(InterNodeAlgorithms, RingAllreduce) {
-  allreduce([](CollectiveContext& c, const AllreduceOperand& o) {
-    return node_ring_allreduce(c, o);
-  });
+  allreduce(
+      [](CollectiveContext& c, const AllreduceOperand& o) { return node_ring_allreduce(c, o); });
 }
 
 TEST_P(InterNodeAlgorithms, HalvingDoublingAllreduce) {
@@ -370,19 +369,20 @@ TEST_P(InterNodeAlgorithms, ReduceScatter) {
     // Past a piece: each rank's send range.
     for (const uint64_t count : {uint64_t{1}, uint64_t{1001}, kPastOnePiece / world + 3}) {
       if (count > 1001 && (r.dtype != GRADSYNC_FLOAT32 || r.op != GRADSYNC_SUM)) continue;
-      SCOPED_TRACE(::testing::Message() << "dtype " << r.dtype << " op " << r.op << " count "
-                                        << count);
+      SCOPED_TRACE(::testing::Message()
+                   << "dtype " << r.dtype << " op " << r.op << " count " << count);
       cluster_.fill(r.dtype, r.op, count * world, count);
       std::vector<ReadyCollective> ready;
       for (uint32_t node = 0; node < cluster_.nodes(); ++node) {
-        ready.push_back(cluster_.ready(node, ipc::Collective::kReduceScatter, r.dtype, r.op, count));
+        ready.push_back(
+            cluster_.ready(node, ipc::Collective::kReduceScatter, r.dtype, r.op, count));
       }
       expect_no_errors(cluster_.run([&](uint32_t node, CollectiveContext& context) {
         return node_reduce_scatter(context, ready[node], cluster_.rank_map());
       }));
       for (int32_t rank = 0; rank < cluster_.world_size(); ++rank) {
-        ASSERT_EQ(reference::count_wrong_reduce_scatter(cluster_.result(rank), count, r.dtype,
-                                                        r.op, cluster_.world_size(), rank),
+        ASSERT_EQ(reference::count_wrong_reduce_scatter(cluster_.result(rank), count, r.dtype, r.op,
+                                                        cluster_.world_size(), rank),
                   0u)
             << "rank " << rank;
       }
@@ -410,8 +410,8 @@ TEST_P(InterNodeAlgorithms, AllToAllSendsOneMessagePerNodePair) {
       const uint64_t nodes = cluster_.nodes();
       EXPECT_EQ(cluster_.network().messages_sent() - messages_before, nodes * (nodes - 1));
       for (int32_t rank = 0; rank < cluster_.world_size(); ++rank) {
-        ASSERT_EQ(reference::count_wrong_alltoall(cluster_.result(rank), count, dtype,
-                                                  GRADSYNC_SUM, cluster_.world_size(), rank),
+        ASSERT_EQ(reference::count_wrong_alltoall(cluster_.result(rank), count, dtype, GRADSYNC_SUM,
+                                                  cluster_.world_size(), rank),
                   0u)
             << "rank " << rank;
       }
@@ -425,13 +425,13 @@ TEST_P(InterNodeAlgorithms, ALostNodeFailsEveryAlgorithmOnTheOthers) {
   const uint32_t lost = GetParam().nodes - 1;
   cluster_.network().fail(lost, "its daemon was killed");
   const uint64_t count = 1001;
-  cluster_.fill(GRADSYNC_FLOAT32, GRADSYNC_SUM, count * static_cast<uint64_t>(cluster_.world_size()),
-                0);
+  cluster_.fill(GRADSYNC_FLOAT32, GRADSYNC_SUM,
+                count * static_cast<uint64_t>(cluster_.world_size()), 0);
   std::vector<ReadyCollective> ready;
   std::vector<std::unique_ptr<AllreduceOperand>> operands;
   for (uint32_t node = 0; node < cluster_.nodes(); ++node) {
-    ready.push_back(cluster_.ready(node, ipc::Collective::kAllreduce, GRADSYNC_FLOAT32,
-                                   GRADSYNC_SUM, count));
+    ready.push_back(
+        cluster_.ready(node, ipc::Collective::kAllreduce, GRADSYNC_FLOAT32, GRADSYNC_SUM, count));
   }
   operands.reserve(ready.size());
   for (const auto& collective : ready) {
@@ -458,15 +458,13 @@ TEST_P(InterNodeAlgorithms, ALostNodeFailsEveryAlgorithmOnTheOthers) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Nodes, InterNodeAlgorithms,
-                         testing::Values(Shape{2, 1, Placement::kBlocked},
-                                         Shape{3, 1, Placement::kBlocked},
-                                         Shape{4, 1, Placement::kBlocked},
-                                         Shape{5, 1, Placement::kBlocked},
-                                         Shape{2, 2, Placement::kBlocked},
-                                         Shape{3, 2, Placement::kInterleaved},
-                                         Shape{4, 2, Placement::kInterleaved}),
-                         shape_name);
+INSTANTIATE_TEST_SUITE_P(
+    Nodes, InterNodeAlgorithms,
+    testing::Values(Shape{2, 1, Placement::kBlocked}, Shape{3, 1, Placement::kBlocked},
+                    Shape{4, 1, Placement::kBlocked}, Shape{5, 1, Placement::kBlocked},
+                    Shape{2, 2, Placement::kBlocked}, Shape{3, 2, Placement::kInterleaved},
+                    Shape{4, 2, Placement::kInterleaved}),
+    shape_name);
 
 }  // namespace
 }  // namespace gradsync::daemon
