@@ -17,12 +17,14 @@ The pattern, in torch.distributed.elastic's conventions:
     into place, so a failure while writing leaves the previous one whole;
   - the data of step s depends on s and the rank alone, so a resumed run sees what it would
     have seen.
---crash-at S makes rank 1 fail at step S in the first run only (TORCHELASTIC_RESTART_COUNT 0),
-to try it out. At the end rank 0 prints a digest of the parameters.
+To try it out: --crash-at S makes rank 1 fail at step S in the first run only
+(TORCHELASTIC_RESTART_COUNT 0), and --step-seconds slows each step down, so that there is time
+to stop a node by hand. At the end rank 0 prints a digest of the parameters.
 """
 import argparse
 import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -65,6 +67,7 @@ def main():
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--crash-at", type=int, default=0)
+    parser.add_argument("--step-seconds", type=float, default=0)
     args = parser.parse_args()
 
     dist.init_process_group("gradsync")  # a new gradsync job on every start
@@ -76,8 +79,9 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     start = load(args.checkpoint, model, optimizer)
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    if rank == 0:
-        print(f"start {restarts}: world {dist.get_world_size()}, from step {start}", flush=True)
+    if os.environ.get("LOCAL_RANK", "0") == "0":  # one line a node
+        print(f"start {restarts}: rank {rank} of {dist.get_world_size()}, from step {start}",
+              flush=True)
 
     for step in range(start + 1, args.steps + 1):
         if step == args.crash_at and rank == 1 and restarts == 0:
@@ -86,6 +90,7 @@ def main():
         optimizer.zero_grad()
         nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
+        time.sleep(args.step_seconds)
         if step % args.checkpoint_every == 0:
             if rank == 0:
                 save(args.checkpoint, model, optimizer, step)

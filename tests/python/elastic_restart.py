@@ -59,7 +59,7 @@ def main():
     if code != 0:
         print(f"gradsyncd exited with {code}")
         return 1
-    if "start 1: world 2, from step 20" not in restarted:
+    if "start 1: rank 0 of 2, from step 20" not in restarted:
         print("the restarted workers did not resume from the step-20 checkpoint")
         return 1
     digests = [DIGEST.findall(output) for output in (restarted, straight)]

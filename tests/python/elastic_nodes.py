@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""A node lost and regained under torchrun's elastic launch, on loopback: two nodes (a daemon and
+a torchrun agent each, `--nnodes 1:2`) train examples/train_elastic.py. Node 1 is killed mid-
+training (its agent, its workers and its daemon, as a machine that dies): node 0's workers fail
+within the bound, torchrun re-forms the job on node 0 alone and it resumes from the last
+checkpoint. Then node 1 comes back (a new daemon and agent) and is admitted: the job re-forms on
+both nodes and finishes every step.
+
+    elastic_nodes.py --build-dir build
+"""
+import argparse
+import importlib.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from run_ranks import free_port, start_daemon
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TRAIN = os.path.join(HERE, "..", "..", "examples", "train_elastic.py")
+STEPS = 60
+START = re.compile(r"start \d+: rank (\d+) of (\d+), from step (\d+)")
+
+
+class Agent:
+    """A torchrun agent and its workers, in a session of their own; its output, as it comes."""
+
+    def __init__(self, env, endpoint, rendezvous, checkpoint):
+        # --redirects and --tee: torchrun 1.13 on Python 3.11 cannot parse its own defaults.
+        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1:2",
+                   "--nproc_per_node", "2", "--max_restarts", "5", "--monitor_interval", "1",
+                   "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", rendezvous,
+                   "--rdzv_conf", "last_call_timeout=2,join_timeout=120",
+                   "--redirects", "2", "--tee", "1",
+                   TRAIN, "--checkpoint", checkpoint, "--steps", str(STEPS),
+                   "--checkpoint-every", "5", "--step-seconds", "0.1"]
+        self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True,
+                                        start_new_session=True)
+        self.lines = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.append((time.monotonic(), line))
+            print(line, end="", flush=True)
+
+    def starts(self):
+        """(rank, world size, from step) of every start of this node's workers, in order."""
+        return [tuple(map(int, m.groups())) for _, line in self.lines
+                for m in [START.search(line)] if m]
+
+    def first_after(self, since, text):
+        """When the first line after `since` that holds `text` came."""
+        return next((t for t, line in self.lines if t > since and text in line), None)
+
+    def kill(self):
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
+def wait_until(condition, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build-dir", required=True)
+    args = parser.parse_args()
+    if importlib.util.find_spec("torch") is None:
+        print("skipped: no PyTorch")
+        return 77
+    build_dir = os.path.abspath(args.build_dir)
+    with tempfile.TemporaryDirectory() as directory:
+        checkpoint = os.path.join(directory, "checkpoint.pt")
+        daemons = [start_daemon(build_dir, directory, node) for node in range(2)]
+        agents = []
+        try:
+            base = dict(os.environ, OMP_NUM_THREADS="1",
+                        GRADSYNC_LIBRARY=os.path.join(build_dir, "libgradsync.so"))
+            for name in ("GRADSYNC_NODES", "GRADSYNC_NODE_RANK", "GRADSYNC_JOB"):
+                base.pop(name, None)
+            endpoint, rendezvous = f"127.0.0.1:{free_port()}", f"elastic-{os.getpid()}"
+
+            def start_agent(node):
+                return Agent(dict(base, GRADSYNC_SOCKET=daemons[node][1]), endpoint, rendezvous,
+                             checkpoint)
+
+            agents.append(start_agent(0))  # first: it hosts the rendezvous store
+            time.sleep(2)
+            agents.append(start_agent(1))
+            wait_until(lambda: any(world == 4 for _, world, _ in agents[0].starts()), 120,
+                       "the job to form on both nodes")
+            wait_until(lambda: os.path.exists(checkpoint), 120, "a first checkpoint")
+
+            # Node 1 dies: its agent, its workers and its daemon.
+            lost_at = time.monotonic()
+            agents[1].kill()
+            daemons[1][0].kill()
+            daemons[1][0].wait()
+            wait_until(lambda: agents[0].starts()[-1][1] == 2, 120,
+                       "the job to re-form on node 0 alone")
+            reformed = agents[0].first_after(lost_at, "start ") - lost_at
+            # torchrun says so once the failed worker has exited (it looks every second).
+            failed = agents[0].first_after(lost_at, "failed (exitcode") - lost_at
+            resumed_from = agents[0].starts()[-1][2]
+
+            # Node 1 comes back: a new daemon at a new address, a new agent.
+            daemons[1] = start_daemon(build_dir, directory, 2)
+            agents[1] = start_agent(1)
+            wait_until(lambda: agents[0].starts()[-1][1] == 4, 120,
+                       "node 1 to be admitted again")
+            wait_until(lambda: agents[0].process.poll() is not None, 180, "training to end")
+            agents[1].process.wait(timeout=60)
+        finally:
+            for agent in agents:
+                if agent.process.poll() is None:
+                    agent.kill()
+            for daemon, _, _ in daemons:
+                if daemon.poll() is None:
+                    daemon.send_signal(signal.SIGTERM)
+                    daemon.wait(timeout=30)
+        codes = [agent.process.returncode for agent in agents]
+        done = [line for agent in agents for _, line in agent.lines
+                if f"done: {STEPS} steps" in line]
+    print(f"agents exited with {codes}; node 0's starts (rank, world, from step): "
+          f"{agents[0].starts()}; after node 1 was lost, node 0's workers had failed and exited "
+          f"within {failed:.1f} s, and the job re-formed on node 0 {reformed:.1f} s after, from "
+          f"step {resumed_from}")
+    if codes != [0, 0] or len(done) != 1 or resumed_from < 5:
+        print("training did not finish every step across the loss and the return of node 1")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
