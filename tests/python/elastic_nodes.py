@@ -4,7 +4,9 @@ a torchrun agent each, `--nnodes 1:2`) train examples/train_elastic.py. Node 1 i
 training (its agent, its workers and its daemon, as a machine that dies): node 0's workers fail
 within the bound, torchrun re-forms the job on node 0 alone and it resumes from the last
 checkpoint. Then node 1 comes back (a new daemon and agent) and is admitted: the job re-forms on
-both nodes and finishes every step.
+both nodes. Last, node 1's daemon restarts under its workers (SIGTERM and a new daemon on the
+same socket, as `systemctl restart gradsyncd` does): the job re-forms once more and finishes
+every step.
 
     elastic_nodes.py --build-dir build
 """
@@ -23,7 +25,7 @@ from run_ranks import free_port, start_daemon
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "..", "examples", "train_elastic.py")
-STEPS = 60
+STEPS = 150
 START = re.compile(r"start \d+: rank (\d+) of (\d+), from step (\d+)")
 
 
@@ -120,6 +122,18 @@ def main():
             agents[1] = start_agent(1)
             wait_until(lambda: agents[0].starts()[-1][1] == 4, 120,
                        "node 1 to be admitted again")
+
+            # Node 1's daemon restarts under its workers.
+            time.sleep(1)
+            starts_before = len(agents[0].starts())
+            restarted_at = time.monotonic()
+            daemons[1][0].send_signal(signal.SIGTERM)
+            if daemons[1][0].wait(timeout=30) != 0:
+                raise RuntimeError("node 1's daemon did not stop cleanly")
+            daemons[1] = start_daemon(build_dir, directory, 2)  # the same socket as before
+            wait_until(lambda: len(agents[0].starts()) > starts_before, 120,
+                       "the job to re-form after the daemon's restart")
+            after_restart = agents[0].first_after(restarted_at, "start ") - restarted_at
             wait_until(lambda: agents[0].process.poll() is not None, 180, "training to end")
             agents[1].process.wait(timeout=60)
         finally:
@@ -136,7 +150,7 @@ def main():
     print(f"agents exited with {codes}; node 0's starts (rank, world, from step): "
           f"{agents[0].starts()}; after node 1 was lost, node 0's workers had failed and exited "
           f"within {failed:.1f} s, and the job re-formed on node 0 {reformed:.1f} s after, from "
-          f"step {resumed_from}")
+          f"step {resumed_from}; after node 1's daemon restarted, {after_restart:.1f} s")
     if codes != [0, 0] or len(done) != 1 or resumed_from < 5:
         print("training did not finish every step across the loss and the return of node 1")
         return 1
