@@ -661,7 +661,7 @@ std::vector<tools::ChildProcess> spawn_over(LoopbackCluster& cluster, const std:
 // is back, the job re-forms on all three. Nothing of the earlier memberships stays behind on
 // the nodes that lived through it.
 TEST(Cluster, AJobReformsUnderItsNameOnTheNodesLeftAndAgainWhenTheLostNodeReturns) {
-  LoopbackCluster cluster(3);
+  LoopbackCluster cluster(3, "", /*metrics=*/true);
   auto warm = spawn_over(cluster, "warm", {0, 1, 2}, {"grouped"});
   expect_all_succeed(warm, cluster);  // the nodes' connections exist from here on
   std::vector<DaemonResources> baseline;
@@ -686,6 +686,9 @@ TEST(Cluster, AJobReformsUnderItsNameOnTheNodesLeftAndAgainWhenTheLostNodeReturn
     EXPECT_EQ(now.memfd_mappings, baseline[static_cast<size_t>(node)].memfd_mappings)
         << "node " << node;
   }
+  // Nor do the job's metric series: they went with each membership.
+  EXPECT_THAT(scrape(cluster.metrics_port()),
+              ::testing::Not(::testing::HasSubstr("training_job=\"elastic\"")));
 }
 
 // A peer daemon SIGKILLed while large tensors run fused in place (halving-doubling: receives
