@@ -10,6 +10,10 @@ or, with gradsync's own communicator and no backend:
     model = DDP(model)
     model.register_comm_hook(gradsync.torch.GradsyncState(), gradsync.torch.allreduce_hook)
 
+or DASO's hierarchical, partly asynchronous synchronisation instead of DDP (daso.py):
+
+    opt = gradsync.torch.DASO(model, optimizer, total_epochs=30)
+
 The hooks average each gradient bucket through gradsyncd while backward goes on (the daemon
 reduces bucket i while autograd computes bucket i+1) and complete every bucket's future before
 the last bucket's hook returns, which is before DDP waits for them. Bucket buffers are staged in
@@ -20,6 +24,7 @@ import itertools
 import torch
 
 from . import _backend, _core
+from .daso import DASO, node_groups  # noqa: F401  (gradsync.torch.DASO)
 
 _backend.register()
 
