@@ -23,12 +23,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SKIPPED = 77  # a worker that cannot run here (ctest's skip code for these tests)
 
 
-def start_daemon(build_dir, directory, node):
-    """A daemon listening on a port it picks itself; its socket and inter-node address."""
+def start_daemon(build_dir, directory, node, metrics=False):
+    """A daemon listening on a port it picks itself; its socket and inter-node address. With
+    `metrics`, it serves them on a port of its own too (gradsyncctl status names it)."""
     socket = os.path.join(directory, f"gradsyncd{node}.sock")
     daemon = subprocess.Popen([os.path.join(build_dir, "gradsyncd"), "--socket", socket,
-                               "--metrics-listen", "", "--listen", "127.0.0.1:0",
-                               "--log-level", "warn"])
+                               "--metrics-listen", "127.0.0.1:0" if metrics else "",
+                               "--listen", "127.0.0.1:0", "--log-level", "warn"])
     deadline = time.monotonic() + 20
     while not os.path.exists(socket):
         if daemon.poll() is not None or time.monotonic() > deadline:

@@ -27,14 +27,15 @@ RANKS_PER_NODE = 2
 LOSS = re.compile(r"step\s+(\d+)\s+loss\s+([0-9.]+)")
 
 
-def torchrun(node_args, env, steps, timeout):
-    """One torchrun agent per node, together; each agent's output. Raises if one fails."""
+def torchrun(node_args, env, scripts, timeout):
+    """One torchrun agent per node, together, each running its script (a path and its
+    arguments) on RANKS_PER_NODE workers; each agent's output. Raises if one fails."""
     agents = []
-    for args, node_env in zip(node_args, env):
+    for args, node_env, script in zip(node_args, env, scripts):
         # --redirects and --tee: torchrun 1.13 on Python 3.11 cannot parse its own defaults.
         command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
                    "--nproc_per_node", str(RANKS_PER_NODE), "--redirects", "2", "--tee", "1",
-                   *args, TRAIN, "--steps", str(steps), "--batch-size", "16"]
+                   *args, *script]
         agents.append(subprocess.Popen(command, env=node_env, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True))
     outputs = []
@@ -84,6 +85,7 @@ def main():
             for name in ("GRADSYNC_NODES", "GRADSYNC_NODE_RANK", "GRADSYNC_JOB"):
                 base.pop(name, None)
             listens = ",".join(listen for _, _, listen in daemons)
+            script = [TRAIN, "--steps", str(args.steps), "--batch-size", "16"]
 
             # The node list by hand, torchrun's static rendezvous.
             port = free_port()
@@ -93,7 +95,7 @@ def main():
                 [dict(base, GRADSYNC_SOCKET=socket, GRADSYNC_NODES=listens,
                       GRADSYNC_NODE_RANK=str(node), GRADSYNC_JOB=f"listed-{os.getpid()}")
                  for node, (_, socket, _) in enumerate(daemons)],
-                args.steps, args.timeout)
+                [script] * 2, args.timeout)
 
             # Nothing but each node's socket, torchrun's c10d rendezvous.
             port = free_port()
@@ -101,7 +103,7 @@ def main():
                 [["--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
                   "--rdzv_id", f"found-{os.getpid()}"] for _ in range(2)],
                 [dict(base, GRADSYNC_SOCKET=socket) for _, socket, _ in daemons],
-                args.steps, args.timeout)
+                [script] * 2, args.timeout)
         finally:
             codes = []
             for daemon, _, _ in daemons:

@@ -129,6 +129,10 @@ class DASO:
         self._steps_since_global = 0
         self._pending = None  # (work, buffer, steps left before it is merged, stale steps)
         self.merges = 0  # global averages merged so far
+        # The groups form now (across nodes, a job measures its links as it forms), not in the
+        # middle of training at their first average.
+        dist.barrier(group=self.local_group)
+        dist.barrier(group=self.global_group)
         # Every rank starts from rank 0's parameters, as DDP does.
         flat = _flatten_dense_tensors([p.detach() for p in self._params])
         dist.broadcast(flat, src=0)
