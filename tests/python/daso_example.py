@@ -2,8 +2,9 @@
 """examples/train_daso.py across two loopback nodes (a daemon and a torchrun agent each), with
 --sync ddp and with --sync daso: both learn the task, DASO to within a few points of DDP's
 held-out accuracy (a short run: 8 epochs, one of warm-up and one of cool-down), sending fewer
-bytes across nodes than DDP (by how much depends on how soon the losses plateau, which brings
-the global averages closer together: BENCHMARKS.md has longer runs).
+bytes across nodes than DDP. By how much depends on how soon the losses plateau, which brings
+the global averages closer together, and in a run this short on the links' measurements of
+DASO's two groups as they form (about 8 MB each; BENCHMARKS.md has longer runs).
 
     daso_example.py --build-dir build
 """
