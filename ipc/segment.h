@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <new>
 
 namespace gradsync::ipc {
 
@@ -98,6 +99,19 @@ struct SegmentLayout {
     return layout;
   }
 };
+
+// Writes a fresh header at `base`, a zeroed segment of SegmentLayout::for_entries(ring_entries)'s
+// size: the daemon's side of creating a client's segment.
+inline SegmentHeader* write_segment_header(void* base, uint32_t ring_entries) {
+  const SegmentLayout layout = SegmentLayout::for_entries(ring_entries);
+  auto* header = new (base) SegmentHeader{};
+  header->magic = kSegmentMagic;
+  header->version = kProtocolVersion;
+  header->ring_entries = ring_entries;
+  header->submission_offset = layout.submission_offset;
+  header->completion_offset = layout.completion_offset;
+  return header;
+}
 
 // Views into a mapped segment. The layout comes from the ring size both sides agreed on at
 // connect, never from offsets read out of the shared header.

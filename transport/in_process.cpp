@@ -133,7 +133,6 @@ void InProcessNetwork::fail(uint32_t node, const std::string& reason) {
 }
 
 void InProcessNetwork::deliver(PeerId to, Message message) {
-  bytes_sent_ += message.bytes.size();
   ++messages_sent_;
   endpoints_.at(to)->arrive(std::move(message));
 }

@@ -29,8 +29,7 @@ class InProcessNetwork {
 
   // Every endpoint sees `node` failed, with `reason`; sends to it fail from now on.
   void fail(uint32_t node, const std::string& reason);
-  // Bytes sent by every endpoint so far (messages, not operations).
-  uint64_t bytes_sent() const { return bytes_sent_; }
+  // Messages sent by every endpoint so far (not operations).
   uint64_t messages_sent() const { return messages_sent_; }
 
  private:
@@ -45,7 +44,6 @@ class InProcessNetwork {
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
   std::vector<std::string> failures_;  // by node: empty while it works
   std::vector<bool> failed_;
-  uint64_t bytes_sent_ = 0;
   uint64_t messages_sent_ = 0;
 };
 

@@ -289,12 +289,7 @@ void ControlServer::handle_hello(Client& client, ipc::wire::Hello::Reader hello)
   const ipc::SegmentLayout layout = ipc::SegmentLayout::for_entries(ring_entries);
   ipc::UniqueFd segment_fd = ipc::create_sealed_memfd("gradsync-control", layout.total_bytes);
   ipc::Mapping segment(segment_fd.get(), 0, layout.total_bytes);
-  auto* header = new (segment.data()) ipc::SegmentHeader{};
-  header->magic = ipc::kSegmentMagic;
-  header->version = ipc::kProtocolVersion;
-  header->ring_entries = ring_entries;
-  header->submission_offset = layout.submission_offset;
-  header->completion_offset = layout.completion_offset;
+  ipc::SegmentHeader* header = ipc::write_segment_header(segment.data(), ring_entries);
   // Until the engine has attached the session, make the client ring the doorbell.
   header->daemon_sleeping.store(1);
   ipc::UniqueFd doorbell = ipc::create_eventfd();

@@ -9,14 +9,14 @@ DASO's two groups as they form (about 8 MB each; BENCHMARKS.md has longer runs).
     daso_example.py --build-dir build
 """
 import argparse
-import importlib.util
 import os
 import re
 import signal
 import sys
 import tempfile
 
-from run_ranks import free_port, start_daemon
+from run_ranks import (SKIPPED, daemon_status, free_port, launcher_environment, start_daemon,
+                       torch_missing)
 from torchrun_nodes import torchrun
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,18 +29,14 @@ def main():
     parser.add_argument("--build-dir", required=True)
     parser.add_argument("--timeout", type=float, default=400)
     args = parser.parse_args()
-    if importlib.util.find_spec("torch") is None:
-        print("skipped: no PyTorch")
-        return 77
+    if torch_missing():
+        return SKIPPED
     build_dir = os.path.abspath(args.build_dir)
     results = {}
     with tempfile.TemporaryDirectory() as directory:
         daemons = [start_daemon(build_dir, directory, node, metrics=True) for node in range(2)]
         try:
-            base = dict(os.environ, OMP_NUM_THREADS="1",
-                        GRADSYNC_LIBRARY=os.path.join(build_dir, "libgradsync.so"))
-            for name in ("GRADSYNC_NODES", "GRADSYNC_NODE_RANK", "GRADSYNC_JOB"):
-                base.pop(name, None)
+            base = launcher_environment(build_dir)
             for sync in ("ddp", "daso"):
                 port = free_port()
                 outputs = torchrun(
@@ -49,7 +45,7 @@ def main():
                     [dict(base, GRADSYNC_SOCKET=socket) for _, socket, _ in daemons],
                     [[TRAIN, "--sync", sync, "--epochs", "8", "--steps-per-epoch", "16",
                       "--warmup-epochs", "1", "--cooldown-epochs", "1",
-                      "--metrics", daemon_metrics(build_dir, socket)]
+                      "--metrics", daemon_status(build_dir, socket)["metrics_listen"]]
                      for _, socket, _ in daemons],
                     args.timeout)
                 found = [m.groups() for output in outputs for m in [RESULT.search(output)] if m]
@@ -69,15 +65,6 @@ def main():
     ok = (ddp_accuracy >= 0.3 and daso_accuracy >= ddp_accuracy - 0.1 and daso_bytes > 0
           and daso_bytes * 4 <= ddp_bytes * 3)
     return 0 if ok else 1
-
-
-def daemon_metrics(build_dir, socket):
-    """The HOST:PORT the daemon at `socket` serves its metrics on."""
-    import json
-    import subprocess
-    status = subprocess.run([os.path.join(build_dir, "gradsyncctl"), "--socket", socket,
-                             "--json", "status"], check=True, capture_output=True, text=True)
-    return json.loads(status.stdout)["metrics_listen"]
 
 
 if __name__ == "__main__":

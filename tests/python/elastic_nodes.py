@@ -11,7 +11,6 @@ every step.
     elastic_nodes.py --build-dir build
 """
 import argparse
-import importlib.util
 import os
 import re
 import signal
@@ -21,7 +20,8 @@ import tempfile
 import threading
 import time
 
-from run_ranks import free_port, start_daemon
+from run_ranks import (SKIPPED, free_port, launcher_environment, start_daemon,
+                       torch_missing)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "..", "examples", "train_elastic.py")
@@ -79,19 +79,15 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--build-dir", required=True)
     args = parser.parse_args()
-    if importlib.util.find_spec("torch") is None:
-        print("skipped: no PyTorch")
-        return 77
+    if torch_missing():
+        return SKIPPED
     build_dir = os.path.abspath(args.build_dir)
     with tempfile.TemporaryDirectory() as directory:
         checkpoint = os.path.join(directory, "checkpoint.pt")
         daemons = [start_daemon(build_dir, directory, node) for node in range(2)]
         agents = []
         try:
-            base = dict(os.environ, OMP_NUM_THREADS="1",
-                        GRADSYNC_LIBRARY=os.path.join(build_dir, "libgradsync.so"))
-            for name in ("GRADSYNC_NODES", "GRADSYNC_NODE_RANK", "GRADSYNC_JOB"):
-                base.pop(name, None)
+            base = launcher_environment(build_dir)
             endpoint, rendezvous = f"127.0.0.1:{free_port()}", f"elastic-{os.getpid()}"
 
             def start_agent(node):

@@ -6,7 +6,6 @@ from the step-20 checkpoint, and the parameters end equal to those of a run with
     elastic_restart.py --build-dir build
 """
 import argparse
-import importlib.util
 import os
 import re
 import signal
@@ -14,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 
-from run_ranks import start_daemon
+from run_ranks import SKIPPED, launcher_environment, start_daemon, torch_missing
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "..", "examples", "train_elastic.py")
@@ -40,17 +39,13 @@ def main():
     parser.add_argument("--build-dir", required=True)
     parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args()
-    if importlib.util.find_spec("torch") is None:
-        print("skipped: no PyTorch")
-        return 77
+    if torch_missing():
+        return SKIPPED
     build_dir = os.path.abspath(args.build_dir)
     with tempfile.TemporaryDirectory() as directory:
         daemon, socket, _ = start_daemon(build_dir, directory, 0)
         try:
-            env = dict(os.environ, GRADSYNC_SOCKET=socket, OMP_NUM_THREADS="1",
-                       GRADSYNC_LIBRARY=os.path.join(build_dir, "libgradsync.so"))
-            for name in ("GRADSYNC_NODES", "GRADSYNC_NODE_RANK", "GRADSYNC_JOB"):
-                env.pop(name, None)
+            env = launcher_environment(build_dir, GRADSYNC_SOCKET=socket)
             restarted = train(env, os.path.join(directory, "restarted.pt"), 25, args.timeout)
             straight = train(env, os.path.join(directory, "straight.pt"), 0, args.timeout)
         finally:

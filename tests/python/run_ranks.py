@@ -10,6 +10,7 @@
         (the same, the nodes' daemons found through torch.distributed's store)
 """
 import argparse
+import importlib.util
 import json
 import os
 import signal
@@ -35,9 +36,32 @@ def start_daemon(build_dir, directory, node, metrics=False):
         if daemon.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError("gradsyncd did not start")
         time.sleep(0.01)
+    return daemon, socket, daemon_status(build_dir, socket)["listen"]
+
+
+def daemon_status(build_dir, socket):
+    """What `gradsyncctl status` says of the daemon at `socket`: its addresses among others."""
     status = subprocess.run([os.path.join(build_dir, "gradsyncctl"), "--socket", socket,
                              "--json", "status"], check=True, capture_output=True, text=True)
-    return daemon, socket, json.loads(status.stdout)["listen"]
+    return json.loads(status.stdout)
+
+
+def torch_missing():
+    """True, having said so, where this Python has no PyTorch (the caller then skips)."""
+    if importlib.util.find_spec("torch") is not None:
+        return False
+    print("skipped: no PyTorch")
+    return True
+
+
+def launcher_environment(build_dir, **extra):
+    """The environment for ranks a launcher (torchrun) starts, with `extra` set: the build's
+    library, one thread each, and nothing of a job's layout, which the launcher gives."""
+    env = dict(os.environ, GRADSYNC_LIBRARY=os.path.join(build_dir, "libgradsync.so"),
+               OMP_NUM_THREADS="1", **extra)
+    for name in ("GRADSYNC_NODES", "GRADSYNC_NODE_RANK", "GRADSYNC_JOB"):
+        env.pop(name, None)
+    return env
 
 
 def free_port():

@@ -10,7 +10,6 @@ orders the agents, and the backend learns the nodes' daemons through its store. 
 train, and print the same losses: the same ranks sum the same gradients in the same order.
 """
 import argparse
-import importlib.util
 import os
 import re
 import signal
@@ -19,7 +18,8 @@ import sys
 import tempfile
 import time
 
-from run_ranks import free_port, start_daemon
+from run_ranks import (SKIPPED, free_port, launcher_environment, start_daemon,
+                       torch_missing)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "..", "examples", "train_ddp.py")
@@ -73,17 +73,13 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args()
-    if importlib.util.find_spec("torch") is None:
-        print("skipped: no PyTorch")
-        return 77
+    if torch_missing():
+        return SKIPPED
     build_dir = os.path.abspath(args.build_dir)
     with tempfile.TemporaryDirectory() as directory:
         daemons = [start_daemon(build_dir, directory, node) for node in range(2)]
         try:
-            base = dict(os.environ, GRADSYNC_LIBRARY=os.path.join(build_dir, "libgradsync.so"),
-                        GRADSYNC_ALGO="ring", OMP_NUM_THREADS="1")
-            for name in ("GRADSYNC_NODES", "GRADSYNC_NODE_RANK", "GRADSYNC_JOB"):
-                base.pop(name, None)
+            base = launcher_environment(build_dir, GRADSYNC_ALGO="ring")
             listens = ",".join(listen for _, _, listen in daemons)
             script = [TRAIN, "--steps", str(args.steps), "--batch-size", "16"]
 
