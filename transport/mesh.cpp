@@ -1,5 +1,7 @@
 #include "transport/mesh.h"
+
 #include "transport/network_transports.h"
+#include "transport/reachable_address.h"
 
 #include <arpa/inet.h>
 #include <poll.h>
@@ -97,6 +99,7 @@ Mesh::Mesh(const MeshOptions& options)
       handshake_timeout_(options.handshake_timeout),
       liveness_timeout_(options.liveness_timeout) {
   struct sockaddr_in address = parse_host_port(options.listen);
+  check_listen_address(options.listen);
   ucp_listener_params_t params{};
   params.field_mask = UCP_LISTENER_PARAM_FIELD_SOCK_ADDR | UCP_LISTENER_PARAM_FIELD_CONN_HANDLER;
   params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&address);

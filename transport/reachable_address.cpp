@@ -44,17 +44,25 @@ std::optional<in_addr> by_host_name() {
   return std::nullopt;
 }
 
-std::optional<in_addr> by_interface() {
+// The first IPv4 address of an interface for which `wanted(address, flags)` holds; nullopt
+// without one, or where the interfaces cannot be listed.
+template <typename Predicate>
+std::optional<in_addr> interface_address(Predicate wanted) {
   ifaddrs* found = nullptr;
   if (::getifaddrs(&found) != 0) return std::nullopt;
   const std::unique_ptr<ifaddrs, decltype(&::freeifaddrs)> owned(found, &::freeifaddrs);
   for (const ifaddrs* i = found; i != nullptr; i = i->ifa_next) {
     if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET) continue;
-    if ((i->ifa_flags & IFF_UP) == 0 || (i->ifa_flags & IFF_LOOPBACK) != 0) continue;
     const in_addr address = reinterpret_cast<const sockaddr_in*>(i->ifa_addr)->sin_addr;
-    if (usable(address)) return address;
+    if (wanted(address, i->ifa_flags)) return address;
   }
   return std::nullopt;
+}
+
+std::optional<in_addr> by_interface() {
+  return interface_address([](in_addr address, unsigned flags) {
+    return (flags & IFF_UP) != 0 && (flags & IFF_LOOPBACK) == 0 && usable(address);
+  });
 }
 
 }  // namespace
@@ -71,6 +79,16 @@ std::string reachable_address(const std::string& listen) {
                              "loopback: set `listen` to the address other nodes reach it at");
   }
   return text(*address) + ":" + port;
+}
+
+void check_listen_address(const std::string& listen) {
+  const in_addr host = parse_host_port(listen).sin_addr;
+  if (host.s_addr == htonl(INADDR_ANY)) return;
+  const auto same = [host](in_addr address, unsigned) { return address.s_addr == host.s_addr; };
+  if (interface_address(same)) return;
+  throw std::runtime_error("cannot listen at " + listen + ": no interface of this host "
+                           "has the address " + text(host) + " (UCX accepts connections only at "
+                           "an interface's address; on one host, 127.0.0.1 serves)");
 }
 
 }  // namespace gradsync::transport

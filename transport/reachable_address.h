@@ -14,4 +14,10 @@ namespace gradsync::transport {
 // is not HOST:PORT.
 std::string reachable_address(const std::string& listen);
 
+// Throws std::runtime_error, naming the fix, where `listen` names a specific IPv4 address that
+// no interface of this host has. The kernel lets a socket bind any of 127.0.0.0/8, but UCX
+// finds a connection's device by its local address, so a daemon listening at, say, 127.0.0.2
+// would accept every connection only to fail it ("Endpoint is not connected").
+void check_listen_address(const std::string& listen);
+
 }  // namespace gradsync::transport

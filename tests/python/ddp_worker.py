@@ -1,7 +1,8 @@
 """One rank of the DDP tests: trains the same model on the same data twice, with DDP over Gloo
 and with DDP + the gradsync hook, and checks that both end equal, step by step.
 
-Run by tests/python/run_ranks.py with RANK, WORLD_SIZE, GRADSYNC_* in the environment.
+Run by tests/python/run_ranks.py with RANK, WORLD_SIZE, GRADSYNC_* (or srun's variables) in the
+environment: the rank and world size are the ones gradsync takes from it.
 Exit status 0: equal; 1: not equal; 3: the expected exception (--raise-at) reached this rank;
 77: --cuda where PyTorch sees no CUDA device.
 """
@@ -111,13 +112,14 @@ def main():
     parser.add_argument("--cuda", action="store_true")
     args = parser.parse_args()
 
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    comm = gradsync.init()
+    rank, world = comm.rank, comm.size
     device = torch.device("cpu")
     if args.cuda:
         if not torch.cuda.is_available():
             print(f"rank {rank}: skipped: this PyTorch sees no CUDA device", flush=True)
             return SKIPPED
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
+        device = torch.device("cuda", comm.local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
         # The same kernels for both runs: the comparison measures the communication.
         torch.backends.cudnn.deterministic = True
@@ -127,7 +129,6 @@ def main():
         torch.set_default_dtype(torch.float64)
     dist.init_process_group("gloo", init_method=f"file://{args.init_file}", rank=rank,
                             world_size=world)
-    comm = gradsync.init()
     if args.raise_at < 0:
         gloo_params, gloo_losses, gloo_rate = train(args, rank, False, comm, device)
     try:

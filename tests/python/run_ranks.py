@@ -8,6 +8,9 @@
         (a loopback cluster: one gradsyncd per node, ranks split evenly across them)
     run_ranks.py --build-dir build --nodes 2 --ranks 4 --store-rendezvous ...
         (the same, the nodes' daemons found through torch.distributed's store)
+    run_ranks.py --build-dir build --nodes 2 --ranks 4 --slurm ...
+        (the same as srun starts tasks: nodes 127.0.0.2, 127.0.0.3, ... at one port, and each
+        rank's place in Slurm's variables alone)
 """
 import argparse
 import importlib.util
@@ -24,13 +27,14 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 SKIPPED = 77  # a worker that cannot run here (ctest's skip code for these tests)
 
 
-def start_daemon(build_dir, directory, node, metrics=False):
-    """A daemon listening on a port it picks itself; its socket and inter-node address. With
-    `metrics`, it serves them on a port of its own too (gradsyncctl status names it)."""
+def start_daemon(build_dir, directory, node, metrics=False, listen="127.0.0.1:0"):
+    """A daemon listening at `listen` (by default on a port it picks itself); its socket and
+    inter-node address. With `metrics`, it serves them on a port of its own too (gradsyncctl
+    status names it)."""
     socket = os.path.join(directory, f"gradsyncd{node}.sock")
     daemon = subprocess.Popen([os.path.join(build_dir, "gradsyncd"), "--socket", socket,
                                "--metrics-listen", "127.0.0.1:0" if metrics else "",
-                               "--listen", "127.0.0.1:0", "--log-level", "warn"])
+                               "--listen", listen, "--log-level", os.environ.get("EXP_LOG", "warn")])
     deadline = time.monotonic() + 20
     while not os.path.exists(socket):
         if daemon.poll() is not None or time.monotonic() > deadline:
@@ -64,10 +68,35 @@ def launcher_environment(build_dir, **extra):
     return env
 
 
-def free_port():
+def free_port(hosts=("127.0.0.1",)):
+    """A TCP port free on every one of `hosts` (loopback addresses) when asked."""
+    while True:
+        with socket.socket() as probe:
+            probe.bind((hosts[0], 0))
+            port = probe.getsockname()[1]
+        if all(_port_free(host, port) for host in hosts[1:]):
+            return port
+
+
+def _port_free(host, port):
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        try:
+            probe.bind((host, port))
+            return True
+        except OSError:
+            return False
+
+
+def slurm_environment(rank, ranks, nodes, port):
+    """What srun gives task `rank` of `ranks` spread evenly over `nodes` loopback nodes
+    127.0.0.2, 127.0.0.3, ... (and GRADSYNC_NODE_PORT, the daemons' port, which a site's
+    configuration sets)."""
+    per_node = ranks // nodes
+    return {"SLURM_PROCID": str(rank), "SLURM_NTASKS": str(ranks),
+            "SLURM_LOCALID": str(rank % per_node), "SLURM_NODEID": str(rank // per_node),
+            "SLURM_JOB_NODELIST": f"127.0.0.[2-{nodes + 1}]",
+            "SLURM_TASKS_PER_NODE": f"{per_node}(x{nodes})", "SLURM_JOB_ID": str(os.getpid()),
+            "SLURM_STEP_ID": "0", "GRADSYNC_NODE_PORT": str(port)}
 
 
 def main():
@@ -83,6 +112,8 @@ def main():
     parser.add_argument("--store-rendezvous", action="store_true",
                         help="no GRADSYNC_NODES or node ranks: the backend learns the nodes' "
                         "daemons through torch.distributed's store")
+    parser.add_argument("--slurm", action="store_true",
+                        help="start the ranks as srun does: their places in Slurm's variables")
     parser.add_argument("--rank-fails", action="store_true",
                         help="rank 1 fails on purpose (as with the DDP worker's --raise-at)")
     args, worker_args = parser.parse_known_args()
@@ -93,7 +124,11 @@ def main():
     per_node = args.ranks // args.nodes
     with tempfile.TemporaryDirectory() as directory:
         build_dir = os.path.abspath(args.build_dir)
-        daemons = [start_daemon(build_dir, directory, node) for node in range(args.nodes)]
+        hosts = [f"127.0.0.{node + 2}" for node in range(args.nodes)]
+        port = free_port(hosts) if args.slurm else 0
+        daemons = [start_daemon(build_dir, directory, node,
+                                listen=f"{hosts[node]}:{port}" if args.slurm else "127.0.0.1:0")
+                   for node in range(args.nodes)]
         listens = [listen for _, _, listen in daemons]
         try:
             env = dict(os.environ, GRADSYNC_JOB=f"ddp-{os.getpid()}",
@@ -112,6 +147,11 @@ def main():
                                 GRADSYNC_SOCKET=daemons[node][1])
                 if not args.store_rendezvous:
                     rank_env["GRADSYNC_NODE_RANK"] = str(node)
+                if args.slurm:
+                    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                 "GRADSYNC_JOB", "GRADSYNC_NODES", "GRADSYNC_NODE_RANK"):
+                        rank_env.pop(name, None)
+                    rank_env.update(slurm_environment(rank, args.ranks, args.nodes, port))
                 workers.append(subprocess.Popen(
                     [sys.executable, os.path.join(HERE, args.worker)] + rendezvous + worker_args,
                     env=rank_env))

@@ -694,5 +694,19 @@ TEST(ReachableAddress, IsTheListenAddressOrOneOfTheHosts) {
   }
 }
 
+// A daemon refuses at start an address no interface has (127.0.0.2 binds, but UCX would fail
+// every connection to it), and names the address; an interface's or every address is fine.
+TEST(ListenAddress, MustBeAnInterfacesAddress) {
+  EXPECT_NO_THROW(check_listen_address("127.0.0.1:0"));
+  EXPECT_NO_THROW(check_listen_address("0.0.0.0:9478"));
+  try {
+    check_listen_address("127.0.0.2:9478");
+    ADD_FAILURE() << "127.0.0.2 was accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(Mesh(MeshOptions{"127.0.0.2:0"}), std::runtime_error);
+}
+
 }  // namespace
 }  // namespace gradsync::transport
