@@ -9,10 +9,11 @@
     run_ranks.py --build-dir build --nodes 2 --ranks 4 --store-rendezvous ...
         (the same, the nodes' daemons found through torch.distributed's store)
     run_ranks.py --build-dir build --nodes 2 --ranks 4 --slurm ...
-        (the same as srun starts tasks: nodes 127.0.0.2, 127.0.0.3, ... at one port, and each
-        rank's place in Slurm's variables alone)
+        (the same as srun starts tasks: nodes in network namespaces, each daemon at its node's
+        address and one port, each rank's place in Slurm's variables alone; needs root)
 """
 import argparse
+import contextlib
 import importlib.util
 import json
 import os
@@ -23,18 +24,26 @@ import sys
 import tempfile
 import time
 
+import namespace_nodes
+from namespace_nodes import NODE_UCX
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SKIPPED = 77  # a worker that cannot run here (ctest's skip code for these tests)
+SLURM_PORT = 9478  # every node's daemon's, as a site's configuration sets it
 
 
-def start_daemon(build_dir, directory, node, metrics=False, listen="127.0.0.1:0"):
+def start_daemon(build_dir, directory, node, metrics=False, listen="127.0.0.1:0", nodes=None):
     """A daemon listening at `listen` (by default on a port it picks itself); its socket and
     inter-node address. With `metrics`, it serves them on a port of its own too (gradsyncctl
-    status names it)."""
+    status names it). With `nodes` (namespace_nodes.NamespaceNodes), it runs on that node."""
     socket = os.path.join(directory, f"gradsyncd{node}.sock")
-    daemon = subprocess.Popen([os.path.join(build_dir, "gradsyncd"), "--socket", socket,
-                               "--metrics-listen", "127.0.0.1:0" if metrics else "",
-                               "--listen", listen, "--log-level", os.environ.get("EXP_LOG", "warn")])
+    command = [os.path.join(build_dir, "gradsyncd"), "--socket", socket,
+               "--metrics-listen", "127.0.0.1:0" if metrics else "", "--listen", listen,
+               "--log-level", "warn"]
+    env = None
+    if nodes is not None:
+        command, env = nodes.on(node, command), dict(os.environ, **NODE_UCX)
+    daemon = subprocess.Popen(command, env=env)
     deadline = time.monotonic() + 20
     while not os.path.exists(socket):
         if daemon.poll() is not None or time.monotonic() > deadline:
@@ -68,35 +77,22 @@ def launcher_environment(build_dir, **extra):
     return env
 
 
-def free_port(hosts=("127.0.0.1",)):
-    """A TCP port free on every one of `hosts` (loopback addresses) when asked."""
-    while True:
-        with socket.socket() as probe:
-            probe.bind((hosts[0], 0))
-            port = probe.getsockname()[1]
-        if all(_port_free(host, port) for host in hosts[1:]):
-            return port
-
-
-def _port_free(host, port):
+def free_port():
     with socket.socket() as probe:
-        try:
-            probe.bind((host, port))
-            return True
-        except OSError:
-            return False
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
-def slurm_environment(rank, ranks, nodes, port):
-    """What srun gives task `rank` of `ranks` spread evenly over `nodes` loopback nodes
-    127.0.0.2, 127.0.0.3, ... (and GRADSYNC_NODE_PORT, the daemons' port, which a site's
-    configuration sets)."""
-    per_node = ranks // nodes
+def slurm_environment(rank, ranks, hosts, port):
+    """What srun gives task `rank` of `ranks` spread evenly over the nodes `hosts` (and
+    GRADSYNC_NODE_PORT, the daemons' port, which a site's configuration sets)."""
+    per_node = ranks // len(hosts)
     return {"SLURM_PROCID": str(rank), "SLURM_NTASKS": str(ranks),
             "SLURM_LOCALID": str(rank % per_node), "SLURM_NODEID": str(rank // per_node),
-            "SLURM_JOB_NODELIST": f"127.0.0.[2-{nodes + 1}]",
-            "SLURM_TASKS_PER_NODE": f"{per_node}(x{nodes})", "SLURM_JOB_ID": str(os.getpid()),
-            "SLURM_STEP_ID": "0", "GRADSYNC_NODE_PORT": str(port)}
+            "SLURM_JOB_NODELIST": ",".join(hosts),
+            "SLURM_TASKS_PER_NODE": f"{per_node}(x{len(hosts)})",
+            "SLURM_JOB_ID": str(os.getpid()), "SLURM_STEP_ID": "0",
+            "GRADSYNC_NODE_PORT": str(port)}
 
 
 def main():
@@ -122,12 +118,16 @@ def main():
     if args.ranks % args.nodes != 0:
         parser.error("--ranks must be a multiple of --nodes")
     per_node = args.ranks // args.nodes
-    with tempfile.TemporaryDirectory() as directory:
+    if args.slurm and not namespace_nodes.available():
+        return SKIPPED
+    with tempfile.TemporaryDirectory() as directory, contextlib.ExitStack() as stack:
         build_dir = os.path.abspath(args.build_dir)
-        hosts = [f"127.0.0.{node + 2}" for node in range(args.nodes)]
-        port = free_port(hosts) if args.slurm else 0
-        daemons = [start_daemon(build_dir, directory, node,
-                                listen=f"{hosts[node]}:{port}" if args.slurm else "127.0.0.1:0")
+        nodes, hosts = None, []
+        if args.slurm:
+            nodes = stack.enter_context(namespace_nodes.NamespaceNodes(args.nodes))
+            hosts = [nodes.address(node) for node in range(args.nodes)]
+        daemons = [start_daemon(build_dir, directory, node, nodes=nodes,
+                                listen=f"{hosts[node]}:{SLURM_PORT}" if nodes else "127.0.0.1:0")
                    for node in range(args.nodes)]
         listens = [listen for _, _, listen in daemons]
         try:
@@ -147,14 +147,15 @@ def main():
                                 GRADSYNC_SOCKET=daemons[node][1])
                 if not args.store_rendezvous:
                     rank_env["GRADSYNC_NODE_RANK"] = str(node)
+                command = [sys.executable, os.path.join(HERE, args.worker)] + rendezvous
                 if args.slurm:
                     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                                  "GRADSYNC_JOB", "GRADSYNC_NODES", "GRADSYNC_NODE_RANK"):
                         rank_env.pop(name, None)
-                    rank_env.update(slurm_environment(rank, args.ranks, args.nodes, port))
-                workers.append(subprocess.Popen(
-                    [sys.executable, os.path.join(HERE, args.worker)] + rendezvous + worker_args,
-                    env=rank_env))
+                    rank_env.update(slurm_environment(rank, args.ranks, hosts, SLURM_PORT),
+                                    GLOO_SOCKET_IFNAME="eth0")  # the reference's, on the veth
+                    command = nodes.on(node, command)
+                workers.append(subprocess.Popen(command + worker_args, env=rank_env))
             deadline = time.monotonic() + args.timeout
             codes = []
             for rank, worker in enumerate(workers):
