@@ -21,15 +21,18 @@ To try it out: --crash-at S makes rank 1 fail at step S in the first run only
 (TORCHELASTIC_RESTART_COUNT 0), and --step-seconds slows each step down, so that there is time
 to stop a node by hand. At the end rank 0 prints a digest of the parameters.
 """
-import argparse
-import os
-import sys
 import time
 
-import torch
-import torch.distributed as dist
-import torch.nn as nn
-from torch.nn.parallel import DistributedDataParallel as DDP
+LAUNCHED = time.monotonic()  # before PyTorch's import: a restart's cost includes it
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn as nn  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "client",
                                 "python"))
@@ -70,7 +73,9 @@ def main():
     parser.add_argument("--step-seconds", type=float, default=0)
     args = parser.parse_args()
 
+    imported = time.monotonic()
     dist.init_process_group("gradsync")  # a new gradsync job on every start
+    formed = time.monotonic()
     rank = dist.get_rank()
     torch.manual_seed(0)
     torch.set_num_threads(1)
@@ -80,8 +85,9 @@ def main():
     start = load(args.checkpoint, model, optimizer)
     restarts = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if os.environ.get("LOCAL_RANK", "0") == "0":  # one line a node
-        print(f"start {restarts}: rank {rank} of {dist.get_world_size()}, from step {start}",
-              flush=True)
+        print(f"start {restarts}: rank {rank} of {dist.get_world_size()}, from step {start} "
+              f"(imports {imported - LAUNCHED:.2f} s, process group {formed - imported:.2f} s, "
+              f"model and checkpoint {time.monotonic() - formed:.2f} s)", flush=True)
 
     for step in range(start + 1, args.steps + 1):
         if step == args.crash_at and rank == 1 and restarts == 0:

@@ -25,22 +25,30 @@ from run_ranks import (SKIPPED, free_port, launcher_environment, start_daemon,
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "..", "..", "examples", "train_elastic.py")
+PACKAGE = os.path.join(HERE, "..", "..", "client", "python")
 STEPS = 150
-START = re.compile(r"start \d+: rank (\d+) of (\d+), from step (\d+)")
+START = re.compile(r"start \d+: rank (\d+) of (\d+), from step (\d+) \(imports (\S+) s, "
+                   r"process group (\S+) s, model and checkpoint (\S+) s\)")
 
 
 class Agent:
-    """A torchrun agent and its workers, in a session of their own; its output, as it comes."""
+    """A torchrun agent (gradsync.run's) and its workers training examples/train_elastic.py, in
+    a session of their own; its output, as it comes. `on` wraps the command (to run it on a
+    namespace node)."""
 
-    def __init__(self, env, endpoint, rendezvous, checkpoint):
+    def __init__(self, env, endpoint, rendezvous, checkpoint, nnodes="1:2", per_node=2,
+                 steps=STEPS, on=lambda argv: argv):
         # --redirects and --tee: torchrun 1.13 on Python 3.11 cannot parse its own defaults.
-        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1:2",
-                   "--nproc_per_node", "2", "--max_restarts", "5", "--monitor_interval", "1",
-                   "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id", rendezvous,
-                   "--rdzv_conf", "last_call_timeout=2,join_timeout=120",
-                   "--redirects", "2", "--tee", "1",
-                   TRAIN, "--checkpoint", checkpoint, "--steps", str(STEPS),
-                   "--checkpoint-every", "5", "--step-seconds", "0.1"]
+        command = on([sys.executable, "-m", "gradsync.run", "--nnodes", nnodes,
+                      "--nproc_per_node", str(per_node), "--max_restarts", "5",
+                      "--monitor_interval", "1", "--rdzv_backend", "gradsync",
+                      "--rdzv_endpoint", endpoint, "--rdzv_id", rendezvous,
+                      "--rdzv_conf", "last_call_timeout=1,join_timeout=120",
+                      "--redirects", "2", "--tee", "1",
+                      TRAIN, "--checkpoint", checkpoint, "--steps", str(steps),
+                      "--checkpoint-every", "5", "--step-seconds", "0.1"])
+        env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE,
+                                                                   env.get("PYTHONPATH")])))
         self.process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True,
                                         start_new_session=True)
@@ -55,8 +63,22 @@ class Agent:
 
     def starts(self):
         """(rank, world size, from step) of every start of this node's workers, in order."""
-        return [tuple(map(int, m.groups())) for _, line in self.lines
+        return [tuple(map(int, m.groups()[:3])) for _, line in self.lines
                 for m in [START.search(line)] if m]
+
+    def restart_after(self, since):
+        """How the first restart of this node's workers after `since` went, in seconds: until
+        torchrun saw a worker fail (its gradsync call failed; torchrun looks every second), then
+        until torchrun had started new workers (its rendezvous included), then how long the new
+        workers took for their imports, their process group (the gradsync job) and their model
+        and checkpoint."""
+        failed = self.first_after(since, "failed (exitcode") - since
+        started, line = next((t, line) for t, line in self.lines
+                             if t > since and START.search(line))
+        imports, group, checkpoint = map(float, START.search(line).groups()[3:])
+        spawned = started - since - imports - group - checkpoint
+        return {"failed": failed, "restarted": spawned - failed, "imports": imports,
+                "process group": group, "checkpoint": checkpoint, "total": started - since}
 
     def first_after(self, since, text):
         """When the first line after `since` that holds `text` came."""
@@ -108,9 +130,7 @@ def main():
             daemons[1][0].wait()
             wait_until(lambda: agents[0].starts()[-1][1] == 2, 120,
                        "the job to re-form on node 0 alone")
-            reformed = agents[0].first_after(lost_at, "start ") - lost_at
-            # torchrun says so once the failed worker has exited (it looks every second).
-            failed = agents[0].first_after(lost_at, "failed (exitcode") - lost_at
+            lost = agents[0].restart_after(lost_at)
             resumed_from = agents[0].starts()[-1][2]
 
             # Node 1 comes back: a new daemon at a new address, a new agent.
@@ -129,7 +149,7 @@ def main():
             daemons[1] = start_daemon(build_dir, directory, 2)  # the same socket as before
             wait_until(lambda: len(agents[0].starts()) > starts_before, 120,
                        "the job to re-form after the daemon's restart")
-            after_restart = agents[0].first_after(restarted_at, "start ") - restarted_at
+            after_restart = agents[0].restart_after(restarted_at)
             wait_until(lambda: agents[0].process.poll() is not None, 180, "training to end")
             agents[1].process.wait(timeout=60)
         finally:
@@ -144,9 +164,9 @@ def main():
         done = [line for agent in agents for _, line in agent.lines
                 if f"done: {STEPS} steps" in line]
     print(f"agents exited with {codes}; node 0's starts (rank, world, from step): "
-          f"{agents[0].starts()}; after node 1 was lost, node 0's workers had failed and exited "
-          f"within {failed:.1f} s, and the job re-formed on node 0 {reformed:.1f} s after, from "
-          f"step {resumed_from}; after node 1's daemon restarted, {after_restart:.1f} s")
+          f"{agents[0].starts()}; resumed from step {resumed_from} after node 1 was lost")
+    for what, split in (("node 1 lost", lost), ("node 1's daemon restarted", after_restart)):
+        print(f"{what}: " + ", ".join(f"{part} {seconds:.2f} s" for part, seconds in split.items()))
     if codes != [0, 0] or len(done) != 1 or resumed_from < 5:
         print("training did not finish every step across the loss and the return of node 1")
         return 1

@@ -37,6 +37,8 @@ def start_daemon(build_dir, directory, node, metrics=False, listen="127.0.0.1:0"
     inter-node address. With `metrics`, it serves them on a port of its own too (gradsyncctl
     status names it). With `nodes` (namespace_nodes.NamespaceNodes), it runs on that node."""
     socket = os.path.join(directory, f"gradsyncd{node}.sock")
+    if os.path.exists(socket):  # left by a daemon that was killed: wait for the new one's
+        os.unlink(socket)
     command = [os.path.join(build_dir, "gradsyncd"), "--socket", socket,
                "--metrics-listen", "127.0.0.1:0" if metrics else "", "--listen", listen,
                "--log-level", "warn"]
