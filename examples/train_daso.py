@@ -7,11 +7,14 @@ DASO (gradsync.torch.DASO), over the backend "gradsync".
 
 The data set is train_ddp.py's: synthetic and deterministic, each sample labelled by which of
 ten smooth patterns it correlates with most; each rank trains on a shard of its own and every
-rank evaluates the same held-out set. At the end rank 0 prints the held-out accuracy, the wall
-time, and, given the node daemon's metrics address (--metrics HOST:PORT), the bytes this node
-sent to the other nodes.
+rank evaluates the same held-out set. After every epoch rank 0 prints its held-out accuracy and
+the training time so far (evaluation left out); at the end, the wall time and, given the node
+daemon's metrics address (--metrics HOST:PORT), the bytes this node sent to the other nodes.
+--backend gloo runs DDP over Gloo instead (the peer bench/daso measures against); --json PATH
+writes rank 0's figures there.
 """
 import argparse
+import json
 import os
 import re
 import sys
@@ -51,6 +54,8 @@ def accuracy(model):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--sync", choices=["ddp", "daso"], default="daso")
+    parser.add_argument("--backend", choices=["gradsync", "gloo"], default="gradsync")
+    parser.add_argument("--json", default="", help="rank 0 writes its figures to this file")
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--steps-per-epoch", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=32)
@@ -62,7 +67,9 @@ def main():
     parser.add_argument("--metrics", default="", help="this node's daemon's metrics HOST:PORT")
     args = parser.parse_args()
 
-    dist.init_process_group("gradsync")
+    if args.backend == "gloo" and args.sync == "daso":
+        parser.error("DASO runs over the gradsync backend")
+    dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
@@ -78,6 +85,8 @@ def main():
             cooldown_epochs=args.cooldown_epochs, max_global_skip=args.max_global_skip)
     sent_before = sent_across_nodes(args.metrics)
     start = time.perf_counter()
+    evaluating = 0.0  # seconds spent on held-out accuracy, left out of the training time
+    epochs = []
     data = batches(rank + 100 * args.seed, args.batch_size, args.epochs * args.steps_per_epoch)
     for epoch in range(args.epochs):
         total = 0.0
@@ -96,17 +105,29 @@ def main():
         else:
             spacing, average = "", total / args.steps_per_epoch
         if rank == 0:
-            print(f"epoch {epoch + 1:3d}  loss {average:.4f}{spacing}", flush=True)
+            evaluated = time.perf_counter()
+            epochs.append({"epoch": epoch + 1, "loss": average, "accuracy": accuracy(net),
+                           "seconds": evaluated - start - evaluating})
+            evaluating += time.perf_counter() - evaluated
+            print(f"epoch {epoch + 1:3d}  loss {average:.4f}  accuracy "
+                  f"{epochs[-1]['accuracy']:.4f}  {epochs[-1]['seconds']:.1f} s{spacing}",
+                  flush=True)
     if args.sync == "daso":
         optimizer.finish()
     dist.barrier()
-    seconds = time.perf_counter() - start
+    seconds = time.perf_counter() - start - evaluating
     steps = args.epochs * args.steps_per_epoch
     sent = sent_across_nodes(args.metrics) - sent_before
     if rank == 0:
-        print(f"{args.sync}: accuracy {accuracy(net):.4f}, {seconds:.2f} s, "
+        final = accuracy(net)
+        print(f"{args.sync}: accuracy {final:.4f}, {seconds:.2f} s, "
               f"{sent / steps:.0f} bytes a step sent to other nodes from this node, "
               f"{world} ranks", flush=True)
+        if args.json:
+            with open(args.json, "w") as out:
+                json.dump({"sync": args.sync, "backend": args.backend, "seed": args.seed,
+                           "ranks": world, "steps": steps, "accuracy": final,
+                           "seconds": seconds, "epochs": epochs}, out)
     dist.destroy_process_group()
 
 

@@ -2,9 +2,12 @@
 """Elastic DDP training over gradsync: survives its workers' restarts by resuming from the last
 checkpoint, as torchrun's elastic launch expects.
 
-    torchrun --nnodes 1:2 --nproc_per_node 2 --max_restarts 3 \\
-        --rdzv_backend c10d --rdzv_endpoint HOST:PORT --rdzv_id JOB \\
+    python3 -m gradsync.run --nnodes 1:2 --nproc_per_node 2 --max_restarts 3 \\
+        --rdzv_backend gradsync --rdzv_endpoint HOST:PORT --rdzv_id JOB \\
         examples/train_elastic.py --checkpoint /shared/ckpt.pt --steps 200
+
+(gradsync.run is torchrun with a rendezvous that lets the survivors of a lost node re-form in
+seconds rather than 15 s: docs/python.md, "Elastic training". Plain torchrun works too.)
 
 When a worker fails (or a node is lost: every other rank's gradsync call then fails within the
 peer timeout), torchrun stops the workers, re-forms the group, possibly with another world size,

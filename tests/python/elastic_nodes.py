@@ -41,7 +41,7 @@ class Agent:
         # --redirects and --tee: torchrun 1.13 on Python 3.11 cannot parse its own defaults.
         command = on([sys.executable, "-m", "gradsync.run", "--nnodes", nnodes,
                       "--nproc_per_node", str(per_node), "--max_restarts", "5",
-                      "--monitor_interval", "1", "--rdzv_backend", "gradsync",
+                      "--rdzv_backend", "gradsync",
                       "--rdzv_endpoint", endpoint, "--rdzv_id", rendezvous,
                       "--rdzv_conf", "last_call_timeout=1,join_timeout=120",
                       "--redirects", "2", "--tee", "1",
