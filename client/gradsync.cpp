@@ -4,6 +4,7 @@
 #include "client/communicator.h"
 #include "client/cuda_driver.h"
 #include "client/daemon_socket.h"
+#include "client/groups.h"
 #include "client/slurm.h"
 
 #include <kj/exception.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <optional>
 #include <string>
 
@@ -327,6 +329,35 @@ gradsync_result gradsync_alltoall(gradsync_comm* comm, const char* name, const v
   return collective(
       comm, {gradsync::ipc::Collective::kAllToAll, name, send, recv, count, dtype, GRADSYNC_SUM, 0},
       request);
+}
+
+namespace {
+
+// A group's options from the job's by `derive` (groups.h), its errors the caller's to fix.
+gradsync_result derive_group(const gradsync_options* job, gradsync_options* group,
+                             gradsync_options (*derive)(const gradsync_options&)) {
+  return guarded(connect_error, [&] {
+    if (job == nullptr || group == nullptr) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "job or group options are NULL");
+    }
+    try {
+      *group = derive(*job);
+    } catch (const std::invalid_argument& e) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, e.what());
+    }
+    return GRADSYNC_OK;
+  });
+}
+
+}  // namespace
+
+gradsync_result gradsync_options_node_group(const gradsync_options* job, gradsync_options* group) {
+  return derive_group(job, group, &gradsync::client::groups::node_group);
+}
+
+gradsync_result gradsync_options_across_nodes_group(const gradsync_options* job,
+                                                    gradsync_options* group) {
+  return derive_group(job, group, &gradsync::client::groups::across_nodes_group);
 }
 
 gradsync_result gradsync_node_address(const char* socket_path, char* address, size_t capacity) {

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define GRADSYNC_API_VERSION 5
+#define GRADSYNC_API_VERSION 6
 
 #if defined(__GNUC__)
 #define GRADSYNC_EXPORT __attribute__((visibility("default")))
@@ -99,6 +99,21 @@ typedef struct gradsync_job_settings {
    * decides). Node 0's ranks' choice holds for the whole job. */
   char wire_codec[16];
 } gradsync_job_settings;
+
+/* The two groups of a hierarchical scheme, as options to connect with (API version 6), for a
+ * job whose nodes hold local_world_size ranks each, numbered consecutively (as torchrun and
+ * srun number them):
+ *  - gradsync_options_node_group: this node's ranks (rank = local rank), a one-node job named
+ *    "<job>.node" that never touches the network;
+ *  - gradsync_options_across_nodes_group: one rank per node, those sharing this rank's local
+ *    rank (rank = the node's index), a job named "<job>.local<L>" over every node of the job.
+ * DASO, for one, synchronises in the first every step and in the second every few. Fails with
+ * GRADSYNC_ERR_INVALID_ARGUMENT where the layout does not fit or a group's name would be too
+ * long; gradsync_last_error(NULL) says which. */
+GRADSYNC_EXPORT gradsync_result gradsync_options_node_group(const gradsync_options* job,
+                                                            gradsync_options* group);
+GRADSYNC_EXPORT gradsync_result gradsync_options_across_nodes_group(const gradsync_options* job,
+                                                                    gradsync_options* group);
 
 /* Fills settings from GRADSYNC_WIRE_CODEC (API version 3). */
 GRADSYNC_EXPORT gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings);

@@ -231,6 +231,14 @@ TEST(Cluster, JobsOfEightNodesRelayTheirCyclesByDefault) {
   EXPECT_EQ(std::fmod(answers, 3), 0);
 }
 
+// A job's two groups, each a job of its own: the node's (one node) and, per local rank, the one
+// across nodes. An allreduce in the first, then in the second, is the job's allreduce.
+TEST(Cluster, ANodesGroupThenItsAcrossNodesGroupMakeTheJobsAllreduce) {
+  LoopbackCluster cluster(2);
+  auto ranks = cluster.spawn("hier", {2, 2}, {"groups"});
+  expect_all_succeed(ranks, cluster);
+}
+
 // Hundreds of small tensors ready at once: more than one cycle message may carry (names and
 // contributions), so negotiation spreads them over several cycles.
 TEST(Cluster, HundredsOfSmallTensorsPerStep) {

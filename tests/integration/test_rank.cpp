@@ -738,6 +738,45 @@ int scenario_loop(Communicator& comm, size_t bytes, bool polling, bool broadcast
 
 }  // namespace
 
+// The node's group and the across-nodes group of this rank (gradsync_options_node_group and
+// gradsync_options_across_nodes_group): each group's place is as the layout says, and an
+// allreduce in the node's group, then of its result in the across-nodes group, is the whole
+// job's allreduce.
+int scenario_groups(const gradsync_options& job) {
+  gradsync_options node{};
+  gradsync_options across{};
+  EXPECT_OR_FAIL(gradsync_options_node_group(&job, &node) == GRADSYNC_OK, "node group: %s",
+                 gradsync_last_error(nullptr));
+  EXPECT_OR_FAIL(gradsync_options_across_nodes_group(&job, &across) == GRADSYNC_OK,
+                 "across-nodes group: %s", gradsync_last_error(nullptr));
+  const int nodes = job.world_size / job.local_world_size;
+  EXPECT_OR_FAIL(node.rank == job.local_rank && node.world_size == job.local_world_size,
+                 "node group: rank %d of %d", node.rank, node.world_size);
+  EXPECT_OR_FAIL(across.rank == job.rank / job.local_world_size && across.world_size == nodes,
+                 "across-nodes group: rank %d of %d", across.rank, across.world_size);
+  Communicator node_comm(node);
+  Communicator across_comm(across);
+  constexpr size_t kCount = 100003;
+  SharedBuffer mine = node_comm.allocate(kCount * sizeof(int32_t));
+  SharedBuffer node_sum = node_comm.allocate(kCount * sizeof(int32_t));
+  SharedBuffer to_send = across_comm.allocate(kCount * sizeof(int32_t));
+  SharedBuffer total = across_comm.allocate(kCount * sizeof(int32_t));
+  auto* values = static_cast<int32_t*>(mine.data());
+  for (size_t i = 0; i < kCount; ++i) values[i] = (g_rank + 1) * static_cast<int32_t>(i % 1000 + 1);
+  node_comm.wait(
+      node_comm.allreduce("g", mine.data(), node_sum.data(), kCount, GRADSYNC_INT32, GRADSYNC_SUM));
+  std::memcpy(to_send.data(), node_sum.data(), kCount * sizeof(int32_t));
+  across_comm.wait(across_comm.allreduce("g", to_send.data(), total.data(), kCount,
+                                         GRADSYNC_INT32, GRADSYNC_SUM));
+  const auto* sums = static_cast<const int32_t*>(total.data());
+  const int32_t ranks_sum = g_ranks * (g_ranks + 1) / 2;
+  for (size_t i = 0; i < kCount; ++i) {
+    const int32_t expected = ranks_sum * static_cast<int32_t>(i % 1000 + 1);
+    EXPECT_OR_FAIL(sums[i] == expected, "element %zu: %d, expected %d", i, sums[i], expected);
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   // --as-uid N: become another user first (the tests run as root).
@@ -767,6 +806,7 @@ int main(int argc, char** argv) {
     return static_cast<int>(result);
   }
   try {
+    if (scenario == "groups") return scenario_groups(options);
     Communicator comm(options);
     if (scenario == "collectives") return scenario_collectives(comm);
     if (scenario == "device_refused") return scenario_device_refused(comm);

@@ -1,0 +1,77 @@
+#include "client/groups.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace gradsync::client::groups {
+namespace {
+
+// Both groups need every node to hold local_world_size ranks numbered consecutively, as
+// torchrun and srun's block distribution number them: node n holds ranks n*L .. n*L+L-1.
+int32_t node_index(const gradsync_options& job) {
+  const int32_t per_node = job.local_world_size;
+  if (per_node < 1 || job.world_size < 1 || job.world_size % per_node != 0) {
+    throw std::invalid_argument("a job's groups need every node to hold the same number of "
+                                "ranks: world size " + std::to_string(job.world_size) +
+                                " is no multiple of local world size " + std::to_string(per_node));
+  }
+  if (job.rank < 0 || job.rank >= job.world_size || job.local_rank != job.rank % per_node) {
+    throw std::invalid_argument("a job's groups need each node's ranks numbered consecutively: "
+                                "rank " + std::to_string(job.rank) + " has local rank " +
+                                std::to_string(job.local_rank) + " of " + std::to_string(per_node));
+  }
+  const int32_t node = job.rank / per_node;
+  if (job.node_rank >= 0 && job.node_rank != node) {
+    throw std::invalid_argument("rank " + std::to_string(job.rank) + " is on node " +
+                                std::to_string(job.node_rank) + ", but consecutive numbering puts "
+                                "it on node " + std::to_string(node));
+  }
+  const int32_t nodes = job.world_size / per_node;
+  const int32_t listed =
+      job.nodes[0] == '\0' ? 1 : 1 + static_cast<int32_t>(std::count(job.nodes, job.nodes + std::strlen(job.nodes), ','));
+  if (listed != nodes) {
+    throw std::invalid_argument("the job lists " + std::to_string(listed) + " node(s) but its " +
+                                std::to_string(job.world_size) + " ranks fill " +
+                                std::to_string(nodes));
+  }
+  return node;
+}
+
+void set_job(gradsync_options& group, const gradsync_options& job, const std::string& suffix) {
+  const std::string name = std::string(job.job) + suffix;
+  if (name.size() >= sizeof(group.job)) {
+    throw std::invalid_argument("job name '" + name + "' of a group is longer than " +
+                                std::to_string(sizeof(group.job) - 1) +
+                                " bytes (shorten the job's)");
+  }
+  std::memcpy(group.job, name.c_str(), name.size() + 1);
+}
+
+}  // namespace
+
+gradsync_options node_group(const gradsync_options& job) {
+  node_index(job);
+  gradsync_options group = job;
+  set_job(group, job, ".node");
+  group.rank = job.local_rank;
+  group.world_size = job.local_world_size;
+  group.nodes[0] = '\0';
+  group.node_rank = 0;
+  return group;
+}
+
+gradsync_options across_nodes_group(const gradsync_options& job) {
+  const int32_t node = node_index(job);
+  gradsync_options group = job;
+  set_job(group, job, ".local" + std::to_string(job.local_rank));
+  group.rank = node;
+  group.world_size = job.world_size / job.local_world_size;
+  group.local_rank = 0;
+  group.local_world_size = 1;
+  group.node_rank = group.world_size > 1 ? node : 0;
+  return group;
+}
+
+}  // namespace gradsync::client::groups
