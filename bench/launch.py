@@ -102,16 +102,17 @@ class Place:
     namespaces cannot be made; ranks of different nodes then share the loopback device, and
     Open MPI is told to use TCP between all its ranks, as it cannot tell the nodes apart).
     `cores`: cores per node (None: cores_per_node's default); `python`: the interpreter with
-    PyTorch and mpi4py for the peers."""
+    PyTorch and mpi4py for the peers; `metrics`: the daemons serve their metrics
+    (metrics_address)."""
 
     def __init__(self, nodes, per_node, rate, build, network="netns", cores=None,
-                 python=PYTHON):
+                 python=PYTHON, metrics=False):
         self.nodes, self.per_node, self.rate = nodes, per_node, rate
         self.across = nodes > 1
         self.namespaces = self.across and network == "netns"
         if rate and not self.namespaces:
             raise RunFailed("shaped links need namespace nodes")
-        self.build, self.python = build, python
+        self.build, self.python, self.metrics = build, python, metrics
         self.cores = cores_per_node(nodes, cores)
         self.dir = tempfile.mkdtemp(prefix="gradsync-compare-")
         # Every node's cores, "0,1;2,3;...", for the processes Open MPI starts.
@@ -156,6 +157,10 @@ class Place:
     def port(self, node):
         return DAEMON_PORT + (0 if self.namespaces else node)
 
+    def metrics_address(self, node):
+        """Where node `node`'s daemon serves its metrics (with `metrics`), seen from the node."""
+        return f"{self.address(node)}:{self.port(node) + 1000}"
+
     def interface(self):
         return "eth0" if self.namespaces else "lo"
 
@@ -180,7 +185,8 @@ class Place:
 
     def _start_daemon(self, node):
         command = [os.path.join(self.build, "gradsyncd"), "--socket", self.socket(node),
-                   "--metrics-listen", "", "--log-level", "warn"]
+                   "--metrics-listen", self.metrics_address(node) if self.metrics else "",
+                   "--log-level", "warn"]
         env = {}
         if self.across:
             command += ["--listen", f"{self.address(node)}:{self.port(node)}"]

@@ -98,16 +98,16 @@ def main():
             optimizer.step()
             total += loss.item()
         if args.sync == "daso":
-            phase = optimizer.schedule.phase()
-            spacing = f"  {phase}, B {optimizer.schedule.global_skip}, " \
-                      f"S {optimizer.schedule.stale_steps}"
+            state = optimizer.state_summary()
+            spacing = f"  {state['phase']}, B {state['global_skip']}, S {state['stale_steps']}"
             average = optimizer.epoch_end(total / args.steps_per_epoch)
         else:
             spacing, average = "", total / args.steps_per_epoch
         if rank == 0:
             evaluated = time.perf_counter()
             epochs.append({"epoch": epoch + 1, "loss": average, "accuracy": accuracy(net),
-                           "seconds": evaluated - start - evaluating})
+                           "seconds": evaluated - start - evaluating, "daso": spacing.strip(),
+                           "sent_bytes": sent_across_nodes(args.metrics) - sent_before})
             evaluating += time.perf_counter() - evaluated
             print(f"epoch {epoch + 1:3d}  loss {average:.4f}  accuracy "
                   f"{epochs[-1]['accuracy']:.4f}  {epochs[-1]['seconds']:.1f} s{spacing}",

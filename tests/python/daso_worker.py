@@ -95,6 +95,9 @@ def check_cycling(rank, steps):
         # Started every 4th step, each merged S steps after it started.
         expected = (steps - stale) // 4
         expect(merges == expected, f"S = {stale}: {expected} global merges, not {merges}")
+        expect(daso.state_summary() == {"epoch": 0, "phase": "cycling", "global_skip": 4,
+                                        "stale_steps": stale, "merges": merges},
+               f"S = {stale}: the state summary: {daso.state_summary()}")
         expect(bool(torch.isfinite(flat(model)).all()), f"S = {stale}: finite parameters")
 
 

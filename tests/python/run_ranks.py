@@ -46,12 +46,17 @@ def start_daemon(build_dir, directory, node, metrics=False, listen="127.0.0.1:0"
     if nodes is not None:
         command, env = nodes.on(node, command), dict(os.environ, **NODE_UCX)
     daemon = subprocess.Popen(command, env=env)
-    deadline = time.monotonic() + 20
-    while not os.path.exists(socket):
-        if daemon.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("gradsyncd did not start")
-        time.sleep(0.01)
-    return daemon, socket, daemon_status(build_dir, socket)["listen"]
+    try:
+        deadline = time.monotonic() + 20
+        while not os.path.exists(socket):
+            if daemon.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("gradsyncd did not start")
+            time.sleep(0.01)
+        return daemon, socket, daemon_status(build_dir, socket)["listen"]
+    except BaseException:
+        daemon.kill()  # the caller never learns of it: it must not outlive the test
+        daemon.wait()
+        raise
 
 
 def daemon_status(build_dir, socket):

@@ -14,22 +14,30 @@ asynchronous and selective optimization (DASO)", J. Big Data 9, 2022).
 No DDP wrapper: DASO averages the gradients itself. Its phases, by epoch:
   - warm-up and cool-down: the gradients averaged over every rank each step (blocking), as DDP;
   - cycling: the gradients averaged over the node's ranks each step (the fast network), and
-    every `global_skip` (B) steps the parameters averaged over the ranks that share this one's
+    every `global_skip` (B) steps the parameters averaged over the nodes, without blocking,
+    optionally in bfloat16. A node's ranks hold the same parameters (they step on the same
+    averaged gradients), so each averages one shard of them, over the ranks that share its
     local rank index, one per node (the slow network, each local rank index a stream of its
-    own), without blocking, optionally in bfloat16. The average lands `stale_steps` (S) steps
-    later, merged by the paper's rule, which weighs the parameters trained meanwhile 2S
-    against each of the P stale copies: p <- (2S p + sum of the copies) / (P + 2S). The node's
-    first rank then broadcasts the result on the node, so that its ranks agree again.
+    own, carrying 1/LOCAL_WORLD_SIZE of the parameters). The average lands `stale_steps` (S)
+    steps later, merged by the paper's rule, which weighs the parameters trained meanwhile 2S
+    against each of the P stale copies: p <- (2S p + sum of the copies) / (P + 2S); the node's
+    ranks then gather their merged shards, so that they agree again.
   - A plateau of the epoch loss (no relative improvement of `plateau_threshold` for
     `plateau_patience` epochs) halves B and S, down to 1; a plateau at B = 1 sets them back to
     their maxima.
 The ranks of a node must be consecutive (as torchrun numbers them), LOCAL_WORLD_SIZE each.
+Every decision (a new phase, B and S moved by a plateau) is logged at info level by global rank
+0 on the logger "gradsync.daso"; opt.state_summary() says where the schedule stands.
 """
+import logging
 import os
 
 import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+
+LOG = logging.getLogger("gradsync.daso")
 
 
 def node_groups(local_world_size=None):
@@ -123,9 +131,12 @@ class DASO:
                                  max_stale_steps, plateau_patience, plateau_threshold)
         self.downcast = downcast
         self.local_group, self.global_group = node_groups(local_world_size)
-        self._local_root = dist.get_rank() - dist.get_rank(self.local_group)
         self._global_size = dist.get_world_size(self.global_group)
         self._params = [p for p in model.parameters()]
+        # This rank's shard of the flattened parameters, padded to the node's rank count.
+        local_size = dist.get_world_size(self.local_group)
+        self._shard = -(-sum(p.numel() for p in self._params) // local_size)
+        self._shard_start = dist.get_rank(self.local_group) * self._shard
         self._steps_since_global = 0
         self._pending = None  # (work, buffer, steps left before it is merged, stale steps)
         self.merges = 0  # global averages merged so far
@@ -171,8 +182,24 @@ class DASO:
         value = torch.tensor([float(loss)], dtype=torch.float64)
         dist.all_reduce(value)
         average = value.item() / dist.get_world_size()
-        self.schedule.epoch_end(average)
+        phase = self.schedule.phase()
+        plateau = self.schedule.epoch_end(average)
+        if dist.get_rank() == 0:
+            state = self.state_summary()
+            if plateau:
+                LOG.info("DASO: epoch %d's loss %.4g made a plateau: B %d, S %d", state["epoch"],
+                         average, state["global_skip"], state["stale_steps"])
+            if state["phase"] != phase:
+                LOG.info("DASO: from epoch %d, %s (B %d, S %d)", state["epoch"] + 1,
+                         state["phase"], state["global_skip"], state["stale_steps"])
         return average
+
+    def state_summary(self):
+        """Where the schedule stands: the epochs ended, the phase of the next, B, S, and how
+        many global averages have been merged."""
+        return {"epoch": self.schedule.epoch, "phase": self.schedule.phase(),
+                "global_skip": self.schedule.global_skip,
+                "stale_steps": self.schedule.stale_steps, "merges": self.merges}
 
     def finish(self):
         """Merges a global average still in flight (before evaluating or saving the model)."""
@@ -191,24 +218,31 @@ class DASO:
             else:
                 p.grad.copy_(averaged)
 
-    def _start_global_average(self):
+    def _flat_parameters(self):
+        """The parameters, flattened and padded to a whole number of shards."""
         flat = _flatten_dense_tensors([p.detach() for p in self._params])
-        if self.downcast is not None:
-            flat = flat.to(self.downcast)
-        stale = self.schedule.stale_steps
-        work = dist.all_reduce(flat, group=self.global_group, async_op=True)
-        self._pending = (work, flat, stale, stale)
-        if stale == 0:
-            self._merge(work, flat, 0)
+        padded = self._shard * dist.get_world_size(self.local_group)
+        return torch.nn.functional.pad(flat, (0, padded - flat.numel()))
 
-    def _merge(self, work, buffer, stale):
+    def _own_shard(self, flat):
+        return flat[self._shard_start:self._shard_start + self._shard]
+
+    def _start_global_average(self):
+        shard = self._own_shard(self._flat_parameters()).to(self.downcast or self._params[0].dtype)
+        stale = self.schedule.stale_steps
+        work = dist.all_reduce(shard, group=self.global_group, async_op=True)
+        self._pending = (work, shard, stale, stale)
+        if stale == 0:
+            self._merge(work, shard, 0)
+
+    def _merge(self, work, copies_sum, stale):
         work.wait()
         self._pending = None
-        current = _flatten_dense_tensors([p.detach() for p in self._params])
-        merge(current, buffer.to(current.dtype), self._global_size, stale)
-        # The node's ranks merged with different groups: its first rank's result holds.
-        dist.broadcast(current, src=self._local_root, group=self.local_group)
-        self._write_parameters(current)
+        current = self._flat_parameters()
+        merged = self._own_shard(current).clone()
+        merge(merged, copies_sum.to(merged.dtype), self._global_size, stale)
+        dist._all_gather_base(current, merged, group=self.local_group)
+        self._write_parameters(current[:sum(p.numel() for p in self._params)])
         self.merges += 1
 
     def _finish_pending(self):
