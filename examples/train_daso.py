@@ -15,6 +15,7 @@ writes rank 0's figures there.
 """
 import argparse
 import json
+import logging
 import os
 import re
 import sys
@@ -69,6 +70,7 @@ def main():
 
     if args.backend == "gloo" and args.sync == "daso":
         parser.error("DASO runs over the gradsync backend")
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")  # DASO's decisions
     dist.init_process_group(args.backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
@@ -83,6 +85,9 @@ def main():
             net, torch.optim.SGD(net.parameters(), lr=args.lr, momentum=0.9),
             total_epochs=args.epochs, warmup_epochs=args.warmup_epochs,
             cooldown_epochs=args.cooldown_epochs, max_global_skip=args.max_global_skip)
+    # The learning rate falls along a cosine to 0 over the run, as long runs' schedules do.
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(
+        optimizer.optimizer if args.sync == "daso" else optimizer, T_max=args.epochs)
     sent_before = sent_across_nodes(args.metrics)
     start = time.perf_counter()
     evaluating = 0.0  # seconds spent on held-out accuracy, left out of the training time
@@ -103,6 +108,7 @@ def main():
             average = optimizer.epoch_end(total / args.steps_per_epoch)
         else:
             spacing, average = "", total / args.steps_per_epoch
+        schedule.step()
         if rank == 0:
             evaluated = time.perf_counter()
             epochs.append({"epoch": epoch + 1, "loss": average, "accuracy": accuracy(net),
