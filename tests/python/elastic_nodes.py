@@ -38,13 +38,12 @@ class Agent:
 
     def __init__(self, env, endpoint, rendezvous, checkpoint, nnodes="1:2", per_node=2,
                  steps=STEPS, on=lambda argv: argv):
-        # --redirects and --tee: torchrun 1.13 on Python 3.11 cannot parse its own defaults.
         command = on([sys.executable, "-m", "gradsync.run", "--nnodes", nnodes,
                       "--nproc_per_node", str(per_node), "--max_restarts", "5",
                       "--rdzv_backend", "gradsync",
                       "--rdzv_endpoint", endpoint, "--rdzv_id", rendezvous,
                       "--rdzv_conf", "last_call_timeout=1,join_timeout=120",
-                      "--redirects", "2", "--tee", "1",
+                      "--tee", "1",  # the workers' output, as it comes
                       TRAIN, "--checkpoint", checkpoint, "--steps", str(steps),
                       "--checkpoint-every", "5", "--step-seconds", "0.1"])
         env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [PACKAGE,

@@ -13,8 +13,13 @@ restarts them, but the re-formed rendezvous waits until the dead node's agent is
 PyTorch fixes that at 3 missed heartbeats 5 s apart, so every re-formation waits 15 s; here it
 waits 3 s by default. For the same reason torchrun's --monitor_interval (how often an agent
 looks at its workers) defaults to 1 s here rather than 5 s.
+
+It also repairs PyTorch 1.13's torchrun on Python 3.11, which cannot parse --redirects and
+--tee, not even their defaults (Python 3.11's enum iteration leaves out the flag values 0 and
+3 that its parser looks for): here they parse, and neither needs giving.
 """
 import os
+import re
 import sys
 from datetime import timedelta
 
@@ -51,6 +56,27 @@ def create_handler(params):
     return dynamic.DynamicRendezvousHandler(node, settings, BACKEND, store, state)
 
 
+def _repair_std_parsing():
+    """torchrun's --redirects and --tee parsed by value where its own parser returns None."""
+    from torch.distributed.elastic.multiprocessing.api import Std
+    try:
+        if Std.from_str("0") is not None and Std.from_str("3") is not None:
+            return
+    except ValueError:
+        pass
+    parse = Std.from_str
+
+    def from_str(cls, value):
+        if re.fullmatch(r"[0-3]", value):
+            return cls(int(value))
+        if re.fullmatch(r"\d+:[0-3](,\d+:[0-3])*", value):
+            return {int(rank): cls(int(std))
+                    for rank, std in (pair.split(":") for pair in value.split(","))}
+        return parse(value)  # its error for anything else
+
+    Std.from_str = classmethod(from_str)
+
+
 def register():
     """Makes --rdzv_backend gradsync known to torch.distributed.elastic in this process."""
     from torch.distributed.elastic.rendezvous import rendezvous_handler_registry
@@ -60,6 +86,7 @@ def register():
 def main(args=None):
     from torch.distributed import run
     register()
+    _repair_std_parsing()
     args = list(sys.argv[1:] if args is None else args)
     if "PET_MONITOR_INTERVAL" not in os.environ and not any(
             arg.startswith(("--monitor_interval", "--monitor-interval")) for arg in args):
