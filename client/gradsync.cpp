@@ -13,8 +13,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <stdexcept>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 struct gradsync_comm {

@@ -13,24 +13,32 @@ namespace {
 int32_t node_index(const gradsync_options& job) {
   const int32_t per_node = job.local_world_size;
   if (per_node < 1 || job.world_size < 1 || job.world_size % per_node != 0) {
-    throw std::invalid_argument("a job's groups need every node to hold the same number of "
-                                "ranks: world size " + std::to_string(job.world_size) +
-                                " is no multiple of local world size " + std::to_string(per_node));
+    throw std::invalid_argument(
+        "a job's groups need every node to hold the same number of "
+        "ranks: world size " +
+        std::to_string(job.world_size) + " is no multiple of local world size " +
+        std::to_string(per_node));
   }
   if (job.rank < 0 || job.rank >= job.world_size || job.local_rank != job.rank % per_node) {
-    throw std::invalid_argument("a job's groups need each node's ranks numbered consecutively: "
-                                "rank " + std::to_string(job.rank) + " has local rank " +
-                                std::to_string(job.local_rank) + " of " + std::to_string(per_node));
+    throw std::invalid_argument(
+        "a job's groups need each node's ranks numbered consecutively: "
+        "rank " +
+        std::to_string(job.rank) + " has local rank " + std::to_string(job.local_rank) + " of " +
+        std::to_string(per_node));
   }
   const int32_t node = job.rank / per_node;
   if (job.node_rank >= 0 && job.node_rank != node) {
     throw std::invalid_argument("rank " + std::to_string(job.rank) + " is on node " +
-                                std::to_string(job.node_rank) + ", but consecutive numbering puts "
-                                "it on node " + std::to_string(node));
+                                std::to_string(job.node_rank) +
+                                ", but consecutive numbering puts "
+                                "it on node " +
+                                std::to_string(node));
   }
   const int32_t nodes = job.world_size / per_node;
-  const int32_t listed =
-      job.nodes[0] == '\0' ? 1 : 1 + static_cast<int32_t>(std::count(job.nodes, job.nodes + std::strlen(job.nodes), ','));
+  const int32_t listed = job.nodes[0] == '\0'
+                             ? 1
+                             : 1 + static_cast<int32_t>(std::count(
+                                       job.nodes, job.nodes + std::strlen(job.nodes), ','));
   if (listed != nodes) {
     throw std::invalid_argument("the job lists " + std::to_string(listed) + " node(s) but its " +
                                 std::to_string(job.world_size) + " ranks fill " +

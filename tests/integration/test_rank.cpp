@@ -766,8 +766,8 @@ int scenario_groups(const gradsync_options& job) {
   node_comm.wait(
       node_comm.allreduce("g", mine.data(), node_sum.data(), kCount, GRADSYNC_INT32, GRADSYNC_SUM));
   std::memcpy(to_send.data(), node_sum.data(), kCount * sizeof(int32_t));
-  across_comm.wait(across_comm.allreduce("g", to_send.data(), total.data(), kCount,
-                                         GRADSYNC_INT32, GRADSYNC_SUM));
+  across_comm.wait(across_comm.allreduce("g", to_send.data(), total.data(), kCount, GRADSYNC_INT32,
+                                         GRADSYNC_SUM));
   const auto* sums = static_cast<const int32_t*>(total.data());
   const int32_t ranks_sum = g_ranks * (g_ranks + 1) / 2;
   for (size_t i = 0; i < kCount; ++i) {
