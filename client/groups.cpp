@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace gradsync::client::groups {
 namespace {
@@ -11,38 +12,31 @@ namespace {
 // Both groups need every node to hold local_world_size ranks numbered consecutively, as
 // torchrun and srun's block distribution number them: node n holds ranks n*L .. n*L+L-1.
 int32_t node_index(const gradsync_options& job) {
+  using std::to_string;
   const int32_t per_node = job.local_world_size;
   if (per_node < 1 || job.world_size < 1 || job.world_size % per_node != 0) {
-    throw std::invalid_argument(
-        "a job's groups need every node to hold the same number of "
-        "ranks: world size " +
-        std::to_string(job.world_size) + " is no multiple of local world size " +
-        std::to_string(per_node));
+    throw std::invalid_argument("a job's groups need as many ranks on every node: world size " +
+                                to_string(job.world_size) + " is no multiple of local world size " +
+                                to_string(per_node));
   }
   if (job.rank < 0 || job.rank >= job.world_size || job.local_rank != job.rank % per_node) {
     throw std::invalid_argument(
-        "a job's groups need each node's ranks numbered consecutively: "
-        "rank " +
-        std::to_string(job.rank) + " has local rank " + std::to_string(job.local_rank) + " of " +
-        std::to_string(per_node));
+        "a job's groups need each node's ranks numbered consecutively: rank " +
+        to_string(job.rank) + " has local rank " + to_string(job.local_rank) + " of " +
+        to_string(per_node));
   }
   const int32_t node = job.rank / per_node;
   if (job.node_rank >= 0 && job.node_rank != node) {
-    throw std::invalid_argument("rank " + std::to_string(job.rank) + " is on node " +
-                                std::to_string(job.node_rank) +
-                                ", but consecutive numbering puts "
-                                "it on node " +
-                                std::to_string(node));
+    throw std::invalid_argument("rank " + to_string(job.rank) + " is on node " +
+                                to_string(job.node_rank) + ", where consecutive numbering puts " +
+                                "it on node " + to_string(node));
   }
-  const int32_t nodes = job.world_size / per_node;
-  const int32_t listed = job.nodes[0] == '\0'
-                             ? 1
-                             : 1 + static_cast<int32_t>(std::count(
-                                       job.nodes, job.nodes + std::strlen(job.nodes), ','));
-  if (listed != nodes) {
-    throw std::invalid_argument("the job lists " + std::to_string(listed) + " node(s) but its " +
-                                std::to_string(job.world_size) + " ranks fill " +
-                                std::to_string(nodes));
+  const std::string_view list(job.nodes);
+  const auto listed = list.empty() ? 1 : 1 + std::count(list.begin(), list.end(), ',');
+  if (listed != job.world_size / per_node) {
+    throw std::invalid_argument("the job lists " + to_string(listed) + " node(s) but its " +
+                                to_string(job.world_size) + " ranks fill " +
+                                to_string(job.world_size / per_node));
   }
   return node;
 }

@@ -86,12 +86,9 @@ void check_listen_address(const std::string& listen) {
   if (host.s_addr == htonl(INADDR_ANY)) return;
   const auto same = [host](in_addr address, unsigned) { return address.s_addr == host.s_addr; };
   if (interface_address(same)) return;
-  throw std::runtime_error("cannot listen at " + listen +
-                           ": no interface of this host "
-                           "has the address " +
-                           text(host) +
-                           " (UCX accepts connections only at "
-                           "an interface's address; on one host, 127.0.0.1 serves)");
+  throw std::runtime_error("cannot listen at " + listen + ": no interface of this host has " +
+                           text(host) + " (UCX accepts connections only at an interface's " +
+                           "address; on one host, 127.0.0.1 serves)");
 }
 
 }  // namespace gradsync::transport
