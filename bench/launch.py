@@ -225,13 +225,8 @@ class Place:
             # the codec's rules).
             self._run_gradsync_ranks(args, timeout, {"GRADSYNC_WIRE_CODEC": TOPK_CODEC})
         elif system == "gloo":
-            port = str(29500 + random.randrange(1000))
             command = [self.python, os.path.join(ROOT, "bench", "gloo_allreduce.py")] + args
-            self._wait_all([
-                self._popen(self.on_node(node, command, dict(
-                    self._identity(node, local), MASTER_ADDR=self.address(0), MASTER_PORT=port,
-                    GLOO_SOCKET_IFNAME=self.interface())))
-                for node, local in self._ranks()], timeout)
+            self.run_on_every_rank(command, timeout)
         else:
             raise ValueError(system)
         return json.load(open(out))
@@ -251,18 +246,25 @@ class Place:
         self._run_gradsync_ranks(["--calibrate", out, "-b", large, "-e", large], timeout)
         return json.load(open(out))
 
+    def run_on_every_rank(self, command, timeout, env=None):
+        """Runs `command` as every rank, each on its node with its identity (torchrun's
+        variables, a store at node 0 for torch.distributed, Gloo on the nodes' interface), its
+        node's daemon's socket and index and `env` set; raises RunFailed where one fails."""
+        port = str(29500 + random.randrange(1000))
+        self._wait_all([
+            self._popen(self.on_node(node, command, dict(
+                self._identity(node, local), MASTER_ADDR=self.address(0), MASTER_PORT=port,
+                GLOO_SOCKET_IFNAME=self.interface(), GRADSYNC_SOCKET=self.socket(node),
+                GRADSYNC_NODE_RANK=node, **(env or {}))))
+            for node, local in self._ranks()], timeout)
+
     def _run_gradsync_ranks(self, args, timeout, job_env=None):
-        job = f"compare{random.getrandbits(40)}"
-        nodes = ",".join(f"{self.address(n)}:{self.port(n)}" for n in range(self.nodes))
         command = [os.path.join(self.build, "gradsync-bench")] + args
-        processes = []
-        for node, local in self._ranks():
-            env = dict(self._identity(node, local), GRADSYNC_SOCKET=self.socket(node),
-                       GRADSYNC_JOB=job, **(job_env or {}))
-            if self.across:
-                env.update(GRADSYNC_NODES=nodes, GRADSYNC_NODE_RANK=node)
-            processes.append(self._popen(self.on_node(node, command, env)))
-        self._wait_all(processes, timeout)
+        env = dict(GRADSYNC_JOB=f"compare{random.getrandbits(40)}", **(job_env or {}))
+        if self.across:
+            env["GRADSYNC_NODES"] = ",".join(f"{self.address(n)}:{self.port(n)}"
+                                             for n in range(self.nodes))
+        self.run_on_every_rank(command, timeout, env)
 
     def _mpirun(self, args):
         """Open MPI's launch of bench/mpi_allreduce.py on every rank. Across namespace nodes,
