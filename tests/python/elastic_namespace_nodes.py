@@ -23,7 +23,7 @@ from elastic_nodes import Agent, wait_until
 from run_ranks import SKIPPED, launcher_environment, start_daemon, torch_missing
 
 NODES = 3
-STEPS = 120
+STEPS = 160
 DAEMON_PORT = 9478
 RENDEZVOUS_PORT = 29400
 DIGEST = re.compile(r"done: \d+ steps, parameter digest (\S+)")
