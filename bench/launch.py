@@ -7,7 +7,6 @@ a failed run leaves no daemon, namespace or socket behind."""
 import json
 import os
 import random
-import shlex
 import shutil
 import signal
 import subprocess
@@ -294,11 +293,8 @@ class Place:
         else:
             command += ["--oversubscribe"]
         command += python
-        if not self.namespaces:
-            return command
-        line = " ".join(shlex.quote(part) for part in command)
-        rename = "echo node0 >/proc/sys/kernel/hostname"  # in this UTS namespace only
-        return self.on_node(0, ["unshare", "--uts", "sh", "-c", f"{rename} && exec {line}"])
+        # On namespace nodes, node 0 under its own host name (scripts/netns-cluster exec).
+        return self.on_node(0, command) if self.namespaces else command
 
     def _ranks(self):
         return [(node, local) for node in range(self.nodes) for local in range(self.per_node)]

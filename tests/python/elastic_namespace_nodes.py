@@ -13,13 +13,12 @@ trained with it.
 import argparse
 import os
 import re
-import signal
 import sys
 import tempfile
 import time
 
 import namespace_nodes
-from elastic_nodes import Agent, wait_until
+from elastic_nodes import Agent, describe, lose_node, stop_all, wait_until
 from run_ranks import SKIPPED, launcher_environment, start_daemon, torch_missing
 
 NODES = 3
@@ -72,15 +71,6 @@ def main():
             agents.append(agent)
             return agent
 
-        def stop_all():
-            for agent in agents:
-                if agent.process.poll() is None:
-                    agent.kill()
-            for daemon, _, _ in daemons:
-                if daemon.poll() is None:
-                    daemon.send_signal(signal.SIGTERM)
-                    daemon.wait(timeout=30)
-
         try:
             daemons.extend(start_node_daemon(node) for node in range(NODES))
             checkpoint = os.path.join(directory, "elastic.pt")
@@ -89,11 +79,8 @@ def main():
                        "the job to form on three nodes")
             time.sleep(1.5)
 
-            # Node 2 dies: its agent, its worker and its daemon.
             lost_at = time.monotonic()
-            elastic[2].kill()
-            daemons[2][0].kill()
-            daemons[2][0].wait()
+            lose_node(elastic[2], daemons[2][0])
             wait_until(lambda: elastic[0].starts()[-1][1] == 2, 60,
                        "the job to re-form on nodes 0 and 1")
             lost = elastic[0].restart_after(lost_at)
@@ -121,10 +108,9 @@ def main():
                     raise RuntimeError(f"reference run {index} failed")
             reference_digest = digest(runs)
         finally:
-            stop_all()
+            stop_all(agents, daemons)
     print(f"elastic agents exited with {codes}; node 0's starts (rank, world, from step): "
-          f"{starts}; node 2 lost: " +
-          ", ".join(f"{part} {seconds:.2f} s" for part, seconds in lost.items()))
+          f"{starts}; node 2 lost: {describe(lost)}")
     print(f"parameter digest: elastic {elastic_digest}, reference {reference_digest}")
     worlds = [world for _, world, _ in starts]
     if codes != [0, 0, 0] or worlds[-2:] != [2, 3]:

@@ -88,6 +88,29 @@ class Agent:
         self.process.wait()
 
 
+def lose_node(agent, daemon):
+    """A node dies as a machine does: its agent, its workers and its daemon SIGKILLed."""
+    agent.kill()
+    daemon.kill()
+    daemon.wait()
+
+
+def stop_all(agents, daemons):
+    """Whatever is still running of `agents` and `daemons` (start_daemon's tuples) stopped."""
+    for agent in agents:
+        if agent.process.poll() is None:
+            agent.kill()
+    for daemon, _, _ in daemons:
+        if daemon.poll() is None:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=30)
+
+
+def describe(split):
+    """Agent.restart_after's parts as one line."""
+    return ", ".join(f"{part} {seconds:.2f} s" for part, seconds in split.items())
+
+
 def wait_until(condition, timeout, what):
     deadline = time.monotonic() + timeout
     while not condition():
@@ -122,11 +145,8 @@ def main():
                        "the job to form on both nodes")
             wait_until(lambda: os.path.exists(checkpoint), 120, "a first checkpoint")
 
-            # Node 1 dies: its agent, its workers and its daemon.
             lost_at = time.monotonic()
-            agents[1].kill()
-            daemons[1][0].kill()
-            daemons[1][0].wait()
+            lose_node(agents[1], daemons[1][0])
             wait_until(lambda: agents[0].starts()[-1][1] == 2, 120,
                        "the job to re-form on node 0 alone")
             lost = agents[0].restart_after(lost_at)
@@ -152,20 +172,14 @@ def main():
             wait_until(lambda: agents[0].process.poll() is not None, 180, "training to end")
             agents[1].process.wait(timeout=60)
         finally:
-            for agent in agents:
-                if agent.process.poll() is None:
-                    agent.kill()
-            for daemon, _, _ in daemons:
-                if daemon.poll() is None:
-                    daemon.send_signal(signal.SIGTERM)
-                    daemon.wait(timeout=30)
+            stop_all(agents, daemons)
         codes = [agent.process.returncode for agent in agents]
         done = [line for agent in agents for _, line in agent.lines
                 if f"done: {STEPS} steps" in line]
     print(f"agents exited with {codes}; node 0's starts (rank, world, from step): "
           f"{agents[0].starts()}; resumed from step {resumed_from} after node 1 was lost")
     for what, split in (("node 1 lost", lost), ("node 1's daemon restarted", after_restart)):
-        print(f"{what}: " + ", ".join(f"{part} {seconds:.2f} s" for part, seconds in split.items()))
+        print(f"{what}: {describe(split)}")
     if codes != [0, 0] or len(done) != 1 or resumed_from < 5:
         print("training did not finish every step across the loss and the return of node 1")
         return 1

@@ -134,8 +134,10 @@ class DASO:
         self._global_size = dist.get_world_size(self.global_group)
         self._params = [p for p in model.parameters()]
         # This rank's shard of the flattened parameters, padded to the node's rank count.
+        self._numel = sum(p.numel() for p in self._params)
         local_size = dist.get_world_size(self.local_group)
-        self._shard = -(-sum(p.numel() for p in self._params) // local_size)
+        self._shard = -(-self._numel // local_size)
+        self._padded = self._shard * local_size
         self._shard_start = dist.get_rank(self.local_group) * self._shard
         self._steps_since_global = 0
         self._pending = None  # (work, buffer, steps left before it is merged, stale steps)
@@ -221,8 +223,7 @@ class DASO:
     def _flat_parameters(self):
         """The parameters, flattened and padded to a whole number of shards."""
         flat = _flatten_dense_tensors([p.detach() for p in self._params])
-        padded = self._shard * dist.get_world_size(self.local_group)
-        return torch.nn.functional.pad(flat, (0, padded - flat.numel()))
+        return torch.nn.functional.pad(flat, (0, self._padded - self._numel))
 
     def _own_shard(self, flat):
         return flat[self._shard_start:self._shard_start + self._shard]
@@ -242,7 +243,7 @@ class DASO:
         merged = self._own_shard(current).clone()
         merge(merged, copies_sum.to(merged.dtype), self._global_size, stale)
         dist._all_gather_base(current, merged, group=self.local_group)
-        self._write_parameters(current[:sum(p.numel() for p in self._params)])
+        self._write_parameters(current[:self._numel])
         self.merges += 1
 
     def _finish_pending(self):

@@ -28,11 +28,6 @@ KEEP_ALIVE_INTERVAL_S = 1
 KEEP_ALIVE_MAX_ATTEMPT = 3
 
 
-def _seconds(params, key):
-    value = params.get_as_int(key)
-    return None if value is None else timedelta(seconds=value)
-
-
 def create_handler(params):
     """The rendezvous handler for --rdzv_backend gradsync (torch's registry calls this)."""
     from torch.distributed.elastic.rendezvous import c10d_rendezvous_backend
@@ -44,9 +39,8 @@ def create_handler(params):
         raise ValueError(f"gradsync.run: keep_alive_interval ({interval} s) and "
                          f"keep_alive_max_attempt ({attempts}) must be at least 1")
     backend, store = c10d_rendezvous_backend.create_backend(params)
-    timeout = dynamic.RendezvousTimeout(_seconds(params, "join_timeout"),
-                                        _seconds(params, "last_call_timeout"),
-                                        _seconds(params, "close_timeout"))
+    timeout = dynamic.RendezvousTimeout(*(dynamic._get_timeout(params, name)
+                                          for name in ("join", "last_call", "close")))
     settings = dynamic.RendezvousSettings(params.run_id, params.min_nodes, params.max_nodes,
                                           timeout, keep_alive_interval=timedelta(seconds=interval),
                                           keep_alive_max_attempt=attempts)
