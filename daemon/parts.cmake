@@ -5,6 +5,7 @@
 #   device     the node's GPUs (through CUDA, or none)
 #   memory     client memory mapped into the daemon
 #   job        what a job is made of: clients' sessions, submissions, ready units, step meter, trace
+#   qos        the shares between jobs: policy, weighted-fair order, the pacer of inter-node sends
 #   links      the inter-node links and who is where (rank map, per-peer tasks)
 #   collectives/local      the collectives among one node's ranks
 #   collectives/internode  the collectives among nodes
@@ -59,9 +60,13 @@ gradsync_daemon_part(job
   PARTS base device memory
   LIBS gradsync_ipc gradsync_metrics)
 
+gradsync_daemon_part(qos
+  SOURCES daemon/qos/policy.cpp daemon/qos/fair_share.cpp daemon/qos/wire_pacer.cpp
+  PARTS base)
+
 gradsync_daemon_part(links
   SOURCES daemon/links/node_task.cpp daemon/links/rank_map.cpp daemon/links/links.cpp
-  PARTS base
+  PARTS base qos
   LIBS gradsync_ipc gradsync_transport)
 
 gradsync_daemon_part(collectives/local
@@ -99,7 +104,7 @@ gradsync_daemon_part(node
 gradsync_daemon_part(engine
   SOURCES daemon/engine/job.cpp daemon/engine/reduce_pool.cpp daemon/engine/executor.cpp
           daemon/engine/engine.cpp daemon/engine/engine_inspect.cpp daemon/engine/engine_peers.cpp
-          daemon/engine/engine_device.cpp
+          daemon/engine/engine_device.cpp daemon/engine/engine_local.cpp
   PARTS node)
 
 gradsync_daemon_part(control

@@ -46,6 +46,12 @@ enum class Family {
   kNegotiationMessages,
   kNegotiationAnswers,
   kInternodeAllreduces,
+  kJobWeight,
+  kJobCapBytesPerSecond,
+  kJobEngineBytes,
+  kJobWireBytes,
+  kJobWireShare,
+  kJobShareWaitSeconds,
   kCount
 };
 
@@ -152,6 +158,21 @@ inline constexpr std::array<FamilyDoc, static_cast<size_t>(Family::kCount)> kFam
      "response cache) sent to other node daemons: node 0's own, and those a node passes on"},
     {Family::kInternodeAllreduces, "gradsync_internode_allreduces_total", Type::kCounter,
      "algorithm", "Allreduces run across nodes, by algorithm"},
+    {Family::kJobWeight, "gradsync_job_weight", Type::kGauge, "training_job",
+     "A job's share weight, from the first [[qos.rule]] that matches it (1: none does)"},
+    {Family::kJobCapBytesPerSecond, "gradsync_job_cap_bytes_per_second", Type::kGauge,
+     "training_job", "Cap on a job's sends to other node daemons (0: none)"},
+    {Family::kJobEngineBytes, "gradsync_job_engine_bytes_total", Type::kCounter, "training_job",
+     "Bytes of a single-node job's collectives the engine ran, per rank"},
+    {Family::kJobWireBytes, "gradsync_job_wire_bytes_total", Type::kCounter, "training_job",
+     "Bytes of a job's collectives sent to other node daemons"},
+    {Family::kJobWireShare, "gradsync_job_wire_share", Type::kGauge, "training_job",
+     "A job's part of this node's collective bytes to other node daemons over the last second "
+     "(0 to 1)"},
+    {Family::kJobShareWaitSeconds, "gradsync_job_share_wait_seconds_total", Type::kCounter,
+     "training_job",
+     "Time a job's ready work waited while other jobs were served (engine) or for its share of "
+     "the links to other nodes"},
 }};
 
 constexpr const FamilyDoc& family_doc(Family family) {

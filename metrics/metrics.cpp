@@ -133,6 +133,12 @@ struct Metrics::Impl {
   prometheus::Family<prometheus::Gauge>* rank_submitted = nullptr;
   prometheus::Family<prometheus::Gauge>* rank_completed = nullptr;
   prometheus::Family<prometheus::Gauge>* node_cycle = nullptr;
+  prometheus::Family<prometheus::Gauge>* job_weight = nullptr;
+  prometheus::Family<prometheus::Gauge>* job_cap = nullptr;
+  prometheus::Family<prometheus::Counter>* job_engine_bytes = nullptr;
+  prometheus::Family<prometheus::Counter>* job_wire_bytes = nullptr;
+  prometheus::Family<prometheus::Gauge>* job_wire_share = nullptr;
+  prometheus::Family<prometheus::Counter>* job_share_wait = nullptr;
   // Each job's series, removed when it ends.
   struct JobSeries {
     prometheus::Gauge* stall = nullptr;
@@ -140,6 +146,13 @@ struct Metrics::Impl {
     std::vector<prometheus::Gauge*> rank_submitted;
     std::vector<prometheus::Gauge*> rank_completed;
     std::vector<prometheus::Gauge*> node_cycle;
+    prometheus::Gauge* weight = nullptr;
+    prometheus::Gauge* cap = nullptr;
+    prometheus::Counter* engine_bytes = nullptr;
+    prometheus::Counter* wire_bytes = nullptr;
+    prometheus::Gauge* wire_share = nullptr;
+    prometheus::Counter* share_wait = nullptr;
+    JobProgress last;  // as last reported: the counters move by its differences
   };
   std::map<std::string, JobSeries> job_series;
   prometheus::Counter* cache_hits = nullptr;
@@ -227,6 +240,12 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
   impl_->rank_submitted = &family<prometheus::Gauge>(registry, Family::kRankSubmittedSequence);
   impl_->rank_completed = &family<prometheus::Gauge>(registry, Family::kRankCompletedSequence);
   impl_->node_cycle = &family<prometheus::Gauge>(registry, Family::kNodeCycleSequence);
+  impl_->job_weight = &family<prometheus::Gauge>(registry, Family::kJobWeight);
+  impl_->job_cap = &family<prometheus::Gauge>(registry, Family::kJobCapBytesPerSecond);
+  impl_->job_engine_bytes = &family<prometheus::Counter>(registry, Family::kJobEngineBytes);
+  impl_->job_wire_bytes = &family<prometheus::Counter>(registry, Family::kJobWireBytes);
+  impl_->job_wire_share = &family<prometheus::Gauge>(registry, Family::kJobWireShare);
+  impl_->job_share_wait = &family<prometheus::Counter>(registry, Family::kJobShareWaitSeconds);
   auto& cache = family<prometheus::Counter>(registry, Family::kNegotiationCache);
   impl_->cache_hits = &cache.Add({{"result", "hit"}});
   impl_->cache_misses = &cache.Add({{"result", "miss"}});
@@ -391,7 +410,25 @@ void Metrics::set_job_progress(const std::string& job, const JobProgress& progre
   if (series.stall == nullptr) {
     series.stall = &impl_->stall->Add({{"training_job", job}});
     series.step_bus_bandwidth = &impl_->step_bus_bandwidth->Add({{"training_job", job}});
+    const prometheus::Labels labels{{"training_job", job}};
+    series.weight = &impl_->job_weight->Add(labels);
+    series.cap = &impl_->job_cap->Add(labels);
+    series.engine_bytes = &impl_->job_engine_bytes->Add(labels);
+    series.wire_bytes = &impl_->job_wire_bytes->Add(labels);
+    series.wire_share = &impl_->job_wire_share->Add(labels);
+    series.share_wait = &impl_->job_share_wait->Add(labels);
   }
+  series.weight->Set(progress.weight);
+  series.cap->Set(progress.cap_bytes_per_second);
+  series.wire_share->Set(progress.wire_share);
+  series.engine_bytes->Increment(
+      static_cast<double>(progress.engine_bytes - series.last.engine_bytes));
+  series.wire_bytes->Increment(static_cast<double>(progress.wire_bytes - series.last.wire_bytes));
+  series.share_wait->Increment(
+      std::max(0.0, progress.share_wait_seconds - series.last.share_wait_seconds));
+  series.last.engine_bytes = progress.engine_bytes;
+  series.last.wire_bytes = progress.wire_bytes;
+  series.last.share_wait_seconds = progress.share_wait_seconds;
   series.stall->Set(progress.stall_seconds);
   series.step_bus_bandwidth->Set(progress.step_bus_bandwidth);
   grow(*impl_->rank_submitted, series.rank_submitted, job, "local_rank",
@@ -419,6 +456,12 @@ void Metrics::job_ended(const std::string& job) {
   for (auto* gauge : series.rank_submitted) impl_->rank_submitted->Remove(gauge);
   for (auto* gauge : series.rank_completed) impl_->rank_completed->Remove(gauge);
   for (auto* gauge : series.node_cycle) impl_->node_cycle->Remove(gauge);
+  impl_->job_weight->Remove(series.weight);
+  impl_->job_cap->Remove(series.cap);
+  impl_->job_engine_bytes->Remove(series.engine_bytes);
+  impl_->job_wire_bytes->Remove(series.wire_bytes);
+  impl_->job_wire_share->Remove(series.wire_share);
+  impl_->job_share_wait->Remove(series.share_wait);
   impl_->job_series.erase(it);
 }
 

@@ -97,6 +97,13 @@ class Metrics {
     std::vector<uint64_t> rank_submitted;  // by local rank: collectives taken from its ring
     std::vector<uint64_t> rank_completed;  // completions posted to it
     std::vector<uint64_t> node_cycles;     // by node: the last negotiation cycle heard from it
+    // Its share of the node (docs/qos.md); the totals only grow.
+    double weight = 1;
+    double cap_bytes_per_second = 0;
+    uint64_t engine_bytes = 0;
+    uint64_t wire_bytes = 0;
+    double wire_share = 0;
+    double share_wait_seconds = 0;
   };
   void set_job_progress(const std::string& job, const JobProgress& progress);
   void job_ended(const std::string& job);

@@ -309,7 +309,8 @@ Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t byte
                             [&](size_t, ucp_request_param_t&) { return UCS_STATUS_PTR(status); });
   }
   peer.stats.bytes_sent += bytes;
-  state->unfinished_sends = &unfinished_sends_;
+  state->held = &held_sends_;
+  state->send_bytes = bytes;
   const auto* first = static_cast<const uint8_t*>(data);
   const MessageCut cut(bytes, max_message_bytes);
   return Operation::start(worker_.get(), std::move(state), false, cut.messages,

@@ -85,7 +85,8 @@ class Mesh final : public Transport {
   // Sends UCX holds and has not finished. Over TCP nothing wakes a sleeping worker when a
   // socket it could not write to drains: such a send moves only when progress() is called, so
   // the caller should poll rather than sleep while this is not zero.
-  size_t unfinished_sends() const { return unfinished_sends_; }
+  size_t unfinished_sends() const { return held_sends_.count; }
+  uint64_t held_send_bytes() const override { return held_sends_.bytes; }
   // UCX's network transports on this host, and the rendezvous threshold set for them (0:
   // UCX's own, as on any network with more than TCP).
   const std::vector<std::string>& network_transports() const { return network_transports_; }
@@ -291,7 +292,7 @@ class Mesh final : public Transport {
   void on_goodbye(const Delivery& delivery);
   Operation start_handshake_send(ucp_ep_h endpoint, const std::vector<uint8_t>& bytes, bool reply);
 
-  size_t unfinished_sends_ = 0;                  // see unfinished_sends()
+  HeldSends held_sends_;                         // see unfinished_sends()
   std::vector<std::string> network_transports_;  // before context_: its settings depend on them
   uint64_t rendezvous_min_bytes_ = 0;
   Context context_;

@@ -49,6 +49,8 @@ class Transport {
   // the transport is done with them. Receives not matched yet are cancelled.
   virtual void retire(std::vector<Operation> operations,
                       std::vector<std::shared_ptr<const void>> memory) = 0;
+  // The bytes of sends started and not finished: what the network could not take yet.
+  virtual uint64_t held_send_bytes() const { return 0; }
   // Moves the network along; true when it made progress.
   virtual bool progress() = 0;
 

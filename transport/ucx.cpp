@@ -11,7 +11,7 @@ void finish_part(Operation::Part* part, void* request, ucs_status_t status) {
   part->request = nullptr;
   if (status != UCS_OK && state->status == UCS_OK) state->status = status;
   if (--state->pending > 0) return;
-  if (state->unfinished_sends != nullptr) --*std::exchange(state->unfinished_sends, nullptr);
+  state->stop_holding();
   state->done = true;
 }
 
@@ -107,9 +107,10 @@ void Operation::all_started() {
   // No callback runs before the worker's next progress, so nothing has finished yet.
   if (state_->pending == 0) {
     state_->done = true;
-    state_->unfinished_sends = nullptr;
-  } else if (state_->unfinished_sends != nullptr && !receive_) {
-    ++*state_->unfinished_sends;
+    state_->held = nullptr;
+  } else if (state_->held != nullptr && !receive_) {
+    ++state_->held->count;
+    state_->held->bytes += state_->send_bytes;
   }
 }
 
@@ -130,7 +131,7 @@ void Operation::release() {
       Part& part = state_->part(i);
       if (part.request != nullptr) ucp_request_free(std::exchange(part.request, nullptr));
     }
-    if (state_->unfinished_sends != nullptr) --*state_->unfinished_sends;
+    state_->stop_holding();
   }
   state_.reset();
 }

@@ -58,6 +58,12 @@ Worker create_worker(ucp_context_h context);
 // receive already matched may still be writing its buffer, so a buffer must outlive the
 // worker's progress, not only the Operation. A pending Operation must not outlive its worker;
 // a completed one may.
+// Sends the transport holds: started, not finished.
+struct HeldSends {
+  size_t count = 0;
+  uint64_t bytes = 0;
+};
+
 class Operation {
  public:
   Operation() = default;
@@ -93,9 +99,16 @@ class Operation {
     ucs_status_t status = UCS_OK;  // the first error of any part
     size_t received = 0;           // by every part of a receive
     uint64_t sender_tag = 0;
-    // A send UCX has not finished counts here until it finishes or is released (Mesh): set
-    // before start(), cleared once the send no longer counts.
-    size_t* unfinished_sends = nullptr;
+    // A send UCX has not finished counts here, with its bytes, until it finishes or is
+    // released (Mesh): set before start(), cleared once the send no longer counts.
+    HeldSends* held = nullptr;
+    size_t send_bytes = 0;
+    void stop_holding() {
+      if (held == nullptr) return;
+      --held->count;
+      held->bytes -= send_bytes;
+      held = nullptr;
+    }
     // For a receive: the peer (the mesh's id) whose data it waits for, or any peer.
     uint32_t source = kAnySource;
     // The parts: most operations have one, kept here without an allocation; the others

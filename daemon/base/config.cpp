@@ -2,7 +2,10 @@
 
 #include "cost_model/cost_model.h"
 
+#include <fmt/format.h>
 #include <toml++/toml.h>
+
+#include <pwd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -242,6 +245,142 @@ std::string comment(const std::string& text, size_t width) {
   return out + line + "\n";
 }
 
+
+// The keys of a `[[qos.rule]]` table, documented as the flat keys are.
+struct RuleKey {
+  const char* name;
+  const char* doc;
+};
+constexpr RuleKey kRuleKeys[] = {
+    {"job", "glob over the job's name (`*`, `?`, `[...]`, as fnmatch(3)); default `\"*\"`: every job"},
+    {"user", "the job's owner (the user of its ranks), as a user name or a uid; default: anyone"},
+    {"weight", "the job's relative share of the engine and of the inter-node links, above 0; "
+               "default 1"},
+    {"max_gbit_per_s", "cap on the job's inter-node send rate, in Gbit/s; default 0: no cap"},
+    {"latency_class", "`true`: the job's small collectives (up to 256 KiB per rank) go ahead of "
+                      "other jobs' bulk pieces; default `false`"},
+};
+constexpr double kMaxWeight = 1e6;
+constexpr double kMaxGbitPerSecond = 1e5;
+
+// Why fnmatch(3) would not read `pattern` as the operator meant, if it would not: a bracket
+// expression left open, or a trailing escape.
+std::optional<std::string> glob_problem(const std::string& pattern) {
+  if (pattern.empty()) return "an empty glob matches no job";
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '\\') {
+      if (++i == pattern.size()) return "ends in an escape (\\\\) with nothing to escape";
+    } else if (pattern[i] == '[') {
+      size_t j = i + 1;
+      if (j < pattern.size() && (pattern[j] == '!' || pattern[j] == '^')) ++j;
+      if (j < pattern.size() && pattern[j] == ']') ++j;  // a leading ] is a member
+      while (j < pattern.size() && pattern[j] != ']') ++j;
+      if (j == pattern.size()) return "the bracket expression at column " +
+                                      std::to_string(i + 1) + " is not closed";
+      i = j;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<uid_t> uid_of_user(const std::string& name) {
+  std::vector<char> buffer(16384);
+  struct passwd entry {};
+  struct passwd* found = nullptr;
+  if (::getpwnam_r(name.c_str(), &entry, buffer.data(), buffer.size(), &found) != 0 ||
+      found == nullptr) {
+    return std::nullopt;
+  }
+  return found->pw_uid;
+}
+
+double rule_number(const toml::node& node, const std::string& key, double min, double max,
+                   bool min_open) {
+  const auto value = node.value<double>();
+  if (!node.is_number() || !value) throw key_error(key, "expected a number");
+  if (*value < min || (min_open && *value == min) || *value > max) {
+    throw key_error(key, fmt::format("value {} outside {}{}, {}]", *value, min_open ? "(" : "[",
+                                     min, max));
+  }
+  return *value;
+}
+
+QosRule parse_rule(const toml::table& table, const std::string& where) {
+  QosRule rule;
+  for (const auto& [name, node] : table) {
+    const std::string key = where + "." + std::string(name.str());
+    if (name.str() == "job") {
+      const auto value = node.value<std::string>();
+      if (!node.is_string()) throw key_error(key, "expected a string");
+      if (auto problem = glob_problem(*value)) {
+        throw key_error(key, "invalid glob '" + *value + "': " + *problem);
+      }
+      rule.job = *value;
+    } else if (name.str() == "user") {
+      if (node.is_integer()) {
+        const int64_t uid = *node.value<int64_t>();
+        if (uid < 0 || uid >= kMaxU32) throw key_error(key, "uid " + std::to_string(uid) + " out of range");
+        rule.user = std::to_string(uid);
+        rule.uid = static_cast<uid_t>(uid);
+      } else if (node.is_string()) {
+        rule.user = *node.value<std::string>();
+        rule.uid = uid_of_user(rule.user);
+        if (!rule.uid) throw key_error(key, "no user '" + rule.user + "' on this host");
+      } else {
+        throw key_error(key, "expected a user name or a uid");
+      }
+    } else if (name.str() == "weight") {
+      rule.weight = rule_number(node, key, 0, kMaxWeight, true);
+    } else if (name.str() == "max_gbit_per_s") {
+      rule.max_gbit_per_s = rule_number(node, key, 0, kMaxGbitPerSecond, false);
+    } else if (name.str() == "latency_class") {
+      if (!node.is_boolean()) throw key_error(key, "expected true or false");
+      rule.latency_class = *node.value<bool>();
+    } else {
+      throw key_error(key, "unknown key (a rule has job, user, weight, max_gbit_per_s and "
+                           "latency_class)");
+    }
+  }
+  return rule;
+}
+
+// `qos` holds only `[[qos.rule]]` tables.
+void parse_qos(const toml::node& node, DaemonConfig& config) {
+  const toml::table* qos = node.as_table();
+  if (qos == nullptr) throw key_error("qos", "expected tables: write each rule as [[qos.rule]]");
+  for (const auto& [name, value] : *qos) {
+    if (name.str() != "rule") {
+      throw key_error("qos." + std::string(name.str()), "unknown key (qos holds [[qos.rule]] tables)");
+    }
+    const toml::array* rules = value.as_array();
+    if (rules == nullptr) throw key_error("qos.rule", "expected tables: write each rule as [[qos.rule]]");
+    for (size_t i = 0; i < rules->size(); ++i) {
+      const std::string where = "qos.rule[" + std::to_string(i + 1) + "]";
+      const toml::table* table = (*rules)[i].as_table();
+      if (table == nullptr) throw key_error(where, "expected a table");
+      config.qos_rules.push_back(parse_rule(*table, where));
+    }
+  }
+}
+
+// The rules as one line of TOML (an inline table), so that a reload's comparison sees them as
+// one key.
+std::string qos_value(const std::vector<QosRule>& rules) {
+  std::string out = "{ rule = [";
+  for (size_t i = 0; i < rules.size(); ++i) {
+    const QosRule& rule = rules[i];
+    out += i == 0 ? " " : ", ";
+    out += "{ job = " + toml_string(rule.job);
+    if (!rule.user.empty()) {
+      const bool numeric = rule.user.find_first_not_of("0123456789") == std::string::npos;
+      out += ", user = " + (numeric ? rule.user : toml_string(rule.user));
+    }
+    out += fmt::format(", weight = {}, max_gbit_per_s = {}, latency_class = {} }}", rule.weight,
+                       rule.max_gbit_per_s, rule.latency_class);
+  }
+  return out + (rules.empty() ? "] }" : " ] }");
+}
+
 }  // namespace
 
 DaemonConfig default_config() {
@@ -261,6 +400,10 @@ DaemonConfig parse_config(const std::string& toml_text, const std::string& origi
   DaemonConfig config = default_config();
   for (const auto& [key, node] : table) {
     const std::string name(key.str());
+    if (name == "qos") {
+      parse_qos(node, config);
+      continue;
+    }
     const Key* spec = find_key(name);
     if (spec == nullptr) throw ConfigError(origin + ": unknown config key '" + name + "'");
     set_key(*spec, config, node);
@@ -308,6 +451,7 @@ std::string to_toml(const DaemonConfig& config) {
   // One `key = value` line each, in the order of the key names (as TOML tables print).
   std::map<std::string, std::string> lines;
   for (const Key& key : keys()) lines[key.name] = value_text(key, config);
+  lines["qos"] = qos_value(config.qos_rules);
   std::string out;
   for (const auto& [name, value] : lines) out += name + " = " + value + "\n";
   if (!out.empty()) out.pop_back();
@@ -338,6 +482,11 @@ std::string config_docs(ConfigDocs format) {
       out += std::string("| `") + key.name + "` | `" + value_text(key, defaults) + "` | " +
              key.doc + reload_note(key.reload) + " |\n";
     }
+    out += std::string("| `[[qos.rule]]` | none | shares between jobs (docs/qos.md): tables with the "
+                       "keys below; the first that matches a job applies, and a job none matches "
+                       "has weight 1, no cap and no latency class") +
+           reload_note(Reload::kLive) + " |\n\n| `[[qos.rule]]` key | meaning |\n| --- | --- |\n";
+    for (const RuleKey& key : kRuleKeys) out += std::string("| `") + key.name + "` | " + key.doc + " |\n";
     return out;
   }
   out =
@@ -351,6 +500,13 @@ std::string config_docs(ConfigDocs format) {
   for (const Key& key : keys()) {
     out += "\n" + comment(key.doc, 98) + key.name + " = " + value_text(key, defaults) + "\n";
   }
+  out += "\n" +
+         comment("shares between jobs (docs/qos.md), reloaded live: the first rule that matches a "
+                 "job applies; a job none matches has weight 1, no cap and no latency class. Each "
+                 "rule is a table with these keys, all optional:",
+                 98) +
+         "# [[qos.rule]]\n";
+  for (const RuleKey& key : kRuleKeys) out += comment(std::string(key.name) + ": " + key.doc, 98);
   return out;
 }
 

@@ -2,6 +2,8 @@
 // table of docs/configuration.md. Every key names its unit.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -9,6 +11,19 @@
 #include <vector>
 
 namespace gradsync::daemon {
+
+// One `[[qos.rule]]` table: which jobs it matches, and the share of the node it gives them
+// (docs/qos.md). The first rule that matches a job applies; a job no rule matches has weight 1,
+// no cap and no latency class.
+struct QosRule {
+  std::string job = "*";       // glob over the job's name (fnmatch(3))
+  std::string user;            // the job's owner: a user name or uid as written; empty: anyone
+  std::optional<uid_t> uid;    // `user` resolved when the configuration was read
+  double weight = 1;           // relative share of the engine and of the inter-node links
+  double max_gbit_per_s = 0;   // cap on the job's inter-node send rate; 0: none
+  bool latency_class = false;  // its small collectives go ahead of other jobs' bulk pieces
+  bool operator==(const QosRule&) const = default;
+};
 
 struct DaemonConfig {
   std::string socket_path = "/run/gradsync/gradsyncd.sock";
@@ -51,6 +66,8 @@ struct DaemonConfig {
   // Client device allocations kept open through CUDA IPC; past it the least recently used
   // one no collective uses is closed (its registration stays, and it opens again on use).
   uint32_t device_mapping_cache_entries = 1024;
+  // Shares between jobs (`[[qos.rule]]`, reloaded live): the first rule matching a job applies.
+  std::vector<QosRule> qos_rules;
 };
 
 class ConfigError : public std::runtime_error {

@@ -72,7 +72,16 @@ std::string status_json(const DaemonInfo& daemon, const DaemonConfig& config,
                     {"algorithm", j.algorithm},
                     {"wire_codec", j.wire_codec},
                     {"stall_seconds", j.stall_seconds},
-                    {"traced", j.traced}});
+                    {"traced", j.traced},
+                    {"qos",
+                     {{"rule", j.share.rule},
+                      {"weight", j.share.weight},
+                      {"max_gbit_per_s", j.share.cap_bytes_per_second * 8 / 1e9},
+                      {"latency_class", j.share.latency_class},
+                      {"engine_bytes", j.engine_bytes},
+                      {"wire_bytes", j.wire_bytes},
+                      {"wire_share", j.wire_share},
+                      {"share_wait_seconds", j.share_wait_seconds}}}});
   }
   Json& peers = status["peers"] = Json::array();
   for (const PeerView& p : snapshot.peers) {

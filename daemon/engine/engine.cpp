@@ -42,31 +42,13 @@ constexpr auto kRetiredPollInterval = std::chrono::milliseconds(100);
 // How long after a job ended here its peers may still send to it: they fail it within their
 // peer timeout; this much more covers their aborts and retries in flight.
 constexpr auto kEndedJobGrace = std::chrono::seconds(10);
+// While jobs share the links to other nodes, the bytes of sends UCX holds (could not hand to
+// the network yet) before the pacer holds back the next: one pipeline piece, so that grants
+// in fair order become the order on the wire (wire_pacer.h).
+constexpr uint64_t kWireWindowBytes = cost_model::kPipelinePieceBytes;
 
 metrics::CollectiveKind kind_of(ipc::Collective c) {
   return static_cast<metrics::CollectiveKind>(c);
-}
-
-// A batch that ran on this node alone: each collective negotiated, queued, then ran with the
-// rest of the batch.
-void trace_local_batch(TraceRecorder& trace, const std::vector<ReadyUnit>& batch,
-                       Clock::time_point start, Clock::time_point end) {
-  uint32_t fused = 0;
-  for (const auto& unit : batch) fused += static_cast<uint32_t>(unit.collectives.size());
-  for (const auto& unit : batch) {
-    for (const auto& c : unit.collectives) {
-      const Submission& lead = c.first();
-      trace.record(lead.name, TracePhase::kNegotiate, c.times.submitted, c.times.ready, c.bytes());
-      trace.record(lead.name, TracePhase::kQueue, c.times.ready, start, c.bytes());
-      TracePhase phase = TracePhase::kLocalReduce;
-      if (lead.collective == ipc::Collective::kBroadcast) phase = TracePhase::kBroadcast;
-      if (lead.collective == ipc::Collective::kAllgather) phase = TracePhase::kAllgather;
-      if (lead.collective == ipc::Collective::kAllToAll) phase = TracePhase::kAllToAll;
-      if (lead.collective != ipc::Collective::kBarrier) {
-        trace.record(lead.name, phase, start, end, c.bytes(), fused);
-      }
-    }
-  }
 }
 
 }  // namespace
@@ -76,6 +58,7 @@ Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devi
       metrics_(metrics),
       log_(logger("engine")),
       pool_(config.reduce_threads),
+      wire_pacer_(kWireWindowBytes),
       host_buffers_(HostMapper{}, config.host_mapping_cache_entries),
       device_buffers_(DeviceMapper(devices), config.device_mapping_cache_entries),
       device_streams_(devices),
@@ -210,6 +193,8 @@ void Engine::handle(AttachSession& command) {
     job = std::make_unique<Job>(
         who.job, who.local_world_size,
         Clock::now() + std::chrono::seconds(config_.job_formation_timeout_seconds));
+    job->qos().owner = who.uid;
+    apply_share(*job);
     if (!who.nodes.empty()) {
       ended_jobs_.erase(who.job);  // a new job of that name: its messages are wanted
       // A peer that failed while no job used the mesh: the jobs that had it hear of it now, and
@@ -229,6 +214,7 @@ void Engine::handle(AttachSession& command) {
               config_.tcp_bulk_protocol == "auto" ? mesh_->largest_eager_message() : 0,
               config_.negotiation_relay_min_nodes},
           metrics_, device_streams_));
+      job->network()->set_pacer(&wire_pacer_, job->qos().flow);
       ++network_jobs_;
       if (auto early = early_messages_.extract(who.job)) {
         for (const auto& payload : early.mapped()) handle_node_message(payload);
@@ -299,6 +285,7 @@ void Engine::handle(DetachSession& command) {
   if (Job* job = session.job) {
     const std::string job_name = job->name();
     const bool first_failure = !job->failure();
+    finish_local_batch(*job);  // its submissions complete to the sessions while they exist
     job->detach(session, command.reason);
     if (first_failure && job->network()) job->network()->broadcast_abort(command.reason);
     if (job->empty()) {
@@ -317,6 +304,8 @@ void Engine::handle(DetachSession& command) {
                     mesh_->retired_count());
       }
       metrics_.job_ended(job_name);
+      engine_share_.remove(job->qos().flow);
+      wire_pacer_.remove(job->qos().flow);
       jobs_.erase(job_name);
     }
   }
@@ -326,7 +315,10 @@ void Engine::handle(DetachSession& command) {
 }
 
 void Engine::handle(Shutdown& command) {
-  for (auto& [name, job] : jobs_) fail_job(*job, GRADSYNC_ERR_DAEMON_GONE, command.reason, true);
+  for (auto& [name, job] : jobs_) {
+    finish_local_batch(*job);
+    fail_job(*job, GRADSYNC_ERR_DAEMON_GONE, command.reason, true);
+  }
   stopping_ = true;
 }
 
@@ -394,44 +386,23 @@ bool Engine::run_ready_batches() {
       any |= run_agreed(*job);
       continue;
     }
-    while (!ready.empty()) {
-      if (on_device(ready.front())) {  // to the daemon's streams; done when its fence is
-        // Not before its stream-ordered ranks' writes are done (polled, as fences are): the
-        // daemon's streams never wait on another process's event, which costs a switch
-        // between the processes' contexts without MPS even when it is done, and would stop
-        // every job's work on the GPU for good if that process died first. The job's later
-        // units wait behind it, in order.
-        if (!device_inputs_done(ready.front())) break;
-        ReadyUnit unit = std::move(ready.front());
-        ready.pop_front();
-        launch_device_unit(*job, std::move(unit));
-        any = true;
-        continue;
-      }
-      // Lazy fusion: take ready units in order up to the threshold; a group is never split,
-      // and a unit larger than the threshold runs alone. Device units are not fused in.
-      std::vector<ReadyUnit> batch;
-      uint64_t bytes = 0;
-      while (!ready.empty() && !on_device(ready.front()) &&
-             (batch.empty() || bytes + ready.front().bytes() <= config_.fusion_threshold_bytes)) {
-        bytes += ready.front().bytes();
-        batch.push_back(std::move(ready.front()));
-        ready.pop_front();
-      }
-      const auto start = Clock::now();
-      const BatchStats stats = execute_batch(batch, pool_, config_.parallel_reduce_min_bytes);
-      const auto end = Clock::now();
-      uint64_t collectives = 0;
-      for (const auto& unit : batch) collectives += record_local_completion(*job, unit, end);
-      metrics_.batch_executed(
-          stats.bytes, collectives, std::chrono::duration<double>(end - start).count(),
-          static_cast<double>(bytes) / static_cast<double>(config_.fusion_threshold_bytes));
-      if (TraceRecorder* trace = job->trace()) trace_local_batch(*trace, batch, start, end);
-      for (ReadyUnit& unit : batch) job->unit_pool().recycle(std::move(unit));
+    // Device units to the daemon's streams, done when their fence is; host work runs in
+    // turn with the other jobs' (run_local_work), and a device unit after it waits for it.
+    while (!ready.empty() && on_device(ready.front()) &&
+           !running_batches_.contains(job->qos().flow)) {
+      // Not before its stream-ordered ranks' writes are done (polled, as fences are): the
+      // daemon's streams never wait on another process's event, which costs a switch
+      // between the processes' contexts without MPS even when it is done, and would stop
+      // every job's work on the GPU for good if that process died first. The job's later
+      // units wait behind it, in order.
+      if (!device_inputs_done(ready.front())) break;
+      ReadyUnit unit = std::move(ready.front());
+      ready.pop_front();
+      launch_device_unit(*job, std::move(unit));
       any = true;
     }
   }
-  return any;
+  return run_local_work() || any;
 }
 
 uint64_t Engine::record_local_completion(Job& job, const ReadyUnit& unit, Clock::time_point end) {

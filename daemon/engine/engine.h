@@ -6,12 +6,15 @@
 #include "daemon/base/config.h"
 #include "daemon/device/device_streams.h"
 #include "daemon/device/devices.h"
+#include "daemon/engine/executor.h"
 #include "daemon/engine/inspect.h"
 #include "daemon/engine/job.h"
 #include "daemon/engine/reduce_pool.h"
 #include "daemon/job/session.h"
 #include "daemon/memory/host_mapper.h"
 #include "daemon/memory/mapping_cache.h"
+#include "daemon/qos/fair_share.h"
+#include "daemon/qos/wire_pacer.h"
 #include "metrics/metrics.h"
 #include "transport/mesh.h"
 
@@ -24,6 +27,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <variant>
@@ -108,7 +112,7 @@ class Engine {
   void handle(AddEvents& command);
   void handle(DetachSession& command);
   void handle(Shutdown& command);
-  void handle(Reconfigure& command) { config_ = std::move(command.config); }
+  void handle(Reconfigure& command);
   void handle(InspectEngine& command);  // engine_inspect.cpp
   void handle(StartTrace& command);
 
@@ -135,6 +139,19 @@ class Engine {
   void fail_job(Job& job, gradsync_result status, const std::string& reason, bool tell_peers,
                 JobFailure kind = JobFailure::kFault);
   bool run_ready_batches();
+  // Shares between jobs (engine_local.cpp, docs/qos.md). The host work of single-node jobs,
+  // a piece at a time in weighted-fair order; true if any ran.
+  bool run_local_work();
+  // Runs the next piece of `job`'s batch (formed from its ready units if none runs) and, once
+  // the batch is done, completes it. `waiting`: the other jobs whose work waited meanwhile.
+  void serve_local_piece(Job& job, std::span<Job* const> waiting);
+  // Runs what is left of the job's batch now, before a rank of it leaves or the daemon stops.
+  void finish_local_batch(Job& job);
+  // Places the job in the fair order and the pacer with the share the rules give it (again
+  // after a reload: logged where it changed).
+  void apply_share(Job& job);
+  // The jobs' shares in the metrics (export_samples).
+  void sample_shares();
   // Metrics and step accounting of a unit done on this node; returns its collectives.
   uint64_t record_local_completion(Job& job, const ReadyUnit& unit, Clock::time_point end);
   // Device units (engine_device.cpp): enqueued on the daemon's streams, completed when their
@@ -166,6 +183,19 @@ class Engine {
   metrics::Metrics& metrics_;
   std::shared_ptr<spdlog::logger> log_;
   ReducePool pool_;
+  // Shares between jobs (docs/qos.md): the engine's fair order of single-node host work, and
+  // the pacer of every job's sends to other nodes. Before the jobs, whose tasks hold the
+  // pacer's tickets until they go.
+  FairShare engine_share_;
+  WirePacer wire_pacer_;
+  uint64_t next_flow_ = 1;
+  // Single-node batches run in pieces, by the flow of their job.
+  struct RunningBatch {
+    LocalBatch batch;
+    Clock::time_point start;
+    double seconds = 0;  // in its pieces
+  };
+  std::unordered_map<uint64_t, RunningBatch> running_batches_;
   // Clients' memory, by (session, buffer id): every session's, so that one bound holds for
   // the daemon's mappings of each kind (host_mapping_cache_entries: shared-memory mappings;
   // device_mapping_cache_entries: open CUDA IPC mappings).

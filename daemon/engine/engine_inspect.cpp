@@ -43,6 +43,13 @@ void Engine::handle(InspectEngine& command) {
     view.world_size = job->world_size();
     view.stall_seconds = job->stall_seconds();
     view.traced = job->trace() != nullptr;
+    const Job::Qos& qos = job->qos();
+    view.share = qos.share;
+    view.engine_bytes = qos.engine_bytes;
+    const WirePacer::FlowCounters wire = wire_pacer_.counters(qos.flow, Clock::now());
+    view.wire_bytes = wire.granted_bytes;
+    view.wire_share = qos.wire_share;
+    view.share_wait_seconds = qos.engine_wait_seconds + wire.waited_seconds;
     if (const NodeJob* network = job->network()) {
       view.nodes = network->layout().nodes;
       view.node_rank = network->layout().node_rank;
@@ -179,6 +186,7 @@ void Engine::report_mapping_lookups() {
 
 void Engine::export_samples() {
   export_job_states();
+  sample_shares();
   report_mapping_lookups();
   uint64_t bytes = 0;
   for (Session* session : polled_) bytes += session->registered_bytes();
@@ -189,6 +197,14 @@ void Engine::export_samples() {
     progress.step_bus_bandwidth = job->steps().last_bus_bandwidth();
     job->rank_progress(progress.rank_submitted, progress.rank_completed);
     progress.node_cycles.clear();
+    const Job::Qos& qos = job->qos();
+    progress.weight = qos.share.weight;
+    progress.cap_bytes_per_second = qos.share.cap_bytes_per_second;
+    progress.engine_bytes = qos.engine_bytes;
+    const WirePacer::FlowCounters wire = wire_pacer_.counters(qos.flow, Clock::now());
+    progress.wire_bytes = wire.granted_bytes;
+    progress.wire_share = qos.wire_share;
+    progress.share_wait_seconds = qos.engine_wait_seconds + wire.waited_seconds;
     if (const NodeJob* network = job->network(); network && network->negotiator()) {
       progress.node_cycles = network->negotiator()->last_cycles();
     }

@@ -1,7 +1,5 @@
 #include "daemon/engine/executor.h"
 
-#include "daemon/collectives/local/local_work.h"
-
 #include <algorithm>
 
 namespace gradsync::daemon {
@@ -27,33 +25,49 @@ void run_range(const std::vector<LocalWork>& works, uint64_t begin, uint64_t end
 
 }  // namespace
 
-BatchStats execute_batch(std::vector<ReadyUnit>& batch, ReducePool& pool,
-                         uint64_t parallel_min_bytes) {
-  std::vector<LocalWork> works;
-  BatchStats stats;
-  for (const auto& unit : batch) {
+LocalBatch::LocalBatch(std::vector<ReadyUnit> units) : units_(std::move(units)) {
+  for (const auto& unit : units_) {
     for (const auto& collective : unit.collectives) {
-      works.push_back(local_work_for(collective));
-      stats.bytes += works.back().elements * works.back().element_bytes;
+      works_.push_back(local_work_for(collective));
+      stats_.bytes += works_.back().elements * works_.back().element_bytes;
     }
   }
-  const uint64_t wanted = std::max<uint64_t>(1, stats.bytes / parallel_min_bytes);
-  stats.parts = static_cast<unsigned>(std::min<uint64_t>(wanted, pool.size()));
-  if (stats.parts <= 1) {
-    run_range(works, 0, stats.bytes);
+}
+
+void LocalBatch::run(uint64_t bytes, ReducePool& pool, uint64_t parallel_min_bytes) {
+  const uint64_t begin = done_;
+  const uint64_t end = std::min(stats_.bytes, begin + std::max<uint64_t>(bytes, 1));
+  const uint64_t span = end - begin;
+  const uint64_t wanted = std::max<uint64_t>(1, span / parallel_min_bytes);
+  const auto parts = static_cast<unsigned>(std::min<uint64_t>(wanted, pool.size()));
+  stats_.parts = std::max(stats_.parts, parts);
+  if (parts <= 1) {
+    run_range(works_, begin, end);
   } else {
-    const uint64_t per_part = (stats.bytes + stats.parts - 1) / stats.parts;
-    pool.run(stats.parts, [&](unsigned part) {
-      const uint64_t begin = part * per_part;
-      run_range(works, begin, std::min(stats.bytes, begin + per_part));
+    const uint64_t per_part = (span + parts - 1) / parts;
+    pool.run(parts, [&](unsigned part) {
+      const uint64_t from = begin + part * per_part;
+      run_range(works_, from, std::min(end, from + per_part));
     });
   }
-  for (auto& unit : batch) {
+  done_ = end;
+}
+
+void LocalBatch::complete() {
+  for (auto& unit : units_) {
     for (auto& collective : unit.collectives) {
-      for (auto& s : collective.ranks) complete(s, GRADSYNC_OK);
+      for (auto& s : collective.ranks) daemon::complete(s, GRADSYNC_OK);
     }
   }
-  return stats;
+}
+
+BatchStats execute_batch(std::vector<ReadyUnit>& batch, ReducePool& pool,
+                         uint64_t parallel_min_bytes) {
+  LocalBatch local(std::move(batch));
+  local.run(local.bytes(), pool, parallel_min_bytes);
+  local.complete();
+  batch = std::move(local.units());
+  return local.stats();
 }
 
 }  // namespace gradsync::daemon

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "daemon/job/trace.h"
+#include "daemon/qos/policy.h"
 
 #include <sys/types.h>
 
@@ -41,6 +42,12 @@ struct JobView {
   std::string wire_codec;  // across nodes: none or bf16
   double stall_seconds = 0;
   bool traced = false;
+  // Its share of the node (docs/qos.md) and what it got of it.
+  JobShare share;
+  uint64_t engine_bytes = 0;
+  uint64_t wire_bytes = 0;
+  double wire_share = 0;  // of the node's bytes to other nodes, over the last second
+  double share_wait_seconds = 0;
 };
 
 struct PeerView {

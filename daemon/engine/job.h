@@ -9,6 +9,7 @@
 #include "daemon/job/submission.h"
 #include "daemon/job/trace.h"
 #include "daemon/job/unit_pool.h"
+#include "daemon/qos/policy.h"
 
 #include <chrono>
 #include <cstdint>
@@ -83,6 +84,19 @@ class Job {
   // `warn`, each one older than `warn_after` that has not been warned about before.
   std::optional<Stall> oldest_stall(Clock::time_point now, Clock::duration warn_after,
                                     std::vector<std::string>& warn);
+  // Its share of the node (docs/qos.md), and what it got of it.
+  struct Qos {
+    uint64_t flow = 0;  // in the engine's and the pacer's fair order; 0: not placed yet
+    uid_t owner = 0;    // the user of its first rank here
+    JobShare share;
+    uint64_t engine_bytes = 0;        // of its single-node collectives run, per rank
+    double engine_wait_seconds = 0;   // its host work ready while another job's ran
+    uint64_t reported_wire_bytes = 0;  // the pacer's count at the last sample
+    double wire_share = 0;             // its part of the node's paced bytes in the last interval
+  };
+  Qos& qos() { return qos_; }
+  const Qos& qos() const { return qos_; }
+
   // The age of the job's oldest stall as last inspected (engine.cpp), for gradsyncctl.
   double stall_seconds() const { return stall_seconds_; }
   void set_stall_seconds(double seconds) { stall_seconds_ = seconds; }
@@ -136,6 +150,7 @@ class Job {
   std::unordered_map<uint64_t, GroupAssembly> groups_;
   std::deque<ReadyUnit> ready_;
   double stall_seconds_ = 0;
+  Qos qos_;
   StepMeter steps_;
   UnitPool unit_pool_;                    // before network_, which returns units to it
   std::unique_ptr<TraceRecorder> trace_;  // before network_, which refers to it: goes after

@@ -64,6 +64,21 @@ bool NodeLinks::has_peer(transport::PeerId peer) const {
   return false;
 }
 
+PaceWait::~PaceWait() {
+  if (ticket_ != 0) links_->pacer()->cancel(ticket_);
+}
+
+bool PaceWait::ready() {
+  WirePacer* pacer = links_->pacer();
+  if (pacer == nullptr || bytes_ == 0) return true;
+  const auto now = Clock::now();
+  if (ticket_ == 0) ticket_ = pacer->request(links_->flow(), bytes_, now);
+  pacer->dispatch(now, links_->transport().held_send_bytes());
+  if (!pacer->take_grant(ticket_)) return false;
+  ticket_ = 0;
+  return true;
+}
+
 uint64_t NodeLinks::tag(uint64_t kind, uint32_t sender, uint32_t sequence, uint32_t part) const {
   return tags::make(kind, sender, job_tag_, ((sequence & 0xffffu) << 16) | (part & 0xffffu));
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "daemon/links/node_task.h"
+#include "daemon/qos/wire_pacer.h"
 
 #include "transport/transport.h"
 
@@ -88,6 +89,14 @@ class NodeLinks {
   // Records a measured link to `node` in its peer's statistics.
   void set_link(uint32_t node, double latency_seconds, double bytes_per_second);
 
+  // The node's pacer of inter-node sends, and this job's flow in it (null: not paced).
+  void set_pacer(WirePacer* pacer, WirePacer::Flow flow) {
+    pacer_ = pacer;
+    flow_ = flow;
+  }
+  WirePacer* pacer() const { return pacer_; }
+  WirePacer::Flow flow() const { return flow_; }
+
   // Drives UCX; true when it made progress.
   bool progress() { return transport_.progress(); }
   // An error naming the first other node of the job that failed, if any.
@@ -106,6 +115,29 @@ class NodeLinks {
   std::chrono::seconds peer_timeout_;
   uint16_t job_tag_;
   std::vector<transport::PeerId> peers_;  // by node; own entry unused
+  WirePacer* pacer_ = nullptr;
+  WirePacer::Flow flow_ = 0;
+};
+
+// Waits until the node's pacer lets the job send `bytes` (wire_pacer.h); at once where the job
+// is not paced. A collective waits so before each of its bulk sends, once the receives of the
+// same step are posted: a peer's sends never wait for this node's pacer to post theirs.
+class PaceWait final : public NodeWait {
+ public:
+  PaceWait(NodeLinks& links, uint64_t bytes) : links_(&links), bytes_(bytes) {}
+  PaceWait(PaceWait&& other) noexcept
+      : links_(other.links_), bytes_(other.bytes_), ticket_(std::exchange(other.ticket_, 0)) {}
+  PaceWait& operator=(PaceWait&&) = delete;
+  PaceWait(const PaceWait&) = delete;
+  PaceWait& operator=(const PaceWait&) = delete;
+  ~PaceWait() override;
+  bool ready() override;
+  NodeResult take_result() { return std::nullopt; }
+
+ private:
+  NodeLinks* links_;
+  uint64_t bytes_;
+  WirePacer::Ticket ticket_ = 0;  // while waiting for the grant
 };
 
 class Flight;

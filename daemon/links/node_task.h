@@ -70,7 +70,7 @@ struct NodeAwait {
   void await_suspend(std::coroutine_handle<NodeTask::promise_type> task) {
     task.promise().waiting = &wait;
   }
-  NodeResult await_resume() { return wait.take_result(); }
+  auto await_resume() { return wait.take_result(); }
 };
 
 // Lets the engine go round once (the network progresses) before the task goes on: work of

@@ -146,6 +146,8 @@ class NodeJob {
   void set_unit_pool(UnitPool* pool) { unit_pool_ = pool; }
 
   uint16_t job_tag() const { return links_.job_tag(); }
+  // Paces the job's bulk sends through the node's pacer, as `flow` (wire_pacer.h).
+  void set_pacer(WirePacer* pacer, WirePacer::Flow flow) { links_.set_pacer(pacer, flow); }
   const Negotiator* negotiator() const { return negotiator_ ? &*negotiator_ : nullptr; }
 
  private:

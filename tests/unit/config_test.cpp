@@ -36,6 +36,11 @@ TEST(Config, DefaultsAreValidAndDocumented) {
   const std::string file = config_docs(ConfigDocs::kToml);
   EXPECT_EQ(to_toml(parse_config(file, "generated")), to_toml(config));
   for (const std::string& key : every_key(config)) {
+    if (key == "qos") {  // tables of their own: documented, and shipped commented out
+      EXPECT_NE(table.find("\n| `[[qos.rule]]` |"), std::string::npos);
+      EXPECT_NE(file.find("\n# [[qos.rule]]\n"), std::string::npos);
+      continue;
+    }
     EXPECT_NE(table.find("\n| `" + key + "` |"), std::string::npos) << key;
     EXPECT_NE(file.find("\n" + key + " = "), std::string::npos) << key;
   }

@@ -103,8 +103,26 @@ std::string algorithm_and_codec(const nlohmann::json& job) {
 }
 }  // namespace
 
+// "w3 cap 0.5G 74% waited 2.1s": its weight, cap, part of the node's bytes to other nodes
+// over the last second (jobs across nodes) and time it waited for its share.
+std::string share(const nlohmann::json& qos) {
+  std::string text = fmt::format("w{}", qos["weight"].get<double>());
+  if (const double cap = qos["max_gbit_per_s"].get<double>(); cap > 0) {
+    text += fmt::format(" cap {}G", cap);
+  }
+  if (qos["latency_class"].get<bool>()) text += " latency";
+  if (qos["wire_bytes"].get<double>() > 0) {
+    text += fmt::format(" {:.0f}%", qos["wire_share"].get<double>() * 100);
+  }
+  if (const double waited = qos["share_wait_seconds"].get<double>(); waited >= 0.05) {
+    text += " waited " + human_duration(waited);
+  }
+  return text;
+}
+
 void print_jobs(const nlohmann::json& status, std::ostream& out) {
-  Table table({"JOB", "STATE", "LOCAL RANKS", "WORLD", "NODE", "ALGORITHM", "STALL", "NOTE"});
+  Table table({"JOB", "STATE", "LOCAL RANKS", "WORLD", "NODE", "ALGORITHM", "SHARE", "STALL",
+               "NOTE"});
   for (const auto& job : status["jobs"]) {
     const auto& nodes = job["nodes"];
     std::string note = text(job["failure"]);
@@ -113,7 +131,7 @@ void print_jobs(const nlohmann::json& status, std::ostream& out) {
                fmt::format("{}/{}", text(job["local_ranks"]), text(job["local_world_size"])),
                text(job["world_size"]),
                nodes.empty() ? "-" : fmt::format("{} of {}", text(job["node_rank"]), nodes.size()),
-               nodes.empty() ? "-" : algorithm_and_codec(job),
+               nodes.empty() ? "-" : algorithm_and_codec(job), share(job["qos"]),
                job["stall_seconds"].get<double>() > 0
                    ? human_duration(job["stall_seconds"].get<double>())
                    : "-",

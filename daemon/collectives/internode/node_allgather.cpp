@@ -125,6 +125,7 @@ NodeTask node_allgather(CollectiveContext& step, const ReadyCollective& collecti
     const auto slot = static_cast<uint32_t>(s.session->identity().rank);
     for (uint32_t node = 0; node < links.nodes(); ++node) {
       if (node == links.me()) continue;
+      co_await step.pace(block);
       flight.add(
           step.send(node, links.tag(tags::kData, links.me(), step.sequence, slot), s.send, block));
     }

@@ -120,6 +120,7 @@ NodeTask node_alltoall(CollectiveContext& step, const ReadyCollective& collectiv
           });
       source = message;
     }
+    co_await step.pace(message_bytes(node));
     flight.add(step.send(node, tag(me), source, message_bytes(node)));
   }
   // The blocks between this node's own ranks, while the messages travel.

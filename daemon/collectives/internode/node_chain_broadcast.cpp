@@ -51,7 +51,10 @@ NodeTask node_chain_broadcast(CollectiveContext& step, const ReadyCollective& co
     if (root == nullptr) {
       if (auto error = co_await flight.wait(arrivals[j])) co_return error;
     }
-    if (forwards) flight.add(step.send(next, tag(me, j), source + begin(j), length(j)));
+    if (forwards) {
+      co_await step.pace(length(j));
+      flight.add(step.send(next, tag(me, j), source + begin(j), length(j)));
+    }
     for (const auto& s : collective.ranks) {
       if (s.recv != source)
         kernels::copy(s.recv + begin(j), source + begin(j), length(j), streaming);

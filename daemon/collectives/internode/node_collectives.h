@@ -36,6 +36,8 @@ struct CollectiveContext {
   // same on every node: eagerly, below UCX's rendezvous, where the link is slow (NodeJob).
   uint64_t max_message_bytes = 0;
 
+  // Before each bulk send (co_await): until the node's pacer lets this job send `bytes`.
+  NodeAwait<PaceWait> pace(uint64_t bytes) const { return {PaceWait(links, bytes)}; }
   // The collective's bulk data, over `links` in messages of max_message_bytes.
   transport::Operation send(uint32_t node, uint64_t tag, const void* data, size_t bytes) const {
     return links.send(node, tag, data, bytes, max_message_bytes);

@@ -51,6 +51,7 @@ NodeTask node_direct_broadcast(CollectiveContext& step, const ReadyCollective& c
   if (root != nullptr) {
     for (uint32_t node = 0; node < links.nodes(); ++node) {
       if (node == links.me()) continue;
+      co_await step.pace(bytes);
       flight.add(
           step.send(node, links.tag(tags::kData, links.me(), step.sequence, 0), root->send, bytes));
     }

@@ -85,6 +85,7 @@ NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const Allreduc
   const uint64_t all_bytes = count * element;
   if (me < 2 * extra && me % 2 == 0) {
     // Sits out: hand the data to the odd partner, get the result back.
+    co_await step.pace(all_bytes);
     send_range(me + 1, 0, 0, count);
     receive_range(me + 1, fold_back, 0, count, nullptr);
     if (auto error = co_await flight.wait_all()) co_return error;
@@ -118,6 +119,7 @@ NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const Allreduc
     const uint64_t give_begin = lower ? middle : begin;
     const uint64_t give_end = lower ? end : middle;
     receive_range(partner, 1 + level, keep_begin, keep_end, incoming);
+    co_await step.pace((give_end - give_begin) * element);
     send_range(partner, 1 + level, give_begin, give_end);
     for (const size_t receive : receives) {
       if (auto error = co_await flight.wait(receive)) co_return error;
@@ -149,6 +151,7 @@ NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const Allreduc
     const uint64_t other_begin = lower ? end : outer_begin;
     const uint64_t other_end = lower ? outer_end : begin;
     receive_range(partner, 2 * levels - level, other_begin, other_end, nullptr);
+    co_await step.pace((end - begin) * element);
     send_range(partner, 2 * levels - level, begin, end);
     for (const size_t receive : receives) {
       if (auto error = co_await flight.wait(receive)) co_return error;
@@ -156,7 +159,10 @@ NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const Allreduc
     begin = outer_begin;
     end = outer_end;
   }
-  if (me < 2 * extra) send_range(me - 1, fold_back, 0, count);
+  if (me < 2 * extra) {
+    co_await step.pace(all_bytes);
+    send_range(me - 1, fold_back, 0, count);
+  }
   operand.deliver(0, count);
   co_return co_await flight.wait_all();
 }

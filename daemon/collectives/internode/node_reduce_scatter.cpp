@@ -160,6 +160,7 @@ NodeTask node_reduce_scatter(CollectiveContext& step, const ReadyCollective& col
         source = packed + begin * element;
         co_await next_round();  // lets the pieces already sent move
       }
+      co_await step.pace((end - begin) * element);
       flight.add(
           step.send(node, tag(me, static_cast<uint32_t>(p)), source, (end - begin) * element));
     }

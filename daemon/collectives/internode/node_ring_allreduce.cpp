@@ -195,6 +195,7 @@ NodeTask node_ring_allreduce(CollectiveContext& step, const AllreduceOperand& op
   post_reduce_scatter_receives(0);
   for (uint32_t j = 0; j < pieces; ++j) {
     const Range r = piece(me, j);
+    co_await step.pace(wire.bytes(r));
     reduce_scatter_sends.push_back(flight.add(
         step.send(right, tag(me, 0, j), wire.first_outgoing(operand, op, r), wire.bytes(r))));
   }
@@ -208,6 +209,7 @@ NodeTask node_ring_allreduce(CollectiveContext& step, const AllreduceOperand& op
       const bool forward = s + 1 < steps;  // sent on as the next reduce-scatter step
       wire.reduce_arrived(operand, op, r, received_at(s, r.begin - chunk_begin), forward);
       if (forward) {
+        co_await step.pace(wire.bytes(r));
         reduce_scatter_sends.push_back(
             flight.add(step.send(right, tag(me, s + 1, j), wire.travelling(r), wire.bytes(r))));
         continue;
@@ -219,6 +221,7 @@ NodeTask node_ring_allreduce(CollectiveContext& step, const AllreduceOperand& op
                         static_cast<uint64_t>(step.world_size));
       }
       wire.finish(r);
+      co_await step.pace(wire.bytes(r));
       flight.add(step.send(right, tag(me, s + 1, j), wire.travelling(r), wire.bytes(r)));
     }
   }
@@ -248,6 +251,7 @@ NodeTask node_ring_allreduce(CollectiveContext& step, const AllreduceOperand& op
       if (auto error = co_await flight.wait(gathers[s][j])) co_return error;
       const Range r = piece(chunk, j);
       if (s + 1 < steps) {
+        co_await step.pace(wire.bytes(r));
         flight.add(step.send(right, tag(me, steps + s + 1, j), wire.travelling(r), wire.bytes(r)));
       }
       wire.landed(r);

@@ -1,0 +1,193 @@
+// Shares between jobs on the engine (docs/qos.md): the host work of single-node jobs runs a
+// piece at a time, the job whose turn it is first; and every job is placed in the pacer of
+// sends to other nodes with the share its rule gives it.
+#include "daemon/engine/engine.h"
+
+#include "daemon/collectives/local/device_work.h"
+#include "daemon/node/node_job.h"
+
+#include <fmt/format.h>
+
+#include <vector>
+
+namespace gradsync::daemon {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A piece of a single-node batch: the most another job's ready work waits behind.
+constexpr uint64_t kLocalPieceBytes = cost_model::kPipelinePieceBytes;
+// After this long running pieces, the engine goes round (takes new submissions, moves the
+// network) before the next: a latency-class job's collective submitted meanwhile goes next.
+constexpr auto kLocalRound = std::chrono::microseconds(500);
+
+// The job's next host work: its running batch's rest, or its first ready unit. Zero: none
+// (its first ready unit is on device memory).
+uint64_t next_host_bytes(Job& job, const LocalBatch* running) {
+  if (running != nullptr) return running->left();
+  if (job.ready().empty() || on_device(job.ready().front())) return 0;
+  return std::max<uint64_t>(job.ready().front().bytes(), 1);
+}
+
+// A batch that ran on this node alone: each collective negotiated, queued, then ran with the
+// rest of the batch.
+void trace_local_batch(TraceRecorder& trace, const std::vector<ReadyUnit>& batch,
+                       Clock::time_point start, Clock::time_point end) {
+  uint32_t fused = 0;
+  for (const auto& unit : batch) fused += static_cast<uint32_t>(unit.collectives.size());
+  for (const auto& unit : batch) {
+    for (const auto& c : unit.collectives) {
+      const Submission& lead = c.first();
+      trace.record(lead.name, TracePhase::kNegotiate, c.times.submitted, c.times.ready, c.bytes());
+      trace.record(lead.name, TracePhase::kQueue, c.times.ready, start, c.bytes());
+      TracePhase phase = TracePhase::kLocalReduce;
+      if (lead.collective == ipc::Collective::kBroadcast) phase = TracePhase::kBroadcast;
+      if (lead.collective == ipc::Collective::kAllgather) phase = TracePhase::kAllgather;
+      if (lead.collective == ipc::Collective::kAllToAll) phase = TracePhase::kAllToAll;
+      if (lead.collective != ipc::Collective::kBarrier) {
+        trace.record(lead.name, phase, start, end, c.bytes(), fused);
+      }
+    }
+  }
+}
+
+std::string describe(const JobShare& share) {
+  std::string text = fmt::format("weight {}", share.weight);
+  if (share.cap_bytes_per_second > 0) {
+    text += fmt::format(", capped at {} Gbit/s", share.cap_bytes_per_second * 8 / 1e9);
+  }
+  if (share.latency_class) text += ", latency class";
+  return share.rule > 0 ? fmt::format("{} (qos.rule[{}])", text, share.rule)
+                        : text + " (no rule matches)";
+}
+
+}  // namespace
+
+bool Engine::run_local_work() {
+  bool any = false;
+  const auto round_start = Clock::now();
+  std::vector<Job*> backlogged;
+  std::vector<FairShare::Flow> flows;
+  for (;;) {
+    backlogged.clear();
+    flows.clear();
+    Job* urgent = nullptr;  // a latency-class job's small collective goes first
+    for (auto& [name, job] : jobs_) {
+      if (job->network() != nullptr) continue;
+      const auto running = running_batches_.find(job->qos().flow);
+      const uint64_t bytes = next_host_bytes(
+          *job, running == running_batches_.end() ? nullptr : &running->second.batch);
+      if (bytes == 0) continue;
+      if (urgent == nullptr && job->qos().share.latency_class && bytes <= kLatencyClassMaxBytes) {
+        urgent = job.get();
+      }
+      backlogged.push_back(job.get());
+      flows.push_back(job->qos().flow);
+    }
+    if (backlogged.empty()) break;
+    Job* next = urgent;
+    if (next == nullptr) {
+      const FairShare::Flow flow = *engine_share_.pick(flows);
+      next = backlogged[static_cast<size_t>(std::find(flows.begin(), flows.end(), flow) -
+                                            flows.begin())];
+    }
+    std::erase(backlogged, next);
+    serve_local_piece(*next, backlogged);
+    any = true;
+    if (Clock::now() - round_start >= kLocalRound) break;
+  }
+  return any;
+}
+
+void Engine::serve_local_piece(Job& job, std::span<Job* const> waiting) {
+  const uint64_t flow = job.qos().flow;
+  auto running = running_batches_.find(flow);
+  const auto start = Clock::now();
+  if (running == running_batches_.end()) {
+    // Lazy fusion: take ready units in order up to the threshold; a group is never split,
+    // and a unit larger than the threshold runs alone. Device units are not fused in.
+    auto& ready = job.ready();
+    std::vector<ReadyUnit> units;
+    uint64_t bytes = 0;
+    while (!ready.empty() && !on_device(ready.front()) &&
+           (units.empty() || bytes + ready.front().bytes() <= config_.fusion_threshold_bytes)) {
+      bytes += ready.front().bytes();
+      units.push_back(std::move(ready.front()));
+      ready.pop_front();
+    }
+    running = running_batches_.emplace(flow, RunningBatch{LocalBatch(std::move(units)), start})
+                  .first;
+  }
+  RunningBatch& current = running->second;
+  const uint64_t before = current.batch.left();
+  current.batch.run(kLocalPieceBytes, pool_, config_.parallel_reduce_min_bytes);
+  const auto end = Clock::now();
+  const uint64_t ran = before - current.batch.left();
+  const double seconds = std::chrono::duration<double>(end - start).count();
+  current.seconds += seconds;
+  engine_share_.charge(flow, std::max<uint64_t>(ran, 1));
+  job.qos().engine_bytes += ran;
+  for (Job* other : waiting) other->qos().engine_wait_seconds += seconds;
+  if (!current.batch.finished()) return;
+
+  current.batch.complete();
+  std::vector<ReadyUnit>& batch = current.batch.units();
+  uint64_t collectives = 0;
+  uint64_t unit_bytes = 0;
+  for (const auto& unit : batch) {
+    collectives += record_local_completion(job, unit, end);
+    unit_bytes += unit.bytes();
+  }
+  metrics_.batch_executed(
+      current.batch.bytes(), collectives, current.seconds,
+      static_cast<double>(unit_bytes) / static_cast<double>(config_.fusion_threshold_bytes));
+  if (TraceRecorder* trace = job.trace()) trace_local_batch(*trace, batch, current.start, end);
+  for (ReadyUnit& unit : batch) job.unit_pool().recycle(std::move(unit));
+  running_batches_.erase(running);
+}
+
+void Engine::finish_local_batch(Job& job) {
+  const auto running = running_batches_.find(job.qos().flow);
+  if (running == running_batches_.end()) return;
+  while (running_batches_.contains(job.qos().flow)) serve_local_piece(job, {});
+}
+
+void Engine::apply_share(Job& job) {
+  Job::Qos& qos = job.qos();
+  const JobShare share = share_for(config_.qos_rules, job.name(), qos.owner);
+  const bool placed = qos.flow != 0;
+  if (placed && share == qos.share) return;
+  if (!placed) qos.flow = next_flow_++;
+  if (placed || share.rule > 0) {
+    log_->info("job '{}': {}", job.name(), describe(share));
+  }
+  qos.share = share;
+  engine_share_.set_weight(qos.flow, share.weight);
+  wire_pacer_.set_share(qos.flow, share);
+  if (NodeJob* network = job.network()) network->set_pacer(&wire_pacer_, qos.flow);
+}
+
+void Engine::handle(Reconfigure& command) {
+  config_ = std::move(command.config);
+  for (auto& [name, job] : jobs_) apply_share(*job);
+}
+
+void Engine::sample_shares() {
+  const auto now = Clock::now();
+  // The interval's bytes: the live jobs' since the last sample.
+  uint64_t interval = 0;
+  for (const auto& [name, job] : jobs_) {
+    interval += wire_pacer_.counters(job->qos().flow, now).granted_bytes -
+                job->qos().reported_wire_bytes;
+  }
+  for (auto& [name, job] : jobs_) {
+    Job::Qos& qos = job->qos();
+    const uint64_t granted = wire_pacer_.counters(qos.flow, now).granted_bytes;
+    qos.wire_share = interval == 0 ? 0
+                                   : static_cast<double>(granted - qos.reported_wire_bytes) /
+                                         static_cast<double>(interval);
+    qos.reported_wire_bytes = granted;
+  }
+}
+
+}  // namespace gradsync::daemon

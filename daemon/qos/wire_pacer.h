@@ -1,0 +1,94 @@
+// Shares the node's inter-node links between its jobs (docs/qos.md). Every bulk send of a job's
+// collectives asks the pacer first and goes once granted:
+//  - while sends of more than one job are active, grants go in weighted-fair order (FairShare)
+//    and only while the bytes the transport still holds (sends it could not hand to the network
+//    yet) are under a window: on a congested link, the order of grants is the order on the wire,
+//    so the jobs' rates follow their weights. A job alone is granted at once (work-conserving);
+//  - a job with a cap is granted within it, by a token bucket that may run into debt by one
+//    send, so that its rate over any second stays at the cap whatever its message size;
+//  - a latency-class job's small sends go first, past the window.
+// Engine-thread only; the engine's clock is passed in, so that the tests replay exact orders.
+#pragma once
+
+#include "daemon/qos/fair_share.h"
+#include "daemon/qos/policy.h"
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace gradsync::daemon {
+
+class WirePacer {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Flow = FairShare::Flow;
+  using Ticket = uint64_t;
+
+  // A job whose last send was granted longer ago than this is no longer active.
+  static constexpr auto kActiveFor = std::chrono::milliseconds(100);
+  // Past the window, one send is granted anyway when none was for this long: a window full of
+  // sends that wait for their peers' receives never stops the jobs for good.
+  static constexpr auto kStalledWindow = std::chrono::milliseconds(5);
+  // A capped job may send this long at its cap in one burst after a pause.
+  static constexpr auto kCapBurst = std::chrono::milliseconds(10);
+
+  // `window_bytes`: how many bytes the transport may hold before contended grants wait.
+  explicit WirePacer(uint64_t window_bytes) : window_bytes_(window_bytes) {}
+
+  // Adds the flow (a job), or changes its share from its next grant on.
+  void set_share(Flow flow, const JobShare& share);
+  // Drops the flow with its requests (its tasks are gone).
+  void remove(Flow flow);
+
+  // A send of `bytes` by `flow` waits for its grant.
+  Ticket request(Flow flow, uint64_t bytes, Clock::time_point now);
+  // Grants what may go now; `held_bytes`: what the transport holds of the sends granted before.
+  void dispatch(Clock::time_point now, uint64_t held_bytes);
+  // Whether the ticket was granted; a granted ticket is then forgotten.
+  bool take_grant(Ticket ticket);
+  // A request given up on before its grant (its task was destroyed).
+  void cancel(Ticket ticket);
+
+  struct FlowCounters {
+    uint64_t granted_bytes = 0;   // sends granted, in bytes
+    double waited_seconds = 0;    // time with at least one request waiting
+  };
+  // Up to `now`; zero for a flow never seen.
+  FlowCounters counters(Flow flow, Clock::time_point now) const;
+  size_t waiting() const { return requests_.size(); }
+
+ private:
+  struct Request {
+    Flow flow;
+    uint64_t bytes;
+  };
+  struct FlowState {
+    JobShare share;
+    std::deque<Ticket> queue;  // its requests, oldest first
+    double tokens = 0;         // capped flows: bytes it may send now (negative: debt)
+    Clock::time_point refilled{};
+    Clock::time_point last_grant{};
+    Clock::time_point waiting_since{};  // while the queue is not empty
+    FlowCounters counters;
+  };
+  void refill(FlowState& flow, Clock::time_point now) const;
+  bool cap_allows(FlowState& flow, Clock::time_point now) const;
+  void grant(Flow id, FlowState& flow, Clock::time_point now);
+  // Whether another flow than `flow` was granted within kActiveFor, or waits now.
+  bool contended(Flow flow, Clock::time_point now) const;
+
+  uint64_t window_bytes_;
+  FairShare fair_;
+  std::map<Flow, FlowState> flows_;  // ordered: ties go to the older job
+  std::unordered_map<Ticket, Request> requests_;  // waiting
+  std::unordered_set<Ticket> granted_;            // granted, not taken yet
+  Ticket next_ticket_ = 1;
+  Clock::time_point last_grant_{};  // of any flow
+};
+
+}  // namespace gradsync::daemon

@@ -1,0 +1,240 @@
+// Shares between jobs (docs/qos.md): the fair order, the pacer of inter-node sends and the
+// rules, against exact expected orders on a clock the tests set.
+#include "daemon/base/config.h"
+#include "daemon/qos/fair_share.h"
+#include "daemon/qos/policy.h"
+#include "daemon/qos/wire_pacer.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+namespace gradsync::daemon {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = WirePacer::Clock;
+
+constexpr uint64_t kMiB = 1 << 20;
+
+// Serves equal pieces to always-backlogged flows; the order as letters (flow 0 = 'A').
+std::string fair_order(FairShare& share, size_t flows, size_t servings) {
+  std::vector<FairShare::Flow> backlogged;
+  for (size_t f = 0; f < flows; ++f) backlogged.push_back(f);
+  std::string order;
+  for (size_t i = 0; i < servings; ++i) {
+    const FairShare::Flow flow = *share.pick(backlogged);
+    share.charge(flow, kMiB);
+    order += static_cast<char>('A' + flow);
+  }
+  return order;
+}
+
+TEST(FairShare, BacklogsAreServedInTheRatioOfTheirWeights) {
+  FairShare share;
+  share.set_weight(0, 3);
+  share.set_weight(1, 1);
+  EXPECT_EQ(fair_order(share, 2, 13), "ABAAABAAABAAA");
+}
+
+TEST(FairShare, EqualWeightsAlternateAndAFlowAloneIsAlwaysServed) {
+  FairShare share;
+  EXPECT_EQ(fair_order(share, 2, 6), "ABABAB");
+  EXPECT_EQ(fair_order(share, 1, 4), "AAAA");
+}
+
+TEST(FairShare, IdleTimeEarnsNoCredit) {
+  FairShare share;
+  // A is served alone for a while; B, back after being idle, is not owed all that time: it
+  // starts at the current virtual time, one serving ahead of A.
+  for (int i = 0; i < 10; ++i) {
+    const std::vector<FairShare::Flow> only_a = {0};
+    share.charge(*share.pick(only_a), kMiB);
+  }
+  EXPECT_EQ(fair_order(share, 2, 6), "BABABA");
+}
+
+TEST(FairShare, AWeightChangeHoldsFromTheNextServing) {
+  FairShare share;
+  EXPECT_EQ(fair_order(share, 2, 4), "ABAB");
+  share.set_weight(1, 3);
+  EXPECT_EQ(fair_order(share, 2, 8), "ABBBABBB");
+}
+
+// Requests and their grants, in the order the tests take them.
+struct Grants {
+  std::vector<std::pair<WirePacer::Flow, WirePacer::Ticket>> waiting;
+  std::string order;
+  // Takes every grant (the tests let each dispatch grant one flow's), in request order.
+  void collect(WirePacer& pacer) {
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      if (pacer.take_grant(it->second)) {
+        order += static_cast<char>('A' + it->first);
+        it = waiting.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+};
+
+TEST(WirePacer, AJobAloneIsGrantedAtOnceWhateverTheTransportHolds) {
+  WirePacer pacer(4 * kMiB);
+  pacer.set_share(0, JobShare{});
+  const auto now = Clock::now();
+  Grants grants;
+  for (int i = 0; i < 8; ++i) grants.waiting.emplace_back(0, pacer.request(0, 4 * kMiB, now));
+  pacer.dispatch(now, 64 * kMiB);
+  grants.collect(pacer);
+  EXPECT_EQ(grants.order, "AAAAAAAA");
+}
+
+TEST(WirePacer, ContendedGrantsFollowTheWeightsAndTheWindow) {
+  // A window of one piece: each dispatch grants one while the transport holds nothing.
+  WirePacer pacer(kMiB);
+  pacer.set_share(0, JobShare{3});
+  pacer.set_share(1, JobShare{1});
+  auto now = Clock::now();
+  Grants grants;
+  for (int i = 0; i < 12; ++i) grants.waiting.emplace_back(0, pacer.request(0, kMiB, now));
+  for (int i = 0; i < 4; ++i) grants.waiting.emplace_back(1, pacer.request(1, kMiB, now));
+  for (int round = 0; round < 16; ++round) {
+    now += 1ms;
+    pacer.dispatch(now, 0);
+    grants.collect(pacer);
+    // Nothing more while the transport still holds a piece.
+    pacer.dispatch(now, kMiB);
+    grants.collect(pacer);
+  }
+  EXPECT_EQ(grants.order, "ABAAABAAABAAABAA");
+  EXPECT_EQ(pacer.counters(0, now).granted_bytes, 12 * kMiB);
+  EXPECT_EQ(pacer.counters(1, now).granted_bytes, 4 * kMiB);
+  EXPECT_GT(pacer.counters(1, now).waited_seconds, 0);
+}
+
+TEST(WirePacer, AWindowThatNeverDrainsStillLetsOneSendGoNowAndThen) {
+  WirePacer pacer(kMiB);
+  auto now = Clock::now();
+  Grants grants;
+  for (int i = 0; i < 3; ++i) grants.waiting.emplace_back(0, pacer.request(0, kMiB, now));
+  grants.waiting.emplace_back(1, pacer.request(1, kMiB, now));
+  pacer.dispatch(now, 0);
+  grants.collect(pacer);
+  EXPECT_EQ(grants.order, "A");
+  pacer.dispatch(now + WirePacer::kStalledWindow / 2, 8 * kMiB);
+  grants.collect(pacer);
+  EXPECT_EQ(grants.order, "A");
+  pacer.dispatch(now + WirePacer::kStalledWindow, 8 * kMiB);
+  grants.collect(pacer);
+  EXPECT_EQ(grants.order, "AB");
+}
+
+TEST(WirePacer, ACapHoldsTheRateWhateverTheMessageSize) {
+  WirePacer pacer(64 * kMiB);
+  // 1 MB/s; 100 kB messages: one every 100 ms, the first at once from the burst.
+  pacer.set_share(0, JobShare{1, 1e6});
+  const auto start = Clock::now();
+  Grants grants;
+  std::vector<int> granted_at_ms;
+  for (int ms = 0; ms <= 1000; ++ms) {
+    const auto now = start + std::chrono::milliseconds(ms);
+    while (grants.waiting.size() < 2) grants.waiting.emplace_back(0, pacer.request(0, 100'000, now));
+    pacer.dispatch(now, 0);
+    const size_t before = grants.order.size();
+    grants.collect(pacer);
+    if (grants.order.size() > before) granted_at_ms.push_back(ms);
+  }
+  // The burst (10 ms at the cap) is 10 kB: the first grant leaves 90 kB of debt.
+  EXPECT_EQ(granted_at_ms, (std::vector<int>{0, 90, 190, 290, 390, 490, 590, 690, 790, 890, 990}));
+}
+
+TEST(WirePacer, ALatencyClassJobsSmallSendsGoFirstPastTheWindow) {
+  WirePacer pacer(kMiB);
+  pacer.set_share(0, JobShare{1});
+  pacer.set_share(1, JobShare{1, 0, true});
+  auto now = Clock::now();
+  Grants grants;
+  // Alone, the bulk job is granted at once.
+  for (int i = 0; i < 4; ++i) grants.waiting.emplace_back(0, pacer.request(0, kMiB, now));
+  pacer.dispatch(now, 0);
+  grants.collect(pacer);
+  EXPECT_EQ(grants.order, "AAAA");
+  // Its pieces fill the window; the latency-class job's 8 B go at once, past it, and its
+  // 1 MiB waits for the window like any bulk piece (it is owed more than A is: first).
+  grants.waiting.emplace_back(0, pacer.request(0, kMiB, now));
+  grants.waiting.emplace_back(1, pacer.request(1, 8, now));
+  grants.waiting.emplace_back(1, pacer.request(1, kMiB, now));
+  now += 1ms;
+  pacer.dispatch(now, 4 * kMiB);
+  grants.collect(pacer);
+  EXPECT_EQ(grants.order, "AAAAB");
+  now += 1ms;
+  pacer.dispatch(now, 0);
+  grants.collect(pacer);
+  EXPECT_EQ(grants.order, "AAAABB");
+  now += 1ms;
+  pacer.dispatch(now, 0);
+  grants.collect(pacer);
+  EXPECT_EQ(grants.order, "AAAABBA");
+}
+
+TEST(WirePacer, ACancelledRequestIsNeverGranted) {
+  WirePacer pacer(kMiB);
+  const auto now = Clock::now();
+  const WirePacer::Ticket first = pacer.request(0, kMiB, now);
+  const WirePacer::Ticket second = pacer.request(0, kMiB, now);
+  pacer.cancel(first);
+  pacer.dispatch(now, 0);
+  EXPECT_FALSE(pacer.take_grant(first));
+  EXPECT_TRUE(pacer.take_grant(second));
+  EXPECT_EQ(pacer.waiting(), 0u);
+  pacer.remove(0);
+  EXPECT_EQ(pacer.counters(0, now).granted_bytes, 0u);
+}
+
+TEST(QosPolicy, TheFirstMatchingRuleApplies) {
+  const DaemonConfig config = parse_config(
+      "[[qos.rule]]\njob = \"bulk-[ab]*\"\nuser = " + std::to_string(::getuid()) +
+          "\nweight = 3\nmax_gbit_per_s = 0.5\n"
+          "[[qos.rule]]\njob = \"bulk-*\"\nweight = 2\n"
+          "[[qos.rule]]\njob = \"probe-?\"\nlatency_class = true\n",
+      "test");
+  ASSERT_EQ(config.qos_rules.size(), 3u);
+  EXPECT_EQ(share_for(config.qos_rules, "bulk-a1", ::getuid()), (JobShare{3, 0.5e9 / 8, false, 1}));
+  EXPECT_EQ(share_for(config.qos_rules, "bulk-a1", ::getuid() + 1), (JobShare{2, 0, false, 2}));
+  EXPECT_EQ(share_for(config.qos_rules, "bulk-c", ::getuid()), (JobShare{2, 0, false, 2}));
+  EXPECT_EQ(share_for(config.qos_rules, "probe-1", 0), (JobShare{1, 0, true, 3}));
+  EXPECT_EQ(share_for(config.qos_rules, "probe-12", 0), JobShare{});
+  // Written back as one key, read back the same.
+  EXPECT_EQ(parse_config(to_toml(config), "again").qos_rules, config.qos_rules);
+}
+
+TEST(QosPolicy, BadRulesAreRefusedNamingTheKey) {
+  const auto error_of = [](const std::string& toml) {
+    try {
+      parse_config(toml, "test");
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(error_of("[[qos.rule]]\nweigth = 2\n").find("'qos.rule[1].weigth': unknown key"),
+            std::string::npos);
+  EXPECT_NE(error_of("[[qos.rule]]\n[[qos.rule]]\nweight = -1\n").find("'qos.rule[2].weight'"),
+            std::string::npos);
+  EXPECT_NE(error_of("[[qos.rule]]\nweight = 0\n").find("outside (0,"), std::string::npos);
+  EXPECT_NE(error_of("[[qos.rule]]\njob = \"bulk-[a\"\n").find("is not closed"),
+            std::string::npos);
+  EXPECT_NE(error_of("[[qos.rule]]\nuser = \"no-such-user-here\"\n").find("no user"),
+            std::string::npos);
+  EXPECT_NE(error_of("[[qos.rule]]\nmax_gbit_per_s = \"fast\"\n").find("expected a number"),
+            std::string::npos);
+  EXPECT_NE(error_of("[qos]\nrules = 1\n").find("'qos.rules': unknown key"), std::string::npos);
+  EXPECT_NE(error_of("qos = 3\n").find("'qos'"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace gradsync::daemon
