@@ -51,13 +51,53 @@ bool WirePacer::cap_allows(FlowState& flow, Clock::time_point now) const {
   return flow.tokens >= 0;
 }
 
-bool WirePacer::contended(Flow id, Clock::time_point now) const {
-  for (const auto& [other, flow] : flows_) {
-    if (other == id) continue;
-    if (!flow.queue.empty()) return true;
-    if (flow.last_grant != Clock::time_point{} && now - flow.last_grant < kActiveFor) return true;
+bool WirePacer::active(const FlowState& flow, Clock::time_point now) {
+  return !flow.queue.empty() ||
+         (flow.last_grant != Clock::time_point{} && now - flow.last_grant < kActiveFor);
+}
+
+size_t WirePacer::share_link(Clock::time_point now) {
+  std::vector<FlowState*> open;  // active flows whose part is not fixed by their cap yet
+  for (auto& [id, flow] : flows_) {
+    if (active(flow, now)) open.push_back(&flow);
   }
-  return false;
+  const size_t active_flows = open.size();
+  double rate = link_rate_;
+  for (bool capped = true; capped && !open.empty();) {
+    capped = false;
+    double weights = 0;
+    for (const FlowState* flow : open) weights += flow->share.weight;
+    for (auto it = open.begin(); it != open.end();) {
+      FlowState& flow = **it;
+      const double cap = flow.share.cap_bytes_per_second;
+      if (cap > 0 && cap < rate * flow.share.weight / weights) {
+        flow.part_rate = cap;
+        rate -= cap;
+        it = open.erase(it);
+        capped = true;
+      } else {
+        flow.part_rate = rate * flow.share.weight / weights;
+        ++it;
+      }
+    }
+  }
+  return active_flows;
+}
+
+bool WirePacer::part_allows(FlowState& flow, Clock::time_point now) const {
+  if (link_rate_ <= 0) return true;
+  const double rate = flow.part_rate;
+  const double burst = rate * std::chrono::duration<double>(kCapBurst).count();
+  // Debt is paid off at the job's rate, idle or not (a job waiting for its peers between its
+  // sends would otherwise send each at once); credit never grows past a burst.
+  if (flow.fair_refilled == Clock::time_point{}) {
+    flow.fair_tokens = burst;
+  } else if (now > flow.fair_refilled) {
+    const double elapsed = std::chrono::duration<double>(now - flow.fair_refilled).count();
+    flow.fair_tokens = std::min(burst, flow.fair_tokens + rate * elapsed);
+  }
+  flow.fair_refilled = now;
+  return flow.fair_tokens >= 0;
 }
 
 void WirePacer::grant(Flow id, FlowState& flow, Clock::time_point now) {
@@ -88,21 +128,25 @@ void WirePacer::dispatch(Clock::time_point now, uint64_t held_bytes) {
     }
   }
   uint64_t in_window = held_bytes;
+  // Shared: every active job within its part of the link. A job alone is never held back.
+  const bool shared = share_link(now) > 1;
   std::vector<Flow> backlogged;
   while (!requests_.empty()) {
     backlogged.clear();
     for (auto& [id, flow] : flows_) {
-      if (!flow.queue.empty() && cap_allows(flow, now)) backlogged.push_back(id);
+      if (flow.queue.empty() || !cap_allows(flow, now)) continue;
+      if (shared && !part_allows(flow, now)) continue;
+      backlogged.push_back(id);
     }
     if (backlogged.empty()) return;
     const Flow id = *fair_.pick(backlogged);
     // Past the window, a job waits for the transport to drain only where others share the
-    // link with it: alone, it is granted at once.
-    if (in_window >= window_bytes_ && contended(id, now) && now - last_grant_ < kStalledWindow) {
-      return;
-    }
+    // link with it.
+    if (shared && in_window >= window_bytes_ && now - last_grant_ < kStalledWindow) return;
     FlowState& flow = flows_.at(id);
-    in_window += requests_.at(flow.queue.front()).bytes;
+    const uint64_t bytes = requests_.at(flow.queue.front()).bytes;
+    in_window += bytes;
+    if (shared) flow.fair_tokens -= static_cast<double>(bytes);
     grant(id, flow, now);
   }
 }

@@ -1,9 +1,12 @@
 // Shares the node's inter-node links between its jobs (docs/qos.md). Every bulk send of a job's
 // collectives asks the pacer first and goes once granted:
-//  - while sends of more than one job are active, grants go in weighted-fair order (FairShare)
-//    and only while the bytes the transport still holds (sends it could not hand to the network
-//    yet) are under a window: on a congested link, the order of grants is the order on the wire,
-//    so the jobs' rates follow their weights. A job alone is granted at once (work-conserving);
+//  - while sends of more than one job are active, grants go in weighted-fair order (FairShare),
+//    each job at most at its part of the link's rate (its weight over the active jobs'), and
+//    only while the bytes the transport still holds (sends it could not hand to the network
+//    yet) are under a window. The rates keep the queue in the pacer rather than in the
+//    kernel's socket buffers, whose first-in first-out order would share the link by what
+//    each job has queued; the window does the same where the transport holds sends until they
+//    are delivered (rendezvous). A job alone is granted at once (work-conserving);
 //  - a job with a cap is granted within it, by a token bucket that may run into debt by one
 //    send, so that its rate over any second stays at the cap whatever its message size;
 //  - a latency-class job's small sends go first, past the window.
@@ -30,15 +33,22 @@ class WirePacer {
   using Ticket = uint64_t;
 
   // A job whose last send was granted longer ago than this is no longer active.
-  static constexpr auto kActiveFor = std::chrono::milliseconds(100);
+  // (Longer than a job waits for its peers between two sends on a slow link: while both run,
+  // two jobs stay sharing it. When one stops, the other has the link to itself this late.)
+  static constexpr auto kActiveFor = std::chrono::milliseconds(500);
   // Past the window, one send is granted anyway when none was for this long: a window full of
   // sends that wait for their peers' receives never stops the jobs for good.
   static constexpr auto kStalledWindow = std::chrono::milliseconds(5);
   // A capped job may send this long at its cap in one burst after a pause.
   static constexpr auto kCapBurst = std::chrono::milliseconds(10);
 
-  // `window_bytes`: how many bytes the transport may hold before contended grants wait.
+  // `window_bytes`: how many bytes the transport may hold before shared grants wait.
   explicit WirePacer(uint64_t window_bytes) : window_bytes_(window_bytes) {}
+
+  // The rate of the node's link to other nodes, as the jobs measured it (the fastest of its
+  // peers'); 0: unknown, contended jobs are then held by the window alone.
+  void set_link_rate(double bytes_per_second) { link_rate_ = bytes_per_second; }
+  double link_rate() const { return link_rate_; }
 
   // Adds the flow (a job), or changes its share from its next grant on.
   void set_share(Flow flow, const JobShare& share);
@@ -72,17 +82,26 @@ class WirePacer {
     std::deque<Ticket> queue;  // its requests, oldest first
     double tokens = 0;         // capped flows: bytes it may send now (negative: debt)
     Clock::time_point refilled{};
+    double part_rate = 0;    // shared: its part of the link, in bytes per second
+    double fair_tokens = 0;  // shared: bytes its part of the link lets it send now
+    Clock::time_point fair_refilled{};
     Clock::time_point last_grant{};
     Clock::time_point waiting_since{};  // while the queue is not empty
     FlowCounters counters;
   };
   void refill(FlowState& flow, Clock::time_point now) const;
   bool cap_allows(FlowState& flow, Clock::time_point now) const;
+  // Shares the link's rate among the active flows by weight, none above its cap, what a cap
+  // leaves going to the others (water-filling); returns how many flows are active.
+  size_t share_link(Clock::time_point now);
+  // Shared: whether the flow's part of the link's rate lets it send now.
+  bool part_allows(FlowState& flow, Clock::time_point now) const;
+  // Waiting, or granted within kActiveFor.
+  static bool active(const FlowState& flow, Clock::time_point now);
   void grant(Flow id, FlowState& flow, Clock::time_point now);
-  // Whether another flow than `flow` was granted within kActiveFor, or waits now.
-  bool contended(Flow flow, Clock::time_point now) const;
 
   uint64_t window_bytes_;
+  double link_rate_ = 0;
   FairShare fair_;
   std::map<Flow, FlowState> flows_;  // ordered: ties go to the older job
   std::unordered_map<Ticket, Request> requests_;  // waiting

@@ -24,10 +24,12 @@ def available():
 
 class NamespaceNodes:
     """`count` namespace nodes, up from `with` to its end (namespaces named after this process,
-    so that concurrent tests' clusters do not meet)."""
+    so that concurrent tests' clusters do not meet). With `rate` (tc's, e.g. "1gbit"), each
+    node's link is shaped to it."""
 
-    def __init__(self, count):
+    def __init__(self, count, rate=None):
         self.count = count
+        self.rate = rate
         self.prefix = f"gspy{os.getpid()}"
 
     def _cluster(self, *arguments):
@@ -35,7 +37,7 @@ class NamespaceNodes:
                        env=dict(os.environ, GRADSYNC_NETNS_PREFIX=self.prefix))
 
     def __enter__(self):
-        self._cluster("up", str(self.count))
+        self._cluster("up", str(self.count), *(["--rate", self.rate] if self.rate else []))
         return self
 
     def __exit__(self, *_):

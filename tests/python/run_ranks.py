@@ -32,16 +32,18 @@ SKIPPED = 77  # a worker that cannot run here (ctest's skip code for these tests
 SLURM_PORT = 9478  # every node's daemon's, as a site's configuration sets it
 
 
-def start_daemon(build_dir, directory, node, metrics=False, listen="127.0.0.1:0", nodes=None):
+def start_daemon(build_dir, directory, node, metrics=False, listen="127.0.0.1:0", nodes=None,
+                 config=None):
     """A daemon listening at `listen` (by default on a port it picks itself); its socket and
     inter-node address. With `metrics`, it serves them on a port of its own too (gradsyncctl
-    status names it). With `nodes` (namespace_nodes.NamespaceNodes), it runs on that node."""
+    status names it). With `nodes` (namespace_nodes.NamespaceNodes), it runs on that node;
+    with `config`, it reads that configuration file."""
     socket = os.path.join(directory, f"gradsyncd{node}.sock")
     if os.path.exists(socket):  # left by a daemon that was killed: wait for the new one's
         os.unlink(socket)
     command = [os.path.join(build_dir, "gradsyncd"), "--socket", socket,
                "--metrics-listen", "127.0.0.1:0" if metrics else "", "--listen", listen,
-               "--log-level", "warn"]
+               "--log-level", "warn"] + (["--config", config] if config else [])
     env = None
     if nodes is not None:
         command, env = nodes.on(node, command), dict(os.environ, **NODE_UCX)

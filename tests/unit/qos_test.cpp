@@ -238,3 +238,34 @@ TEST(QosPolicy, BadRulesAreRefusedNamingTheKey) {
 
 }  // namespace
 }  // namespace gradsync::daemon
+
+namespace gradsync::daemon {
+namespace {
+
+TEST(WirePacer, SharedJobsGetTheirPartsOfTheLinksRate) {
+  WirePacer pacer(64 * kMiB);
+  pacer.set_link_rate(4e6);
+  pacer.set_share(0, JobShare{3});
+  pacer.set_share(1, JobShare{1});
+  const auto start = Clock::now();
+  Grants grants;
+  uint64_t granted[2] = {0, 0};
+  for (int ms = 0; ms < 1000; ++ms) {
+    const auto now = start + std::chrono::milliseconds(ms);
+    for (WirePacer::Flow flow = 0; flow < 2; ++flow) {
+      size_t waiting = 0;
+      for (const auto& w : grants.waiting) waiting += w.first == flow;
+      if (waiting == 0) grants.waiting.emplace_back(flow, pacer.request(flow, 100'000, now));
+    }
+    pacer.dispatch(now, 0);
+    const std::string before = grants.order;
+    grants.collect(pacer);
+    for (size_t i = before.size(); i < grants.order.size(); ++i) granted[grants.order[i] - 'A'] += 100'000;
+  }
+  // 3 MB/s and 1 MB/s for a second, and each job's first send at once on its burst.
+  EXPECT_EQ(granted[0], 3'100'000u);
+  EXPECT_EQ(granted[1], 1'100'000u);
+}
+
+}  // namespace
+}  // namespace gradsync::daemon
