@@ -102,16 +102,17 @@ class Place:
     Open MPI is told to use TCP between all its ranks, as it cannot tell the nodes apart).
     `cores`: cores per node (None: cores_per_node's default); `python`: the interpreter with
     PyTorch and mpi4py for the peers; `metrics`: the daemons serve their metrics
-    (metrics_address)."""
+    (metrics_address); `daemon_config`: the daemons' configuration file."""
 
     def __init__(self, nodes, per_node, rate, build, network="netns", cores=None,
-                 python=PYTHON, metrics=False):
+                 python=PYTHON, metrics=False, daemon_config=None):
         self.nodes, self.per_node, self.rate = nodes, per_node, rate
         self.across = nodes > 1
         self.namespaces = self.across and network == "netns"
         if rate and not self.namespaces:
             raise RunFailed("shaped links need namespace nodes")
         self.build, self.python, self.metrics = build, python, metrics
+        self.daemon_config = daemon_config
         self.cores = cores_per_node(nodes, cores)
         self.dir = tempfile.mkdtemp(prefix="gradsync-compare-")
         # Every node's cores, "0,1;2,3;...", for the processes Open MPI starts.
@@ -186,6 +187,8 @@ class Place:
         command = [os.path.join(self.build, "gradsyncd"), "--socket", self.socket(node),
                    "--metrics-listen", self.metrics_address(node) if self.metrics else "",
                    "--log-level", "warn"]
+        if self.daemon_config:
+            command += ["--config", self.daemon_config]
         env = {}
         if self.across:
             command += ["--listen", f"{self.address(node)}:{self.port(node)}"]
@@ -265,7 +268,11 @@ class Place:
                                              for n in range(self.nodes))
         self.run_on_every_rank(command, timeout, env)
 
-    def _mpirun(self, args):
+    def run_mpi(self, script, args, timeout):
+        """Open MPI's launch of `script` (a Python file) with `args` on every rank."""
+        self._wait_all([self._popen(self._mpirun(args, script))], timeout)
+
+    def _mpirun(self, args, script=os.path.join(ROOT, "bench", "mpi_allreduce.py")):
         """Open MPI's launch of bench/mpi_allreduce.py on every rank. Across namespace nodes,
         mpirun runs on node 0 and starts its daemons on the others through bench/netns-rsh,
         each node under a hostname of its own; ranks on one node talk through shared memory,
@@ -273,7 +280,7 @@ class Place:
         rank talks over TCP, each pinned to its node's cores by bench/pin-rank."""
         command = ["mpirun", "--allow-run-as-root", "--bind-to", "none",
                    "-np", str(self.nodes * self.per_node)]
-        python = [self.python, os.path.join(ROOT, "bench", "mpi_allreduce.py")] + list(args)
+        python = [self.python, script] + list(args)
         if self.across and not self.namespaces:
             command += ["--oversubscribe", "--mca", "btl", "self,tcp",
                         "--mca", "btl_tcp_if_include", "lo",

@@ -218,7 +218,8 @@ void Engine::export_samples() {
                                 stats.errors);
       link_rate = std::max(link_rate, stats.bytes_per_second);
     }
-    wire_pacer_.set_link_rate(link_rate);
+    wire_pacer_.set_measured_link_rate(link_rate);
+    wire_pacer_.sample(Clock::now());
   }
 }
 

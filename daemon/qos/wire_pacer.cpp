@@ -16,6 +16,22 @@ void WirePacer::set_share(Flow id, const JobShare& share) {
   fair_.set_weight(id, share.weight);
 }
 
+void WirePacer::set_measured_link_rate(double bytes_per_second) {
+  if (!link_rate_sampled_) link_rate_ = bytes_per_second;
+}
+
+void WirePacer::sample(Clock::time_point now) {
+  const double elapsed = std::chrono::duration<double>(now - sampled_at_).count();
+  if (sampled_at_ != Clock::time_point{} && !alone_since_sample_ && elapsed > 0 &&
+      granted_total_ > sampled_total_) {
+    link_rate_ = kLinkHeadroom * static_cast<double>(granted_total_ - sampled_total_) / elapsed;
+    link_rate_sampled_ = true;
+  }
+  sampled_at_ = now;
+  sampled_total_ = granted_total_;
+  alone_since_sample_ = false;
+}
+
 void WirePacer::remove(Flow id) {
   const auto it = flows_.find(id);
   if (it == flows_.end()) return;
@@ -56,13 +72,16 @@ bool WirePacer::active(const FlowState& flow, Clock::time_point now) {
          (flow.last_grant != Clock::time_point{} && now - flow.last_grant < kActiveFor);
 }
 
-size_t WirePacer::share_link(Clock::time_point now) {
+size_t WirePacer::share_link(Clock::time_point now, bool protect_latency) {
   std::vector<FlowState*> open;  // active flows whose part is not fixed by their cap yet
   for (auto& [id, flow] : flows_) {
     if (active(flow, now)) open.push_back(&flow);
   }
   const size_t active_flows = open.size();
   double rate = link_rate_;
+  if (protect_latency) {
+    rate *= kLatencyLoad / (link_rate_sampled_ ? kLinkHeadroom : 1.0);
+  }
   for (bool capped = true; capped && !open.empty();) {
     capped = false;
     double weights = 0;
@@ -108,6 +127,7 @@ void WirePacer::grant(Flow id, FlowState& flow, Clock::time_point now) {
   requests_.erase(request);
   granted_.insert(ticket);
   flow.counters.granted_bytes += bytes;
+  granted_total_ += bytes;
   if (flow.share.cap_bytes_per_second > 0) flow.tokens -= static_cast<double>(bytes);
   fair_.charge(id, bytes);
   flow.last_grant = now;
@@ -129,7 +149,13 @@ void WirePacer::dispatch(Clock::time_point now, uint64_t held_bytes) {
   }
   uint64_t in_window = held_bytes;
   // Shared: every active job within its part of the link. A job alone is never held back.
-  const bool shared = share_link(now) > 1;
+  // A latency-class job on the node (sending or not: its small collectives mostly travel
+  // with the negotiation, past the pacer) keeps every other job below the link.
+  bool protect_latency = false;
+  for (const auto& [id, flow] : flows_) protect_latency = protect_latency || flow.share.latency_class;
+  const bool shared = share_link(now, protect_latency) > 1 || protect_latency;
+  // The link's figure is not sampled while held below it on purpose.
+  alone_since_sample_ = alone_since_sample_ || !shared || protect_latency;
   std::vector<Flow> backlogged;
   while (!requests_.empty()) {
     backlogged.clear();
@@ -139,10 +165,10 @@ void WirePacer::dispatch(Clock::time_point now, uint64_t held_bytes) {
       backlogged.push_back(id);
     }
     if (backlogged.empty()) return;
-    const Flow id = *fair_.pick(backlogged);
     // Past the window, a job waits for the transport to drain only where others share the
-    // link with it.
+    // link with it. (Checked before the pick, which moves the virtual time on.)
     if (shared && in_window >= window_bytes_ && now - last_grant_ < kStalledWindow) return;
+    const Flow id = *fair_.pick(backlogged);
     FlowState& flow = flows_.at(id);
     const uint64_t bytes = requests_.at(flow.queue.front()).bytes;
     in_window += bytes;

@@ -9,7 +9,9 @@
 //    are delivered (rendezvous). A job alone is granted at once (work-conserving);
 //  - a job with a cap is granted within it, by a token bucket that may run into debt by one
 //    send, so that its rate over any second stays at the cap whatever its message size;
-//  - a latency-class job's small sends go first, past the window.
+//  - a latency-class job's small sends go first, past the window; and while such a job runs on
+//    the node, the others together are paced below the link (kLatencyLoad), so that no queue
+//    builds in the kernel ahead of its messages, which share the TCP connections with theirs.
 // Engine-thread only; the engine's clock is passed in, so that the tests replay exact orders.
 #pragma once
 
@@ -45,9 +47,19 @@ class WirePacer {
   // `window_bytes`: how many bytes the transport may hold before shared grants wait.
   explicit WirePacer(uint64_t window_bytes) : window_bytes_(window_bytes) {}
 
-  // The rate of the node's link to other nodes, as the jobs measured it (the fastest of its
-  // peers'); 0: unknown, contended jobs are then held by the window alone.
-  void set_link_rate(double bytes_per_second) { link_rate_ = bytes_per_second; }
+  // The rate of the node's link to other nodes as the jobs measured it when they formed (the
+  // fastest of its peers'): the pacer's figure until it has one of its own (sample); 0:
+  // unknown, shared jobs are then held by the window alone.
+  void set_measured_link_rate(double bytes_per_second);
+  // Once a second or so: where jobs shared the link for the whole time since the last
+  // sample, the link's rate becomes kLinkHeadroom times what they sent together. Paced below
+  // the link, they sent what the pacer allowed, and the figure grows; held back by the link,
+  // they sent what it carries, and the figure settles just above it, where the pacer still
+  // sets each job's part and the link stays full.
+  void sample(Clock::time_point now);
+  static constexpr double kLinkHeadroom = 1.1;
+  // While a latency-class job runs: the other jobs' load on the link, together.
+  static constexpr double kLatencyLoad = 0.9;
   double link_rate() const { return link_rate_; }
 
   // Adds the flow (a job), or changes its share from its next grant on.
@@ -93,7 +105,7 @@ class WirePacer {
   bool cap_allows(FlowState& flow, Clock::time_point now) const;
   // Shares the link's rate among the active flows by weight, none above its cap, what a cap
   // leaves going to the others (water-filling); returns how many flows are active.
-  size_t share_link(Clock::time_point now);
+  size_t share_link(Clock::time_point now, bool protect_latency);
   // Shared: whether the flow's part of the link's rate lets it send now.
   bool part_allows(FlowState& flow, Clock::time_point now) const;
   // Waiting, or granted within kActiveFor.
@@ -102,6 +114,11 @@ class WirePacer {
 
   uint64_t window_bytes_;
   double link_rate_ = 0;
+  bool link_rate_sampled_ = false;  // link_rate_ is the pacer's own figure
+  uint64_t granted_total_ = 0;      // every flow's, ever
+  uint64_t sampled_total_ = 0;      // granted_total_ at the last sample
+  Clock::time_point sampled_at_{};
+  bool alone_since_sample_ = false;  // a dispatch found at most one job active
   FairShare fair_;
   std::map<Flow, FlowState> flows_;  // ordered: ties go to the older job
   std::unordered_map<Ticket, Request> requests_;  // waiting

@@ -157,28 +157,47 @@ TEST(WirePacer, ALatencyClassJobsSmallSendsGoFirstPastTheWindow) {
   pacer.set_share(1, JobShare{1, 0, true});
   auto now = Clock::now();
   Grants grants;
-  // Alone, the bulk job is granted at once.
-  for (int i = 0; i < 4; ++i) grants.waiting.emplace_back(0, pacer.request(0, kMiB, now));
+  // With a latency-class job on the node, a bulk job is held by the window even alone.
+  for (int i = 0; i < 3; ++i) grants.waiting.emplace_back(0, pacer.request(0, kMiB, now));
   pacer.dispatch(now, 0);
   grants.collect(pacer);
-  EXPECT_EQ(grants.order, "AAAA");
-  // Its pieces fill the window; the latency-class job's 8 B go at once, past it, and its
-  // 1 MiB waits for the window like any bulk piece (it is owed more than A is: first).
-  grants.waiting.emplace_back(0, pacer.request(0, kMiB, now));
+  EXPECT_EQ(grants.order, "A");
+  // The latency-class job's 8 B go at once, past the full window; its 1 MiB waits for the
+  // window like any bulk piece, and goes first (A has been served more).
   grants.waiting.emplace_back(1, pacer.request(1, 8, now));
   grants.waiting.emplace_back(1, pacer.request(1, kMiB, now));
   now += 1ms;
-  pacer.dispatch(now, 4 * kMiB);
+  pacer.dispatch(now, kMiB);
   grants.collect(pacer);
-  EXPECT_EQ(grants.order, "AAAAB");
+  EXPECT_EQ(grants.order, "AB");
   now += 1ms;
   pacer.dispatch(now, 0);
   grants.collect(pacer);
-  EXPECT_EQ(grants.order, "AAAABB");
+  EXPECT_EQ(grants.order, "ABB");
   now += 1ms;
   pacer.dispatch(now, 0);
   grants.collect(pacer);
-  EXPECT_EQ(grants.order, "AAAABBA");
+  EXPECT_EQ(grants.order, "ABBA");
+}
+
+TEST(WirePacer, ALatencyClassJobKeepsTheOthersBelowTheLink) {
+  WirePacer pacer(64 * kMiB);
+  pacer.set_measured_link_rate(1e6);
+  pacer.set_share(0, JobShare{1});
+  pacer.set_share(1, JobShare{1, 0, true});  // never sends in pieces: its collectives are small
+  const auto start = Clock::now();
+  uint64_t granted = 0;
+  for (int ms = 0; ms < 1000; ++ms) {
+    const WirePacer::Ticket ticket = pacer.request(0, 10'000, start + std::chrono::milliseconds(ms));
+    pacer.dispatch(start + std::chrono::milliseconds(ms), 0);
+    if (pacer.take_grant(ticket)) {
+      granted += 10'000;
+    } else {
+      pacer.cancel(ticket);
+    }
+  }
+  // 90% of the link for a second, and the first send at once on its burst.
+  EXPECT_EQ(granted, 910'000u);
 }
 
 TEST(WirePacer, ACancelledRequestIsNeverGranted) {
@@ -244,10 +263,11 @@ namespace {
 
 TEST(WirePacer, SharedJobsGetTheirPartsOfTheLinksRate) {
   WirePacer pacer(64 * kMiB);
-  pacer.set_link_rate(4e6);
+  pacer.set_measured_link_rate(4e6);
   pacer.set_share(0, JobShare{3});
   pacer.set_share(1, JobShare{1});
   const auto start = Clock::now();
+  pacer.sample(start);
   Grants grants;
   uint64_t granted[2] = {0, 0};
   for (int ms = 0; ms < 1000; ++ms) {
@@ -265,6 +285,10 @@ TEST(WirePacer, SharedJobsGetTheirPartsOfTheLinksRate) {
   // 3 MB/s and 1 MB/s for a second, and each job's first send at once on its burst.
   EXPECT_EQ(granted[0], 3'100'000u);
   EXPECT_EQ(granted[1], 1'100'000u);
+  // Held back by the pacer alone (the transport took everything), the jobs sent what it let
+  // them: its figure for the link grows past that, and with it their parts.
+  pacer.sample(start + 1s);
+  EXPECT_DOUBLE_EQ(pacer.link_rate(), WirePacer::kLinkHeadroom * 4.2e6);
 }
 
 }  // namespace
