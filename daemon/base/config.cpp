@@ -245,20 +245,22 @@ std::string comment(const std::string& text, size_t width) {
   return out + line + "\n";
 }
 
-
 // The keys of a `[[qos.rule]]` table, documented as the flat keys are.
 struct RuleKey {
   const char* name;
   const char* doc;
 };
 constexpr RuleKey kRuleKeys[] = {
-    {"job", "glob over the job's name (`*`, `?`, `[...]`, as fnmatch(3)); default `\"*\"`: every job"},
+    {"job",
+     "glob over the job's name (`*`, `?`, `[...]`, as fnmatch(3)); default `\"*\"`: every job"},
     {"user", "the job's owner (the user of its ranks), as a user name or a uid; default: anyone"},
-    {"weight", "the job's relative share of the engine and of the inter-node links, above 0; "
-               "default 1"},
+    {"weight",
+     "the job's relative share of the engine and of the inter-node links, above 0; "
+     "default 1"},
     {"max_gbit_per_s", "cap on the job's inter-node send rate, in Gbit/s; default 0: no cap"},
-    {"latency_class", "`true`: the job's small collectives (up to 256 KiB per rank) go ahead of "
-                      "other jobs' bulk pieces; default `false`"},
+    {"latency_class",
+     "`true`: the job's small collectives (up to 256 KiB per rank) go ahead of "
+     "other jobs' bulk pieces; default `false`"},
 };
 constexpr double kMaxWeight = 1e6;
 constexpr double kMaxGbitPerSecond = 1e5;
@@ -275,8 +277,9 @@ std::optional<std::string> glob_problem(const std::string& pattern) {
       if (j < pattern.size() && (pattern[j] == '!' || pattern[j] == '^')) ++j;
       if (j < pattern.size() && pattern[j] == ']') ++j;  // a leading ] is a member
       while (j < pattern.size() && pattern[j] != ']') ++j;
-      if (j == pattern.size()) return "the bracket expression at column " +
-                                      std::to_string(i + 1) + " is not closed";
+      if (j == pattern.size()) {
+        return "the bracket expression at column " + std::to_string(i + 1) + " is not closed";
+      }
       i = j;
     }
   }
@@ -299,8 +302,8 @@ double rule_number(const toml::node& node, const std::string& key, double min, d
   const auto value = node.value<double>();
   if (!node.is_number() || !value) throw key_error(key, "expected a number");
   if (*value < min || (min_open && *value == min) || *value > max) {
-    throw key_error(key, fmt::format("value {} outside {}{}, {}]", *value, min_open ? "(" : "[",
-                                     min, max));
+    throw key_error(
+        key, fmt::format("value {} outside {}{}, {}]", *value, min_open ? "(" : "[", min, max));
   }
   return *value;
 }
@@ -319,7 +322,9 @@ QosRule parse_rule(const toml::table& table, const std::string& where) {
     } else if (name.str() == "user") {
       if (node.is_integer()) {
         const int64_t uid = *node.value<int64_t>();
-        if (uid < 0 || uid >= kMaxU32) throw key_error(key, "uid " + std::to_string(uid) + " out of range");
+        if (uid < 0 || uid >= kMaxU32) {
+          throw key_error(key, "uid " + std::to_string(uid) + " out of range");
+        }
         rule.user = std::to_string(uid);
         rule.uid = static_cast<uid_t>(uid);
       } else if (node.is_string()) {
@@ -337,8 +342,9 @@ QosRule parse_rule(const toml::table& table, const std::string& where) {
       if (!node.is_boolean()) throw key_error(key, "expected true or false");
       rule.latency_class = *node.value<bool>();
     } else {
-      throw key_error(key, "unknown key (a rule has job, user, weight, max_gbit_per_s and "
-                           "latency_class)");
+      throw key_error(key,
+                      "unknown key (a rule has job, user, weight, max_gbit_per_s and "
+                      "latency_class)");
     }
   }
   return rule;
@@ -350,10 +356,12 @@ void parse_qos(const toml::node& node, DaemonConfig& config) {
   if (qos == nullptr) throw key_error("qos", "expected tables: write each rule as [[qos.rule]]");
   for (const auto& [name, value] : *qos) {
     if (name.str() != "rule") {
-      throw key_error("qos." + std::string(name.str()), "unknown key (qos holds [[qos.rule]] tables)");
+      throw key_error("qos." + std::string(name.str()),
+                      "unknown key (qos holds [[qos.rule]] tables)");
     }
     const toml::array* rules = value.as_array();
-    if (rules == nullptr) throw key_error("qos.rule", "expected tables: write each rule as [[qos.rule]]");
+    if (rules == nullptr)
+      throw key_error("qos.rule", "expected tables: write each rule as [[qos.rule]]");
     for (size_t i = 0; i < rules->size(); ++i) {
       const std::string where = "qos.rule[" + std::to_string(i + 1) + "]";
       const toml::table* table = (*rules)[i].as_table();
@@ -482,11 +490,13 @@ std::string config_docs(ConfigDocs format) {
       out += std::string("| `") + key.name + "` | `" + value_text(key, defaults) + "` | " +
              key.doc + reload_note(key.reload) + " |\n";
     }
-    out += std::string("| `[[qos.rule]]` | none | shares between jobs (docs/qos.md): tables with the "
-                       "keys below; the first that matches a job applies, and a job none matches "
-                       "has weight 1, no cap and no latency class") +
+    out += std::string(
+               "| `[[qos.rule]]` | none | shares between jobs (docs/qos.md): tables with the "
+               "keys below; the first that matches a job applies, and a job none matches "
+               "has weight 1, no cap and no latency class") +
            reload_note(Reload::kLive) + " |\n\n| `[[qos.rule]]` key | meaning |\n| --- | --- |\n";
-    for (const RuleKey& key : kRuleKeys) out += std::string("| `") + key.name + "` | " + key.doc + " |\n";
+    for (const RuleKey& key : kRuleKeys)
+      out += std::string("| `") + key.name + "` | " + key.doc + " |\n";
     return out;
   }
   out =
@@ -501,10 +511,11 @@ std::string config_docs(ConfigDocs format) {
     out += "\n" + comment(key.doc, 98) + key.name + " = " + value_text(key, defaults) + "\n";
   }
   out += "\n" +
-         comment("shares between jobs (docs/qos.md), reloaded live: the first rule that matches a "
-                 "job applies; a job none matches has weight 1, no cap and no latency class. Each "
-                 "rule is a table with these keys, all optional:",
-                 98) +
+         comment(
+             "shares between jobs (docs/qos.md), reloaded live: the first rule that matches a "
+             "job applies; a job none matches has weight 1, no cap and no latency class. Each "
+             "rule is a table with these keys, all optional:",
+             98) +
          "# [[qos.rule]]\n";
   for (const RuleKey& key : kRuleKeys) out += comment(std::string(key.name) + ": " + key.doc, 98);
   return out;

@@ -211,14 +211,11 @@ void Engine::export_samples() {
     metrics_.set_job_progress(name, progress);
   }
   if (mesh_) {
-    double link_rate = 0;  // the fastest link a job measured: the node's, for the pacer
     for (transport::PeerId peer = 0; peer < mesh_->peer_count(); ++peer) {
       const transport::PeerStats& stats = mesh_->stats(peer);
       metrics_.set_peer_traffic(mesh_->address_of(peer), stats.bytes_sent, stats.bytes_received,
                                 stats.errors);
-      link_rate = std::max(link_rate, stats.bytes_per_second);
     }
-    wire_pacer_.set_measured_link_rate(link_rate);
     wire_pacer_.sample(Clock::now());
   }
 }

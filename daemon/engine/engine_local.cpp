@@ -115,8 +115,8 @@ void Engine::serve_local_piece(Job& job, std::span<Job* const> waiting) {
       units.push_back(std::move(ready.front()));
       ready.pop_front();
     }
-    running = running_batches_.emplace(flow, RunningBatch{LocalBatch(std::move(units)), start})
-                  .first;
+    running =
+        running_batches_.emplace(flow, RunningBatch{LocalBatch(std::move(units)), start}).first;
   }
   RunningBatch& current = running->second;
   const uint64_t before = current.batch.left();
@@ -177,8 +177,8 @@ void Engine::sample_shares() {
   // The interval's bytes: the live jobs' since the last sample.
   uint64_t interval = 0;
   for (const auto& [name, job] : jobs_) {
-    interval += wire_pacer_.counters(job->qos().flow, now).granted_bytes -
-                job->qos().reported_wire_bytes;
+    interval +=
+        wire_pacer_.counters(job->qos().flow, now).granted_bytes - job->qos().reported_wire_bytes;
   }
   for (auto& [name, job] : jobs_) {
     Job::Qos& qos = job->qos();

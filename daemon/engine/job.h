@@ -89,8 +89,8 @@ class Job {
     uint64_t flow = 0;  // in the engine's and the pacer's fair order; 0: not placed yet
     uid_t owner = 0;    // the user of its first rank here
     JobShare share;
-    uint64_t engine_bytes = 0;        // of its single-node collectives run, per rank
-    double engine_wait_seconds = 0;   // its host work ready while another job's ran
+    uint64_t engine_bytes = 0;         // of its single-node collectives run, per rank
+    double engine_wait_seconds = 0;    // its host work ready while another job's ran
     uint64_t reported_wire_bytes = 0;  // the pacer's count at the last sample
     double wire_share = 0;             // its part of the node's paced bytes in the last interval
   };

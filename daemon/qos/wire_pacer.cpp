@@ -16,20 +16,21 @@ void WirePacer::set_share(Flow id, const JobShare& share) {
   fair_.set_weight(id, share.weight);
 }
 
-void WirePacer::set_measured_link_rate(double bytes_per_second) {
-  if (!link_rate_sampled_) link_rate_ = bytes_per_second;
-}
-
 void WirePacer::sample(Clock::time_point now) {
   const double elapsed = std::chrono::duration<double>(now - sampled_at_).count();
-  if (sampled_at_ != Clock::time_point{} && !alone_since_sample_ && elapsed > 0 &&
-      granted_total_ > sampled_total_) {
+  size_t senders = 0;
+  for (auto& [id, flow] : flows_) {
+    senders += flow.counters.granted_bytes > flow.sampled_bytes;
+    flow.sampled_bytes = flow.counters.granted_bytes;
+  }
+  if (sampled_at_ != Clock::time_point{} && senders >= 2 && !held_below_link_ && elapsed > 0 &&
+      (link_rate_sampled_ || ++unpaced_intervals_ >= 2)) {
     link_rate_ = kLinkHeadroom * static_cast<double>(granted_total_ - sampled_total_) / elapsed;
     link_rate_sampled_ = true;
   }
   sampled_at_ = now;
   sampled_total_ = granted_total_;
-  alone_since_sample_ = false;
+  held_below_link_ = false;
 }
 
 void WirePacer::remove(Flow id) {
@@ -79,9 +80,7 @@ size_t WirePacer::share_link(Clock::time_point now, bool protect_latency) {
   }
   const size_t active_flows = open.size();
   double rate = link_rate_;
-  if (protect_latency) {
-    rate *= kLatencyLoad / (link_rate_sampled_ ? kLinkHeadroom : 1.0);
-  }
+  if (protect_latency) rate *= kLatencyLoad / kLinkHeadroom;
   for (bool capped = true; capped && !open.empty();) {
     capped = false;
     double weights = 0;
@@ -152,10 +151,12 @@ void WirePacer::dispatch(Clock::time_point now, uint64_t held_bytes) {
   // A latency-class job on the node (sending or not: its small collectives mostly travel
   // with the negotiation, past the pacer) keeps every other job below the link.
   bool protect_latency = false;
-  for (const auto& [id, flow] : flows_) protect_latency = protect_latency || flow.share.latency_class;
+  for (const auto& [id, flow] : flows_)
+    protect_latency = protect_latency || flow.share.latency_class;
   const bool shared = share_link(now, protect_latency) > 1 || protect_latency;
-  // The link's figure is not sampled while held below it on purpose.
-  alone_since_sample_ = alone_since_sample_ || !shared || protect_latency;
+  // The link's figure is not sampled while the jobs are held below it on purpose (once there
+  // is one: the first comes from jobs not held at all).
+  held_below_link_ = held_below_link_ || (protect_latency && link_rate_sampled_);
   std::vector<Flow> backlogged;
   while (!requests_.empty()) {
     backlogged.clear();

@@ -47,20 +47,24 @@ class WirePacer {
   // `window_bytes`: how many bytes the transport may hold before shared grants wait.
   explicit WirePacer(uint64_t window_bytes) : window_bytes_(window_bytes) {}
 
-  // The rate of the node's link to other nodes as the jobs measured it when they formed (the
-  // fastest of its peers'): the pacer's figure until it has one of its own (sample); 0:
-  // unknown, shared jobs are then held by the window alone.
-  void set_measured_link_rate(double bytes_per_second);
-  // Once a second or so: where jobs shared the link for the whole time since the last
-  // sample, the link's rate becomes kLinkHeadroom times what they sent together. Paced below
-  // the link, they sent what the pacer allowed, and the figure grows; held back by the link,
-  // they sent what it carries, and the figure settles just above it, where the pacer still
-  // sets each job's part and the link stays full.
+  // Once a second or so: where two jobs or more sent since the last sample, the pacer's
+  // figure for the link's rate becomes kLinkHeadroom times what they sent together. Until it has one, shared jobs are held by the window alone: they fill the link,
+  // and the first figure is the link's (from the second shared interval: jobs starting
+  // together send little in their first). Paced below the link
+  // later, they send what the pacer allows, and the figure grows; held back by the link, they
+  // send what it carries, and the figure settles just above it, where the pacer still sets
+  // each job's part and the link stays full. (The links the jobs measured as they formed are
+  // no guide: a short probe on a shared host reads them low.)
   void sample(Clock::time_point now);
   static constexpr double kLinkHeadroom = 1.1;
   // While a latency-class job runs: the other jobs' load on the link, together.
   static constexpr double kLatencyLoad = 0.9;
   double link_rate() const { return link_rate_; }
+  // For the tests: a figure as a sample would set it.
+  void set_link_rate(double bytes_per_second) {
+    link_rate_ = bytes_per_second;
+    link_rate_sampled_ = bytes_per_second > 0;
+  }
 
   // Adds the flow (a job), or changes its share from its next grant on.
   void set_share(Flow flow, const JobShare& share);
@@ -77,8 +81,8 @@ class WirePacer {
   void cancel(Ticket ticket);
 
   struct FlowCounters {
-    uint64_t granted_bytes = 0;   // sends granted, in bytes
-    double waited_seconds = 0;    // time with at least one request waiting
+    uint64_t granted_bytes = 0;  // sends granted, in bytes
+    double waited_seconds = 0;   // time with at least one request waiting
   };
   // Up to `now`; zero for a flow never seen.
   FlowCounters counters(Flow flow, Clock::time_point now) const;
@@ -100,6 +104,7 @@ class WirePacer {
     Clock::time_point last_grant{};
     Clock::time_point waiting_since{};  // while the queue is not empty
     FlowCounters counters;
+    uint64_t sampled_bytes = 0;  // counters.granted_bytes at the last sample
   };
   void refill(FlowState& flow, Clock::time_point now) const;
   bool cap_allows(FlowState& flow, Clock::time_point now) const;
@@ -118,9 +123,10 @@ class WirePacer {
   uint64_t granted_total_ = 0;      // every flow's, ever
   uint64_t sampled_total_ = 0;      // granted_total_ at the last sample
   Clock::time_point sampled_at_{};
-  bool alone_since_sample_ = false;  // a dispatch found at most one job active
+  bool held_below_link_ = false;  // since the last sample, on purpose (latency class)
+  int unpaced_intervals_ = 0;     // shared before the first figure
   FairShare fair_;
-  std::map<Flow, FlowState> flows_;  // ordered: ties go to the older job
+  std::map<Flow, FlowState> flows_;               // ordered: ties go to the older job
   std::unordered_map<Ticket, Request> requests_;  // waiting
   std::unordered_set<Ticket> granted_;            // granted, not taken yet
   Ticket next_ticket_ = 1;

@@ -141,7 +141,8 @@ TEST(WirePacer, ACapHoldsTheRateWhateverTheMessageSize) {
   std::vector<int> granted_at_ms;
   for (int ms = 0; ms <= 1000; ++ms) {
     const auto now = start + std::chrono::milliseconds(ms);
-    while (grants.waiting.size() < 2) grants.waiting.emplace_back(0, pacer.request(0, 100'000, now));
+    while (grants.waiting.size() < 2)
+      grants.waiting.emplace_back(0, pacer.request(0, 100'000, now));
     pacer.dispatch(now, 0);
     const size_t before = grants.order.size();
     grants.collect(pacer);
@@ -182,13 +183,15 @@ TEST(WirePacer, ALatencyClassJobsSmallSendsGoFirstPastTheWindow) {
 
 TEST(WirePacer, ALatencyClassJobKeepsTheOthersBelowTheLink) {
   WirePacer pacer(64 * kMiB);
-  pacer.set_measured_link_rate(1e6);
+  // Sampled at 1.1 MB/s: the link carries 1 MB/s.
+  pacer.set_link_rate(WirePacer::kLinkHeadroom * 1e6);
   pacer.set_share(0, JobShare{1});
   pacer.set_share(1, JobShare{1, 0, true});  // never sends in pieces: its collectives are small
   const auto start = Clock::now();
   uint64_t granted = 0;
   for (int ms = 0; ms < 1000; ++ms) {
-    const WirePacer::Ticket ticket = pacer.request(0, 10'000, start + std::chrono::milliseconds(ms));
+    const WirePacer::Ticket ticket =
+        pacer.request(0, 10'000, start + std::chrono::milliseconds(ms));
     pacer.dispatch(start + std::chrono::milliseconds(ms), 0);
     if (pacer.take_grant(ticket)) {
       granted += 10'000;
@@ -215,12 +218,12 @@ TEST(WirePacer, ACancelledRequestIsNeverGranted) {
 }
 
 TEST(QosPolicy, TheFirstMatchingRuleApplies) {
-  const DaemonConfig config = parse_config(
-      "[[qos.rule]]\njob = \"bulk-[ab]*\"\nuser = " + std::to_string(::getuid()) +
-          "\nweight = 3\nmax_gbit_per_s = 0.5\n"
-          "[[qos.rule]]\njob = \"bulk-*\"\nweight = 2\n"
-          "[[qos.rule]]\njob = \"probe-?\"\nlatency_class = true\n",
-      "test");
+  const DaemonConfig config =
+      parse_config("[[qos.rule]]\njob = \"bulk-[ab]*\"\nuser = " + std::to_string(::getuid()) +
+                       "\nweight = 3\nmax_gbit_per_s = 0.5\n"
+                       "[[qos.rule]]\njob = \"bulk-*\"\nweight = 2\n"
+                       "[[qos.rule]]\njob = \"probe-?\"\nlatency_class = true\n",
+                   "test");
   ASSERT_EQ(config.qos_rules.size(), 3u);
   EXPECT_EQ(share_for(config.qos_rules, "bulk-a1", ::getuid()), (JobShare{3, 0.5e9 / 8, false, 1}));
   EXPECT_EQ(share_for(config.qos_rules, "bulk-a1", ::getuid() + 1), (JobShare{2, 0, false, 2}));
@@ -245,8 +248,7 @@ TEST(QosPolicy, BadRulesAreRefusedNamingTheKey) {
   EXPECT_NE(error_of("[[qos.rule]]\n[[qos.rule]]\nweight = -1\n").find("'qos.rule[2].weight'"),
             std::string::npos);
   EXPECT_NE(error_of("[[qos.rule]]\nweight = 0\n").find("outside (0,"), std::string::npos);
-  EXPECT_NE(error_of("[[qos.rule]]\njob = \"bulk-[a\"\n").find("is not closed"),
-            std::string::npos);
+  EXPECT_NE(error_of("[[qos.rule]]\njob = \"bulk-[a\"\n").find("is not closed"), std::string::npos);
   EXPECT_NE(error_of("[[qos.rule]]\nuser = \"no-such-user-here\"\n").find("no user"),
             std::string::npos);
   EXPECT_NE(error_of("[[qos.rule]]\nmax_gbit_per_s = \"fast\"\n").find("expected a number"),
@@ -263,7 +265,7 @@ namespace {
 
 TEST(WirePacer, SharedJobsGetTheirPartsOfTheLinksRate) {
   WirePacer pacer(64 * kMiB);
-  pacer.set_measured_link_rate(4e6);
+  pacer.set_link_rate(4e6);
   pacer.set_share(0, JobShare{3});
   pacer.set_share(1, JobShare{1});
   const auto start = Clock::now();
@@ -280,7 +282,8 @@ TEST(WirePacer, SharedJobsGetTheirPartsOfTheLinksRate) {
     pacer.dispatch(now, 0);
     const std::string before = grants.order;
     grants.collect(pacer);
-    for (size_t i = before.size(); i < grants.order.size(); ++i) granted[grants.order[i] - 'A'] += 100'000;
+    for (size_t i = before.size(); i < grants.order.size(); ++i)
+      granted[grants.order[i] - 'A'] += 100'000;
   }
   // 3 MB/s and 1 MB/s for a second, and each job's first send at once on its burst.
   EXPECT_EQ(granted[0], 3'100'000u);

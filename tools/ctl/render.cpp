@@ -121,8 +121,8 @@ std::string share(const nlohmann::json& qos) {
 }
 
 void print_jobs(const nlohmann::json& status, std::ostream& out) {
-  Table table({"JOB", "STATE", "LOCAL RANKS", "WORLD", "NODE", "ALGORITHM", "SHARE", "STALL",
-               "NOTE"});
+  Table table(
+      {"JOB", "STATE", "LOCAL RANKS", "WORLD", "NODE", "ALGORITHM", "SHARE", "STALL", "NOTE"});
   for (const auto& job : status["jobs"]) {
     const auto& nodes = job["nodes"];
     std::string note = text(job["failure"]);
