@@ -48,13 +48,13 @@ class WirePacer {
   explicit WirePacer(uint64_t window_bytes) : window_bytes_(window_bytes) {}
 
   // Once a second or so: where two jobs or more sent since the last sample, the pacer's
-  // figure for the link's rate becomes kLinkHeadroom times what they sent together. Until it has one, shared jobs are held by the window alone: they fill the link,
-  // and the first figure is the link's (from the second shared interval: jobs starting
-  // together send little in their first). Paced below the link
-  // later, they send what the pacer allows, and the figure grows; held back by the link, they
-  // send what it carries, and the figure settles just above it, where the pacer still sets
-  // each job's part and the link stays full. (The links the jobs measured as they formed are
-  // no guide: a short probe on a shared host reads them low.)
+  // figure for the link's rate becomes kLinkHeadroom times what they sent together. Until it has
+  // one, shared jobs are held by the window alone: they fill the link, and the first figure is the
+  // link's (from the second shared interval: jobs starting together send little in their first).
+  // Paced below the link later, they send what the pacer allows, and the figure grows; held back by
+  // the link, they send what it carries, and the figure settles just above it, where the pacer
+  // still sets each job's part and the link stays full. (The links the jobs measured as they formed
+  // are no guide: a short probe on a shared host reads them low.)
   void sample(Clock::time_point now);
   static constexpr double kLinkHeadroom = 1.1;
   // While a latency-class job runs: the other jobs' load on the link, together.

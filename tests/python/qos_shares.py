@@ -213,6 +213,14 @@ def namespace_nodes_run(build_dir, directory):
         share, _, _ = share_of_a(3)
         expect(0.1 <= share <= 0.4, f"after the reload, 1:3 give job a {share:.2f} (0.25)")
 
+        # A bad rule is refused at reload, naming its key; the rules before stay.
+        write_rules(config, [{"job": '"bulk-a-*"', "weight": -1}])
+        for daemon, _, _ in daemons:
+            daemon.send_signal(signal.SIGHUP)
+        time.sleep(0.5)
+        expect(ctl_jobs(build_dir, sockets[0])[b]["qos"]["weight"] == 3,
+               "a reload with a negative weight keeps the rules before it")
+
         cap_gbit = 0.02
         write_rules(config, [{"job": '"bulk-a-*"', "max_gbit_per_s": cap_gbit}])
         for daemon, _, _ in daemons:
