@@ -19,7 +19,7 @@ outside="$(ldd "$dir"/bundle/bin/* | awk '/=> \// { print $3 }' | sort -u |
 grep -q "not found" < <(ldd "$dir"/bundle/bin/*) && fail "a library the bundle lacks"
 
 # Its daemon and bench, one rank of host memory, checked.
-"$dir/bundle/bin/gradsyncd" --socket "$dir/d.sock" --metrics-listen "" --log-level warn &
+"$dir/bundle/bin/gradsyncd" --socket "$dir/d.sock" --metrics-listen "" --listen "" --log-level warn &
 for _ in $(seq 100); do [[ -S "$dir/d.sock" ]] && break; sleep 0.1; done
 RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GRADSYNC_SOCKET="$dir/d.sock" \
   timeout 60 "$dir/bundle/bin/gradsync-bench" -b 4 -e 64K -f 16 -n 2 -w 1 --check >"$dir/bench.log" 2>&1 ||
