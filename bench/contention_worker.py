@@ -33,6 +33,9 @@ class Gradsync:
     def buffer(self, count):
         return self.gradsync.empty(count)
 
+    def fill(self, buffer, value):
+        buffer.fill_(value)
+
     def allreduce(self, buffer, name):
         self.gradsync.allreduce(buffer, name=name)
 
@@ -48,6 +51,9 @@ class Gloo:
         import torch
         return torch.empty(count, dtype=torch.float32)
 
+    def fill(self, buffer, value):
+        buffer.fill_(value)
+
     def allreduce(self, buffer, name):
         self.dist.all_reduce(buffer)
 
@@ -60,6 +66,9 @@ class Mpi:
 
     def buffer(self, count):
         return np.empty(count, dtype=np.float32)
+
+    def fill(self, buffer, value):
+        buffer.fill(value)
 
     def allreduce(self, buffer, name):
         from mpi4py import MPI
@@ -89,8 +98,7 @@ def main():
         system.allreduce(flag, "stop")
         if flag[0] > 0:
             break
-        buffer.fill(system.rank + 1) if isinstance(buffer, np.ndarray) else buffer.fill_(
-            system.rank + 1)
+        system.fill(buffer, system.rank + 1)
         began.append(time.time())
         system.allreduce(buffer, "loop")
         done.append(time.time())

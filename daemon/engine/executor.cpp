@@ -29,18 +29,17 @@ LocalBatch::LocalBatch(std::vector<ReadyUnit> units) : units_(std::move(units)) 
   for (const auto& unit : units_) {
     for (const auto& collective : unit.collectives) {
       works_.push_back(local_work_for(collective));
-      stats_.bytes += works_.back().elements * works_.back().element_bytes;
+      bytes_ += works_.back().elements * works_.back().element_bytes;
     }
   }
 }
 
 void LocalBatch::run(uint64_t bytes, ReducePool& pool, uint64_t parallel_min_bytes) {
   const uint64_t begin = done_;
-  const uint64_t end = std::min(stats_.bytes, begin + std::max<uint64_t>(bytes, 1));
+  const uint64_t end = std::min(bytes_, begin + std::max<uint64_t>(bytes, 1));
   const uint64_t span = end - begin;
   const uint64_t wanted = std::max<uint64_t>(1, span / parallel_min_bytes);
   const auto parts = static_cast<unsigned>(std::min<uint64_t>(wanted, pool.size()));
-  stats_.parts = std::max(stats_.parts, parts);
   if (parts <= 1) {
     run_range(works_, begin, end);
   } else {
@@ -59,15 +58,6 @@ void LocalBatch::complete() {
       for (auto& s : collective.ranks) daemon::complete(s, GRADSYNC_OK);
     }
   }
-}
-
-BatchStats execute_batch(std::vector<ReadyUnit>& batch, ReducePool& pool,
-                         uint64_t parallel_min_bytes) {
-  LocalBatch local(std::move(batch));
-  local.run(local.bytes(), pool, parallel_min_bytes);
-  local.complete();
-  batch = std::move(local.units());
-  return local.stats();
 }
 
 }  // namespace gradsync::daemon

@@ -8,11 +8,6 @@ void FairShare::set_weight(Flow flow, double weight) {
   flows_[flow].weight = weight;
 }
 
-double FairShare::weight(Flow flow) const {
-  const auto it = flows_.find(flow);
-  return it == flows_.end() ? 1 : it->second.weight;
-}
-
 std::optional<FairShare::Flow> FairShare::pick(std::span<const Flow> backlogged) {
   std::optional<Flow> best;
   double best_start = 0;

@@ -20,7 +20,6 @@ class FairShare {
   // Adds the flow, or changes its weight (above 0) from its next serving on.
   void set_weight(Flow flow, double weight);
   void remove(Flow flow) { flows_.erase(flow); }
-  double weight(Flow flow) const;
 
   // Which of `backlogged` goes next: the least virtual start time, ties to the first listed.
   // A flow not added has weight 1.

@@ -6,12 +6,8 @@
 namespace gradsync::daemon {
 
 void WirePacer::set_share(Flow id, const JobShare& share) {
-  auto [it, added] = flows_.try_emplace(id);
-  FlowState& flow = it->second;
-  if (added || flow.share.cap_bytes_per_second != share.cap_bytes_per_second) {
-    flow.tokens = share.cap_bytes_per_second * std::chrono::duration<double>(kCapBurst).count();
-    flow.refilled = Clock::time_point{};  // refilled from the next look on
-  }
+  FlowState& flow = flows_[id];
+  if (flow.share.cap_bytes_per_second != share.cap_bytes_per_second) flow.cap = TokenBucket{};
   flow.share = share;
   fair_.set_weight(id, share.weight);
 }
@@ -52,20 +48,20 @@ WirePacer::Ticket WirePacer::request(Flow id, uint64_t bytes, Clock::time_point 
   return ticket;
 }
 
-void WirePacer::refill(FlowState& flow, Clock::time_point now) const {
-  const double cap = flow.share.cap_bytes_per_second;
-  const double burst = cap * std::chrono::duration<double>(kCapBurst).count();
-  if (flow.refilled != Clock::time_point{} && now > flow.refilled) {
-    flow.tokens += cap * std::chrono::duration<double>(now - flow.refilled).count();
+bool WirePacer::TokenBucket::allows(double rate, Clock::time_point now) {
+  const double burst = rate * std::chrono::duration<double>(kCapBurst).count();
+  if (refilled == Clock::time_point{}) {
+    tokens = burst;
+  } else if (now > refilled) {
+    tokens = std::min(burst, tokens + rate * std::chrono::duration<double>(now - refilled).count());
   }
-  flow.tokens = std::min(flow.tokens, burst);
-  flow.refilled = now;
+  refilled = now;
+  return tokens >= 0;
 }
 
-bool WirePacer::cap_allows(FlowState& flow, Clock::time_point now) const {
-  if (flow.share.cap_bytes_per_second <= 0) return true;
-  refill(flow, now);
-  return flow.tokens >= 0;
+bool WirePacer::cap_allows(FlowState& flow, Clock::time_point now) {
+  return flow.share.cap_bytes_per_second <= 0 ||
+         flow.cap.allows(flow.share.cap_bytes_per_second, now);
 }
 
 bool WirePacer::active(const FlowState& flow, Clock::time_point now) {
@@ -102,22 +98,6 @@ size_t WirePacer::share_link(Clock::time_point now, bool protect_latency) {
   return active_flows;
 }
 
-bool WirePacer::part_allows(FlowState& flow, Clock::time_point now) const {
-  if (link_rate_ <= 0) return true;
-  const double rate = flow.part_rate;
-  const double burst = rate * std::chrono::duration<double>(kCapBurst).count();
-  // Debt is paid off at the job's rate, idle or not (a job waiting for its peers between its
-  // sends would otherwise send each at once); credit never grows past a burst.
-  if (flow.fair_refilled == Clock::time_point{}) {
-    flow.fair_tokens = burst;
-  } else if (now > flow.fair_refilled) {
-    const double elapsed = std::chrono::duration<double>(now - flow.fair_refilled).count();
-    flow.fair_tokens = std::min(burst, flow.fair_tokens + rate * elapsed);
-  }
-  flow.fair_refilled = now;
-  return flow.fair_tokens >= 0;
-}
-
 void WirePacer::grant(Flow id, FlowState& flow, Clock::time_point now) {
   const Ticket ticket = flow.queue.front();
   flow.queue.pop_front();
@@ -127,7 +107,7 @@ void WirePacer::grant(Flow id, FlowState& flow, Clock::time_point now) {
   granted_.insert(ticket);
   flow.counters.granted_bytes += bytes;
   granted_total_ += bytes;
-  if (flow.share.cap_bytes_per_second > 0) flow.tokens -= static_cast<double>(bytes);
+  if (flow.share.cap_bytes_per_second > 0) flow.cap.spend(bytes);
   fair_.charge(id, bytes);
   flow.last_grant = now;
   last_grant_ = now;
@@ -173,7 +153,7 @@ void WirePacer::dispatch(Clock::time_point now, uint64_t held_bytes) {
     FlowState& flow = flows_.at(id);
     const uint64_t bytes = requests_.at(flow.queue.front()).bytes;
     in_window += bytes;
-    if (shared) flow.fair_tokens -= static_cast<double>(bytes);
+    if (shared) flow.part.spend(bytes);
     grant(id, flow, now);
   }
 }

@@ -93,26 +93,34 @@ class WirePacer {
     Flow flow;
     uint64_t bytes;
   };
+  // Bytes a flow may send at `rate`: full (a burst of kCapBurst) on first look, refilled at
+  // the rate whether it sends or not, never past the burst; a send may take it into debt,
+  // which is paid off at the rate before the next.
+  struct TokenBucket {
+    double tokens = 0;
+    Clock::time_point refilled{};  // never: full on the next look
+    bool allows(double rate, Clock::time_point now);
+    void spend(uint64_t bytes) { tokens -= static_cast<double>(bytes); }
+  };
   struct FlowState {
     JobShare share;
     std::deque<Ticket> queue;  // its requests, oldest first
-    double tokens = 0;         // capped flows: bytes it may send now (negative: debt)
-    Clock::time_point refilled{};
-    double part_rate = 0;    // shared: its part of the link, in bytes per second
-    double fair_tokens = 0;  // shared: bytes its part of the link lets it send now
-    Clock::time_point fair_refilled{};
+    TokenBucket cap;           // capped flows, at their cap
+    double part_rate = 0;      // shared: its part of the link, in bytes per second
+    TokenBucket part;          // shared, at part_rate
     Clock::time_point last_grant{};
     Clock::time_point waiting_since{};  // while the queue is not empty
     FlowCounters counters;
     uint64_t sampled_bytes = 0;  // counters.granted_bytes at the last sample
   };
-  void refill(FlowState& flow, Clock::time_point now) const;
-  bool cap_allows(FlowState& flow, Clock::time_point now) const;
+  static bool cap_allows(FlowState& flow, Clock::time_point now);
   // Shares the link's rate among the active flows by weight, none above its cap, what a cap
   // leaves going to the others (water-filling); returns how many flows are active.
   size_t share_link(Clock::time_point now, bool protect_latency);
   // Shared: whether the flow's part of the link's rate lets it send now.
-  bool part_allows(FlowState& flow, Clock::time_point now) const;
+  bool part_allows(FlowState& flow, Clock::time_point now) const {
+    return link_rate_ <= 0 || flow.part.allows(flow.part_rate, now);
+  }
   // Waiting, or granted within kActiveFor.
   static bool active(const FlowState& flow, Clock::time_point now);
   void grant(Flow id, FlowState& flow, Clock::time_point now);
