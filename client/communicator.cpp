@@ -309,6 +309,7 @@ gradsync_request Communicator::submit(const CollectiveArgs& args) {
   entry.dtype = static_cast<uint8_t>(args.dtype);
   entry.op = static_cast<uint8_t>(args.op);
   entry.root = args.root;
+  entry.priority = priority_;
   entry.count = args.count;
   std::string generated;
   const char* name = args.name;

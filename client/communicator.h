@@ -64,6 +64,8 @@ class Communicator {
   // default stream), or, after unset_stream, host-synchronous again.
   void set_stream(void* stream);
   void unset_stream();
+  // Collectives submitted from now on carry `priority` (gradsync_set_priority).
+  void set_priority(int32_t priority) { priority_ = priority; }
 
   gradsync_request submit(const CollectiveArgs& args);
   void group_start();
@@ -136,6 +138,7 @@ class Communicator {
   std::map<uintptr_t, Registered> registered_;  // by base address
   std::map<uintptr_t, size_t> allocations_;     // from allocate(), by address
   RequestTable requests_;
+  int32_t priority_ = 0;
   bool stream_ordered_ = false;
   void* stream_ = nullptr;
   std::unique_ptr<StreamEvents> events_;

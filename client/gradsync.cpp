@@ -282,6 +282,13 @@ gradsync_result gradsync_unset_cuda_stream(gradsync_comm* comm) {
   });
 }
 
+gradsync_result gradsync_set_priority(gradsync_comm* comm, int32_t priority) {
+  return with_comm(comm, [&](Communicator& c) {
+    c.set_priority(priority);
+    return GRADSYNC_OK;
+  });
+}
+
 gradsync_result gradsync_unregister(gradsync_comm* comm, void* ptr) {
   return with_comm(comm, [&](Communicator& c) {
     c.unregister(ptr);

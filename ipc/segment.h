@@ -33,9 +33,10 @@ struct SubmissionEntry {
   uint64_t group;        // client-chosen group id, when kFlagGrouped
   uint32_t group_size;   // members of the group
   uint32_t name_length;  // bytes of name used, <= kMaxTensorNameBytes
+  int32_t priority;      // higher runs first (gradsync_set_priority)
   char name[kMaxTensorNameBytes + 1];
   uint32_t event_slot;  // kFlagStreamOrdered: the rank's ready event and the daemon's completion
-  uint8_t reserved[28];
+  uint8_t reserved[24];
 };
 static_assert(sizeof(SubmissionEntry) == 256);
 inline constexpr uint8_t kFlagGrouped = 1;

@@ -142,10 +142,20 @@ class Engine {
   // Shares between jobs (engine_local.cpp, docs/qos.md). The host work of single-node jobs,
   // a piece at a time in weighted-fair order; true if any ran.
   bool run_local_work();
-  // Runs the next piece of `job`'s batch (formed from its ready units if none runs) and, once
-  // the batch is done, completes it. `waiting`: the other jobs whose work waited meanwhile.
-  void serve_local_piece(Job& job, std::span<Job* const> waiting);
-  // Runs what is left of the job's batch now, before a rank of it leaves or the daemon stops.
+  // A job's next piece of host work (docs/priority.md): of the batch it runs, or of a new one
+  // started with a ready unit, whichever has the highest priority as it has aged; a batch
+  // running goes on where none outranks it.
+  struct LocalTurn {
+    static constexpr size_t kNone = SIZE_MAX;
+    size_t running = kNone;  // index into the job's running batches
+    size_t ready = kNone;    // or into its ready units
+    uint64_t bytes = 0;      // what is left of that work; 0: the job has none
+  };
+  LocalTurn next_local_turn(Job& job, Clock::time_point now) const;
+  // Runs the piece `turn` names (starting its batch first if it is a ready unit) and, once the
+  // batch is done, completes it. `waiting`: the other jobs whose work waited meanwhile.
+  void serve_local_piece(Job& job, const LocalTurn& turn, std::span<Job* const> waiting);
+  // Runs what is left of the job's batches now, before a rank of it leaves or the daemon stops.
   void finish_local_batch(Job& job);
   // Places the job in the fair order and the pacer with the share the rules give it (again
   // after a reload: logged where it changed).
@@ -189,13 +199,17 @@ class Engine {
   FairShare engine_share_;
   WirePacer wire_pacer_;
   uint64_t next_flow_ = 1;
-  // Single-node batches run in pieces, by the flow of their job.
+  // Single-node batches run in pieces, by the flow of their job, in the order they started. A
+  // batch of higher priority starts while one of lower priority runs, up to this many.
   struct RunningBatch {
     LocalBatch batch;
+    int32_t priority = 0;
+    Clock::time_point ready;  // its first unit's: it ages from then
     Clock::time_point start;
     double seconds = 0;  // in its pieces
   };
-  std::unordered_map<uint64_t, RunningBatch> running_batches_;
+  static constexpr size_t kMaxRunningBatches = 4;
+  std::unordered_map<uint64_t, std::vector<RunningBatch>> running_batches_;
   // Clients' memory, by (session, buffer id): every session's, so that one bound holds for
   // the daemon's mappings of each kind (host_mapping_cache_entries: shared-memory mappings;
   // device_mapping_cache_entries: open CUDA IPC mappings).

@@ -1,13 +1,17 @@
 // Shares between jobs on the engine (docs/qos.md): the host work of single-node jobs runs a
-// piece at a time, the job whose turn it is first; and every job is placed in the pacer of
-// sends to other nodes with the share its rule gives it.
+// piece at a time, the job whose turn it is first, and within a job the work of highest
+// priority first (docs/priority.md); and every job is placed in the pacer of sends to other
+// nodes with the share its rule gives it.
 #include "daemon/engine/engine.h"
 
 #include "daemon/collectives/local/device_work.h"
+#include "daemon/job/priority.h"
 #include "daemon/node/node_job.h"
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <limits>
 #include <vector>
 
 namespace gradsync::daemon {
@@ -20,14 +24,6 @@ constexpr uint64_t kLocalPieceBytes = cost_model::kPipelinePieceBytes;
 // After this long running pieces, the engine goes round (takes new submissions, moves the
 // network) before the next: a latency-class job's collective submitted meanwhile goes next.
 constexpr auto kLocalRound = std::chrono::microseconds(500);
-
-// The job's next host work: its running batch's rest, or its first ready unit. Zero: none
-// (its first ready unit is on device memory).
-uint64_t next_host_bytes(Job& job, const LocalBatch* running) {
-  if (running != nullptr) return running->left();
-  if (job.ready().empty() || on_device(job.ready().front())) return 0;
-  return std::max<uint64_t>(job.ready().front().bytes(), 1);
-}
 
 // A batch that ran on this node alone: each collective negotiated, queued, then ran with the
 // rest of the batch.
@@ -67,58 +63,100 @@ bool Engine::run_local_work() {
   bool any = false;
   const auto round_start = Clock::now();
   std::vector<Job*> backlogged;
+  std::vector<LocalTurn> turns;
   std::vector<FairShare::Flow> flows;
-  for (;;) {
+  for (auto now = round_start;; now = Clock::now()) {
     backlogged.clear();
+    turns.clear();
     flows.clear();
-    Job* urgent = nullptr;  // a latency-class job's small collective goes first
+    size_t urgent = LocalTurn::kNone;  // a latency-class job's small collective goes first
     for (auto& [name, job] : jobs_) {
       if (job->network() != nullptr) continue;
-      const auto running = running_batches_.find(job->qos().flow);
-      const uint64_t bytes = next_host_bytes(
-          *job, running == running_batches_.end() ? nullptr : &running->second.batch);
-      if (bytes == 0) continue;
-      if (urgent == nullptr && job->qos().share.latency_class && bytes <= kLatencyClassMaxBytes) {
-        urgent = job.get();
+      const LocalTurn turn = next_local_turn(*job, now);
+      if (turn.bytes == 0) continue;
+      if (urgent == LocalTurn::kNone && job->qos().share.latency_class &&
+          turn.bytes <= kLatencyClassMaxBytes) {
+        urgent = backlogged.size();
       }
       backlogged.push_back(job.get());
+      turns.push_back(turn);
       flows.push_back(job->qos().flow);
     }
     if (backlogged.empty()) break;
-    Job* next = urgent;
-    if (next == nullptr) {
+    size_t next = urgent;
+    if (next == LocalTurn::kNone) {
       const FairShare::Flow flow = *engine_share_.pick(flows);
-      next = backlogged[static_cast<size_t>(std::find(flows.begin(), flows.end(), flow) -
-                                            flows.begin())];
+      next = static_cast<size_t>(std::find(flows.begin(), flows.end(), flow) - flows.begin());
     }
-    std::erase(backlogged, next);
-    serve_local_piece(*next, backlogged);
+    Job& job = *backlogged[next];
+    backlogged.erase(backlogged.begin() + static_cast<std::ptrdiff_t>(next));
+    serve_local_piece(job, turns[next], backlogged);
     any = true;
     if (Clock::now() - round_start >= kLocalRound) break;
   }
   return any;
 }
 
-void Engine::serve_local_piece(Job& job, std::span<Job* const> waiting) {
+Engine::LocalTurn Engine::next_local_turn(Job& job, Clock::time_point now) const {
+  const PriorityAging aging{std::chrono::milliseconds(config_.priority_aging_ms)};
+  LocalTurn turn;
+  int64_t best = std::numeric_limits<int64_t>::min();
+  size_t running_count = 0;
+  // Ties go to the batch running (the first started), then to the unit ready first.
+  if (const auto running = running_batches_.find(job.qos().flow);
+      running != running_batches_.end()) {
+    running_count = running->second.size();
+    for (size_t b = 0; b < running_count; ++b) {
+      const RunningBatch& batch = running->second[b];
+      const int64_t priority = aging.effective(batch.priority, batch.ready, now);
+      if (priority > best) {
+        best = priority;
+        turn = {b, LocalTurn::kNone, batch.batch.left()};
+      }
+    }
+  }
+  if (running_count >= kMaxRunningBatches) return turn;
+  // A device unit runs on the daemon's streams once the host work ahead of it is done: the
+  // units after it wait for it, in order.
+  const auto& ready = job.ready();
+  for (size_t u = 0; u < ready.size() && !on_device(ready[u]); ++u) {
+    const int64_t priority = aging.effective(ready[u].priority(), ready[u].ready_at(), now);
+    if (priority > best) {
+      best = priority;
+      turn = {LocalTurn::kNone, u, std::max<uint64_t>(ready[u].bytes(), 1)};
+    }
+  }
+  return turn;
+}
+
+void Engine::serve_local_piece(Job& job, const LocalTurn& turn, std::span<Job* const> waiting) {
   const uint64_t flow = job.qos().flow;
-  auto running = running_batches_.find(flow);
+  std::vector<RunningBatch>& running = running_batches_[flow];
   const auto start = Clock::now();
-  if (running == running_batches_.end()) {
-    // Lazy fusion: take ready units in order up to the threshold; a group is never split,
-    // and a unit larger than the threshold runs alone. Device units are not fused in.
+  size_t index = turn.running;
+  if (index == LocalTurn::kNone) {
+    // Lazy fusion: the unit, then the ready units after it of its priority, up to the
+    // threshold; a group is never split, and a unit larger than the threshold runs alone.
+    // Device units are not fused in.
     auto& ready = job.ready();
+    const int32_t priority = ready[turn.ready].priority();
+    const auto ready_at = ready[turn.ready].ready_at();
     std::vector<ReadyUnit> units;
     uint64_t bytes = 0;
-    while (!ready.empty() && !on_device(ready.front()) &&
-           (units.empty() || bytes + ready.front().bytes() <= config_.fusion_threshold_bytes)) {
-      bytes += ready.front().bytes();
-      units.push_back(std::move(ready.front()));
-      ready.pop_front();
+    for (size_t u = turn.ready; u < ready.size() && !on_device(ready[u]);) {
+      if (!units.empty() && ready[u].priority() != priority) {
+        ++u;
+        continue;
+      }
+      if (!units.empty() && bytes + ready[u].bytes() > config_.fusion_threshold_bytes) break;
+      bytes += ready[u].bytes();
+      units.push_back(std::move(ready[u]));
+      ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(u));
     }
-    running =
-        running_batches_.emplace(flow, RunningBatch{LocalBatch(std::move(units)), start}).first;
+    running.push_back(RunningBatch{LocalBatch(std::move(units)), priority, ready_at, start});
+    index = running.size() - 1;
   }
-  RunningBatch& current = running->second;
+  RunningBatch& current = running[index];
   const uint64_t before = current.batch.left();
   current.batch.run(kLocalPieceBytes, pool_, config_.parallel_reduce_min_bytes);
   const auto end = Clock::now();
@@ -143,13 +181,15 @@ void Engine::serve_local_piece(Job& job, std::span<Job* const> waiting) {
       static_cast<double>(unit_bytes) / static_cast<double>(config_.fusion_threshold_bytes));
   if (TraceRecorder* trace = job.trace()) trace_local_batch(*trace, batch, current.start, end);
   for (ReadyUnit& unit : batch) job.unit_pool().recycle(std::move(unit));
-  running_batches_.erase(running);
+  running.erase(running.begin() + static_cast<std::ptrdiff_t>(index));
+  if (running.empty()) running_batches_.erase(flow);
 }
 
 void Engine::finish_local_batch(Job& job) {
-  const auto running = running_batches_.find(job.qos().flow);
-  if (running == running_batches_.end()) return;
-  while (running_batches_.contains(job.qos().flow)) serve_local_piece(job, {});
+  const uint64_t flow = job.qos().flow;
+  while (running_batches_.contains(flow)) {
+    serve_local_piece(job, LocalTurn{0, LocalTurn::kNone, 1}, {});
+  }
 }
 
 void Engine::apply_share(Job& job) {

@@ -14,6 +14,18 @@ uint64_t ReadyUnit::bytes() const {
   return total;
 }
 
+int32_t ReadyUnit::priority() const {
+  int32_t highest = collectives.front().first().priority;
+  for (const auto& c : collectives) highest = std::max(highest, c.first().priority);
+  return highest;
+}
+
+std::chrono::steady_clock::time_point ReadyUnit::ready_at() const {
+  auto last = collectives.front().times.ready;
+  for (const auto& c : collectives) last = std::max(last, c.times.ready);
+  return last;
+}
+
 Job::Job(std::string name, int32_t local_world_size, Clock::time_point formation_deadline)
     : name_(std::move(name)),
       local_world_size_(local_world_size),
@@ -331,6 +343,9 @@ std::optional<std::string> find_mismatch(const std::vector<Submission>& ranks) {
       return differ("grouping",
                     lead.grouped ? fmt::format("a group of {}", lead.group_size) : "none",
                     s.grouped ? fmt::format("a group of {}", s.group_size) : "none");
+    }
+    if (s.priority != lead.priority) {
+      return differ("the priority", std::to_string(lead.priority), std::to_string(s.priority));
     }
     if (lead.collective == ipc::Collective::kBarrier) continue;
     // Device collectives run on the daemon's streams, host ones on its CPUs: not both at once.

@@ -75,6 +75,7 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buf
   s.group = entry.group;
   s.group_size = entry.group_size;
   if (s.grouped && s.group_size == 0) return invalid("grouped entry with a group size of 0");
+  s.priority = entry.priority;
   if (s.collective == ipc::Collective::kBarrier) return s;
   if ((entry.flags & ipc::kFlagStreamOrdered) != 0) s.event_slot = entry.event_slot;
 

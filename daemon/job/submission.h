@@ -49,6 +49,7 @@ struct Submission {
   bool grouped = false;
   uint64_t group = 0;
   uint32_t group_size = 0;
+  int32_t priority = 0;  // higher runs first (docs/priority.md)
   const uint8_t* send = nullptr;
   uint8_t* recv = nullptr;
   // kHostMemory, or the device both ranges lie on (device pointers in the daemon's space).

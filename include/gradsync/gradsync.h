@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define GRADSYNC_API_VERSION 6
+#define GRADSYNC_API_VERSION 7
 
 #if defined(__GNUC__)
 #define GRADSYNC_EXPORT __attribute__((visibility("default")))
@@ -173,6 +173,14 @@ GRADSYNC_EXPORT gradsync_result gradsync_register_device(gradsync_comm* comm, vo
  * returns. */
 GRADSYNC_EXPORT gradsync_result gradsync_set_cuda_stream(gradsync_comm* comm, void* stream);
 GRADSYNC_EXPORT gradsync_result gradsync_unset_cuda_stream(gradsync_comm* comm);
+
+/* The priority of the collectives this communicator submits from now on (API version 7);
+ * 0 until set. Where several of a job's collectives are ready, the daemon runs the one of
+ * highest priority first, and a large one yields to it between pieces (docs/priority.md). Every
+ * rank must give a collective the same priority (a mismatch fails it, as a different dtype
+ * would); a group runs at the highest of its members'. Within one priority the order stays
+ * first in, first out, and waiting raises a collective's priority, so none starves. */
+GRADSYNC_EXPORT gradsync_result gradsync_set_priority(gradsync_comm* comm, int32_t priority);
 
 /* Collectives. `name` identifies the tensor across ranks (ranks may submit in different
  * orders); NULL means "the n-th unnamed collective of this communicator". send == recv is

@@ -124,6 +124,8 @@ class Communicator {
   // Device collectives ordered on `stream` (a cudaStream_t), or host-synchronous again.
   void set_cuda_stream(void* stream) { check(gradsync_set_cuda_stream(comm_, stream), comm_); }
   void unset_cuda_stream() { check(gradsync_unset_cuda_stream(comm_), comm_); }
+  // The priority of the collectives submitted from now on (API version 7).
+  void set_priority(int32_t priority) { check(gradsync_set_priority(comm_, priority), comm_); }
 
   gradsync_request allreduce(const char* name, const void* send, void* recv, size_t count,
                              gradsync_dtype dtype, gradsync_op op) {

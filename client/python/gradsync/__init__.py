@@ -58,24 +58,28 @@ def local_size():
     return communicator().local_size
 
 
-def allreduce(tensor, name=None, op="sum", out=None, async_op=False):
-    return communicator().allreduce(tensor, name=name, op=op, out=out, async_op=async_op)
+def allreduce(tensor, name=None, op="sum", out=None, async_op=False, priority=0):
+    return communicator().allreduce(tensor, name=name, op=op, out=out, async_op=async_op,
+                                    priority=priority)
 
 
-def broadcast(tensor, root=0, name=None, async_op=False):
-    return communicator().broadcast(tensor, root=root, name=name, async_op=async_op)
+def broadcast(tensor, root=0, name=None, async_op=False, priority=0):
+    return communicator().broadcast(tensor, root=root, name=name, async_op=async_op,
+                                    priority=priority)
 
 
-def allgather(tensor, name=None, async_op=False):
-    return communicator().allgather(tensor, name=name, async_op=async_op)
+def allgather(tensor, name=None, async_op=False, priority=0):
+    return communicator().allgather(tensor, name=name, async_op=async_op, priority=priority)
 
 
-def reduce_scatter(tensor, name=None, op="sum", out=None, async_op=False):
-    return communicator().reduce_scatter(tensor, name=name, op=op, out=out, async_op=async_op)
+def reduce_scatter(tensor, name=None, op="sum", out=None, async_op=False, priority=0):
+    return communicator().reduce_scatter(tensor, name=name, op=op, out=out, async_op=async_op,
+                                         priority=priority)
 
 
-def alltoall(tensor, name=None, out=None, async_op=False):
-    return communicator().alltoall(tensor, name=name, out=out, async_op=async_op)
+def alltoall(tensor, name=None, out=None, async_op=False, priority=0):
+    return communicator().alltoall(tensor, name=name, out=out, async_op=async_op,
+                                   priority=priority)
 
 
 def barrier():

@@ -244,6 +244,7 @@ class Communicator:
         self._staging_all = []
         self._device_ranges = {}  # registered CUDA memory: address -> nbytes
         self._stream = None       # the CUDA stream device collectives are ordered on
+        self._priority = 0        # of the collectives submitted from now on (set_priority)
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self):
@@ -301,10 +302,17 @@ class Communicator:
     def _last_error(self):
         return library().gradsync_last_error(self._handle).decode(errors="replace")
 
-    def _submit(self, function, name, send_array, out_array, out_bytes, *args, send_blocks=1):
+    def _submit(self, function, name, send_array, out_array, out_bytes, *args, send_blocks=1,
+                priority=0):
         """Runs one collective from send_array into out_array, staging whichever is not in
         registered memory. The collective's count is send_array's elements over send_blocks (a
-        reduce-scatter sends a block to each rank)."""
+        reduce-scatter sends a block to each rank); it runs at `priority` (higher first)."""
+        if priority != self._priority:
+            if not -2**31 <= priority < 2**31:
+                raise InvalidArgumentError(ERR_INVALID_ARGUMENT,
+                                           f"priority {priority} is not a 32-bit integer")
+            self._check(library().gradsync_set_priority(self._handle, int(priority)))
+            self._priority = priority
         if _is_cuda(send_array) or _is_cuda(out_array):
             return self._submit_device(function, name, send_array, out_array, *args,
                                        send_blocks=send_blocks)
@@ -392,26 +400,29 @@ class Communicator:
             del self._device_ranges[start]
             library().gradsync_unregister(self._handle, start)
 
-    def allreduce(self, tensor, name=None, op="sum", out=None, async_op=False):
+    def allreduce(self, tensor, name=None, op="sum", out=None, async_op=False, priority=0):
         """Reduces `tensor` across the job's ranks into `out` (default: in place)."""
         if op not in OPS:
             raise InvalidArgumentError(ERR_INVALID_ARGUMENT, f"unknown op {op!r}")
         out = tensor if out is None else out
         _, nbytes = _address_and_bytes(tensor)
-        handle = self._submit(library().gradsync_allreduce, name, tensor, out, nbytes, OPS[op])
+        handle = self._submit(library().gradsync_allreduce, name, tensor, out, nbytes, OPS[op],
+                              priority=priority)
         return handle if async_op else handle.wait()
 
-    def broadcast(self, tensor, root=0, name=None, async_op=False):
+    def broadcast(self, tensor, root=0, name=None, async_op=False, priority=0):
         """Replaces `tensor` on every rank with root's."""
         _, nbytes = _address_and_bytes(tensor)
-        handle = self._submit(library().gradsync_broadcast, name, tensor, tensor, nbytes, root)
+        handle = self._submit(library().gradsync_broadcast, name, tensor, tensor, nbytes, root,
+                              priority=priority)
         return handle if async_op else handle.wait()
 
-    def allgather(self, tensor, name=None, async_op=False):
+    def allgather(self, tensor, name=None, async_op=False, priority=0):
         """Every rank's `tensor`, concatenated along a new first dimension of size()."""
         out = self._new_like(tensor, (self.size,) + tuple(tensor.shape))
         _, nbytes = _address_and_bytes(out)
-        handle = self._submit(library().gradsync_allgather, name, tensor, out, nbytes)
+        handle = self._submit(library().gradsync_allgather, name, tensor, out, nbytes,
+                              priority=priority)
         return handle if async_op else handle.wait()
 
     def _blocks_per_rank(self, call, tensor):
@@ -432,7 +443,7 @@ class Communicator:
                                        "are due")
         return nbytes
 
-    def reduce_scatter(self, tensor, name=None, op="sum", out=None, async_op=False):
+    def reduce_scatter(self, tensor, name=None, op="sum", out=None, async_op=False, priority=0):
         """Reduces `tensor` across the job's ranks and keeps this rank's block: `tensor` holds
         one block per rank along its first dimension (of size()), and the result is block
         rank(), shaped as tensor[0], in `out` (default: a new array)."""
@@ -443,10 +454,10 @@ class Communicator:
         _, send_bytes = _address_and_bytes(tensor)
         nbytes = self._check_out_bytes("reduce_scatter", out, send_bytes // self.size)
         handle = self._submit(library().gradsync_reduce_scatter, name, tensor, out, nbytes,
-                              OPS[op], send_blocks=self.size)
+                              OPS[op], send_blocks=self.size, priority=priority)
         return handle if async_op else handle.wait()
 
-    def alltoall(self, tensor, name=None, out=None, async_op=False):
+    def alltoall(self, tensor, name=None, out=None, async_op=False, priority=0):
         """Exchanges blocks: `tensor` holds one block per rank along its first dimension, block
         r going to rank r; the result, of the same shape, holds block r from rank r, in `out`
         (default: a new array; never `tensor` itself)."""
@@ -455,7 +466,7 @@ class Communicator:
         _, send_bytes = _address_and_bytes(tensor)
         nbytes = self._check_out_bytes("alltoall", out, send_bytes)
         handle = self._submit(library().gradsync_alltoall, name, tensor, out, nbytes,
-                              send_blocks=self.size)
+                              send_blocks=self.size, priority=priority)
         return handle if async_op else handle.wait()
 
     def barrier(self):

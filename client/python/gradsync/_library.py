@@ -86,6 +86,7 @@ def _declare(lib):
         "gradsync_register_device": ([comm, c_void, c_size], c_int),
         "gradsync_set_cuda_stream": ([comm, c_void], c_int),
         "gradsync_unset_cuda_stream": ([comm], c_int),
+        "gradsync_set_priority": ([comm, ctypes.c_int32], c_int),
         "gradsync_allreduce": ([comm, c_char, c_void, c_void, c_size, c_int, c_int,
                                 ctypes.POINTER(request)], c_int),
         "gradsync_broadcast": ([comm, c_char, c_void, c_void, c_size, c_int, ctypes.c_int32,

@@ -1,0 +1,226 @@
+#!/usr/bin/python3
+"""Priorities between a job's collectives (docs/priority.md), with real daemons and ranks:
+
+    priority_order.py --build-dir build --one-node
+        a job of 2 ranks on one daemon
+    priority_order.py --build-dir build --loopback-nodes
+        a job of 1 rank on each of 2 daemons on loopback
+
+In each, large allreduces of priority 0 are in flight when 8 small ones of priority 5 come: the
+daemon's trace shows each small one done before any large one, where with equal priorities
+the large ones go first. And a collective of priority 0 under a stream of priority 5 still runs
+while the stream goes on, where without aging it would wait for the stream's end. Every
+result is checked by its rank against a reference."""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from run_ranks import SKIPPED, start_daemon, torch_missing
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def expect(condition, what):
+    if not condition:
+        raise AssertionError(what)
+    print(f"ok: {what}", flush=True)
+
+
+def wait_until(condition, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.05)
+
+
+class Cluster:
+    """One daemon, or one per node on loopback, each with its own configuration."""
+
+    def __init__(self, build_dir, directory, nodes, config_text):
+        self.build_dir, self.directory = build_dir, directory
+        config = os.path.join(directory, f"gradsyncd-{len(os.listdir(directory))}.toml")
+        with open(config, "w") as f:
+            f.write(config_text)
+        self.daemons, self.sockets, self.addresses = [], [], []
+        try:
+            for node in range(nodes):
+                daemon, socket, address = start_daemon(
+                    build_dir, directory, node, listen="127.0.0.1:0" if nodes > 1 else "",
+                    config=config)
+                self.daemons.append(daemon)
+                self.sockets.append(socket)
+                self.addresses.append(address)
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self):
+        for daemon in self.daemons:
+            if daemon.poll() is None:
+                daemon.send_signal(signal.SIGTERM)
+        for daemon in self.daemons:
+            daemon.wait(timeout=30)
+
+    def local_ranks(self, job):
+        """How many of the job's ranks the first daemon has (gradsyncctl jobs)."""
+        out = subprocess.run([os.path.join(self.build_dir, "gradsyncctl"), "--socket",
+                              self.sockets[0], "--json", "jobs"], capture_output=True, text=True)
+        if out.returncode != 0:
+            return 0
+        jobs = {j["name"]: j for j in json.loads(out.stdout)}
+        return jobs[job]["local_ranks"] if job in jobs else 0
+
+    def run(self, job, worker_args, ranks_per_node, trace=False):
+        """Runs the worker as the job's ranks; returns each rank's completion order and, with
+        `trace`, the first daemon's trace of one round (one step)."""
+        nodes = len(self.sockets)
+        env = dict(os.environ, GRADSYNC_JOB=job, OMP_NUM_THREADS="1",
+                   GRADSYNC_LIBRARY=os.path.join(self.build_dir, "libgradsync.so"),
+                   WORLD_SIZE=str(nodes * ranks_per_node), LOCAL_WORLD_SIZE=str(ranks_per_node))
+        if nodes > 1:
+            env["GRADSYNC_NODES"] = ",".join(self.addresses)
+        go = os.path.join(self.directory, f"{job}.go")
+        processes, outs = [], []
+        trace_file = os.path.join(self.directory, f"{job}.trace.json")
+        tracer = None
+        try:
+            for rank in range(nodes * ranks_per_node):
+                node = rank // ranks_per_node
+                out = os.path.join(self.directory, f"{job}.{rank}.json")
+                rank_env = dict(env, RANK=str(rank), LOCAL_RANK=str(rank % ranks_per_node),
+                                GRADSYNC_SOCKET=self.sockets[node])
+                if nodes > 1:
+                    rank_env["GRADSYNC_NODE_RANK"] = str(node)
+                processes.append(subprocess.Popen(
+                    [sys.executable, os.path.join(HERE, "priority_worker.py"), "--go", go,
+                     "--out", out] + worker_args, env=rank_env))
+                outs.append(out)
+            def connected():
+                if any(p.poll() is not None for p in processes):
+                    raise AssertionError(f"job {job}: a rank exited before it connected")
+                return self.local_ranks(job) == ranks_per_node
+            wait_until(connected, f"job {job}'s ranks connected")
+            if trace:
+                tracer = subprocess.Popen(
+                    [os.path.join(self.build_dir, "gradsyncctl"), "--socket", self.sockets[0],
+                     "trace", "--job", job, "--steps", "1", "--timeout", "60", "-o",
+                     trace_file])
+                time.sleep(0.5)  # the recording starts before the first round
+            open(go, "w").close()
+            for rank, process in enumerate(processes):
+                code = process.wait(timeout=120)
+                expect(code == 0, f"{job}: rank {rank} exited 0 (its results checked)")
+            recorded = None
+            if tracer is not None:
+                expect(tracer.wait(timeout=60) == 0, f"{job}: gradsyncctl trace exited 0")
+                with open(trace_file) as f:
+                    recorded = json.load(f)
+            orders = []
+            for out in outs:
+                with open(out) as f:
+                    orders.append(json.load(f)["order"])
+            return orders, recorded
+        finally:
+            for process in processes + ([tracer] if tracer else []):
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+
+
+def spans(trace):
+    """Each tensor's (start, done) in the trace: the end of its queue phase (when it started
+    running) and the end of its last event, in microseconds."""
+    names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
+             if e["name"] == "thread_name"}
+    started, done = {}, {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") != "X":
+            continue
+        name, end = names[e["tid"]], e["ts"] + e["dur"]
+        if e["name"] == "queue":
+            started[name] = end
+        done[name] = max(done.get(name, 0), end)
+    return {name: (started[name], done[name]) for name in done if name in started}
+
+
+def check_preemption(cluster, tag, ranks_per_node, bigs, big_mib):
+    common = ["--scenario", "preempt", "--bigs", str(bigs), "--big-mib", str(big_mib),
+              "--smalls", "8", "--small-mib", "1", "--rounds", "2"]
+    _, trace = cluster.run(f"priority-{tag}-{os.getpid()}", common + ["--small-priority", "5"],
+                           ranks_per_node, trace=True)
+    times = spans(trace)
+    big = [times[f"big.{i}"] for i in range(bigs)]
+    small = [times[f"small.{i}"] for i in range(8)]
+    first_big_done = min(done for _, done in big)
+    expect(all(done < first_big_done for _, done in small),
+           f"{tag}: at priority 5, each of 8 small allreduces was done before any of {bigs} "
+           f"large ones at priority 0 (the daemon's trace)")
+    expect(all(start > min(s for s, _ in big) for start, _ in small),
+           f"{tag}: ... though they started after the large ones had")
+
+    _, trace = cluster.run(f"fifo-{tag}-{os.getpid()}", common + ["--small-priority", "0"],
+                           ranks_per_node, trace=True)
+    times = spans(trace)
+    first_big_done = min(times[f"big.{i}"][1] for i in range(bigs))
+    expect(all(times[f"small.{i}"][0] >= first_big_done for i in range(8)),
+           f"{tag}: with equal priorities, none of the small ones started before a large one "
+           "was done (first in, first out)")
+
+
+def check_aging(cluster_for, tag, ranks_per_node):
+    """A collective of priority 0 submitted while a stream of priority 5 runs: with aging it
+    is done while the stream goes on; without, only once the stream ends."""
+    args = ["--scenario", "aging", "--stream", "120", "--depth", "4", "--mib", "16"]
+    positions = {}
+    for aging_ms in (20, 3_600_000):
+        cluster = cluster_for(aging_ms)
+        try:
+            orders, _ = cluster.run(f"aging-{tag}-{aging_ms}-{os.getpid()}", args,
+                                    ranks_per_node)
+        finally:
+            cluster.stop()
+        order = orders[0]
+        expect(len(order) == 121 and "low" in order,
+               f"{tag}: aging {aging_ms} ms: all 121 allreduces done, their results checked")
+        positions[aging_ms] = order.index("low")
+    print(f"{tag}: the low-priority allreduce was done as number {positions[20] + 1} of 121 "
+          f"with aging, {positions[3_600_000] + 1} without", flush=True)
+    expect(positions[20] < 60, f"{tag}: with aging (20 ms a level), it was done in the first "
+           "half of the stream")
+    expect(positions[3_600_000] > 100, f"{tag}: without aging it waited for (nearly) the whole "
+           "stream: the test tells the two apart")
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--build-dir", required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--one-node", action="store_true")
+    where.add_argument("--loopback-nodes", action="store_true")
+    args = parser.parse_args()
+    if torch_missing():
+        return SKIPPED
+    build_dir = os.path.abspath(args.build_dir)
+    nodes, ranks_per_node, tag = (1, 2, "one-node") if args.one_node else (2, 1, "2-nodes")
+    with tempfile.TemporaryDirectory(prefix="gradsync-priority-") as directory:
+        cluster = Cluster(build_dir, directory, nodes, "")
+        try:
+            if args.one_node:
+                check_preemption(cluster, tag, ranks_per_node, bigs=1, big_mib=256)
+            else:
+                check_preemption(cluster, tag, ranks_per_node, bigs=4, big_mib=64)
+        finally:
+            cluster.stop()
+        check_aging(lambda ms: Cluster(build_dir, directory, nodes, f"priority_aging_ms = {ms}\n"),
+                    tag, ranks_per_node)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
