@@ -5,7 +5,8 @@
 #   device     the node's GPUs (through CUDA, or none)
 #   memory     client memory mapped into the daemon
 #   job        what a job is made of: clients' sessions, submissions, ready units, step meter, trace
-#   qos        the shares between jobs: policy, weighted-fair order, the pacer of inter-node sends
+#   qos        the shares between jobs: policy, weighted-fair order, the pacer of inter-node sends;
+#              and priorities between one job's collectives
 #   links      the inter-node links and who is where (rank map, per-peer tasks)
 #   collectives/local      the collectives among one node's ranks
 #   collectives/internode  the collectives among nodes

@@ -86,10 +86,6 @@ const std::vector<Key>& keys() {
        "jobs send each node's cycle to every other node (N-1 messages, one hop); node 0's value "
        "holds for a job",
        2, kMaxU32},
-      {"priority_aging_ms", &C::priority_aging_ms, Reload::kLive,
-       "a collective's priority rises by one for each this long it waits to run, so that "
-       "low-priority work under a stream of higher-priority work still runs (docs/priority.md)",
-       1, 3'600'000},
       {"reduce_threads", &C::reduce_threads, Reload::kRestart,
        "local reduce threads; 0: one per online CPU", 0, 256},
       {"parallel_reduce_min_bytes", &C::parallel_reduce_min_bytes, Reload::kLive,

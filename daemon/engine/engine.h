@@ -143,15 +143,15 @@ class Engine {
   // a piece at a time in weighted-fair order; true if any ran.
   bool run_local_work();
   // A job's next piece of host work (docs/priority.md): of the batch it runs, or of a new one
-  // started with a ready unit, whichever has the highest priority as it has aged; a batch
-  // running goes on where none outranks it.
+  // started with a ready unit, whichever ranks highest (priority.h); a batch running goes on
+  // where none outranks it.
   struct LocalTurn {
     static constexpr size_t kNone = SIZE_MAX;
     size_t running = kNone;  // index into the job's running batches
     size_t ready = kNone;    // or into its ready units
     uint64_t bytes = 0;      // what is left of that work; 0: the job has none
   };
-  LocalTurn next_local_turn(Job& job, Clock::time_point now) const;
+  LocalTurn next_local_turn(Job& job) const;
   // Runs the piece `turn` names (starting its batch first if it is a ready unit) and, once the
   // batch is done, completes it. `waiting`: the other jobs whose work waited meanwhile.
   void serve_local_piece(Job& job, const LocalTurn& turn, std::span<Job* const> waiting);
@@ -204,7 +204,7 @@ class Engine {
   struct RunningBatch {
     LocalBatch batch;
     int32_t priority = 0;
-    Clock::time_point ready;  // its first unit's: it ages from then
+    uint64_t order = 0;  // its first unit's (priority.h)
     Clock::time_point start;
     double seconds = 0;  // in its pieces
   };

@@ -5,7 +5,7 @@
 #include "daemon/engine/engine.h"
 
 #include "daemon/collectives/local/device_work.h"
-#include "daemon/job/priority.h"
+#include "daemon/qos/priority.h"
 #include "daemon/node/node_job.h"
 
 #include <fmt/format.h>
@@ -65,14 +65,14 @@ bool Engine::run_local_work() {
   std::vector<Job*> backlogged;
   std::vector<LocalTurn> turns;
   std::vector<FairShare::Flow> flows;
-  for (auto now = round_start;; now = Clock::now()) {
+  for (;;) {
     backlogged.clear();
     turns.clear();
     flows.clear();
     size_t urgent = LocalTurn::kNone;  // a latency-class job's small collective goes first
     for (auto& [name, job] : jobs_) {
       if (job->network() != nullptr) continue;
-      const LocalTurn turn = next_local_turn(*job, now);
+      const LocalTurn turn = next_local_turn(*job);
       if (turn.bytes == 0) continue;
       if (urgent == LocalTurn::kNone && job->qos().share.latency_class &&
           turn.bytes <= kLatencyClassMaxBytes) {
@@ -97,8 +97,7 @@ bool Engine::run_local_work() {
   return any;
 }
 
-Engine::LocalTurn Engine::next_local_turn(Job& job, Clock::time_point now) const {
-  const PriorityAging aging{std::chrono::milliseconds(config_.priority_aging_ms)};
+Engine::LocalTurn Engine::next_local_turn(Job& job) const {
   LocalTurn turn;
   int64_t best = std::numeric_limits<int64_t>::min();
   size_t running_count = 0;
@@ -108,9 +107,9 @@ Engine::LocalTurn Engine::next_local_turn(Job& job, Clock::time_point now) const
     running_count = running->second.size();
     for (size_t b = 0; b < running_count; ++b) {
       const RunningBatch& batch = running->second[b];
-      const int64_t priority = aging.effective(batch.priority, batch.ready, now);
-      if (priority > best) {
-        best = priority;
+      const int64_t rank = priority_rank(batch.priority, batch.order);
+      if (rank > best) {
+        best = rank;
         turn = {b, LocalTurn::kNone, batch.batch.left()};
       }
     }
@@ -120,9 +119,9 @@ Engine::LocalTurn Engine::next_local_turn(Job& job, Clock::time_point now) const
   // units after it wait for it, in order.
   const auto& ready = job.ready();
   for (size_t u = 0; u < ready.size() && !on_device(ready[u]); ++u) {
-    const int64_t priority = aging.effective(ready[u].priority(), ready[u].ready_at(), now);
-    if (priority > best) {
-      best = priority;
+    const int64_t rank = priority_rank(ready[u].priority(), ready[u].order);
+    if (rank > best) {
+      best = rank;
       turn = {LocalTurn::kNone, u, std::max<uint64_t>(ready[u].bytes(), 1)};
     }
   }
@@ -140,7 +139,7 @@ void Engine::serve_local_piece(Job& job, const LocalTurn& turn, std::span<Job* c
     // Device units are not fused in.
     auto& ready = job.ready();
     const int32_t priority = ready[turn.ready].priority();
-    const auto ready_at = ready[turn.ready].ready_at();
+    const uint64_t order = ready[turn.ready].order;
     std::vector<ReadyUnit> units;
     uint64_t bytes = 0;
     for (size_t u = turn.ready; u < ready.size() && !on_device(ready[u]);) {
@@ -153,7 +152,7 @@ void Engine::serve_local_piece(Job& job, const LocalTurn& turn, std::span<Job* c
       units.push_back(std::move(ready[u]));
       ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(u));
     }
-    running.push_back(RunningBatch{LocalBatch(std::move(units)), priority, ready_at, start});
+    running.push_back(RunningBatch{LocalBatch(std::move(units)), priority, order, start});
     index = running.size() - 1;
   }
   RunningBatch& current = running[index];

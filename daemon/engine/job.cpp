@@ -20,12 +20,6 @@ int32_t ReadyUnit::priority() const {
   return highest;
 }
 
-std::chrono::steady_clock::time_point ReadyUnit::ready_at() const {
-  auto last = collectives.front().times.ready;
-  for (const auto& c : collectives) last = std::max(last, c.times.ready);
-  return last;
-}
-
 Job::Job(std::string name, int32_t local_world_size, Clock::time_point formation_deadline)
     : name_(std::move(name)),
       local_world_size_(local_world_size),
@@ -269,7 +263,7 @@ void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point sinc
       return;
     }
     // emplace, not an initializer list: that would copy every submission.
-    ReadyUnit& unit = ready_.emplace_back(ReadyUnit{unit_pool_.collectives()});
+    ReadyUnit& unit = ready_.emplace_back(ReadyUnit{unit_pool_.collectives(), ready_count_++});
     unit.collectives.push_back(ReadyCollective{std::move(ranks), times});
     return;
   }
@@ -289,7 +283,10 @@ void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point sinc
     group.unit.collectives.push_back(ReadyCollective{std::move(ranks), times});
   }
   if (group.seen == group.expected) {
-    if (!group.failure) ready_.push_back(std::move(group.unit));
+    if (!group.failure) {
+      group.unit.order = ready_count_++;
+      ready_.push_back(std::move(group.unit));
+    }
     groups_.erase(group_id);
   }
 }

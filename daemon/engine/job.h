@@ -149,6 +149,7 @@ class Job {
   // Groups being assembled, by local rank 0's group id.
   std::unordered_map<uint64_t, GroupAssembly> groups_;
   std::deque<ReadyUnit> ready_;
+  uint64_t ready_count_ = 0;  // units that became ready, ever
   double stall_seconds_ = 0;
   Qos qos_;
   StepMeter steps_;

@@ -41,10 +41,10 @@ struct ReadyCollective {
 struct ReadyUnit {
   std::vector<ReadyCollective> collectives;
   uint64_t bytes() const;
+  // Its place among the job's units as they became ready here (priority.h: its age).
+  uint64_t order = 0;
   // The highest of its collectives' (every rank gave each the same: find_mismatch).
   int32_t priority() const;
-  // When it became ready: when its last collective did.
-  std::chrono::steady_clock::time_point ready_at() const;
 };
 
 // Completes every rank's part of every collective of `unit`; returns how many parts.

@@ -69,6 +69,7 @@ PaceWait::~PaceWait() {
 }
 
 bool PaceWait::ready() {
+  if (links_->top() && ranked_.held_back_by(*links_->top())) return false;
   WirePacer* pacer = links_->pacer();
   if (pacer == nullptr || bytes_ == 0) return true;
   const auto now = Clock::now();

@@ -3,6 +3,7 @@
 // that turns a dead or silent peer into an error instead of a hang.
 #pragma once
 
+#include "daemon/qos/priority.h"
 #include "daemon/links/node_task.h"
 #include "daemon/qos/wire_pacer.h"
 
@@ -74,7 +75,8 @@ class NodeLinks {
   uint16_t job_tag() const { return job_tag_; }  // the job's name, hashed, in every tag
 
   // Tag of a message from `sender`; `sequence` keeps collectives apart (a few at a time are in
-  // flight, started in the agreed order, so 16 bits are plenty), `part` the messages of one.
+  // flight, numbered in the agreed order, so 16 bits are plenty: a collective would have to
+  // stay in flight while 65536 others of higher priority ran), `part` the messages of one.
   uint64_t tag(uint64_t kind, uint32_t sender, uint32_t sequence, uint32_t part) const;
 
   // `max_message_bytes`: see transport::Transport::send (0: one message).
@@ -96,6 +98,9 @@ class NodeLinks {
   }
   WirePacer* pacer() const { return pacer_; }
   WirePacer::Flow flow() const { return flow_; }
+  // The highest-ranked of the job's collectives in flight (PaceWait); none: nothing in flight.
+  void set_top(std::optional<Ranked> top) { top_ = top; }
+  const std::optional<Ranked>& top() const { return top_; }
 
   // Drives UCX; true when it made progress.
   bool progress() { return transport_.progress(); }
@@ -117,16 +122,26 @@ class NodeLinks {
   std::vector<transport::PeerId> peers_;  // by node; own entry unused
   WirePacer* pacer_ = nullptr;
   WirePacer::Flow flow_ = 0;
+  std::optional<Ranked> top_;
 };
 
 // Waits until the node's pacer lets the job send `bytes` (wire_pacer.h); at once where the job
 // is not paced. A collective waits so before each of its bulk sends, once the receives of the
 // same step are posted: a peer's sends never wait for this node's pacer to post theirs.
+// And while the job's highest-ranked collective in flight holds it back (priority.h), it
+// waits for that one to finish, so that the other's sends queue behind one piece of its at
+// most (docs/priority.md). This never stops the job: the highest-ranked collective in flight
+// anywhere waits for none, on every node (the nodes rank alike, and start each priority's
+// collectives in the same order), and a waiting one's rank rises as others are queued.
 class PaceWait final : public NodeWait {
  public:
-  PaceWait(NodeLinks& links, uint64_t bytes) : links_(&links), bytes_(bytes) {}
+  PaceWait(NodeLinks& links, uint64_t bytes, Ranked ranked = {})
+      : links_(&links), bytes_(bytes), ranked_(ranked) {}
   PaceWait(PaceWait&& other) noexcept
-      : links_(other.links_), bytes_(other.bytes_), ticket_(std::exchange(other.ticket_, 0)) {}
+      : links_(other.links_),
+        bytes_(other.bytes_),
+        ranked_(other.ranked_),
+        ticket_(std::exchange(other.ticket_, 0)) {}
   PaceWait& operator=(PaceWait&&) = delete;
   PaceWait(const PaceWait&) = delete;
   PaceWait& operator=(const PaceWait&) = delete;
@@ -137,6 +152,7 @@ class PaceWait final : public NodeWait {
  private:
   NodeLinks* links_;
   uint64_t bytes_;
+  Ranked ranked_;
   WirePacer::Ticket ticket_ = 0;  // while waiting for the grant
 };
 

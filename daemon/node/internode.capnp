@@ -36,6 +36,7 @@ struct Ready {
   root @6 :Int32;
   ranks @7 :Text;   # the sending node's ranks, for error messages: "ranks 2, 3"
   onDevice @8 :Bool;   # on GPU memory: staged, fused only with its kind, never sent eagerly
+  priority @9 :Int32;  # gradsync_set_priority's: every node queues it by it (docs/priority.md)
 }
 
 # One node's part of a negotiation cycle, sent to every other node (or relayed: RelayedCycle).

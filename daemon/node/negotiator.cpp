@@ -42,6 +42,7 @@ Proposal read_proposal(wire::Ready::Reader ready) {
   p.signature.members = ready.getMembers();
   p.signature.root = ready.getRoot();
   p.signature.on_device = ready.getOnDevice();
+  p.signature.priority = ready.getPriority();
   p.ranks = ready.getRanks();
   return p;
 }
@@ -55,6 +56,7 @@ void write_proposal(const Proposal& p, const std::string& ranks, wire::Ready::Bu
   ready.setMembers(p.signature.members);
   ready.setRoot(p.signature.root);
   ready.setOnDevice(p.signature.on_device);
+  ready.setPriority(p.signature.priority);
   ready.setRanks(ranks);
 }
 

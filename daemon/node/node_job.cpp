@@ -163,7 +163,8 @@ void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
                         lead.count,
                         static_cast<uint32_t>(unit.collectives.size()),
                         lead.collective == ipc::Collective::kBroadcast ? lead.root : -1,
-                        on_device(unit)};
+                        on_device(unit),
+                        unit.priority()};
   const ReadyCollective& only = unit.collectives.front();
   const uint64_t eager_max =
       negotiator_ ? negotiator_->agreed_eager_max_bytes() : cost_model::kEagerMinBytes;
@@ -336,8 +337,10 @@ size_t NodeJob::fail_waiting(gradsync_result status, const std::string& message)
     for (const auto& unit : work->units) failed += complete(unit, status, message);
   }
   in_flight_.clear();
-  for (auto& batch : queued_) {
-    for (const auto& unit : batch.units) failed += complete(unit, status, message);
+  for (auto& [priority, batches] : queued_) {
+    for (auto& batch : batches) {
+      for (const auto& unit : batch.units) failed += complete(unit, status, message);
+    }
   }
   queued_.clear();
   for (auto& unit : units_) {

@@ -11,6 +11,7 @@
 
 #include "cost_model/cost_model.h"
 #include "daemon/collectives/internode/node_collectives.h"
+#include "daemon/qos/priority.h"
 #include "daemon/job/ready_unit.h"
 #include "daemon/job/stall.h"
 #include "daemon/job/step_meter.h"
@@ -29,6 +30,7 @@
 #include <cstdint>
 #include <deque>
 #include <list>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -161,6 +163,9 @@ class NodeJob {
     cost_model::LinkFigures link;  // as agreed in the cycle that decided them
     bool fused = false;
     AllreduceOperand::Layout layout = AllreduceOperand::Layout::kPacked;  // when fused
+    int32_t priority = 0;          // of every unit in it
+    uint64_t first_sequence = 0;   // the first of the job's collective numbers it takes
+    uint64_t order = 0;            // its first unit's place in the agreed order: its age
   };
   // A batch in progress, with everything its task refers to (at a stable address).
   struct InFlight {
@@ -168,14 +173,22 @@ class NodeJob {
     cost_model::LinkFigures link;
     AllreduceOperand::Layout layout = AllreduceOperand::Layout::kPacked;
     uint64_t first_sequence = 0;
+    int32_t priority = 0;
+    uint64_t order = 0;
+    // Alike on every node: its place in the agreed order is its age (priority.h).
+    Ranked ranked() const { return {priority, priority_rank(priority, order)}; }
     const char* allreduce_algorithm = "negotiation";  // for the metrics: set when one runs
     std::chrono::steady_clock::time_point started;    // for the trace, as are the times
     OperandTimes times;
     std::unique_ptr<Scratch> scratch;
     std::optional<NodeTask> task;  // last: it goes first, while what it refers to still exists
   };
-  // At most this many batches of one job are in flight: enough to keep the links busy between
-  // collectives, few enough to bound the scratch memory.
+  // At most this many batches of one job and priority are in flight: enough to keep the links
+  // busy between collectives, few enough to bound the scratch memory. Each priority has its
+  // own: a batch of higher priority starts while lower ones hold every slot, and as every node
+  // starts each priority's batches in the agreed order, no node waits for a slot that another
+  // node's batches hold. A batch does not start while one of another priority that ranks
+  // higher is in flight (priority.h): starting costs the engine the first piece's work.
   static constexpr size_t kMaxInFlight = 4;
   // At most this many collectives in a batch fused in place: halving-doubling's message tags
   // count levels times blocks (collectives) in 16 bits.
@@ -201,6 +214,8 @@ class NodeJob {
                                                         const cost_model::LinkFigures& link) const;
   // Resumes the tasks in flight, completes the finished, starts queued batches.
   std::optional<std::string> progress(bool& ran);
+  // Numbers the batch's collectives (every node alike: in the agreed order) and queues it.
+  void queue(Batch batch);
   void start(Batch batch);
   // With the codec the ring would apply to allreduces of `dtype`.
   cost_model::AllreduceAlgorithm choose(uint64_t bytes, gradsync_dtype dtype,
@@ -275,10 +290,12 @@ class NodeJob {
   Residuals residuals_;
   uint64_t reported_held_bytes_ = 0;  // residuals_'s, as the metrics were last told
   uint64_t reported_evicted_ = 0;
-  std::deque<Batch> queued_;  // agreed, not started
+  // Agreed, not started: by priority, the highest first; each priority's in the agreed order.
+  std::map<int32_t, std::deque<Batch>, std::greater<>> queued_;
   std::list<std::unique_ptr<InFlight>> in_flight_;
   std::vector<std::unique_ptr<Scratch>> spare_scratch_;
   uint64_t next_sequence_ = 0;
+  uint64_t queued_units_ = 0;  // agreed units queued, ever
   std::optional<std::string> abort_reason_;
   bool abandoned_ = false;  // agreed collectives were unfinished when the job failed here
   std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();

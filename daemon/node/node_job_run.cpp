@@ -154,10 +154,10 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
       networked.push_back(std::move(unit));
     }
   }
-  // Then the rest, queued in the agreed order, except that allreduces of one dtype and op that
-  // fuse the same way go together where the first of them would have gone. Everything this
-  // looks at was agreed on (the decisions, their signatures, the cycle's link figures), so
-  // every node queues the same batches in the same order.
+  // Then the rest, queued by priority in the agreed order, except that allreduces of one dtype,
+  // op and priority that fuse the same way go together where the first of them would have
+  // gone. Everything this looks at was agreed on (the decisions, their signatures, the cycle's
+  // link figures), so every node queues the same batches in the same order.
   const uint64_t cutoff = cost_model::fusion_cutoff_bytes(cycle.link, links_.nodes());
   std::vector<std::optional<AllreduceOperand::Layout>> layouts(networked.size());
   for (size_t u = 0; u < networked.size(); ++u) {
@@ -166,10 +166,15 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
   std::vector<bool> taken(networked.size(), false);
   for (size_t u = 0; u < networked.size(); ++u) {
     if (taken[u]) continue;
-    Batch& batch = queued_.emplace_back(Batch{{}, cycle.link, false});
+    Batch batch{{}, cycle.link, false};
+    batch.priority = networked[u].priority();
+    batch.order = queued_units_ + u;
     batch.units.push_back(std::move(networked[u]));
     const ReadyUnit& first = batch.units.front();
-    if (!layouts[u]) continue;
+    if (!layouts[u]) {
+      queue(std::move(batch));
+      continue;
+    }
     const auto layout = *layouts[u];
     const Submission& lead = first.collectives.front().first();
     // `first` moves as the batch grows; `lead` lies in its collectives' storage, which does not.
@@ -183,6 +188,7 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
       // Device memory and host memory do not share a batch: the one is staged, the other not
       // (whether a unit is on device memory is agreed: it is part of the signature).
       if (other.dtype != lead.dtype || other.op != lead.op || on_device(unit) != device ||
+          unit.priority() != batch.priority ||
           bytes + unit.bytes() > agreed_.fusion_threshold_bytes) {
         continue;
       }
@@ -199,8 +205,24 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
     }
     batch.fused = members > 1;
     batch.layout = layout;
+    queue(std::move(batch));
   }
+  queued_units_ += networked.size();
   return error;
+}
+
+void NodeJob::queue(Batch batch) {
+  // Each collective's messages carry its numbers, which keep them apart from those of the
+  // others in flight; every node numbers the batches as it queues them, in the agreed order.
+  batch.first_sequence = next_sequence_;
+  if (batch.fused) {
+    next_sequence_ += topk_applies(batch.units.front().collectives.front()) ? 2 : 1;
+  } else {
+    for (const auto& collective : batch.units.front().collectives) {
+      next_sequence_ += sequences_of(collective);
+    }
+  }
+  queued_[batch.priority].push_back(std::move(batch));
 }
 
 std::optional<AllreduceOperand::Layout> NodeJob::fusion_layout(
@@ -250,13 +272,29 @@ std::optional<std::string> NodeJob::progress(bool& ran) {
     it = in_flight_.erase(it);
     if (agreed_.wire_codec.codec == cost_model::WireCodec::kTopK) report_topk();
   }
-  // Start what was agreed, in the agreed order, up to the window.
-  while (!queued_.empty() && in_flight_.size() < kMaxInFlight) {
-    Batch batch = std::move(queued_.front());
-    queued_.pop_front();
-    start(std::move(batch));
-    ran = true;
+  // Start what was agreed: each priority's batches in the agreed order, up to its window,
+  // none while another priority's work ranks higher.
+  std::optional<Ranked> top;
+  for (const auto& work : in_flight_) {
+    if (!top || work->ranked().rank > top->rank) top = work->ranked();
   }
+  for (auto level = queued_.begin(); level != queued_.end();) {
+    auto& [priority, batches] = *level;
+    size_t running = 0;
+    for (const auto& work : in_flight_) running += work->priority == priority;
+    for (; !batches.empty() && running < kMaxInFlight; ++running) {
+      const Ranked next{priority, priority_rank(priority, batches.front().order)};
+      if (top && next.held_back_by(*top)) break;
+      if (!top || next.rank > top->rank) top = next;
+      Batch batch = std::move(batches.front());
+      batches.pop_front();
+      start(std::move(batch));
+      ran = true;
+    }
+    level = batches.empty() ? queued_.erase(level) : std::next(level);
+  }
+  // The bulk sends of the others give way (PaceWait).
+  links_.set_top(top);
   return std::nullopt;
 }
 
@@ -265,23 +303,16 @@ void NodeJob::start(Batch batch) {
   work->units = std::move(batch.units);
   work->link = batch.link;
   work->layout = batch.layout;
+  work->priority = batch.priority;
+  work->first_sequence = batch.first_sequence;
+  work->order = batch.order;
   if (spare_scratch_.empty()) {
     work->scratch = std::make_unique<Scratch>();
   } else {
     work->scratch = std::move(spare_scratch_.back());
     spare_scratch_.pop_back();
   }
-  // Every node starts the same collectives in the same order: each takes the next sequence
-  // numbers, which keep its messages apart from those of the others in flight.
-  work->first_sequence = next_sequence_;
   if (trace_ != nullptr) work->started = Clock::now();
-  if (batch.fused) {
-    next_sequence_ += topk_applies(work->units.front().collectives.front()) ? 2 : 1;
-  } else {
-    for (const auto& collective : work->units.front().collectives) {
-      next_sequence_ += sequences_of(collective);
-    }
-  }
   InFlight& placed = *work;
   in_flight_.push_back(std::move(work));
   placed.task.emplace(batch.fused ? run_fused(placed) : run_unit(placed));
@@ -380,9 +411,13 @@ CollectiveContext NodeJob::step_for(InFlight& work, uint32_t sequence, gradsync_
                                  agreed_.slow_link_message_bytes)
                    : std::string("as UCX chooses again"));
   }
-  return CollectiveContext{links_,           *work.scratch,
-                           sequence,         layout().world_size,
-                           codec_for(dtype), cut ? agreed_.slow_link_message_bytes : 0};
+  return CollectiveContext{links_,
+                           *work.scratch,
+                           sequence,
+                           layout().world_size,
+                           codec_for(dtype),
+                           cut ? agreed_.slow_link_message_bytes : 0,
+                           work.ranked()};
 }
 
 NodeTask NodeJob::run_unit(InFlight& work) {

@@ -340,8 +340,8 @@ int scenario_grouped(Communicator& comm) {
   return 0;
 }
 
-// Ranks disagree on a tensor's count: every rank gets the error, naming the tensor; the job
-// goes on working.
+// Ranks disagree on a tensor's count, then on another's priority: every rank gets the error,
+// naming the tensor and what differs; the job goes on working.
 int scenario_mismatch(Communicator& comm) {
   SharedBuffer buf = comm.allocate(4096);
   const size_t count = g_rank == g_ranks - 1 ? 101 : 100;
@@ -354,6 +354,17 @@ int scenario_mismatch(Communicator& comm) {
   EXPECT_OR_FAIL(message.find("mismatched.tensor") != std::string::npos &&
                      message.find("count") != std::string::npos,
                  "message does not name tensor and field: %s", message.c_str());
+  comm.set_priority(g_rank == g_ranks - 1 ? 3 : 0);
+  const gradsync_request p = comm.allreduce("prioritised.tensor", buf.data(), buf.data(), 100,
+                                            GRADSYNC_FLOAT32, GRADSYNC_SUM);
+  const gradsync_result priority_result = gradsync_wait(comm.get(), p);
+  const std::string priority_message = gradsync_last_error(comm.get());
+  EXPECT_OR_FAIL(priority_result == GRADSYNC_ERR_MISMATCH, "expected a mismatch, got %d (%s)",
+                 priority_result, priority_message.c_str());
+  EXPECT_OR_FAIL(priority_message.find("prioritised.tensor") != std::string::npos &&
+                     priority_message.find("priority") != std::string::npos,
+                 "message does not name tensor and priority: %s", priority_message.c_str());
+  comm.set_priority(0);
   reference::fill_input(buf.data(), 100, GRADSYNC_FLOAT32, g_rank, GRADSYNC_SUM, 3);
   comm.wait(
       comm.allreduce("fine.tensor", buf.data(), buf.data(), 100, GRADSYNC_FLOAT32, GRADSYNC_SUM));

@@ -1,14 +1,15 @@
-"""One rank of a job whose collectives have priorities (priority_order.py). Writes to --out, as
-JSON, the names of its collectives in the order they completed here; every result is checked
-against its reference.
+"""One rank of a job whose collectives have priorities (priority_order.py). Once ready, it
+says so (--out + ".ready") and waits for the --go file; then writes to --out, as JSON, the names
+of its collectives in the order they completed here. Every result is checked against its
+reference.
 
     --scenario preempt
         --bigs large allreduces at --big-priority, then --smalls small ones at
         --small-priority, all in flight together; --rounds times, with the same names, each
-        round begun by an allreduce named "round"
+        round begun by an allreduce named "round", and one more before the go
     --scenario aging
-        a stream of --stream allreduces at --high-priority, --depth of them in flight, and one
-        at priority 0 submitted once the stream has started"""
+        a stream of --stream allreduces at --high-priority, all in flight, and one at
+        --low-priority submitted after the first --before of them"""
 import argparse
 import json
 import os
@@ -19,8 +20,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client",
 import gradsync  # noqa: E402
 
 
-def wait_for(path):
-    while not os.path.exists(path):
+def ready_and_wait(args):
+    """Says this rank is ready (--out + ".ready"), then waits for the go file."""
+    open(args.out + ".ready", "w").close()
+    while not os.path.exists(args.go):
         time.sleep(0.001)
 
 
@@ -34,8 +37,12 @@ class Collectives:
         self.pending = []  # (name, handle, buffer, value)
         self.order = []
 
-    def submit(self, name, buffer, value, priority):
+    def fill(self, buffer, value):
         buffer.fill_(self.rank + 1 + value)
+
+    def submit(self, name, buffer, value, priority, filled=False):
+        if not filled:
+            self.fill(buffer, value)
         handle = gradsync.allreduce(buffer, name=name, async_op=True, priority=priority)
         self.pending.append((name, handle, buffer, value))
 
@@ -51,6 +58,8 @@ class Collectives:
             if buffer[0] != expected or buffer[-1] != expected:
                 raise AssertionError(f"{name}: {float(buffer[0])}, where {expected} is due")
             self.order.append(name)
+        if len(still) == len(self.pending):
+            time.sleep(0.001)  # leave the cores to the daemons
         self.pending = still
 
     def drain(self):
@@ -64,34 +73,47 @@ def preempt(args, collectives):
     bigs = [gradsync.empty(big_count) for _ in range(args.bigs)]
     smalls = [gradsync.empty(small_count) for _ in range(args.smalls)]
     marker = gradsync.empty(1)
-    for _ in range(args.rounds):
+
+    def one_round():
+        # Filled first: the small ones come while the large ones have only just started.
+        for i, buffer in enumerate(bigs):
+            collectives.fill(buffer, 3 + i)
+        for i, buffer in enumerate(smalls):
+            collectives.fill(buffer, 10 + i)
         # A named collective starts each round: the trace's step marker, and a barrier.
         gradsync.allreduce(marker, name="round")
         for i, buffer in enumerate(bigs):
-            collectives.submit(f"big.{i}", buffer, 3 + i, args.big_priority)
+            collectives.submit(f"big.{i}", buffer, 3 + i, args.big_priority, filled=True)
         for i, buffer in enumerate(smalls):
-            collectives.submit(f"small.{i}", buffer, 10 + i, args.small_priority)
+            collectives.submit(f"small.{i}", buffer, 10 + i, args.small_priority, filled=True)
         collectives.drain()
+
+    # Once before the go, so that what is recorded runs as every later step would: the
+    # daemons have negotiated the names, mapped the buffers and sized their scratch.
+    one_round()
+    collectives.order.clear()
+    ready_and_wait(args)
+    for _ in range(args.rounds):
+        one_round()
 
 
 def aging(args, collectives):
+    """The whole stream in flight at once, so that the daemon always has higher-priority work
+    ready (a rank refilling a window would leave gaps in which the low one runs): --before of
+    it first, then the low one, then the rest."""
     count = int(args.mib * (1 << 20)) // 4
-    buffers = [gradsync.empty(count) for _ in range(args.depth)]
+    highs = [gradsync.empty(count) for _ in range(args.stream)]
     low = gradsync.empty(count)
+    for i, buffer in enumerate(highs):
+        collectives.fill(buffer, i % 32)
+    collectives.fill(low, 7)
+    ready_and_wait(args)
     gradsync.barrier()
-    submitted = 0
-    uses = [0] * args.depth  # of each slot: its n-th allreduce has the same value on every rank
-    while submitted < args.stream or collectives.pending:
-        busy = {name for name, _, _, _ in collectives.pending}
-        for slot in range(args.depth):
-            if submitted < args.stream and f"high.{slot}" not in busy:
-                collectives.submit(f"high.{slot}", buffers[slot], uses[slot] % 32,
-                                   args.high_priority)
-                uses[slot] += 1
-                submitted += 1
-                if submitted == args.depth:
-                    collectives.submit("low", low, 7, 0)
-        collectives.poll()
+    for i, buffer in enumerate(highs):
+        if i == args.before:
+            collectives.submit("low", low, 7, args.low_priority, filled=True)
+        collectives.submit(f"high.{i}", buffer, i % 32, args.high_priority, filled=True)
+    collectives.drain()
 
 
 def main():
@@ -106,15 +128,15 @@ def main():
     parser.add_argument("--small-mib", type=float, default=1)
     parser.add_argument("--small-priority", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=1)
-    parser.add_argument("--stream", type=int, default=200)
-    parser.add_argument("--depth", type=int, default=4)
-    parser.add_argument("--mib", type=float, default=8)
-    parser.add_argument("--high-priority", type=int, default=5)
+    parser.add_argument("--stream", type=int, default=120)
+    parser.add_argument("--before", type=int, default=8)
+    parser.add_argument("--mib", type=float, default=2)
+    parser.add_argument("--high-priority", type=int, default=2)
+    parser.add_argument("--low-priority", type=int, default=0)
     args = parser.parse_args()
 
     gradsync.init()
     collectives = Collectives()
-    wait_for(args.go)
     if args.scenario == "preempt":
         preempt(args, collectives)
     else:

@@ -464,5 +464,25 @@ INSTANTIATE_TEST_SUITE_P(
                     Shape{4, 2, Placement::kInterleaved}),
     shape_name);
 
+// A bulk send waits while a collective of its job with another priority that ranks higher is
+// in flight (docs/priority.md); one of the same priority never holds it back, and one queued
+// long enough after it no longer does.
+TEST(PaceWait, OnlyAHigherRankedCollectiveOfAnotherPriorityHoldsASendBack) {
+  transport::InProcessNetwork network(2);
+  NodeLayout layout;
+  layout.nodes = {transport::InProcessNetwork::address(0), transport::InProcessNetwork::address(1)};
+  layout.world_size = 2;
+  NodeLinks links("priorities", layout, network.node(0), std::chrono::seconds(5));
+  const Ranked low{0, priority_rank(0, 10)};
+  EXPECT_TRUE(PaceWait(links, 1024, low).ready()) << "nothing in flight";
+  links.set_top(Ranked{5, priority_rank(5, 11)});
+  EXPECT_FALSE(PaceWait(links, 1024, low).ready()) << "priority 5, queued just after";
+  EXPECT_TRUE(PaceWait(links, 1024, Ranked{5, priority_rank(5, 12)}).ready()) << "same priority";
+  links.set_top(Ranked{5, priority_rank(5, 10 + 5 * kPriorityAgingStep + 1)});
+  EXPECT_TRUE(PaceWait(links, 1024, low).ready()) << "queued 81 collectives later";
+  links.set_top(std::nullopt);
+  EXPECT_TRUE(PaceWait(links, 1024, low).ready());
+}
+
 }  // namespace
 }  // namespace gradsync::daemon

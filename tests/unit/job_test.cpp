@@ -45,6 +45,9 @@ TEST(FindMismatch, EachFieldIsChecked) {
   differs(make(ipc::Collective::kAllreduce, 10, GRADSYNC_FLOAT64), "dtype");
   differs(make(ipc::Collective::kAllreduce, 10, GRADSYNC_FLOAT32, GRADSYNC_MAX), "op");
   differs(make(ipc::Collective::kBroadcast, 10, GRADSYNC_FLOAT32, GRADSYNC_SUM, 1), "root");
+  Submission prioritised = make(ipc::Collective::kAllreduce, 10);
+  prioritised.priority = 2;
+  differs(prioritised, "priority");
   std::vector<Submission> ranks = {make(ipc::Collective::kAllreduce, 10),
                                    make(ipc::Collective::kAllgather, 10)};
   EXPECT_TRUE(find_mismatch(ranks));

@@ -3,6 +3,7 @@
 #include "daemon/base/config.h"
 #include "daemon/qos/fair_share.h"
 #include "daemon/qos/policy.h"
+#include "daemon/qos/priority.h"
 #include "daemon/qos/wire_pacer.h"
 
 #include <gmock/gmock.h>
@@ -294,6 +295,28 @@ TEST(WirePacer, SharedJobsGetTheirPartsOfTheLinksRate) {
   // them: its figure for the link grows past that, and with it their parts.
   pacer.sample(start + 1s);
   EXPECT_DOUBLE_EQ(pacer.link_rate(), WirePacer::kLinkHeadroom * 4.2e6);
+}
+
+TEST(Priority, HigherPrioritiesRankFirstAndEqualOnesKeepTheirOrder) {
+  EXPECT_GT(priority_rank(1, 7), priority_rank(0, 7));
+  EXPECT_GT(priority_rank(0, 7), priority_rank(0, 8)) << "the older first";
+  EXPECT_GT(priority_rank(-3, 0), priority_rank(-4, 0));
+}
+
+TEST(Priority, AWaitingCollectiveAgesPastLaterHigherOnes) {
+  // Priority 0, queued 10th; priority 2 ones queued after it outrank it until 32 came after.
+  const int64_t low = priority_rank(0, 10);
+  EXPECT_GT(priority_rank(2, 10 + 2 * kPriorityAgingStep - 1), low);
+  EXPECT_EQ(priority_rank(2, 10 + 2 * kPriorityAgingStep), low);
+  EXPECT_LT(priority_rank(2, 10 + 2 * kPriorityAgingStep + 1), low);
+}
+
+TEST(Priority, OnlyAnotherPriorityHoldsACollectiveBack) {
+  const Ranked low{0, priority_rank(0, 4)};
+  EXPECT_TRUE(low.held_back_by({3, priority_rank(3, 5)}));
+  EXPECT_FALSE(low.held_back_by({0, priority_rank(0, 3)})) << "one priority runs together";
+  EXPECT_FALSE(low.held_back_by({3, priority_rank(3, 4 + 3 * kPriorityAgingStep + 1)}));
+  EXPECT_FALSE((Ranked{3, priority_rank(3, 5)}).held_back_by(low));
 }
 
 }  // namespace

@@ -35,9 +35,12 @@ struct CollectiveContext {
   // Bulk data goes in messages of at most this many bytes (0: a buffer is one message), the
   // same on every node: eagerly, below UCX's rendezvous, where the link is slow (NodeJob).
   uint64_t max_message_bytes = 0;
+  // The collective's rank among its job's in flight (priority.h), the same on every node.
+  Ranked ranked;
 
-  // Before each bulk send (co_await): until the node's pacer lets this job send `bytes`.
-  NodeAwait<PaceWait> pace(uint64_t bytes) const { return {PaceWait(links, bytes)}; }
+  // Before each bulk send (co_await): until the node's pacer lets this job send `bytes`, and no
+  // collective of the job holds it back (priority.h).
+  NodeAwait<PaceWait> pace(uint64_t bytes) const { return {PaceWait(links, bytes, ranked)}; }
   // The collective's bulk data, over `links` in messages of max_message_bytes.
   transport::Operation send(uint32_t node, uint64_t tag, const void* data, size_t bytes) const {
     return links.send(node, tag, data, bytes, max_message_bytes);
