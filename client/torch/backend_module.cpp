@@ -66,5 +66,8 @@ PYBIND11_MODULE(_torch_backend, module) {
       .def(py::init(&gradsync::torch_backend::create), py::arg("rank"), py::arg("size"),
            py::arg("local_rank"), py::arg("local_size"), py::arg("job"), py::arg("socket"),
            py::arg("nodes"), py::arg("node_rank"), py::arg("timeout"),
-           py::call_guard<py::gil_scoped_release>());
+           py::call_guard<py::gil_scoped_release>())
+      .def_property("priority", &ProcessGroupGradsync::priority,
+                    &ProcessGroupGradsync::set_priority,
+                    "the priority of the collectives called from now on (higher first)");
 }

@@ -72,6 +72,10 @@ void CollectiveWorker::start(Task task) {
   flight.deadline = std::chrono::steady_clock::now() + task.timeout;
   bool grouping = false;  // between group_start and group_end
   try {
+    if (task.priority != priority_) {
+      comm_.set_priority(task.priority);
+      priority_ = task.priority;
+    }
     if (task.transfers.size() > 1) {
       comm_.group_start();
       grouping = true;

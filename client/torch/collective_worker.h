@@ -46,6 +46,7 @@ struct Task {
   std::vector<Transfer> transfers;  // submitted as one group when more than one
   c10::intrusive_ptr<GradsyncWork> work;
   std::chrono::milliseconds timeout{0};
+  int32_t priority = 0;  // gradsync_set_priority's
 };
 
 class CollectiveWorker {
@@ -86,6 +87,7 @@ class CollectiveWorker {
   // The worker thread's own.
   std::deque<InFlight> in_flight_;
   std::exception_ptr broken_;  // once a collective timed out, its successors cannot run
+  int32_t priority_ = 0;       // the communicator's
   std::thread thread_;         // last: starts once the rest is built
 };
 

@@ -209,6 +209,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::run(const char* call, c10d:
   }
   task.work = work;
   task.timeout = timeout;
+  task.priority = priority_;
   worker_->enqueue(std::move(task));
   return work;
 }

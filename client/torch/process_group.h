@@ -11,6 +11,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -66,6 +67,11 @@ class ProcessGroupGradsync : public c10d::ProcessGroup {
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
 
+  // The priority of the collectives called from now on (gradsync_set_priority); the Python
+  // package's gradsync.torch.priority sets it around calls.
+  void set_priority(int32_t priority) { priority_ = priority; }
+  int32_t priority() const { return priority_; }
+
  private:
   // Queues the transfers as one call; its Work completes with `outputs`.
   c10::intrusive_ptr<c10d::Work> run(const char* call, c10d::OpType type,
@@ -75,6 +81,7 @@ class ProcessGroupGradsync : public c10d::ProcessGroup {
   std::chrono::milliseconds bound(std::chrono::milliseconds requested) const;
 
   std::chrono::milliseconds timeout_;
+  std::atomic<int32_t> priority_{0};
   std::unique_ptr<CollectiveWorker> worker_;
 };
 

@@ -14,17 +14,25 @@ or DASO's hierarchical, partly asynchronous synchronisation instead of DDP (daso
 
     opt = gradsync.torch.DASO(model, optimizer, total_epochs=30)
 
+or each gradient averaged while the next forward runs, the first layers' first (overlap.py):
+
+    opt = gradsync.torch.overlap_forward(model, optimizer)
+
 The hooks average each gradient bucket through gradsyncd while backward goes on (the daemon
 reduces bucket i while autograd computes bucket i+1) and complete every bucket's future before
 the last bucket's hook returns, which is before DDP waits for them. Bucket buffers are staged in
-shared memory registered once and reused every step.
+shared memory registered once and reused every step. Each bucket runs at the priority of its
+index: DDP fills bucket 0 with the last layers, so the first layers' bucket goes first when
+several are waiting (docs/priority.md).
 """
+import contextlib
 import itertools
 
 import torch
 
 from . import _backend, _core
 from .daso import DASO, node_groups  # noqa: F401  (gradsync.torch.DASO)
+from .overlap import OverlapForward, overlap_forward  # noqa: F401
 
 _backend.register()
 
@@ -64,6 +72,23 @@ class GradsyncState:
             raise error
 
 
+@contextlib.contextmanager
+def priority(value, group=None):
+    """Collectives called through the gradsync process group `group` (default: the default
+    group) inside run at priority `value` (higher first; docs/priority.md)."""
+    import torch.distributed as dist
+    process_group = group if group is not None else dist.distributed_c10d._get_default_group()
+    if not hasattr(process_group, "priority"):
+        raise RuntimeError(f"gradsync.torch.priority: {type(process_group).__name__} is not "
+                           "a gradsync process group")
+    before = process_group.priority
+    process_group.priority = value
+    try:
+        yield
+    finally:
+        process_group.priority = before
+
+
 def _default_group_is_gradsync():
     import torch.distributed as dist
     return (dist.is_available() and dist.is_initialized() and
@@ -77,7 +102,8 @@ def _reduce_on_default_group(bucket, wire_dtype):
     buffer = bucket.buffer()
     sent = buffer if wire_dtype is None else buffer.to(wire_dtype)
     sent.div_(dist.get_world_size())
-    future = dist.all_reduce(sent, async_op=True).get_future()
+    with priority(bucket.index()):
+        future = dist.all_reduce(sent, async_op=True).get_future()
     return future.then(lambda done: buffer.copy_(done.value()[0]) if sent is not buffer
                        else done.value()[0])
 
@@ -97,12 +123,14 @@ def _reduce_bucket(state, bucket, wire_dtype):
     buffer = bucket.buffer()
     name = f"{state.prefix}.bucket{bucket.index()}"
     if wire_dtype is None or wire_dtype == buffer.dtype:
-        handle = state.comm.allreduce(buffer, name=name, op="avg", async_op=True)
+        handle = state.comm.allreduce(buffer, name=name, op="avg", async_op=True,
+                                      priority=bucket.index())
         future = state._track(handle, lambda: buffer)
     else:
         # Compressed on the wire: the daemon accumulates 16-bit floats in float32.
         compressed = buffer.to(wire_dtype)
-        handle = state.comm.allreduce(compressed, name=name, op="avg", async_op=True)
+        handle = state.comm.allreduce(compressed, name=name, op="avg", async_op=True,
+                                      priority=bucket.index())
         future = state._track(handle, lambda: buffer.copy_(compressed))
     if bucket.is_last():
         state._complete_all()
