@@ -5,8 +5,8 @@
 #include "daemon/engine/engine.h"
 
 #include "daemon/collectives/local/device_work.h"
-#include "daemon/qos/priority.h"
 #include "daemon/node/node_job.h"
+#include "daemon/qos/priority.h"
 
 #include <fmt/format.h>
 

@@ -3,8 +3,8 @@
 // that turns a dead or silent peer into an error instead of a hang.
 #pragma once
 
-#include "daemon/qos/priority.h"
 #include "daemon/links/node_task.h"
+#include "daemon/qos/priority.h"
 #include "daemon/qos/wire_pacer.h"
 
 #include "transport/transport.h"

@@ -11,7 +11,6 @@
 
 #include "cost_model/cost_model.h"
 #include "daemon/collectives/internode/node_collectives.h"
-#include "daemon/qos/priority.h"
 #include "daemon/job/ready_unit.h"
 #include "daemon/job/stall.h"
 #include "daemon/job/step_meter.h"
@@ -21,6 +20,7 @@
 #include "daemon/links/rank_map.h"
 #include "daemon/node/internode.capnp.h"
 #include "daemon/node/negotiator.h"
+#include "daemon/qos/priority.h"
 #include "metrics/metrics.h"
 
 #include <capnp/message.h>
@@ -163,9 +163,10 @@ class NodeJob {
     cost_model::LinkFigures link;  // as agreed in the cycle that decided them
     bool fused = false;
     AllreduceOperand::Layout layout = AllreduceOperand::Layout::kPacked;  // when fused
-    int32_t priority = 0;          // of every unit in it
-    uint64_t first_sequence = 0;   // the first of the job's collective numbers it takes
-    uint64_t order = 0;            // its first unit's place in the agreed order: its age
+    // Of every unit in it.
+    int32_t priority = 0;
+    uint64_t first_sequence = 0;  // the first of the job's collective numbers it takes
+    uint64_t order = 0;           // its first unit's place in the agreed order: its age
   };
   // A batch in progress, with everything its task refers to (at a stable address).
   struct InFlight {

@@ -411,12 +411,9 @@ CollectiveContext NodeJob::step_for(InFlight& work, uint32_t sequence, gradsync_
                                  agreed_.slow_link_message_bytes)
                    : std::string("as UCX chooses again"));
   }
-  return CollectiveContext{links_,
-                           *work.scratch,
-                           sequence,
-                           layout().world_size,
-                           codec_for(dtype),
-                           cut ? agreed_.slow_link_message_bytes : 0,
+  return CollectiveContext{links_,           *work.scratch,
+                           sequence,         layout().world_size,
+                           codec_for(dtype), cut ? agreed_.slow_link_message_bytes : 0,
                            work.ranked()};
 }
 

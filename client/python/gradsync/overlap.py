@@ -40,17 +40,20 @@ class OverlapForward:
         self.prefix = name or f"overlap{next(_prefixes)}"
         names = {param: name for name, param in model.named_parameters()}
         seen = set()
-        modules = []
-        for module in model.modules():
+        modules = []  # (module, its parameters, the model's child it lies in)
+        for path, module in model.named_modules():
             own = [p for p in module.parameters(recurse=False)
                    if p.requires_grad and p not in seen]
             seen.update(own)
             if own:
-                modules.append((module, own))
-        # Modules in the order they were built, which is the order forward runs them in the
-        # models this is for: the first gets the highest priority.
-        self._layers = [_Layer(module, params, len(modules) - i if priorities else 0)
-                        for i, (module, params) in enumerate(modules)]
+                modules.append((module, own, path.split(".")[0]))
+        # The model's children in the order they were built, which is the order forward runs
+        # them in the models this is for: the first gets the highest priority. (A priority per
+        # child, not per module: a block's convolutions and norms fuse into one collective.)
+        children = list(dict.fromkeys(child for _, _, child in modules))
+        self._layers = [
+            _Layer(module, params, len(children) - children.index(child) if priorities else 0)
+            for module, params, child in modules]
         self._layer_of = {}
         self._names = {}
         self._accumulators = []  # kept: a hook lives as long as its node
