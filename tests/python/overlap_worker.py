@@ -72,8 +72,25 @@ def overlap(steps):
     print(f"rank {comm.rank}: overlap_forward matched the synchronous average over {steps} "
           "steps", flush=True)
 
+    # Two backwards in one step would average a gradient twice: refused, naming the cause.
+    net = model()
+    opt = gradsync.torch.overlap_forward(net, torch.optim.SGD(net.parameters(), lr=0.05),
+                                         comm=comm)
+    x, y = batches(comm.rank, 1)[0]
+    nn.functional.cross_entropy(net(x), y).backward()
+    try:
+        nn.functional.cross_entropy(net(x), y).backward()
+        check(False, "a second backward in one step was not refused")
+    except RuntimeError as error:
+        check("second backward" in str(error), f"the refusal says why: {error}")
+    opt.step()
+    opt.synchronize()
+
 
 def backend(init_file, steps, rank, size):
+    # A job name of its own, agreed through the store: the name of the job that just ended
+    # would be taken again across nodes at once.
+    os.environ.pop("GRADSYNC_JOB", None)
     dist.init_process_group("gradsync", init_method=f"file://{init_file}", rank=rank,
                             world_size=size)
     group = dist.distributed_c10d._get_default_group()

@@ -12,9 +12,12 @@ the job's ranks at the priority of its layer's place in the model: the first lay
 since the next forward needs them first, though backward produces them last. step() and
 zero_grad() return at once; the next forward applies each layer's update just before it runs
 that layer, waiting for that layer's gradients only. The optimizer must update each parameter
-from its own gradient (SGD, Adam and the like; not LBFGS).
+from its own gradient (SGD, Adam and the like; not LBFGS), and each step has one backward (no
+gradient accumulation over several).
 """
 import itertools
+
+import torch
 
 _prefixes = itertools.count()
 
@@ -64,7 +67,8 @@ class OverlapForward:
                 # Gradients in shared memory the daemon maps once: averaged in place, no copy.
                 param.grad = comm.empty(tuple(param.shape), param.dtype)
                 param.grad.zero_()
-                accumulator = param.expand_as(param).grad_fn.next_functions[0][0]
+                with torch.enable_grad():  # the graph node that accumulates its gradient
+                    accumulator = param.expand_as(param).grad_fn.next_functions[0][0]
                 accumulator.register_hook(self._hook_for(param))
                 self._accumulators.append(accumulator)
             layer.module.register_forward_pre_hook(
@@ -80,9 +84,9 @@ class OverlapForward:
 
     def _submit(self, param):
         layer = self._layer_of[param]
-        if layer.update_due:
-            raise RuntimeError("gradsync overlap_forward: backward ran again before forward "
-                               "applied the last step's update (call step() once per backward)")
+        if layer.update_due or param in self._submitted:
+            raise RuntimeError("gradsync overlap_forward: a second backward in one step (call "
+                               "step() once per backward, and forward between them)")
         layer.handles.append(self.comm.allreduce(param.grad, name=self._names[param], op="avg",
                                                  async_op=True, priority=layer.priority))
         self._submitted.add(param)
