@@ -81,6 +81,15 @@ TEST_P(ClusterTest, EveryCollectiveDtypeOpAndCountAcrossNodes) {
   }
 }
 
+TEST_P(ClusterTest, PrioritiesInFlightTogetherAcrossNodes) {
+  LoopbackCluster cluster(GetParam().nodes);
+  auto ranks = cluster.spawn(
+      "priorities",
+      std::vector<int>(static_cast<size_t>(GetParam().nodes), GetParam().ranks_per_node),
+      {"priorities"});
+  expect_all_succeed(ranks, cluster);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, ClusterTest,
                          ::testing::Values(Shape{2, 1}, Shape{2, 2}, Shape{3, 1}, Shape{3, 2},
                                            Shape{4, 1}),

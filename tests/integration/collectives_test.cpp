@@ -33,6 +33,11 @@ TEST_P(CollectivesTest, EveryDtypeAndOpInFlightTogether) {
   expect_all_succeed(ranks);
 }
 
+TEST_P(CollectivesTest, PrioritiesInFlightTogether) {
+  auto ranks = spawn_ranks("priorities", GetParam(), {"priorities"});
+  expect_all_succeed(ranks);
+}
+
 TEST_P(CollectivesTest, GroupedSubmissionRunsAsOneUnit) {
   auto ranks = spawn_ranks("grouped", GetParam(), {"grouped"});
   expect_all_succeed(ranks);

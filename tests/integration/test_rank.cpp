@@ -374,6 +374,54 @@ int scenario_mismatch(Communicator& comm) {
   return 0;
 }
 
+// Large allreduces at priority 0, small ones at priorities 1 to 4 and a group whose members
+// have two priorities, all in flight together, three steps: every result right while the
+// daemon preempts, ages and gates (the order itself: tests/python/priority_order.py).
+int scenario_priorities(Communicator& comm) {
+  constexpr size_t kLarge = 3 << 20;  // floats: 12 MiB, three of the engine's 4 MiB pieces
+  constexpr size_t kSmall = 4096;
+  constexpr size_t kLarges = 3;
+  constexpr size_t kSmalls = 24;
+  constexpr size_t kTensors = kLarges + kSmalls;
+  SharedBuffer buffer = comm.allocate((kLarges * kLarge + kSmalls * kSmall) * sizeof(float));
+  auto data = [&](size_t i) {
+    return buffer.as<float>() +
+           (i < kLarges ? i * kLarge : kLarges * kLarge + (i - kLarges) * kSmall);
+  };
+  auto count = [](size_t i) { return i < kLarges ? kLarge : kSmall; };
+  for (uint64_t step = 0; step < 3; ++step) {
+    std::vector<gradsync_request> requests;
+    for (size_t i = 0; i < kTensors; ++i) {
+      reference::fill_input(data(i), count(i), GRADSYNC_FLOAT32, g_rank, GRADSYNC_SUM,
+                            step * kTensors + i);
+    }
+    for (size_t i = 0; i < kTensors - 2; ++i) {
+      comm.set_priority(i < kLarges ? 0 : static_cast<int32_t>(1 + i % 4));
+      const std::string name = "prioritised." + std::to_string(i);
+      requests.push_back(
+          comm.allreduce(name.c_str(), data(i), data(i), count(i), GRADSYNC_FLOAT32, GRADSYNC_SUM));
+    }
+    comm.group_start();
+    for (size_t i = kTensors - 2; i < kTensors; ++i) {
+      comm.set_priority(i % 2 == 0 ? 2 : 7);
+      const std::string name = "prioritised." + std::to_string(i);
+      requests.push_back(
+          comm.allreduce(name.c_str(), data(i), data(i), count(i), GRADSYNC_FLOAT32, GRADSYNC_SUM));
+    }
+    comm.group_end();
+    for (auto r : requests) comm.wait(r);
+    for (size_t i = 0; i < kTensors; ++i) {
+      const size_t wrong =
+          reference::count_wrong(reference::Kind::kAllreduce, data(i), count(i), GRADSYNC_FLOAT32,
+                                 GRADSYNC_SUM, g_ranks, 0, step * kTensors + i);
+      EXPECT_OR_FAIL(wrong == 0, "step %llu, tensor %zu: %zu wrong",
+                     static_cast<unsigned long long>(step), i, wrong);
+    }
+  }
+  comm.set_priority(0);
+  return 0;
+}
+
 // Across nodes: allreduce for every dtype and op, counts below and not divisible by the node
 // count, then every collective, many tensors in per-rank random order, groups and barriers.
 int scenario_cluster(Communicator& comm) {
@@ -825,6 +873,7 @@ int main(int argc, char** argv) {
     if (scenario == "grouped") return scenario_grouped(comm);
     if (scenario == "wait_timeout") return scenario_wait_timeout(comm);
     if (scenario == "mixed") return scenario_mixed(comm);
+    if (scenario == "priorities") return scenario_priorities(comm);
     if (scenario == "fused_sizes") {
       return scenario_fused_sizes(comm, args.size() > 1 ? std::stoi(args[1]) : 1);
     }
