@@ -135,7 +135,7 @@ class NodeLinks {
 // collectives in the same order), and a waiting one's rank rises as others are queued.
 class PaceWait final : public NodeWait {
  public:
-  PaceWait(NodeLinks& links, uint64_t bytes, Ranked ranked = {})
+  PaceWait(NodeLinks& links, uint64_t bytes, Ranked ranked)
       : links_(&links), bytes_(bytes), ranked_(ranked) {}
   PaceWait(PaceWait&& other) noexcept
       : links_(other.links_),

@@ -163,10 +163,11 @@ class NodeJob {
     cost_model::LinkFigures link;  // as agreed in the cycle that decided them
     bool fused = false;
     AllreduceOperand::Layout layout = AllreduceOperand::Layout::kPacked;  // when fused
-    // Of every unit in it.
-    int32_t priority = 0;
-    uint64_t first_sequence = 0;  // the first of the job's collective numbers it takes
+    int32_t priority = 0;                                                 // of every unit in it
     uint64_t order = 0;           // its first unit's place in the agreed order: its age
+    uint64_t first_sequence = 0;  // the first of the job's collective numbers it takes
+    // Alike on every node (priority.h).
+    Ranked ranked() const { return {priority, priority_rank(priority, order)}; }
   };
   // A batch in progress, with everything its task refers to (at a stable address).
   struct InFlight {
@@ -174,10 +175,7 @@ class NodeJob {
     cost_model::LinkFigures link;
     AllreduceOperand::Layout layout = AllreduceOperand::Layout::kPacked;
     uint64_t first_sequence = 0;
-    int32_t priority = 0;
-    uint64_t order = 0;
-    // Alike on every node: its place in the agreed order is its age (priority.h).
-    Ranked ranked() const { return {priority, priority_rank(priority, order)}; }
+    Ranked ranked;                                    // its batch's
     const char* allreduce_algorithm = "negotiation";  // for the metrics: set when one runs
     std::chrono::steady_clock::time_point started;    // for the trace, as are the times
     OperandTimes times;

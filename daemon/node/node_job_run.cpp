@@ -276,14 +276,14 @@ std::optional<std::string> NodeJob::progress(bool& ran) {
   // none while another priority's work ranks higher.
   std::optional<Ranked> top;
   for (const auto& work : in_flight_) {
-    if (!top || work->ranked().rank > top->rank) top = work->ranked();
+    if (!top || work->ranked.rank > top->rank) top = work->ranked;
   }
   for (auto level = queued_.begin(); level != queued_.end();) {
     auto& [priority, batches] = *level;
     size_t running = 0;
-    for (const auto& work : in_flight_) running += work->priority == priority;
+    for (const auto& work : in_flight_) running += work->ranked.priority == priority;
     for (; !batches.empty() && running < kMaxInFlight; ++running) {
-      const Ranked next{priority, priority_rank(priority, batches.front().order)};
+      const Ranked next = batches.front().ranked();
       if (top && next.held_back_by(*top)) break;
       if (!top || next.rank > top->rank) top = next;
       Batch batch = std::move(batches.front());
@@ -303,9 +303,8 @@ void NodeJob::start(Batch batch) {
   work->units = std::move(batch.units);
   work->link = batch.link;
   work->layout = batch.layout;
-  work->priority = batch.priority;
   work->first_sequence = batch.first_sequence;
-  work->order = batch.order;
+  work->ranked = batch.ranked();
   if (spare_scratch_.empty()) {
     work->scratch = std::make_unique<Scratch>();
   } else {
@@ -414,7 +413,7 @@ CollectiveContext NodeJob::step_for(InFlight& work, uint32_t sequence, gradsync_
   return CollectiveContext{links_,           *work.scratch,
                            sequence,         layout().world_size,
                            codec_for(dtype), cut ? agreed_.slow_link_message_bytes : 0,
-                           work.ranked()};
+                           work.ranked};
 }
 
 NodeTask NodeJob::run_unit(InFlight& work) {

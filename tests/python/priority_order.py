@@ -20,23 +20,9 @@ import sys
 import tempfile
 import time
 
-from run_ranks import SKIPPED, start_daemon, torch_missing
+from run_ranks import SKIPPED, expect, start_daemon, torch_missing, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def expect(condition, what):
-    if not condition:
-        raise AssertionError(what)
-    print(f"ok: {what}", flush=True)
-
-
-def wait_until(condition, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.05)
 
 
 class Cluster:

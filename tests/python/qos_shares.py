@@ -21,7 +21,7 @@ import tempfile
 import time
 
 import namespace_nodes
-from run_ranks import SKIPPED, start_daemon, torch_missing
+from run_ranks import SKIPPED, expect, start_daemon, torch_missing, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -35,20 +35,6 @@ def ctl_jobs(build_dir, socket):
 def ctl_table(build_dir, socket):
     return subprocess.run([os.path.join(build_dir, "gradsyncctl"), "--socket", socket, "jobs"],
                           check=True, capture_output=True, text=True).stdout
-
-
-def wait_until(condition, what, timeout=60):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.05)
-
-
-def expect(condition, what):
-    if not condition:
-        raise AssertionError(what)
-    print(f"ok: {what}", flush=True)
 
 
 class Jobs:

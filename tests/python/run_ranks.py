@@ -32,6 +32,22 @@ SKIPPED = 77  # a worker that cannot run here (ctest's skip code for these tests
 SLURM_PORT = 9478  # every node's daemon's, as a site's configuration sets it
 
 
+def expect(condition, what):
+    """Raises unless `condition`; says what held otherwise."""
+    if not condition:
+        raise AssertionError(what)
+    print(f"ok: {what}", flush=True)
+
+
+def wait_until(condition, what, timeout=60):
+    """Polls `condition` every 50 ms; raises naming `what` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.05)
+
+
 def start_daemon(build_dir, directory, node, metrics=False, listen="127.0.0.1:0", nodes=None,
                  config=None):
     """A daemon listening at `listen` (by default on a port it picks itself); its socket and
