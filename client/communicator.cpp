@@ -54,6 +54,16 @@ Communicator::Communicator(const gradsync_options& options, const gradsync_job_s
       std::string(options.algorithm, strnlen(options.algorithm, sizeof(options.algorithm))));
   hello.setWireCodec(
       std::string(settings.wire_codec, strnlen(settings.wire_codec, sizeof(settings.wire_codec))));
+  switch (settings.autotune) {
+    case GRADSYNC_AUTOTUNE_ON:
+      hello.setAutotune(ipc::wire::Autotune::ON);
+      break;
+    case GRADSYNC_AUTOTUNE_OFF:
+      hello.setAutotune(ipc::wire::Autotune::OFF);
+      break;
+    default:
+      hello.setAutotune(ipc::wire::Autotune::DEFAULT);
+  }
   ipc::send_frame(socket_.get(), ipc::encode(message));
   ipc::Frame frame = ipc::receive_frame(socket_.get(), reader_, timeout_ms(options_));
   ipc::DecodedMessage reply(frame.payload);

@@ -182,8 +182,25 @@ gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings) 
   *settings = gradsync_job_settings{};
   settings->struct_bytes = sizeof(gradsync_job_settings);
   const char* codec = std::getenv("GRADSYNC_WIRE_CODEC");
-  return copy_string("GRADSYNC_WIRE_CODEC", codec != nullptr ? codec : "", settings->wire_codec,
-                     sizeof(settings->wire_codec), connect_error);
+  if (const gradsync_result r =
+          copy_string("GRADSYNC_WIRE_CODEC", codec != nullptr ? codec : "", settings->wire_codec,
+                      sizeof(settings->wire_codec), connect_error);
+      r != GRADSYNC_OK) {
+    return r;
+  }
+  const char* autotune = std::getenv("GRADSYNC_AUTOTUNE");
+  const std::string_view value = autotune != nullptr ? autotune : "";
+  if (value.empty()) {
+    settings->autotune = GRADSYNC_AUTOTUNE_DEFAULT;
+  } else if (value == "1") {
+    settings->autotune = GRADSYNC_AUTOTUNE_ON;
+  } else if (value == "0") {
+    settings->autotune = GRADSYNC_AUTOTUNE_OFF;
+  } else {
+    connect_error = "GRADSYNC_AUTOTUNE must be 1 or 0, not '" + std::string(value) + "'";
+    return GRADSYNC_ERR_INVALID_ARGUMENT;
+  }
+  return GRADSYNC_OK;
 }
 
 gradsync_result gradsync_connect(const gradsync_options* options, gradsync_comm** comm) {

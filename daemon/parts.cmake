@@ -57,6 +57,7 @@ gradsync_daemon_part(memory
 
 gradsync_daemon_part(job
   SOURCES daemon/job/session.cpp daemon/job/submission.cpp daemon/job/step_meter.cpp
+          daemon/job/autotune.cpp
           daemon/job/trace.cpp
   PARTS base device memory
   LIBS gradsync_ipc gradsync_metrics)

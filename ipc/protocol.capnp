@@ -24,6 +24,14 @@ struct Hello {
   # What the job's f32 allreduces send between nodes: "none", "bf16", or "" for the daemon's
   # default.
   wireCodec @9 :Text;
+  # Whether the daemons tune the job's settings over its first steps (docs/autotune.md).
+  autotune @10 :Autotune;
+}
+
+enum Autotune {
+  default @0;  # the daemon's configuration decides
+  on @1;
+  off @2;
 }
 
 # Sent with two fds: the control segment (memfd) and the doorbell (eventfd).

@@ -52,6 +52,13 @@ enum class Family {
   kJobWireBytes,
   kJobWireShare,
   kJobShareWaitSeconds,
+  kAutotuneTrials,  // autotune's families last: metrics.cpp registers them as a range
+  kAutotuneDone,
+  kAutotuneBestBusBandwidthBytesPerSecond,
+  kAutotuneFusionThresholdBytes,
+  kAutotunePieceBytes,
+  kAutotuneNegotiationHoldSeconds,
+  kAutotuneRingMinBytes,
   kCount
 };
 
@@ -173,6 +180,25 @@ inline constexpr std::array<FamilyDoc, static_cast<size_t>(Family::kCount)> kFam
      "training_job",
      "Time a job's ready work waited while other jobs were served (engine) or for its share of "
      "the links to other nodes"},
+    {Family::kAutotuneTrials, "gradsync_autotune_trials", Type::kGauge, "training_job",
+     "Trials an autotuned job's search has ended (a candidate's turn in a round), on the node "
+     "that tunes it (node 0, or the job's only node)"},
+    {Family::kAutotuneDone, "gradsync_autotune_done", Type::kGauge, "training_job",
+     "1 once an autotuned job's search has ended and its choice is kept for the rest of the job"},
+    {Family::kAutotuneBestBusBandwidthBytesPerSecond,
+     "gradsync_autotune_best_bus_bandwidth_bytes_per_second", Type::kGauge, "training_job",
+     "Step bus bandwidth of the best candidate measured so far (once done: of the one chosen)"},
+    {Family::kAutotuneFusionThresholdBytes, "gradsync_autotune_fusion_threshold_bytes",
+     Type::kGauge, "training_job", "An autotuned job's fusion threshold in effect"},
+    {Family::kAutotunePieceBytes, "gradsync_autotune_piece_bytes", Type::kGauge, "training_job",
+     "An autotuned job's pipeline piece in effect"},
+    {Family::kAutotuneNegotiationHoldSeconds, "gradsync_autotune_negotiation_hold_seconds",
+     Type::kGauge, "training_job",
+     "An autotuned job's negotiation hold in effect (across nodes)"},
+    {Family::kAutotuneRingMinBytes, "gradsync_autotune_ring_min_bytes", Type::kGauge,
+     "training_job",
+     "Across nodes: allreduces from this size take the ring, smaller ones halving-doubling (0: "
+     "the cost model chooses)"},
 }};
 
 constexpr const FamilyDoc& family_doc(Family family) {

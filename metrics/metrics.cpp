@@ -25,6 +25,8 @@ constexpr std::array<const char*, static_cast<size_t>(CollectiveKind::kCount)> k
 constexpr std::array<const char*, 7> kAlgorithms = {"local",  "ring", "rhd",  "negotiation",
                                                     "direct", "topk", "chain"};
 // Collective sizes (payload bytes per rank) the duration histogram keeps apart.
+constexpr size_t kAutotuneFamilies =
+    static_cast<size_t>(Family::kCount) - static_cast<size_t>(Family::kAutotuneTrials);
 constexpr std::array<uint64_t, 4> kSizeBounds = {4ull << 10, 64ull << 10, 1ull << 20, 16ull << 20};
 constexpr std::array<const char*, kSizeBounds.size() + 1> kSizeNames = {
     "<=4KiB", "<=64KiB", "<=1MiB", "<=16MiB", ">16MiB"};
@@ -139,6 +141,8 @@ struct Metrics::Impl {
   prometheus::Family<prometheus::Counter>* job_wire_bytes = nullptr;
   prometheus::Family<prometheus::Gauge>* job_wire_share = nullptr;
   prometheus::Family<prometheus::Counter>* job_share_wait = nullptr;
+  // The autotune families, in Family's order from kAutotuneTrials.
+  std::array<prometheus::Family<prometheus::Gauge>*, kAutotuneFamilies> autotune{};
   // Each job's series, removed when it ends.
   struct JobSeries {
     prometheus::Gauge* stall = nullptr;
@@ -152,6 +156,7 @@ struct Metrics::Impl {
     prometheus::Counter* wire_bytes = nullptr;
     prometheus::Gauge* wire_share = nullptr;
     prometheus::Counter* share_wait = nullptr;
+    std::array<prometheus::Gauge*, kAutotuneFamilies> autotune{};  // once the job tunes here
     JobProgress last;  // as last reported: the counters move by its differences
   };
   std::map<std::string, JobSeries> job_series;
@@ -246,6 +251,10 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
   impl_->job_wire_bytes = &family<prometheus::Counter>(registry, Family::kJobWireBytes);
   impl_->job_wire_share = &family<prometheus::Gauge>(registry, Family::kJobWireShare);
   impl_->job_share_wait = &family<prometheus::Counter>(registry, Family::kJobShareWaitSeconds);
+  for (size_t i = 0; i < kAutotuneFamilies; ++i) {
+    impl_->autotune[i] = &family<prometheus::Gauge>(
+        registry, static_cast<Family>(static_cast<size_t>(Family::kAutotuneTrials) + i));
+  }
   auto& cache = family<prometheus::Counter>(registry, Family::kNegotiationCache);
   impl_->cache_hits = &cache.Add({{"result", "hit"}});
   impl_->cache_misses = &cache.Add({{"result", "miss"}});
@@ -445,6 +454,19 @@ void Metrics::set_job_progress(const std::string& job, const JobProgress& progre
   for (size_t n = 0; n < progress.node_cycles.size(); ++n) {
     series.node_cycle[n]->Set(static_cast<double>(progress.node_cycles[n]));
   }
+  if (const auto& tune = progress.autotune) {
+    if (series.autotune.front() == nullptr) {
+      for (size_t i = 0; i < kAutotuneFamilies; ++i) {
+        series.autotune[i] = &impl_->autotune[i]->Add({{"training_job", job}});
+      }
+    }
+    const std::array<double, kAutotuneFamilies> values{
+        static_cast<double>(tune->trials),         tune->done ? 1.0 : 0.0,
+        tune->best_bus_bandwidth,                  static_cast<double>(tune->fusion_threshold_bytes),
+        static_cast<double>(tune->piece_bytes),    tune->negotiation_hold_seconds,
+        static_cast<double>(tune->ring_min_bytes)};
+    for (size_t i = 0; i < kAutotuneFamilies; ++i) series.autotune[i]->Set(values[i]);
+  }
 }
 
 void Metrics::job_ended(const std::string& job) {
@@ -462,6 +484,9 @@ void Metrics::job_ended(const std::string& job) {
   impl_->job_wire_bytes->Remove(series.wire_bytes);
   impl_->job_wire_share->Remove(series.wire_share);
   impl_->job_share_wait->Remove(series.share_wait);
+  for (size_t i = 0; i < kAutotuneFamilies; ++i) {
+    if (series.autotune[i] != nullptr) impl_->autotune[i]->Remove(series.autotune[i]);
+  }
   impl_->job_series.erase(it);
 }
 

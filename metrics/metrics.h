@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -104,6 +105,17 @@ class Metrics {
     uint64_t wire_bytes = 0;
     double wire_share = 0;
     double share_wait_seconds = 0;
+    // Where this node tunes the job (docs/autotune.md).
+    struct Autotune {
+      uint64_t trials = 0;
+      bool done = false;
+      double best_bus_bandwidth = 0;  // bytes per second
+      uint64_t fusion_threshold_bytes = 0;
+      uint64_t piece_bytes = 0;
+      double negotiation_hold_seconds = 0;
+      uint64_t ring_min_bytes = 0;
+    };
+    std::optional<Autotune> autotune;
   };
   void set_job_progress(const std::string& job, const JobProgress& progress);
   void job_ended(const std::string& job);

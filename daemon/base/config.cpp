@@ -27,8 +27,8 @@ enum class Reload {
   kLiveNewClients,  // for clients that connect after the reload
 };
 
-using Field =
-    std::variant<std::string DaemonConfig::*, uint32_t DaemonConfig::*, uint64_t DaemonConfig::*>;
+using Field = std::variant<std::string DaemonConfig::*, bool DaemonConfig::*,
+                           uint32_t DaemonConfig::*, uint64_t DaemonConfig::*>;
 
 // Every key in one table: its name, the field it sets, its range, when a change takes effect,
 // and its documentation, from which docs/configuration.md's table and systemd/gradsyncd.toml
@@ -71,6 +71,11 @@ const std::vector<Key>& keys() {
        "value); a ready tensor never waits for others to fuse with: what is ready together "
        "fuses",
        0, kMaxI64},
+      {"pipeline_piece_bytes", &C::pipeline_piece_bytes, Reload::kLiveNewJobs,
+       "a batch runs in pieces of about this size: on one node, the most that other jobs' and "
+       "higher priorities' work waits behind; across nodes, each block of the ring allreduce is "
+       "pipelined in pieces of it (node 0's value)",
+       4 << 10, 1 << 30},
       {"ring_entries", &C::ring_entries, Reload::kLiveNewClients,
        "entries per client ring, a power of two; also the client's in-flight limit", 2, 1 << 16},
       {"engine_spin_us", &C::engine_spin_us, Reload::kLive,
@@ -132,6 +137,19 @@ const std::vector<Key>& keys() {
        "bfloat16 on the ring: half the bytes) or `topk:PERCENT` (sums and averages send that "
        "percent of each tensor's 32 KiB chunks, the rest later; `topk` alone is `topk:1`); a "
        "job's `GRADSYNC_WIRE_CODEC` overrides it (docs/multi-node.md)"},
+      {"autotune", &C::autotune, Reload::kLiveNewJobs,
+       "tune each job's fusion threshold, pipeline piece, negotiation hold and ring crossover "
+       "over its first steps (docs/autotune.md); a job's `GRADSYNC_AUTOTUNE` overrides it, and "
+       "across nodes node 0's ranks decide"},
+      {"autotune_max_steps", &C::autotune_max_steps, Reload::kLiveNewJobs,
+       "steps an autotuned job's search may take; fewer steps try fewer candidates", 5,
+       1'000'000},
+      {"autotune_max_seconds", &C::autotune_max_seconds, Reload::kLiveNewJobs,
+       "time an autotuned job's search may take; past it the best measured so far is kept", 1,
+       86'400},
+      {"autotune_log", &C::autotune_log, Reload::kLive,
+       "CSV file the daemon appends each autotune trial and choice to, with the job's name "
+       "(`\"\"`: none)"},
       {"max_clients", &C::max_clients, Reload::kLive, "connected clients", 1, 1 << 20},
       {"max_buffers_per_client", &C::max_buffers_per_client, Reload::kLiveNewClients,
        "registered buffers per client", 1, kMaxU32},
@@ -159,6 +177,9 @@ void set_key(const Key& key, DaemonConfig& config, const toml::node& node) {
           const auto value = node.value<std::string>();
           if (!value) throw key_error(key.name, "expected a string");
           config.*field = *value;
+        } else if constexpr (std::is_same_v<Value, bool>) {
+          if (!node.is_boolean()) throw key_error(key.name, "expected true or false");
+          config.*field = *node.value<bool>();
         } else {
           if (!node.is_integer()) throw key_error(key.name, "expected an integer");
           const int64_t value = *node.value<int64_t>();
@@ -199,6 +220,8 @@ std::string value_text(const Key& key, const DaemonConfig& config) {
         std::ostringstream out;
         if constexpr (std::is_same_v<Value, std::string>) {
           out << toml_string(config.*field);
+        } else if constexpr (std::is_same_v<Value, bool>) {
+          out << (config.*field ? "true" : "false");
         } else if (key.octal) {
           out << "0o" << std::oct << config.*field;
         } else {

@@ -82,6 +82,16 @@ std::string status_json(const DaemonInfo& daemon, const DaemonConfig& config,
                       {"wire_bytes", j.wire_bytes},
                       {"wire_share", j.wire_share},
                       {"share_wait_seconds", j.share_wait_seconds}}}});
+    if (!j.autotune.empty()) {
+      jobs.back()["autotune"] = {
+          {"state", j.autotune},
+          {"trials", j.autotune_trials},
+          {"best_bus_bytes_per_second", j.autotune_best_bus_bytes_per_second},
+          {"fusion_threshold_bytes", j.tuned.fusion_threshold_bytes},
+          {"piece_bytes", j.tuned.piece_bytes},
+          {"negotiation_hold_us", j.tuned.negotiation_hold_us},
+          {"ring_min_bytes", j.tuned.ring_min_bytes}};
+    }
   }
   Json& peers = status["peers"] = Json::array();
   for (const PeerView& p : snapshot.peers) {

@@ -86,6 +86,16 @@ void resolve_settings(ClientIdentity& who, ipc::wire::Hello::Reader hello,
         fmt::format("GRADSYNC_WIRE_CODEC must be none, bf16, topk or topk:PERCENT, not '{}'",
                     who.wire_codec)};
   }
+  switch (hello.getAutotune()) {
+    case ipc::wire::Autotune::ON:
+      who.autotune = true;
+      break;
+    case ipc::wire::Autotune::OFF:
+      who.autotune = false;
+      break;
+    default:
+      who.autotune = rules.default_autotune;
+  }
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ struct HelloRules {
   std::string listen_address;      // this daemon's inter-node address; empty: it has none
   std::string default_algorithm;   // allreduce_algorithm
   std::string default_wire_codec;  // allreduce_wire_codec
+  bool default_autotune = false;   // autotune
 };
 
 // The identity a hello claims, checked for consistency (not against other clients: the

@@ -206,11 +206,12 @@ void Engine::handle(AttachSession& command) {
               std::chrono::seconds(config_.peer_timeout_seconds), config_.response_cache_capacity,
               who.algorithm,
               cost_model::parse_wire_codec(who.wire_codec).value_or(cost_model::WireCodecSpec{}),
-              config_.fusion_threshold_bytes,
+              config_.fusion_threshold_bytes, config_.pipeline_piece_bytes,
               // The engine spins no longer than this after work: it must not
               // sleep through a hold.
               std::chrono::microseconds(
                   std::min(config_.negotiation_hold_us, config_.engine_spin_us)),
+              std::chrono::microseconds(config_.engine_spin_us),
               config_.tcp_bulk_protocol == "auto" ? mesh_->largest_eager_message() : 0,
               config_.negotiation_relay_min_nodes},
           metrics_, device_streams_));
@@ -222,6 +223,20 @@ void Engine::handle(AttachSession& command) {
     }
   }
   job->attach(session);
+  // Node 0's ranks decide whether a job across nodes tunes; the other nodes follow its cycles.
+  if (who.autotune && !job->autotuner() && (who.nodes.empty() || who.node_rank == 0)) {
+    const bool across_nodes = !who.nodes.empty();
+    job->start_autotune(
+        TunedSettings{config_.fusion_threshold_bytes, config_.pipeline_piece_bytes,
+                      std::min(config_.negotiation_hold_us, config_.engine_spin_us), 0},
+        AutotuneLimits{config_.autotune_max_steps,
+                       std::chrono::seconds(config_.autotune_max_seconds), across_nodes,
+                       across_nodes && who.algorithm == "auto"},
+        Clock::now());
+    log_->info("job '{}': autotune: {} candidates over at most {} steps or {} s", who.job,
+               job->autotuner()->candidates(), config_.autotune_max_steps,
+               config_.autotune_max_seconds);
+  }
   if (job->locally_formed() && job->network()) {
     // Every local rank is here: the other nodes may now count this one in.
     job->network()->on_local_formed(job->ranks());

@@ -180,6 +180,8 @@ class Engine {
   // the sampled metrics.
   bool inspect_stalls(std::chrono::steady_clock::time_point now);  // engine_inspect.cpp
   void export_samples();  // jobs, their progress and stall ages, peer traffic
+  // Logs the job's autotune trials and choice since the last call (and to autotune_log).
+  void log_autotune(Job& job);
   // The mapping caches' lookups since the last report (once a second, and as clients leave:
   // an engine with no job left samples nothing).
   void report_mapping_lookups();

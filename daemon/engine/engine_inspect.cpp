@@ -7,6 +7,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
 
 namespace gradsync::daemon {
 namespace {
@@ -55,7 +59,14 @@ void Engine::handle(InspectEngine& command) {
       view.node_rank = network->layout().node_rank;
       view.algorithm = network->settings().algorithm;
       view.wire_codec = cost_model::wire_codec_name(network->settings().wire_codec);
+      if (network->tuned_by_node_0()) view.autotune = "node 0";
     }
+    if (const Autotuner* tuner = job->autotuner()) {
+      view.autotune = !tuner->done() ? "searching" : tuner->cut_short() ? "cut short" : "done";
+      view.autotune_trials = tuner->trials().size();
+      view.autotune_best_bus_bytes_per_second = tuner->best_bus_bytes_per_second();
+    }
+    if (!view.autotune.empty() && job->tuned() != nullptr) view.tuned = *job->tuned();
     snapshot.jobs.push_back(std::move(view));
   }
   // The maps hold no order; operators read these in the order they connected, jobs by name.
@@ -184,6 +195,46 @@ void Engine::report_mapping_lookups() {
   reported_lookups_ = now;
 }
 
+void Engine::log_autotune(Job& job) {
+  const std::vector<AutotuneTrial> events = job.take_autotune_events();
+  if (events.empty()) return;
+  for (const AutotuneTrial& e : events) {
+    if (e.chosen) {
+      log_->info("job '{}': autotune chose {} ({:.3f} GB/s bus){}", job.name(),
+                 describe(e.settings), e.bus_bytes_per_second * 1e-9,
+                 job.autotuner()->cut_short() ? ", its step or time bound cut the search short"
+                                              : "");
+    } else {
+      log_->debug("job '{}': autotune round {}: {} over {} steps: {:.3f} GB/s bus", job.name(),
+                  e.round, describe(e.settings), e.steps, e.bus_bytes_per_second * 1e-9);
+    }
+  }
+  if (config_.autotune_log.empty()) return;
+  // Appended a few lines at a time, rarely: opened for each batch, so that an operator may
+  // move the file away.
+  std::FILE* file = std::fopen(config_.autotune_log.c_str(), "a");
+  if (file == nullptr) {
+    log_->warn("autotune_log '{}': {}", config_.autotune_log, std::strerror(errno));
+    return;
+  }
+  const std::unique_ptr<std::FILE, int (*)(std::FILE*)> closing(file, &std::fclose);
+  if (std::ftell(file) == 0) {
+    std::fputs(
+        "unix_seconds,job,outcome,round,fusion_threshold_bytes,piece_bytes,"
+        "negotiation_hold_us,ring_min_bytes,steps,bus_bytes_per_second\n",
+        file);
+  }
+  const double now = std::chrono::duration<double>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  for (const AutotuneTrial& e : events) {
+    fmt::print(file, "{:.3f},{},{},{},{},{},{},{},{},{:.0f}\n", now, job.name(),
+               e.chosen ? "chosen" : "trial", e.round, e.settings.fusion_threshold_bytes,
+               e.settings.piece_bytes, e.settings.negotiation_hold_us, e.settings.ring_min_bytes,
+               e.steps, e.bus_bytes_per_second);
+  }
+}
+
 void Engine::export_samples() {
   export_job_states();
   sample_shares();
@@ -208,7 +259,17 @@ void Engine::export_samples() {
     if (const NodeJob* network = job->network(); network && network->negotiator()) {
       progress.node_cycles = network->negotiator()->last_cycles();
     }
+    progress.autotune.reset();
+    if (const Autotuner* tuner = job->autotuner()) {
+      const TunedSettings& tuned = *job->tuned();
+      progress.autotune = metrics::Metrics::JobProgress::Autotune{
+          tuner->trials().size(),  tuner->done(),
+          tuner->best_bus_bytes_per_second(), tuned.fusion_threshold_bytes,
+          tuned.piece_bytes,       tuned.negotiation_hold_us * 1e-6,
+          tuned.ring_min_bytes};
+    }
     metrics_.set_job_progress(name, progress);
+    log_autotune(*job);
   }
   if (mesh_) {
     for (transport::PeerId peer = 0; peer < mesh_->peer_count(); ++peer) {

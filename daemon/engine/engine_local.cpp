@@ -19,8 +19,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// A piece of a single-node batch: the most another job's ready work waits behind.
-constexpr uint64_t kLocalPieceBytes = cost_model::kPipelinePieceBytes;
 // After this long running pieces, the engine goes round (takes new submissions, moves the
 // network) before the next: a latency-class job's collective submitted meanwhile goes next.
 constexpr auto kLocalRound = std::chrono::microseconds(500);
@@ -133,6 +131,10 @@ void Engine::serve_local_piece(Job& job, const LocalTurn& turn, std::span<Job* c
   std::vector<RunningBatch>& running = running_batches_[flow];
   const auto start = Clock::now();
   size_t index = turn.running;
+  // Autotune's where it tunes the job, else the configuration's.
+  const TunedSettings* tuned = job.tuned();
+  const uint64_t fusion_threshold =
+      tuned != nullptr ? tuned->fusion_threshold_bytes : config_.fusion_threshold_bytes;
   if (index == LocalTurn::kNone) {
     // Lazy fusion: the unit, then the ready units after it of its priority, up to the
     // threshold; a group is never split, and a unit larger than the threshold runs alone.
@@ -147,7 +149,7 @@ void Engine::serve_local_piece(Job& job, const LocalTurn& turn, std::span<Job* c
         ++u;
         continue;
       }
-      if (!units.empty() && bytes + ready[u].bytes() > config_.fusion_threshold_bytes) break;
+      if (!units.empty() && bytes + ready[u].bytes() > fusion_threshold) break;
       bytes += ready[u].bytes();
       units.push_back(std::move(ready[u]));
       ready.erase(ready.begin() + static_cast<std::ptrdiff_t>(u));
@@ -157,7 +159,8 @@ void Engine::serve_local_piece(Job& job, const LocalTurn& turn, std::span<Job* c
   }
   RunningBatch& current = running[index];
   const uint64_t before = current.batch.left();
-  current.batch.run(kLocalPieceBytes, pool_, config_.parallel_reduce_min_bytes);
+  current.batch.run(tuned != nullptr ? tuned->piece_bytes : config_.pipeline_piece_bytes, pool_,
+                    config_.parallel_reduce_min_bytes);
   const auto end = Clock::now();
   const uint64_t ran = before - current.batch.left();
   const double seconds = std::chrono::duration<double>(end - start).count();
@@ -177,7 +180,7 @@ void Engine::serve_local_piece(Job& job, const LocalTurn& turn, std::span<Job* c
   }
   metrics_.batch_executed(
       current.batch.bytes(), collectives, current.seconds,
-      static_cast<double>(unit_bytes) / static_cast<double>(config_.fusion_threshold_bytes));
+      static_cast<double>(unit_bytes) / static_cast<double>(fusion_threshold));
   if (TraceRecorder* trace = job.trace()) trace_local_batch(*trace, batch, current.start, end);
   for (ReadyUnit& unit : batch) job.unit_pool().recycle(std::move(unit));
   running.erase(running.begin() + static_cast<std::ptrdiff_t>(index));

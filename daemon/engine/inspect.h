@@ -2,6 +2,7 @@
 // its clients, jobs and peers, taken on the engine thread between two passes of its loop.
 #pragma once
 
+#include "daemon/job/autotune.h"
 #include "daemon/job/trace.h"
 #include "daemon/qos/policy.h"
 
@@ -48,6 +49,12 @@ struct JobView {
   uint64_t wire_bytes = 0;
   double wire_share = 0;  // of the node's bytes to other nodes, over the last second
   double share_wait_seconds = 0;
+  // Autotune (docs/autotune.md): "searching", "done", "cut short" where this node tunes the
+  // job; "node 0" on the other nodes of a job node 0 tunes; empty: not tuned.
+  std::string autotune;
+  TunedSettings tuned;  // in effect, where autotune is not empty
+  size_t autotune_trials = 0;
+  double autotune_best_bus_bytes_per_second = 0;
 };
 
 struct PeerView {

@@ -35,6 +35,31 @@ void Job::set_network(std::unique_ptr<NodeJob> network) {
   network_->set_unit_pool(&unit_pool_);
 }
 
+void Job::start_autotune(const TunedSettings& start, const AutotuneLimits& limits,
+                         Clock::time_point now) {
+  autotuner_.emplace(start, limits, now);
+  if (network_) network_->announce(autotuner_->current());
+}
+
+const TunedSettings* Job::tuned() const {
+  if (network_) return network_->formed() ? &network_->tuned() : nullptr;
+  return autotuner_ ? &autotuner_->current() : nullptr;
+}
+
+std::vector<AutotuneTrial> Job::take_autotune_events() {
+  std::vector<AutotuneTrial> events;
+  if (!autotuner_) return events;
+  const auto& trials = autotuner_->trials();
+  events.assign(trials.begin() + static_cast<std::ptrdiff_t>(autotune_events_), trials.end());
+  autotune_events_ = trials.size();
+  if (autotuner_->done() && !autotune_choice_taken_) {
+    autotune_choice_taken_ = true;
+    events.push_back(
+        {0, autotuner_->current(), 0, autotuner_->best_bus_bytes_per_second(), true});
+  }
+  return events;
+}
+
 void Job::attach(Session& session) {
   sessions_.at(static_cast<size_t>(session.identity().local_rank)) = &session;
   session.job = this;
@@ -233,7 +258,11 @@ void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point sinc
   // submission is taken out below (with a single local rank, none may be left), so that the
   // name need not be copied.
   const TraceTimes times{since, ready, {}};
-  steps_.on_ready(ranks.front().name, times.ready);
+  if (const auto step = steps_.on_ready(ranks.front().name, times.ready);
+      step && autotuner_ && autotuner_->on_step(step->bus_bytes, step->seconds, times.ready) &&
+      network_) {
+    network_->announce(autotuner_->current());
+  }
   if (trace_) trace_->on_ready(ranks.front().name);
   // Local rank 0's, as it submitted them: groups are known by rank 0's id.
   const bool grouped = ranks.front().grouped;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "daemon/base/fifo.h"
+#include "daemon/job/autotune.h"
 #include "daemon/job/ready_unit.h"
 #include "daemon/job/stall.h"
 #include "daemon/job/step_meter.h"
@@ -97,6 +98,17 @@ class Job {
   Qos& qos() { return qos_; }
   const Qos& qos() const { return qos_; }
 
+  // Autotune (autotune.h). A single-node job runs with what its Autotuner says; across nodes,
+  // node 0's Job announces it through its NodeJob, and every node's NodeJob applies it.
+  void start_autotune(const TunedSettings& start, const AutotuneLimits& limits,
+                      Clock::time_point now);
+  const Autotuner* autotuner() const { return autotuner_ ? &*autotuner_ : nullptr; }
+  // The settings in effect, where autotune sets them (else null: the daemon's configuration).
+  const TunedSettings* tuned() const;
+  // The trials that ended since the last call, and once the search is done, the choice (a
+  // trial of no steps), for the engine's log.
+  std::vector<AutotuneTrial> take_autotune_events();
+
   // The age of the job's oldest stall as last inspected (engine.cpp), for gradsyncctl.
   double stall_seconds() const { return stall_seconds_; }
   void set_stall_seconds(double seconds) { stall_seconds_ = seconds; }
@@ -153,6 +165,9 @@ class Job {
   double stall_seconds_ = 0;
   Qos qos_;
   StepMeter steps_;
+  std::optional<Autotuner> autotuner_;
+  size_t autotune_events_ = 0;  // trials (and the choice) take_autotune_events gave
+  bool autotune_choice_taken_ = false;
   UnitPool unit_pool_;                    // before network_, which returns units to it
   std::unique_ptr<TraceRecorder> trace_;  // before network_, which refers to it: goes after
   std::unique_ptr<NodeJob> network_;

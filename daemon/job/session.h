@@ -30,6 +30,7 @@ struct ClientIdentity {
   uint32_t node_rank = 0;
   std::string algorithm;   // inter-node allreduce: auto, ring or rhd
   std::string wire_codec;  // what f32 allreduces send between nodes: none or bf16
+  bool autotune = false;   // the job's settings are tuned over its first steps
 };
 
 class Job;

@@ -22,14 +22,19 @@ double bus_bytes(ipc::Collective collective, uint64_t bytes, int32_t ranks) {
   return 0;
 }
 
-void StepMeter::on_ready(const std::string& name, Clock::time_point now) {
+std::optional<StepMeter::Step> StepMeter::on_ready(const std::string& name,
+                                                   Clock::time_point now) {
   if (marker_.empty()) marker_ = name;
-  if (name != marker_) return;
+  if (name != marker_) return std::nullopt;
+  std::optional<Step> ended;
   if (step_start_ != Clock::time_point{} && last_completion_ > step_start_) {
-    last_ = step_bus_bytes_ / std::chrono::duration<double>(last_completion_ - step_start_).count();
+    ended = Step{step_bus_bytes_,
+                 std::chrono::duration<double>(last_completion_ - step_start_).count()};
+    last_ = ended->bus_bytes / ended->seconds;
   }
   step_start_ = now;
   step_bus_bytes_ = 0;
+  return ended;
 }
 
 void StepMeter::on_completed(double bus_bytes, Clock::time_point now) {

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace gradsync::daemon {
@@ -20,7 +21,13 @@ class StepMeter {
  public:
   using Clock = std::chrono::steady_clock;
 
-  void on_ready(const std::string& name, Clock::time_point now);
+  // A whole step: what it moved on the bus, and how long it took.
+  struct Step {
+    double bus_bytes = 0;
+    double seconds = 0;
+  };
+  // Returns the step that ended, when `name` starts the next one.
+  std::optional<Step> on_ready(const std::string& name, Clock::time_point now);
   void on_completed(double bus_bytes, Clock::time_point now);
   // Of the last whole step; 0 before one has ended.
   double last_bus_bandwidth() const { return last_; }

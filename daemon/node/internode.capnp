@@ -22,6 +22,9 @@ struct Joined {
   # Jobs of at least this many nodes relay their negotiation cycles (RelayedCycle): node 0's is
   # agreed.
   relayMinNodes @6 :UInt32;
+  # The ring allreduce pipelines each block in pieces of about this many bytes: node 0's is
+  # agreed (every node must cut the same pieces).
+  pieceBytes @7 :UInt64;
 }
 
 # A collective (or a group, named by its first member) ready on the sending node and not in
@@ -64,6 +67,16 @@ struct Cycle {
   eagerBits @8 :List(UInt32);
   eagerSizes @9 :List(UInt32);
   eagerData @10 :Data;
+  # Node 0's part only, in a job that autotunes (docs/autotune.md): the settings every node
+  # applies to what this cycle decides, and to the cycles after until node 0 sends others.
+  tuned @11 :TunedSettings;
+}
+
+struct TunedSettings {
+  fusionThresholdBytes @0 :UInt64;
+  pieceBytes @1 :UInt64;
+  negotiationHoldMicroseconds @2 :UInt32;
+  ringMinBytes @3 :UInt64;   # 0: the cost model chooses between the ring and halving-doubling
 }
 
 # A node's cycle passed on by another (recursive doubling, negotiator.h): `origin` wrote it.

@@ -22,6 +22,21 @@ std::vector<uint64_t> read_bits(capnp::List<uint64_t>::Reader list) {
   return bits;
 }
 
+// Node 0's tuned settings, within what autotune tries (autotune.h) and what the daemon can run:
+// a piece of no bytes would be no pipeline at all.
+TunedSettings read_tuned(wire::TunedSettings::Reader tuned, const std::string& job, uint32_t node,
+                         uint64_t number) {
+  const TunedSettings settings{tuned.getFusionThresholdBytes(), tuned.getPieceBytes(),
+                               tuned.getNegotiationHoldMicroseconds(), tuned.getRingMinBytes()};
+  if (settings.piece_bytes < kMinTunedPieceBytes || settings.piece_bytes > kMaxTunedPieceBytes ||
+      settings.negotiation_hold_us > kMaxTunedHoldMicroseconds) {
+    throw std::invalid_argument(fmt::format("job '{}': node {} sent cycle {} with settings out of "
+                                            "range: {}",
+                                            job, node, number, describe(settings)));
+  }
+  return settings;
+}
+
 // A peer's report of a ready collective. Its kind, dtype and op are checked before they become
 // enum values: a value outside an enum is no value at all (found by tests/fuzz).
 Proposal read_proposal(wire::Ready::Reader ready) {
@@ -253,6 +268,9 @@ void Negotiator::take_part(uint32_t node, wire::Cycle::Reader cycle) {
   from.link = {cycle.getAlphaSeconds(), cycle.getBetaSecondsPerByte(),
                cycle.getGammaSecondsPerByte()};
   read_eager(cycle, from.eager, node, number);
+  if (node == 0 && cycle.hasTuned()) {
+    from.tuned = read_tuned(cycle.getTuned(), job_, node, number);
+  }
   state.from[node] = std::move(from);
   ++state.received;
   last_cycles_[node] = number;
@@ -307,6 +325,7 @@ void Negotiator::advance() {
 Negotiator::NodeCycle Negotiator::own_state() const {
   NodeCycle state;
   state.link = own_link_;
+  state.tuned = announced_;
   size_t eager_bytes = 0;
   size_t eager_count = 0;
   for (const NameId id : active_) {
@@ -417,6 +436,13 @@ void Negotiator::write_part(uint32_t origin, const NodeCycle& part, uint64_t num
     eager_sizes.set(e, static_cast<uint32_t>(part.eager.entries[e].size));
   }
   cycle.setEagerData(kj::arrayPtr(part.eager.bytes.data(), part.eager.bytes.size()));
+  if (part.tuned) {
+    auto tuned = cycle.initTuned();
+    tuned.setFusionThresholdBytes(part.tuned->fusion_threshold_bytes);
+    tuned.setPieceBytes(part.tuned->piece_bytes);
+    tuned.setNegotiationHoldMicroseconds(part.tuned->negotiation_hold_us);
+    tuned.setRingMinBytes(part.tuned->ring_min_bytes);
+  }
 }
 
 bool Negotiator::complete_cycle() {
@@ -507,7 +533,7 @@ void Negotiator::apply(CycleState& state) {
   for (uint32_t node = 0; node < nodes_; ++node) {
     peer_ready_bits_[node] = state.from[node]->ready_bits;
   }
-  CycleDecisions decided{cycle_, agreed_link_, {}, {}, {}};
+  CycleDecisions decided{cycle_, agreed_link_, state.from[0]->tuned, {}, {}, {}};
   size_t ready_count = state.response ? state.response->size() : 0;
   for (const uint64_t word : all_ready)
     ready_count += static_cast<size_t>(__builtin_popcountll(word));

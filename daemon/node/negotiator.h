@@ -36,6 +36,7 @@
 
 #include "cost_model/cost_model.h"
 #include "daemon/base/fifo.h"
+#include "daemon/job/autotune.h"
 #include "daemon/node/internode.capnp.h"
 #include "daemon/node/response_cache.h"
 #include "daemon/node/signature.h"
@@ -97,6 +98,8 @@ struct Decision {
 struct CycleDecisions {
   uint64_t cycle = 0;
   cost_model::LinkFigures link;  // agreed as of this cycle, for choices every node must make alike
+  // Node 0's tuned settings, in a job that autotunes: from this cycle on (autotune.h).
+  std::optional<TunedSettings> tuned;
   std::vector<Decision> decisions;
   std::vector<std::span<const uint8_t>> contributions;  // into eager_bytes
   std::vector<std::vector<uint8_t>> eager_bytes;        // by node: what piggybacked on the cycle
@@ -154,11 +157,16 @@ class Negotiator {
   bool holding() const { return holding_; }
   // Joins the cycle this node holds back from, with what it has (nothing, or what came since).
   void release_hold();
+  // Whether this node holds back empty joins from now on (autotune tunes the hold).
+  void set_hold_empty_joins(bool hold) { hold_empty_joins_ = hold; }
 
   // Decided collectives, cycle by cycle, in the order every node runs them; the caller pops
   // them.
   std::deque<CycleDecisions>& decided() { return decided_; }
   bool has_decided() const { return !decided_.empty(); }
+
+  // Node 0, in a job that autotunes: the settings its next cycles announce (CycleDecisions).
+  void announce(const TunedSettings& tuned) { announced_ = tuned; }
 
   // This node's figures, sent with its next cycles (a job refines them as it runs).
   void set_own_link(const cost_model::LinkFigures& link) { own_link_ = link; }
@@ -216,6 +224,7 @@ class Negotiator {
     std::vector<NameId> uncached_names;  // this node's own cycle only: uncached's names
     cost_model::LinkFigures link;
     EagerSet eager;
+    std::optional<TunedSettings> tuned;  // node 0's only
   };
   // The coordinator's answer for a name reported to it.
   struct Ruling {
@@ -320,6 +329,7 @@ class Negotiator {
   std::string ranks_;
   cost_model::LinkFigures own_link_;
   cost_model::LinkFigures agreed_link_;
+  std::optional<TunedSettings> announced_;  // node 0's, when the job autotunes
   uint64_t agreed_eager_max_bytes_;
   SendFn send_;
   ResponseCache cache_;

@@ -39,6 +39,7 @@ void NodeJob::on_local_formed(std::vector<int32_t> ranks) {
   joined.setCacheCapacity(settings_.cache_capacity);
   joined.setAlgorithm(settings_.algorithm);
   joined.setFusionThresholdBytes(settings_.fusion_threshold_bytes);
+  joined.setPieceBytes(settings_.piece_bytes);
   joined.setWireCodec(cost_model::wire_codec_name(settings_.wire_codec));
   joined.setSlowLinkMessageBytes(settings_.slow_link_message_bytes);
   joined.setRelayMinNodes(settings_.relay_min_nodes);
@@ -66,6 +67,11 @@ void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined) {
     agreed_.cache_capacity = joined.getCacheCapacity();
     agreed_.algorithm = joined.getAlgorithm();
     agreed_.fusion_threshold_bytes = joined.getFusionThresholdBytes();
+    agreed_.piece_bytes = joined.getPieceBytes();
+    if (agreed_.piece_bytes < kMinTunedPieceBytes || agreed_.piece_bytes > kMaxTunedPieceBytes) {
+      throw std::invalid_argument(fmt::format("job '{}': node 0 asked for pieces of {} bytes",
+                                              links_.job_name(), agreed_.piece_bytes));
+    }
     const std::string name = joined.getWireCodec().cStr();
     const auto codec = cost_model::parse_wire_codec(name.empty() ? "none" : name);
     if (!codec) {
@@ -129,10 +135,13 @@ std::optional<std::string> NodeJob::finish_forming() {
       agreed_.fusion_threshold_bytes, agreed_.slow_link_message_bytes,
       relay ? "relayed" : "to every node");
   publish_own_link();
+  tuned_ = TunedSettings{agreed_.fusion_threshold_bytes, agreed_.piece_bytes,
+                         static_cast<uint32_t>(settings_.join_hold.count()), 0};
   negotiator_.emplace(
       links_.job_name(), links_.nodes(), links_.me(), ranks_, agreed_.cache_capacity, own_link_,
       [this](uint32_t node, capnp::MessageBuilder& message) { links_.send_control(node, message); },
       settings_.join_hold.count() > 0, relay ? CycleRoute::kRelayed : CycleRoute::kDirect);
+  if (announced_) negotiator_->announce(*announced_);
   try {
     for (auto& early : early_) {
       if (auto error = on_message(early->getRoot<wire::NodeMessage>().asReader())) {

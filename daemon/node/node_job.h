@@ -11,6 +11,7 @@
 
 #include "cost_model/cost_model.h"
 #include "daemon/collectives/internode/node_collectives.h"
+#include "daemon/job/autotune.h"
 #include "daemon/job/ready_unit.h"
 #include "daemon/job/stall.h"
 #include "daemon/job/step_meter.h"
@@ -47,9 +48,13 @@ struct NodeJobSettings {
   std::string algorithm = "auto";  // "auto", "ring" or "rhd"
   cost_model::WireCodecSpec wire_codec;
   uint64_t fusion_threshold_bytes = 64ull << 20;
+  uint64_t piece_bytes = cost_model::kPipelinePieceBytes;  // the ring's pipeline: node 0's
   // How long this node holds back an empty part of a peer's negotiation cycle (Negotiator,
-  // "holding a join"); 0: joins at once. This node's own: not agreed.
+  // "holding a join"); 0: joins at once. This node's own until node 0 tunes it (autotune.h).
   std::chrono::microseconds join_hold{0};
+  // The longest hold the engine stays awake for (it spins no longer after work, and must not
+  // sleep through a hold): a tuned hold stays within it.
+  std::chrono::microseconds max_join_hold{0};
   // Where a link is slow (eager_bulk_pays), bulk data goes in messages of at most this many
   // bytes, which UCX sends without a rendezvous (transport::Mesh::largest_eager_message); 0:
   // never cut. Node 0's is agreed.
@@ -152,6 +157,14 @@ class NodeJob {
   void set_pacer(WirePacer* pacer, WirePacer::Flow flow) { links_.set_pacer(pacer, flow); }
   const Negotiator* negotiator() const { return negotiator_ ? &*negotiator_ : nullptr; }
 
+  // Node 0, in a job that autotunes: the settings every node applies from the next cycle on.
+  void announce(const TunedSettings& tuned);
+  // The settings in effect: node 0's, as its last cycle that carried them announced (autotune.h),
+  // else the job's agreed ones.
+  const TunedSettings& tuned() const { return tuned_; }
+  // A cycle has carried node 0's tuned settings: the job autotunes.
+  bool tuned_by_node_0() const { return tuned_by_node_0_; }
+
  private:
   void on_joined(uint32_t node, wire::Joined::Reader joined);
   // Ends forming once the links are measured: starts negotiating. Nothing while the probe
@@ -166,6 +179,7 @@ class NodeJob {
     int32_t priority = 0;                                                 // of every unit in it
     uint64_t order = 0;           // its first unit's place in the agreed order: its age
     uint64_t first_sequence = 0;  // the first of the job's collective numbers it takes
+    TunedSettings tuned;          // as of the cycle that decided it
     // Alike on every node (priority.h).
     Ranked ranked() const { return {priority, priority_rank(priority, order)}; }
   };
@@ -176,6 +190,7 @@ class NodeJob {
     AllreduceOperand::Layout layout = AllreduceOperand::Layout::kPacked;
     uint64_t first_sequence = 0;
     Ranked ranked;                                    // its batch's
+    TunedSettings tuned;                              // its batch's
     const char* allreduce_algorithm = "negotiation";  // for the metrics: set when one runs
     std::chrono::steady_clock::time_point started;    // for the trace, as are the times
     OperandTimes times;
@@ -216,9 +231,11 @@ class NodeJob {
   // Numbers the batch's collectives (every node alike: in the agreed order) and queues it.
   void queue(Batch batch);
   void start(Batch batch);
-  // With the codec the ring would apply to allreduces of `dtype`.
+  // With the codec the ring would apply to allreduces of `dtype`, and where the job tunes the
+  // crossover, by `ring_min_bytes` (TunedSettings) rather than the cost model.
   cost_model::AllreduceAlgorithm choose(uint64_t bytes, gradsync_dtype dtype,
-                                        const cost_model::LinkFigures& link) const;
+                                        const cost_model::LinkFigures& link,
+                                        uint64_t ring_min_bytes) const;
   // Chain or direct, as the cost model or the job's forced algorithm (ring: chain; rhd:
   // direct) says.
   cost_model::BroadcastAlgorithm choose_broadcast_for(uint64_t bytes,
@@ -234,7 +251,9 @@ class NodeJob {
   // The job's collective numbers `collective` takes (start()): one per staging piece; top-k's
   // two allreduces.
   uint64_t sequences_of(const ReadyCollective& collective) const;
-  TopKRun topk_run(const cost_model::LinkFigures& link);
+  TopKRun topk_run(const InFlight& work);
+  // Takes on the settings a cycle of node 0 announced.
+  void apply_tuned(const TunedSettings& tuned);
   // Tells the metrics what residuals_ holds now, by the difference from the last call.
   void report_topk();
   // Learns from an allreduce that ran without error: a β lower than this node's (cost_model.h,
@@ -272,6 +291,9 @@ class NodeJob {
   std::vector<bool> joined_;  // by node
   bool cutting_messages_ = false;  // the last step's bulk data went in eager messages
   NodeJobSettings agreed_;         // node 0's
+  TunedSettings tuned_;            // in effect (tuned())
+  bool tuned_by_node_0_ = false;
+  std::optional<TunedSettings> announced_;  // node 0, autotuning: for the negotiator to send
   cost_model::LinkFigures own_link_;
   std::optional<Negotiator> negotiator_;
   std::vector<Proposal> unproposed_;  // ready before the job formed across nodes

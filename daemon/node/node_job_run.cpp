@@ -83,7 +83,7 @@ std::optional<std::string> NodeJob::run_decided(bool& ran) {
     holding_since_.reset();
   } else if (const auto now = Clock::now(); !holding_since_) {
     holding_since_ = now;
-  } else if (now - *holding_since_ >= settings_.join_hold) {
+  } else if (now - *holding_since_ >= std::chrono::microseconds(tuned_.negotiation_hold_us)) {
     holding_since_.reset();
     negotiator_->release_hold();
   }
@@ -99,6 +99,11 @@ std::optional<std::string> NodeJob::run_decided(bool& ran) {
 }
 
 std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
+  // Node 0's settings hold for what this cycle decided, on every node alike.
+  if (cycle.tuned) {
+    tuned_by_node_0_ = true;
+    if (*cycle.tuned != tuned_) apply_tuned(*cycle.tuned);
+  }
   // First what needs no network: mismatches, and small allreduces whose data came with the
   // cycle. The negotiator decides only what this node proposed: each has its unit here.
   std::vector<ReadyUnit> networked;
@@ -167,6 +172,7 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
   for (size_t u = 0; u < networked.size(); ++u) {
     if (taken[u]) continue;
     Batch batch{{}, cycle.link, false};
+    batch.tuned = tuned_;
     batch.priority = networked[u].priority();
     batch.order = queued_units_ + u;
     batch.units.push_back(std::move(networked[u]));
@@ -189,12 +195,12 @@ std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
       // (whether a unit is on device memory is agreed: it is part of the signature).
       if (other.dtype != lead.dtype || other.op != lead.op || on_device(unit) != device ||
           unit.priority() != batch.priority ||
-          bytes + unit.bytes() > agreed_.fusion_threshold_bytes) {
+          bytes + unit.bytes() > tuned_.fusion_threshold_bytes) {
         continue;
       }
       if (layout == AllreduceOperand::Layout::kInPlace &&
           (members + unit.collectives.size() > kMaxInPlaceMembers ||
-           choose(bytes + unit.bytes(), lead.dtype, cycle.link) !=
+           choose(bytes + unit.bytes(), lead.dtype, cycle.link, tuned_.ring_min_bytes) !=
                cost_model::AllreduceAlgorithm::kHalvingDoubling)) {
         continue;
       }
@@ -229,7 +235,7 @@ std::optional<AllreduceOperand::Layout> NodeJob::fusion_layout(
     const ReadyUnit& unit, uint64_t cutoff, const cost_model::LinkFigures& link) const {
   const Submission& lead = unit.collectives.front().first();
   const uint64_t bytes = unit.bytes();
-  if (bytes > agreed_.fusion_threshold_bytes || unit.collectives.size() > kMaxInPlaceMembers ||
+  if (bytes > tuned_.fusion_threshold_bytes || unit.collectives.size() > kMaxInPlaceMembers ||
       !std::all_of(unit.collectives.begin(), unit.collectives.end(),
                    [&lead](const ReadyCollective& c) {
                      return c.first().collective == ipc::Collective::kAllreduce &&
@@ -240,7 +246,8 @@ std::optional<AllreduceOperand::Layout> NodeJob::fusion_layout(
   if (bytes < cutoff) return AllreduceOperand::Layout::kPacked;
   // Device memory is staged through one host buffer (device_staging.h): packed, or alone.
   if (on_device(unit)) return std::nullopt;
-  if (choose(bytes, lead.dtype, link) == cost_model::AllreduceAlgorithm::kHalvingDoubling) {
+  if (choose(bytes, lead.dtype, link, tuned_.ring_min_bytes) ==
+      cost_model::AllreduceAlgorithm::kHalvingDoubling) {
     return AllreduceOperand::Layout::kInPlace;
   }
   return std::nullopt;
@@ -305,6 +312,7 @@ void NodeJob::start(Batch batch) {
   work->layout = batch.layout;
   work->first_sequence = batch.first_sequence;
   work->ranked = batch.ranked();
+  work->tuned = batch.tuned;
   if (spare_scratch_.empty()) {
     work->scratch = std::make_unique<Scratch>();
   } else {
@@ -315,6 +323,19 @@ void NodeJob::start(Batch batch) {
   InFlight& placed = *work;
   in_flight_.push_back(std::move(work));
   placed.task.emplace(batch.fused ? run_fused(placed) : run_unit(placed));
+}
+
+void NodeJob::announce(const TunedSettings& tuned) {
+  announced_ = tuned;
+  if (negotiator_) negotiator_->announce(tuned);
+}
+
+void NodeJob::apply_tuned(const TunedSettings& tuned) {
+  tuned_ = tuned;
+  tuned_.negotiation_hold_us = static_cast<uint32_t>(
+      std::min<int64_t>(tuned.negotiation_hold_us, settings_.max_join_hold.count()));
+  negotiator_->set_hold_empty_joins(tuned_.negotiation_hold_us > 0);
+  log_->debug("job '{}': settings from node 0: {}", links_.job_name(), describe(tuned_));
 }
 
 void NodeJob::publish_own_link() {
@@ -357,9 +378,11 @@ uint64_t NodeJob::sequences_of(const ReadyCollective& collective) const {
   return topk_applies(collective) ? 2 : staging_pieces(collective).count;
 }
 
-TopKRun NodeJob::topk_run(const cost_model::LinkFigures& link) {
+TopKRun NodeJob::topk_run(const InFlight& work) {
   return TopKRun{agreed_.wire_codec.topk_percent, residuals_,
-                 [this, link](uint64_t bytes) { return choose(bytes, GRADSYNC_FLOAT32, link); }};
+                 [this, link = work.link, ring_min = work.tuned.ring_min_bytes](uint64_t bytes) {
+                   return choose(bytes, GRADSYNC_FLOAT32, link, ring_min);
+                 }};
 }
 
 void NodeJob::report_topk() {
@@ -378,10 +401,15 @@ cost_model::WireCodec NodeJob::codec_for(gradsync_dtype dtype) const {
 }
 
 cost_model::AllreduceAlgorithm NodeJob::choose(uint64_t bytes, gradsync_dtype dtype,
-                                               const cost_model::LinkFigures& link) const {
+                                               const cost_model::LinkFigures& link,
+                                               uint64_t ring_min_bytes) const {
   if (links_.nodes() == 1)
     return cost_model::AllreduceAlgorithm::kHalvingDoubling;  // the local reduce
   if (const auto forced = cost_model::parse_algorithm(agreed_.algorithm)) return *forced;
+  if (ring_min_bytes > 0) {
+    return bytes >= ring_min_bytes ? cost_model::AllreduceAlgorithm::kRing
+                                   : cost_model::AllreduceAlgorithm::kHalvingDoubling;
+  }
   return cost_model::choose_allreduce(link, links_.nodes(), bytes, codec_for(dtype));
 }
 
@@ -413,7 +441,7 @@ CollectiveContext NodeJob::step_for(InFlight& work, uint32_t sequence, gradsync_
   return CollectiveContext{links_,           *work.scratch,
                            sequence,         layout().world_size,
                            codec_for(dtype), cut ? agreed_.slow_link_message_bytes : 0,
-                           work.ranked};
+                           work.ranked,      work.tuned.piece_bytes};
 }
 
 NodeTask NodeJob::run_unit(InFlight& work) {
@@ -482,11 +510,11 @@ NodeTask NodeJob::run_collective(InFlight& work, const ReadyCollective& collecti
       if (topk) {
         metrics_.internode_allreduce("topk");
         work.allreduce_algorithm = "topk";
-        NodeTask task = node_topk_allreduce(step, operand, topk_run(work.link));
+        NodeTask task = node_topk_allreduce(step, operand, topk_run(work));
         co_return co_await finish(task);
       }
       const cost_model::AllreduceAlgorithm algorithm =
-          choose(collective.bytes(), collective.first().dtype, work.link);
+          choose(collective.bytes(), collective.first().dtype, work.link, work.tuned.ring_min_bytes);
       metrics_.internode_allreduce(cost_model::algorithm_name(algorithm));
       work.allreduce_algorithm = cost_model::algorithm_name(algorithm);
       log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}", links_.job_name(),
@@ -537,7 +565,8 @@ NodeTask NodeJob::run_fused(InFlight& work) {
   }
   const auto start = std::chrono::steady_clock::now();
   const gradsync_dtype dtype = fused.front()->first().dtype;
-  const cost_model::AllreduceAlgorithm algorithm = choose(bytes, dtype, work.link);
+  const cost_model::AllreduceAlgorithm algorithm =
+      choose(bytes, dtype, work.link, work.tuned.ring_min_bytes);
   const bool topk = topk_applies(*fused.front());
   const bool on_device = fused.front()->first().device != kHostMemory;
   // In place only where halving-doubling runs it (take_cycle makes sure it does): the ring
@@ -575,7 +604,7 @@ NodeTask NodeJob::run_fused(InFlight& work) {
   log_->debug("job '{}': {} tensors fused ({} bytes, {}) as collective {} by {}", links_.job_name(),
               fused.size(), bytes, in_place ? "in place" : "packed", step.sequence, by);
   const auto network_started = std::chrono::steady_clock::now();
-  NodeTask task = topk ? node_topk_allreduce(step, operand, topk_run(work.link))
+  NodeTask task = topk ? node_topk_allreduce(step, operand, topk_run(work))
                        : run_allreduce(step, operand, algorithm);
   NodeResult error = co_await finish(task);
   // Top-k's wire bytes are not the batch's: its time says nothing of β.
@@ -584,7 +613,7 @@ NodeTask NodeJob::run_fused(InFlight& work) {
   metrics_.batch_executed(
       bytes, fused.size(),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-      static_cast<double>(bytes) / static_cast<double>(agreed_.fusion_threshold_bytes));
+      static_cast<double>(bytes) / static_cast<double>(work.tuned.fusion_threshold_bytes));
   co_return error;
 }
 

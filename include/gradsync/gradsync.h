@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define GRADSYNC_API_VERSION 7
+#define GRADSYNC_API_VERSION 8
 
 #if defined(__GNUC__)
 #define GRADSYNC_EXPORT __attribute__((visibility("default")))
@@ -88,6 +88,12 @@ typedef struct gradsync_options {
 
 GRADSYNC_EXPORT gradsync_result gradsync_options_from_env(gradsync_options* options);
 
+typedef enum gradsync_autotune {
+  GRADSYNC_AUTOTUNE_DEFAULT = 0, /* the daemon's configuration (`autotune`) decides */
+  GRADSYNC_AUTOTUNE_ON = 1,
+  GRADSYNC_AUTOTUNE_OFF = 2
+} gradsync_autotune;
+
 /* Settings of the job beyond gradsync_options, API version 3. Set struct_bytes to
  * sizeof(gradsync_job_settings): later versions add fields at the end, and the library reads
  * only the fields the caller's struct has. */
@@ -98,6 +104,10 @@ typedef struct gradsync_job_settings {
    * rank gets the same result), "none" (the values), or "" (the daemon's configuration
    * decides). Node 0's ranks' choice holds for the whole job. */
   char wire_codec[16];
+  /* API version 8: whether the daemons tune the job's fusion threshold, pipeline piece,
+   * negotiation hold and ring crossover over its first steps (docs/autotune.md). Node 0's
+   * ranks' choice holds for the whole job. */
+  gradsync_autotune autotune;
 } gradsync_job_settings;
 
 /* The two groups of a hierarchical scheme, as options to connect with (API version 6), for a
@@ -115,7 +125,8 @@ GRADSYNC_EXPORT gradsync_result gradsync_options_node_group(const gradsync_optio
 GRADSYNC_EXPORT gradsync_result gradsync_options_across_nodes_group(const gradsync_options* job,
                                                                     gradsync_options* group);
 
-/* Fills settings from GRADSYNC_WIRE_CODEC (API version 3). */
+/* Fills settings from GRADSYNC_WIRE_CODEC (API version 3) and GRADSYNC_AUTOTUNE (1 or 0; unset
+ * or empty: the daemon decides; API version 8). */
 GRADSYNC_EXPORT gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings);
 
 /* Connects with the job settings of the environment (gradsync_job_settings_from_env). */

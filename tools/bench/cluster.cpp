@@ -156,10 +156,10 @@ int launch_cluster(const BenchOptions& o) {
     // Nodes share no memory: UCX on TCP, over the node's own link.
     std::vector<std::string> launcher = namespaces.exec(n);
     launcher.insert(launcher.end(), {"env", "UCX_TLS=tcp", "UCX_NET_DEVICES=eth0"});
-    daemons.push_back(std::make_unique<tools::PrivateDaemon>(
-        gradsyncd,
-        std::vector<std::string>{"--listen", node_address(n), "--cluster-key-file", key.path()},
-        launcher, namespaces.env()));
+    std::vector<std::string> args{"--listen", node_address(n), "--cluster-key-file", key.path()};
+    if (!o.daemon_config.empty()) args.insert(args.end(), {"--config", o.daemon_config});
+    daemons.push_back(
+        std::make_unique<tools::PrivateDaemon>(gradsyncd, args, launcher, namespaces.env()));
   }
   std::vector<tools::ChildProcess> ranks;
   std::vector<std::string> bench_argv = o.rank_argv;

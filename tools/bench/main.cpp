@@ -24,7 +24,9 @@ int launch(const BenchOptions& o) {
   if (o.spawn_daemon) {
     const std::string path =
         o.daemon_path.empty() ? gradsync::tools::executable_dir() + "/gradsyncd" : o.daemon_path;
-    daemon = std::make_unique<gradsync::tools::PrivateDaemon>(path);
+    std::vector<std::string> args;
+    if (!o.daemon_config.empty()) args = {"--config", o.daemon_config};
+    daemon = std::make_unique<gradsync::tools::PrivateDaemon>(path, args);
     env["GRADSYNC_SOCKET"] = daemon->socket_path();
   }
   const int ranks = o.processes > 0 ? o.processes : 1;

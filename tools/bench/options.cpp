@@ -59,6 +59,7 @@ std::string usage() {
          "  --in-place   broadcast: one buffer, the root's input and every rank's result\n"
          "  --model resnet50 [--fused | --names-only] [--steps N] [--no-progress]\n"
          "  --calibrate FILE   measure gradsync-model's figures (large size: -e)\n"
+         "  --daemon-config FILE   configuration of the daemons --spawn-daemon or --cluster start\n"
          "--cluster N: N nodes in network namespaces (root), -np ranks each.\n"
          "Without -np, runs as one rank whose identity comes from RANK, WORLD_SIZE,\n"
          "LOCAL_RANK, LOCAL_WORLD_SIZE; it talks to the daemon at GRADSYNC_SOCKET.\n";
@@ -87,6 +88,8 @@ BenchOptions parse_options(int argc, char** argv) {
       o.cluster_rate = value();
     } else if (flag == "--daemon") {
       o.daemon_path = value();
+    } else if (flag == "--daemon-config") {
+      o.daemon_config = value();
     } else if (flag == "-c" || flag == "--collective") {
       const std::string v = value();
       if (v == "allreduce")

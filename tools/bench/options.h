@@ -18,6 +18,7 @@ struct BenchOptions {
   int cluster_nodes = 0;     // --cluster N: N namespace nodes, -np ranks each
   std::string cluster_rate;  // --rate: shape each node's link (tc tbf), e.g. 1gbit
   std::string daemon_path;   // default: gradsyncd beside this executable
+  std::string daemon_config;  // --daemon-config: the spawned daemons' TOML configuration
   ipc::Collective collective = ipc::Collective::kAllreduce;
   uint64_t min_bytes = 32ull << 20;
   uint64_t max_bytes = 32ull << 20;

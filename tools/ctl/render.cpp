@@ -120,6 +120,24 @@ std::string share(const nlohmann::json& qos) {
   return text;
 }
 
+namespace {
+// "autotune done: fusion 16.0 MiB, piece 1.0 MiB, hold 25 us, ring from 4.0 MiB": the
+// settings in effect, where the job autotunes (docs/autotune.md).
+std::string autotune_note(const nlohmann::json& tune) {
+  std::string note = fmt::format(
+      "autotune {}: fusion {}, piece {}", text(tune["state"]),
+      human_bytes(tune["fusion_threshold_bytes"].get<double>()),
+      human_bytes(tune["piece_bytes"].get<double>()));
+  if (const auto hold = tune["negotiation_hold_us"].get<uint32_t>(); hold > 0) {
+    note += fmt::format(", hold {} us", hold);
+  }
+  if (const double ring_min = tune["ring_min_bytes"].get<double>(); ring_min > 0) {
+    note += ", ring from " + human_bytes(ring_min);
+  }
+  return note;
+}
+}  // namespace
+
 void print_jobs(const nlohmann::json& status, std::ostream& out) {
   Table table(
       {"JOB", "STATE", "LOCAL RANKS", "WORLD", "NODE", "ALGORITHM", "SHARE", "STALL", "NOTE"});
@@ -127,6 +145,10 @@ void print_jobs(const nlohmann::json& status, std::ostream& out) {
     const auto& nodes = job["nodes"];
     std::string note = text(job["failure"]);
     if (job["traced"].get<bool>()) note = note.empty() ? "tracing" : "tracing; " + note;
+    if (job.contains("autotune")) {
+      const std::string tune = autotune_note(job["autotune"]);
+      note = note.empty() ? tune : tune + "; " + note;
+    }
     table.add({text(job["name"]), text(job["state"]),
                fmt::format("{}/{}", text(job["local_ranks"]), text(job["local_world_size"])),
                text(job["world_size"]),

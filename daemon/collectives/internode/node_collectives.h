@@ -37,6 +37,9 @@ struct CollectiveContext {
   uint64_t max_message_bytes = 0;
   // The collective's rank among its job's in flight (priority.h), the same on every node.
   Ranked ranked;
+  // The pipeline's piece: the ring cuts each block into pieces of about this size (autotune.h),
+  // the same on every node.
+  uint64_t piece_bytes = cost_model::kPipelinePieceBytes;
 
   // Before each bulk send (co_await): until the node's pacer lets this job send `bytes`, and no
   // collective of the job holds it back (priority.h).

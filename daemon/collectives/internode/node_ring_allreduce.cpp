@@ -157,7 +157,7 @@ NodeTask node_ring_allreduce(CollectiveContext& step, const AllreduceOperand& op
   const RingWire wire(operand, step.scratch, step.codec);
   // Every node computes the same cut: it depends on the count and node count only.
   const auto pieces = static_cast<uint32_t>(
-      std::clamp<uint64_t>(count / n * element / cost_model::kPipelinePieceBytes, 1, kMaxPieces));
+      std::clamp<uint64_t>(count / n * element / step.piece_bytes, 1, kMaxPieces));
   auto chunk_of = [n](int64_t c) { return static_cast<uint32_t>(((c % n) + n) % n); };
   auto piece = [&](uint32_t chunk, uint32_t j) {
     const uint64_t begin = count * chunk / n;
