@@ -304,6 +304,7 @@ void Engine::handle(DetachSession& command) {
     job->detach(session, command.reason);
     if (first_failure && job->network()) job->network()->broadcast_abort(command.reason);
     if (job->empty()) {
+      log_autotune(*job);  // what the last second's sample has not logged
       if (job->network()) {
         --network_jobs_;
         if (const Negotiator* negotiator = job->network()->negotiator()) {

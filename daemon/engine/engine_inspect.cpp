@@ -59,7 +59,9 @@ void Engine::handle(InspectEngine& command) {
       view.node_rank = network->layout().node_rank;
       view.algorithm = network->settings().algorithm;
       view.wire_codec = cost_model::wire_codec_name(network->settings().wire_codec);
-      if (network->tuned_by_node_0()) view.autotune = "node 0";
+      if (const auto done = network->node_0_search_done()) {
+        view.autotune = *done ? "done on node 0" : "searching on node 0";
+      }
     }
     if (const Autotuner* tuner = job->autotuner()) {
       view.autotune = !tuner->done() ? "searching" : tuner->cut_short() ? "cut short" : "done";

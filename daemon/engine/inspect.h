@@ -50,7 +50,8 @@ struct JobView {
   double wire_share = 0;  // of the node's bytes to other nodes, over the last second
   double share_wait_seconds = 0;
   // Autotune (docs/autotune.md): "searching", "done", "cut short" where this node tunes the
-  // job; "node 0" on the other nodes of a job node 0 tunes; empty: not tuned.
+  // job; "searching on node 0", "done on node 0" on the other nodes of a job node 0 tunes;
+  // empty: not tuned.
   std::string autotune;
   TunedSettings tuned;  // in effect, where autotune is not empty
   size_t autotune_trials = 0;

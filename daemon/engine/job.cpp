@@ -38,12 +38,20 @@ void Job::set_network(std::unique_ptr<NodeJob> network) {
 void Job::start_autotune(const TunedSettings& start, const AutotuneLimits& limits,
                          Clock::time_point now) {
   autotuner_.emplace(start, limits, now);
-  if (network_) network_->announce(autotuner_->current());
+  if (network_) network_->announce({autotuner_->current(), autotuner_->done()});
 }
 
 const TunedSettings* Job::tuned() const {
   if (network_) return network_->formed() ? &network_->tuned() : nullptr;
   return autotuner_ ? &autotuner_->current() : nullptr;
+}
+
+void Job::tune(const StepMeter::Step& step, Clock::time_point now) {
+  const bool changed = autotuner_->on_step(step.bus_bytes, step.seconds, now);
+  // Across nodes: announced with every change, and once more when the search ends.
+  if (network_ && (changed || autotuner_->done())) {
+    network_->announce({autotuner_->current(), autotuner_->done()});
+  }
 }
 
 std::vector<AutotuneTrial> Job::take_autotune_events() {
@@ -259,9 +267,8 @@ void Job::on_all_submitted(std::vector<Submission> ranks, Clock::time_point sinc
   // name need not be copied.
   const TraceTimes times{since, ready, {}};
   if (const auto step = steps_.on_ready(ranks.front().name, times.ready);
-      step && autotuner_ && autotuner_->on_step(step->bus_bytes, step->seconds, times.ready) &&
-      network_) {
-    network_->announce(autotuner_->current());
+      step && autotuner_ && !autotuner_->done()) {
+    tune(*step, times.ready);
   }
   if (trace_) trace_->on_ready(ranks.front().name);
   // Local rank 0's, as it submitted them: groups are known by rank 0's id.

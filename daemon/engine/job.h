@@ -135,6 +135,8 @@ class Job {
   std::string stall_message(const std::string& name, const PendingTensor& tensor,
                             Clock::duration waited) const;
 
+  // Gives the Autotuner the step that ended at `now`.
+  void tune(const StepMeter::Step& step, Clock::time_point now);
   // `since`: when the first of them submitted it; `ready`: when the last did.
   void on_all_submitted(std::vector<Submission> ranks, Clock::time_point since,
                         Clock::time_point ready);

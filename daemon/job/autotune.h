@@ -31,6 +31,13 @@ struct TunedSettings {
   bool operator==(const TunedSettings&) const = default;
 };
 
+// What node 0 tells the other nodes of a job it tunes, with each cycle.
+struct TuningAnnouncement {
+  TunedSettings settings;
+  bool search_done = false;  // the settings stay for the rest of the job
+  bool operator==(const TuningAnnouncement&) const = default;
+};
+
 // The pieces and holds a node takes from node 0 (pipeline_piece_bytes' range).
 inline constexpr uint64_t kMinTunedPieceBytes = 4 << 10;
 inline constexpr uint64_t kMaxTunedPieceBytes = 1ull << 30;

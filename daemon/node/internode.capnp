@@ -77,6 +77,7 @@ struct TunedSettings {
   pieceBytes @1 :UInt64;
   negotiationHoldMicroseconds @2 :UInt32;
   ringMinBytes @3 :UInt64;   # 0: the cost model chooses between the ring and halving-doubling
+  searchDone @4 :Bool;       # node 0's search has ended: these settings stay
 }
 
 # A node's cycle passed on by another (recursive doubling, negotiator.h): `origin` wrote it.

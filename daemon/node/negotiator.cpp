@@ -24,8 +24,8 @@ std::vector<uint64_t> read_bits(capnp::List<uint64_t>::Reader list) {
 
 // Node 0's tuned settings, within what autotune tries (autotune.h) and what the daemon can run:
 // a piece of no bytes would be no pipeline at all.
-TunedSettings read_tuned(wire::TunedSettings::Reader tuned, const std::string& job, uint32_t node,
-                         uint64_t number) {
+TuningAnnouncement read_tuned(wire::TunedSettings::Reader tuned, const std::string& job,
+                              uint32_t node, uint64_t number) {
   const TunedSettings settings{tuned.getFusionThresholdBytes(), tuned.getPieceBytes(),
                                tuned.getNegotiationHoldMicroseconds(), tuned.getRingMinBytes()};
   if (settings.piece_bytes < kMinTunedPieceBytes || settings.piece_bytes > kMaxTunedPieceBytes ||
@@ -34,7 +34,7 @@ TunedSettings read_tuned(wire::TunedSettings::Reader tuned, const std::string& j
                                             "range: {}",
                                             job, node, number, describe(settings)));
   }
-  return settings;
+  return {settings, tuned.getSearchDone()};
 }
 
 // A peer's report of a ready collective. Its kind, dtype and op are checked before they become
@@ -438,10 +438,12 @@ void Negotiator::write_part(uint32_t origin, const NodeCycle& part, uint64_t num
   cycle.setEagerData(kj::arrayPtr(part.eager.bytes.data(), part.eager.bytes.size()));
   if (part.tuned) {
     auto tuned = cycle.initTuned();
-    tuned.setFusionThresholdBytes(part.tuned->fusion_threshold_bytes);
-    tuned.setPieceBytes(part.tuned->piece_bytes);
-    tuned.setNegotiationHoldMicroseconds(part.tuned->negotiation_hold_us);
-    tuned.setRingMinBytes(part.tuned->ring_min_bytes);
+    const TunedSettings& settings = part.tuned->settings;
+    tuned.setFusionThresholdBytes(settings.fusion_threshold_bytes);
+    tuned.setPieceBytes(settings.piece_bytes);
+    tuned.setNegotiationHoldMicroseconds(settings.negotiation_hold_us);
+    tuned.setRingMinBytes(settings.ring_min_bytes);
+    tuned.setSearchDone(part.tuned->search_done);
   }
 }
 

@@ -99,7 +99,7 @@ struct CycleDecisions {
   uint64_t cycle = 0;
   cost_model::LinkFigures link;  // agreed as of this cycle, for choices every node must make alike
   // Node 0's tuned settings, in a job that autotunes: from this cycle on (autotune.h).
-  std::optional<TunedSettings> tuned;
+  std::optional<TuningAnnouncement> tuned;
   std::vector<Decision> decisions;
   std::vector<std::span<const uint8_t>> contributions;  // into eager_bytes
   std::vector<std::vector<uint8_t>> eager_bytes;        // by node: what piggybacked on the cycle
@@ -166,7 +166,7 @@ class Negotiator {
   bool has_decided() const { return !decided_.empty(); }
 
   // Node 0, in a job that autotunes: the settings its next cycles announce (CycleDecisions).
-  void announce(const TunedSettings& tuned) { announced_ = tuned; }
+  void announce(const TuningAnnouncement& tuned) { announced_ = tuned; }
 
   // This node's figures, sent with its next cycles (a job refines them as it runs).
   void set_own_link(const cost_model::LinkFigures& link) { own_link_ = link; }
@@ -224,7 +224,7 @@ class Negotiator {
     std::vector<NameId> uncached_names;  // this node's own cycle only: uncached's names
     cost_model::LinkFigures link;
     EagerSet eager;
-    std::optional<TunedSettings> tuned;  // node 0's only
+    std::optional<TuningAnnouncement> tuned;  // node 0's only
   };
   // The coordinator's answer for a name reported to it.
   struct Ruling {
@@ -329,7 +329,7 @@ class Negotiator {
   std::string ranks_;
   cost_model::LinkFigures own_link_;
   cost_model::LinkFigures agreed_link_;
-  std::optional<TunedSettings> announced_;  // node 0's, when the job autotunes
+  std::optional<TuningAnnouncement> announced_;  // node 0's, when the job autotunes
   uint64_t agreed_eager_max_bytes_;
   SendFn send_;
   ResponseCache cache_;

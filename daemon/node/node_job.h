@@ -158,12 +158,12 @@ class NodeJob {
   const Negotiator* negotiator() const { return negotiator_ ? &*negotiator_ : nullptr; }
 
   // Node 0, in a job that autotunes: the settings every node applies from the next cycle on.
-  void announce(const TunedSettings& tuned);
+  void announce(const TuningAnnouncement& tuned);
   // The settings in effect: node 0's, as its last cycle that carried them announced (autotune.h),
   // else the job's agreed ones.
   const TunedSettings& tuned() const { return tuned_; }
-  // A cycle has carried node 0's tuned settings: the job autotunes.
-  bool tuned_by_node_0() const { return tuned_by_node_0_; }
+  // What the last cycle that carried node 0's tuned settings said of its search, if one did.
+  std::optional<bool> node_0_search_done() const { return node_0_search_done_; }
 
  private:
   void on_joined(uint32_t node, wire::Joined::Reader joined);
@@ -292,8 +292,8 @@ class NodeJob {
   bool cutting_messages_ = false;  // the last step's bulk data went in eager messages
   NodeJobSettings agreed_;         // node 0's
   TunedSettings tuned_;            // in effect (tuned())
-  bool tuned_by_node_0_ = false;
-  std::optional<TunedSettings> announced_;  // node 0, autotuning: for the negotiator to send
+  std::optional<bool> node_0_search_done_;
+  std::optional<TuningAnnouncement> announced_;  // node 0, autotuning: for the negotiator
   cost_model::LinkFigures own_link_;
   std::optional<Negotiator> negotiator_;
   std::vector<Proposal> unproposed_;  // ready before the job formed across nodes

@@ -101,8 +101,12 @@ std::optional<std::string> NodeJob::run_decided(bool& ran) {
 std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
   // Node 0's settings hold for what this cycle decided, on every node alike.
   if (cycle.tuned) {
-    tuned_by_node_0_ = true;
-    if (*cycle.tuned != tuned_) apply_tuned(*cycle.tuned);
+    if (cycle.tuned->settings != tuned_) apply_tuned(cycle.tuned->settings);
+    if (cycle.tuned->search_done && node_0_search_done_ != true && links_.me() != 0) {
+      log_->info("job '{}': autotune: node 0 chose {}", links_.job_name(),
+                 describe(cycle.tuned->settings));
+    }
+    node_0_search_done_ = cycle.tuned->search_done;
   }
   // First what needs no network: mismatches, and small allreduces whose data came with the
   // cycle. The negotiator decides only what this node proposed: each has its unit here.
@@ -325,7 +329,7 @@ void NodeJob::start(Batch batch) {
   placed.task.emplace(batch.fused ? run_fused(placed) : run_unit(placed));
 }
 
-void NodeJob::announce(const TunedSettings& tuned) {
+void NodeJob::announce(const TuningAnnouncement& tuned) {
   announced_ = tuned;
   if (negotiator_) negotiator_->announce(tuned);
 }

@@ -90,6 +90,32 @@ TEST_P(ClusterTest, PrioritiesInFlightTogetherAcrossNodes) {
   expect_all_succeed(ranks, cluster);
 }
 
+// Autotune across nodes (docs/autotune.md): node 0 searches from a poor configuration, every
+// node runs each candidate from the cycle node 0 announces it in, and every node ends with node
+// 0's choice, within the step bound; every step's results are exact throughout.
+TEST_P(ClusterTest, AutotuneEndsWithNodeZerosChoiceOnEveryNode) {
+  constexpr uint32_t kMaxSteps = 40;
+  const std::filesystem::path csv = std::filesystem::temp_directory_path() /
+                                    ("gradsync-autotune-" + std::to_string(::getpid()) + ".csv");
+  std::filesystem::remove(csv);
+  LoopbackCluster cluster(GetParam().nodes, poor_autotune_config(csv, kMaxSteps), false, {},
+                          {"--log-level", "info"});
+  auto ranks = cluster.spawn(
+      "autotune", std::vector<int>(static_cast<size_t>(GetParam().nodes), GetParam().ranks_per_node),
+      {"steps", "60", "24", "300000"}, {{"GRADSYNC_AUTOTUNE", "1"}});
+  expect_all_succeed(ranks, cluster);
+  // A daemon logs what is left of a search when the job ends, which it may not have seen yet.
+  for (int n = 0; n < cluster.nodes(); ++n) EXPECT_EQ(cluster.daemon(n).stop(), 0);
+  const std::string chosen = expect_autotune_trials(csv, kMaxSteps);
+  std::filesystem::remove(csv);
+  ASSERT_NE(chosen, "");
+  EXPECT_THAT(cluster.log(0), ::testing::HasSubstr("autotune chose " + chosen + " ("));
+  for (int n = 1; n < cluster.nodes(); ++n) {
+    EXPECT_THAT(cluster.log(n), ::testing::HasSubstr("autotune: node 0 chose " + chosen + "\n"))
+        << "node " << n;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, ClusterTest,
                          ::testing::Values(Shape{2, 1}, Shape{2, 2}, Shape{3, 1}, Shape{3, 2},
                                            Shape{4, 1}),

@@ -48,6 +48,27 @@ TEST_P(CollectivesTest, WaitWithATimeoutReturnsInProgressThenTheResult) {
   expect_all_succeed(ranks);
 }
 
+// Autotune on one node (docs/autotune.md): a search from a poor configuration ends within its
+// step bound with one of the settings it tried, and every step's results are exact throughout.
+TEST_P(CollectivesTest, AutotuneEndsWithinItsBoundAndResultsStayExact) {
+  constexpr uint32_t kMaxSteps = 40;
+  const std::filesystem::path csv = std::filesystem::temp_directory_path() /
+                                    ("gradsync-autotune-" + std::to_string(::getpid()) + ".csv");
+  std::filesystem::remove(csv);
+  daemon().stop();
+  start_logged_daemon(poor_autotune_config(csv, kMaxSteps), {"--log-level", "info"});
+  auto ranks = spawn_ranks("autotune", GetParam(), {"steps", "60", "24", "300000"},
+                           {}, {{"GRADSYNC_AUTOTUNE", "1"}});
+  expect_all_succeed(ranks);
+  // The daemon logs what is left of a search when the job ends, which it may not have seen yet.
+  settled_resources_of(daemon().process().pid(), socket());
+  const std::string chosen = expect_autotune_trials(csv, kMaxSteps);
+  std::filesystem::remove(csv);
+  ASSERT_NE(chosen, "");
+  EXPECT_NE(daemon_log().find("autotune chose " + chosen + " ("), std::string::npos)
+      << daemon_log();
+}
+
 INSTANTIATE_TEST_SUITE_P(LocalRanks, CollectivesTest, ::testing::Values(1, 2, 4),
                          [](const auto& info) { return std::to_string(info.param) + "ranks"; });
 

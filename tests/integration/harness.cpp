@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -205,24 +206,28 @@ CommandResult run_command(const std::string& command) {
 
 tools::ChildProcess DaemonTest::spawn_rank(const std::string& job, int rank, int ranks,
                                            const std::vector<std::string>& args,
-                                           const std::vector<std::string>& prefix) {
+                                           const std::vector<std::string>& prefix,
+                                           const std::map<std::string, std::string>& env) {
   std::vector<std::string> argv = {build_dir() + "/gradsync-test-rank"};
   argv.insert(argv.end(), prefix.begin(), prefix.end());
   argv.insert(argv.end(), args.begin(), args.end());
-  return tools::ChildProcess(argv, {{"GRADSYNC_SOCKET", socket()},
-                                    {"GRADSYNC_JOB", job},
-                                    {"RANK", std::to_string(rank)},
-                                    {"LOCAL_RANK", std::to_string(rank)},
-                                    {"WORLD_SIZE", std::to_string(ranks)},
-                                    {"LOCAL_WORLD_SIZE", std::to_string(ranks)}});
+  std::map<std::string, std::string> rank_env{{"GRADSYNC_SOCKET", socket()},
+                                              {"GRADSYNC_JOB", job},
+                                              {"RANK", std::to_string(rank)},
+                                              {"LOCAL_RANK", std::to_string(rank)},
+                                              {"WORLD_SIZE", std::to_string(ranks)},
+                                              {"LOCAL_WORLD_SIZE", std::to_string(ranks)}};
+  rank_env.insert(env.begin(), env.end());
+  return tools::ChildProcess(argv, rank_env);
 }
 
 std::vector<tools::ChildProcess> DaemonTest::spawn_ranks(const std::string& job, int ranks,
                                                          const std::vector<std::string>& args,
-                                                         const std::vector<std::string>& prefix) {
+                                                         const std::vector<std::string>& prefix,
+                                                         const std::map<std::string, std::string>& env) {
   std::vector<tools::ChildProcess> children;
   children.reserve(static_cast<size_t>(ranks));
-  for (int r = 0; r < ranks; ++r) children.push_back(spawn_rank(job, r, ranks, args, prefix));
+  for (int r = 0; r < ranks; ++r) children.push_back(spawn_rank(job, r, ranks, args, prefix, env));
   return children;
 }
 
@@ -405,6 +410,48 @@ ipc::SubmissionEntry allreduce_entry(const std::string& name, uint32_t buffer, u
   std::memcpy(entry.name, name.data(), name.size());
   entry.name_length = static_cast<uint32_t>(name.size());
   return entry;
+}
+
+std::string poor_autotune_config(const std::string& csv, uint32_t max_steps) {
+  return "fusion_threshold_bytes = 65536\npipeline_piece_bytes = 65536\nnegotiation_hold_us = 0\n"
+         "autotune_max_steps = " +
+         std::to_string(max_steps) + "\nautotune_log = \"" + csv + "\"\n";
+}
+
+std::string expect_autotune_trials(const std::string& csv, uint32_t max_steps) {
+  std::ifstream in(csv);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line.rfind("unix_seconds,job,outcome,round,fusion_threshold_bytes", 0), 0u) << line;
+  uint64_t steps = 0;
+  std::set<std::string> tried;
+  std::string chosen;
+  std::string all;  // for the failure messages
+  while (std::getline(in, line)) {
+    all += line + "\n";
+    std::vector<std::string> fields;
+    std::stringstream row(line);
+    for (std::string field; std::getline(row, field, ',');) fields.push_back(field);
+    if (fields.size() != 10) {
+      ADD_FAILURE() << "autotune_log line: " << line;
+      return "";
+    }
+    const std::string settings = "fusion_threshold_bytes=" + fields[4] + " piece_bytes=" +
+                                 fields[5] + " negotiation_hold_us=" + fields[6] +
+                                 " ring_min_bytes=" + fields[7];
+    if (fields[2] == "chosen") {
+      EXPECT_EQ(chosen, "") << "a second choice: " << line;
+      chosen = settings;
+    } else {
+      tried.insert(settings);
+      steps += 1 + std::stoull(fields[8]);  // its warm-up step and those measured
+    }
+  }
+  EXPECT_GE(tried.size(), 2u) << all;
+  EXPECT_LE(steps, max_steps) << all;
+  EXPECT_NE(chosen, "") << "the search did not end within its bound:\n" << all;
+  EXPECT_TRUE(tried.contains(chosen)) << chosen;
+  return chosen;
 }
 
 }  // namespace gradsync::testing

@@ -59,6 +59,14 @@ bool wait_for_local_ranks(const std::string& socket_path, const std::string& job
 bool wait_for_job_state(const std::string& socket_path, const std::string& job,
                         const std::string& state, std::chrono::seconds timeout);
 
+// Autotune (docs/autotune.md): a daemon configuration to tune from (poor fusion and pieces, no
+// hold), its search bounded by `max_steps`, its trials written to `csv`.
+std::string poor_autotune_config(const std::string& csv, uint32_t max_steps);
+// Checks the trials a search wrote to `csv`: several settings tried, one chosen, within
+// `max_steps` steps. Returns the choice as the daemon logs it ("fusion_threshold_bytes=...
+// piece_bytes=... negotiation_hold_us=... ring_min_bytes=..."); empty where the checks failed.
+std::string expect_autotune_trials(const std::string& csv, uint32_t max_steps);
+
 class DaemonTest : public ::testing::Test {
  protected:
   void SetUp() override;
@@ -84,13 +92,16 @@ class DaemonTest : public ::testing::Test {
   // SIGKILL: the daemon gets no chance to clean up, and the teardown checks expect none.
   void kill_daemon();
 
-  // Spawns `ranks` local ranks of `job` running gradsync-test-rank with `args`.
+  // Spawns `ranks` local ranks of `job` running gradsync-test-rank with `args`, and `env`
+  // added to their environment.
   std::vector<tools::ChildProcess> spawn_ranks(const std::string& job, int ranks,
                                                const std::vector<std::string>& args,
-                                               const std::vector<std::string>& prefix = {});
+                                               const std::vector<std::string>& prefix = {},
+                                               const std::map<std::string, std::string>& env = {});
   tools::ChildProcess spawn_rank(const std::string& job, int rank, int ranks,
                                  const std::vector<std::string>& args,
-                                 const std::vector<std::string>& prefix = {});
+                                 const std::vector<std::string>& prefix = {},
+                                 const std::map<std::string, std::string>& env = {});
 
   // Waits for every child; fails the test naming the rank on a non-zero status or a timeout.
   void expect_all_succeed(std::vector<tools::ChildProcess>& children,

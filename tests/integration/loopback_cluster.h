@@ -22,10 +22,11 @@ class LoopbackCluster {
  public:
   // `toml`: configuration for every node's daemon. `metrics`: node 0 serves its metrics on
   // metrics_port(). `node_keys`: each node's cluster key ("" for none); by default, one key
-  // shared by all, so every cluster test runs the cluster handshake. Each daemon's log (its
-  // stderr) is kept for log().
+  // shared by all, so every cluster test runs the cluster handshake. `daemon_args`: more
+  // flags for every daemon. Each daemon's log (its stderr) is kept for log().
   explicit LoopbackCluster(int nodes, const std::string& toml = "", bool metrics = false,
-                           std::vector<std::string> node_keys = {}) {
+                           std::vector<std::string> node_keys = {},
+                           const std::vector<std::string>& daemon_args = {}) {
     static int clusters = 0;
     directory_ =
         std::filesystem::temp_directory_path() /
@@ -38,6 +39,7 @@ class LoopbackCluster {
       // Port 0: each daemon binds a free port itself, so no other test can take it between a
       // probe and the bind. The bound address is the node's from then on, restarts included.
       std::vector<std::string> args{"--listen", "127.0.0.1:0", "--config", config_path_};
+      args.insert(args.end(), daemon_args.begin(), daemon_args.end());
       if (const std::string& key = node_keys[static_cast<size_t>(n)]; !key.empty()) {
         key_files_.push_back(directory_ / ("node" + std::to_string(n) + ".key"));
         std::ofstream(key_files_.back()) << key << "\n";

@@ -41,6 +41,7 @@ std::string exposition_with_every_family() {
   progress.rank_submitted = {3, 4};
   progress.rank_completed = {3, 3};
   progress.node_cycles = {7, 8};
+  progress.autotune = Metrics::JobProgress::Autotune{12, true, 5e9, 16 << 20, 1 << 20, 25e-6, 0};
   metrics.set_job_progress("train", progress);
   return metrics.exposition();
 }

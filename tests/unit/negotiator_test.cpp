@@ -474,6 +474,34 @@ TEST_P(NegotiatorTest, NamesKeepTheirProposalsWhateverTheOrderOfTheSteps) {
   }
 }
 
+// Node 0's tuned settings (autotune.h) reach every node with the cycle they were announced in,
+// so every node applies them to the same decisions; the other nodes' are not announced.
+TEST_P(NegotiatorTest, NodeZerosTunedSettingsComeWithItsCycleToEveryNode) {
+  std::mt19937_64 random(nodes());
+  Network net(nodes(), 1024, nodes(), hold(), {}, route());
+  const auto names = tensor_names(4);
+  run_step(net, names, random);
+  for (const auto& cycles : net.take_cycles()) {
+    for (const auto& cycle : cycles) EXPECT_FALSE(cycle.tuned);
+  }
+  const TuningAnnouncement announced{{1 << 20, 256 << 10, 25, 4 << 20}, false};
+  net.node(0).announce(announced);
+  // Another node announcing is not node 0's word: ignored.
+  net.node(nodes() - 1).announce({{64 << 10, 64 << 10, 0, 0}, true});
+  for (uint32_t n = 0; n < net.nodes(); ++n) {
+    for (const auto& name : names) net.node(n).propose(allreduce(name, 100));
+  }
+  net.deliver_all();
+  const auto cycles = net.take_cycles();
+  for (uint32_t n = 0; n < net.nodes(); ++n) {
+    ASSERT_FALSE(cycles[n].empty()) << "node " << n;
+    for (const auto& cycle : cycles[n]) {
+      ASSERT_TRUE(cycle.tuned) << "node " << n << ", cycle " << cycle.cycle;
+      EXPECT_EQ(*cycle.tuned, announced) << "node " << n;
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Nodes, NegotiatorTest,
                          ::testing::Combine(::testing::Values(2u, 3u, 5u, 8u), ::testing::Bool(),
                                             ::testing::Values(CycleRoute::kDirect,

@@ -115,7 +115,11 @@ PrivateDaemon::PrivateDaemon(const std::string& gradsyncd_path,
   ::chmod(directory_.c_str(), 0755);  // tests connect from other uids too
   socket_path_ = directory_ + "/gradsyncd.sock";
   std::vector<std::string> argv = launcher;
-  argv.insert(argv.end(), {gradsyncd_path, "--socket", socket_path_, "--log-level", "warn"});
+  argv.insert(argv.end(), {gradsyncd_path, "--socket", socket_path_});
+  // Quiet unless the caller asks for more.
+  if (std::find(extra_args.begin(), extra_args.end(), "--log-level") == extra_args.end()) {
+    argv.insert(argv.end(), {"--log-level", "warn"});
+  }
   // No metrics endpoint unless the caller asks for one.
   if (std::find(extra_args.begin(), extra_args.end(), "--metrics-listen") == extra_args.end()) {
     argv.insert(argv.end(), {"--metrics-listen", ""});
