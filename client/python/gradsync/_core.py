@@ -30,6 +30,8 @@ _DTYPE_BY_NAME = {
     "float16": FLOAT16, "half": FLOAT16, "bfloat16": BFLOAT16, "int32": INT32, "int64": INT64,
 }
 _PAGE = 4096
+# gradsync_autotune (include/gradsync/gradsync.h).
+_AUTOTUNE_ON, _AUTOTUNE_OFF = 1, 2
 
 
 class GradsyncError(RuntimeError):
@@ -210,12 +212,14 @@ class Handle:
 class Communicator:
     """A connection to the node's gradsyncd as one rank of a job. Arguments default to the
     environment (GRADSYNC_SOCKET, GRADSYNC_JOB, RANK, WORLD_SIZE, LOCAL_RANK,
-    LOCAL_WORLD_SIZE: torchrun's variables; GRADSYNC_WIRE_CODEC). `wire_codec`: what the job's
-    f32 allreduces send between nodes, "bf16" or "none" (node 0's ranks decide for the job).
-    Used by one thread at a time."""
+    LOCAL_WORLD_SIZE: torchrun's variables; GRADSYNC_WIRE_CODEC, GRADSYNC_AUTOTUNE).
+    `wire_codec`: what the job's f32 allreduces send between nodes, "bf16" or "none";
+    `autotune`: whether the daemons tune the job's settings over its first steps
+    (docs/autotune.md); None leaves it to the environment or the daemon. Node 0's ranks decide
+    both for the job. Used by one thread at a time."""
 
     def __init__(self, socket=None, job=None, rank=None, world_size=None, local_rank=None,
-                 local_world_size=None, timeout_ms=0, wire_codec=None):
+                 local_world_size=None, timeout_ms=0, wire_codec=None, autotune=None):
         lib = library()
         options = _library.Options()
         _check_connect(lib, lib.gradsync_options_from_env(ctypes.byref(options)))
@@ -235,6 +239,8 @@ class Communicator:
         _check_connect(lib, lib.gradsync_job_settings_from_env(ctypes.byref(settings)))
         if wire_codec is not None:
             settings.wire_codec = wire_codec.encode()
+        if autotune is not None:
+            settings.autotune = _AUTOTUNE_ON if autotune else _AUTOTUNE_OFF
         handle = ctypes.c_void_p()
         _check_connect(lib, lib.gradsync_connect_with(ctypes.byref(options), ctypes.byref(settings),
                                                       ctypes.byref(handle)))

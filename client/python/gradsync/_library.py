@@ -23,10 +23,11 @@ class Options(ctypes.Structure):
 
 
 class JobSettings(ctypes.Structure):
-    """gradsync_job_settings (include/gradsync/gradsync.h, API version 3)."""
+    """gradsync_job_settings (include/gradsync/gradsync.h, API version 8)."""
     _fields_ = [
         ("struct_bytes", ctypes.c_uint32),
         ("wire_codec", ctypes.c_char * 16),
+        ("autotune", ctypes.c_int),  # gradsync_autotune: 0 the daemon decides, 1 on, 2 off
     ]
 
 
