@@ -207,8 +207,9 @@ void Engine::log_autotune(Job& job) {
                  job.autotuner()->cut_short() ? ", its step or time bound cut the search short"
                                               : "");
     } else {
-      log_->debug("job '{}': autotune round {}: {} over {} steps: {:.3f} GB/s bus", job.name(),
-                  e.round, describe(e.settings), e.steps, e.bus_bytes_per_second * 1e-9);
+      log_->debug("job '{}': autotune stage {} round {}: {} over {} steps: {:.3f} GB/s bus",
+                  job.name(), e.stage, e.round, describe(e.settings), e.steps,
+                  e.bus_bytes_per_second * 1e-9);
     }
   }
   if (config_.autotune_log.empty()) return;
@@ -222,7 +223,7 @@ void Engine::log_autotune(Job& job) {
   const std::unique_ptr<std::FILE, int (*)(std::FILE*)> closing(file, &std::fclose);
   if (std::ftell(file) == 0) {
     std::fputs(
-        "unix_seconds,job,outcome,round,fusion_threshold_bytes,piece_bytes,"
+        "unix_seconds,job,outcome,stage,round,fusion_threshold_bytes,piece_bytes,"
         "negotiation_hold_us,ring_min_bytes,steps,bus_bytes_per_second\n",
         file);
   }
@@ -230,8 +231,8 @@ void Engine::log_autotune(Job& job) {
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
   for (const AutotuneTrial& e : events) {
-    fmt::print(file, "{:.3f},{},{},{},{},{},{},{},{},{:.0f}\n", now, job.name(),
-               e.chosen ? "chosen" : "trial", e.round, e.settings.fusion_threshold_bytes,
+    fmt::print(file, "{:.3f},{},{},{},{},{},{},{},{},{},{:.0f}\n", now, job.name(),
+               e.chosen ? "chosen" : "trial", e.stage, e.round, e.settings.fusion_threshold_bytes,
                e.settings.piece_bytes, e.settings.negotiation_hold_us, e.settings.ring_min_bytes,
                e.steps, e.bus_bytes_per_second);
   }

@@ -63,7 +63,7 @@ std::vector<AutotuneTrial> Job::take_autotune_events() {
   if (autotuner_->done() && !autotune_choice_taken_) {
     autotune_choice_taken_ = true;
     events.push_back(
-        {0, autotuner_->current(), 0, autotuner_->best_bus_bytes_per_second(), true});
+        {0, 0, autotuner_->current(), 0, autotuner_->best_bus_bytes_per_second(), true});
   }
   return events;
 }

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <array>
 #include <bit>
 #include <numeric>
 #include <random>
@@ -11,59 +10,51 @@
 namespace gradsync::daemon {
 namespace {
 
-// The grid each setting's candidates come from. A piece below 64 KiB costs more in
-// per-piece work than pipelining gains anywhere, and fusion past 64 MiB only delays the first
-// bytes of a step.
-constexpr std::array<uint64_t, 5> kFusionThresholds{64 << 10, 1 << 20, 4 << 20, 16 << 20,
-                                                    64 << 20};
-constexpr std::array<uint64_t, 5> kPieces{64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20};
+// The grid. Fusion below 1 MiB and pieces below 256 KiB cost more in per-collective and
+// per-piece work than they gain anywhere, and fusion past 64 MiB only delays a step's first
+// bytes: the first stage searches every pair of these.
+constexpr std::array<uint64_t, 4> kFusionThresholds{1 << 20, 4 << 20, 16 << 20, 64 << 20};
+constexpr std::array<uint64_t, 4> kPieces{256 << 10, 1 << 20, 4 << 20, 16 << 20};
+// The second stage's, across nodes.
 constexpr std::array<uint32_t, 4> kHolds{0, 25, 50, 100};
 constexpr std::array<uint64_t, 4> kRingMins{0, 256 << 10, 4 << 20, 64 << 20};
 
-// At most this many candidates, the start among them: a power of two, halved each round.
-constexpr uint32_t kMaxCandidates = 16;
-// The candidates come from a fixed seed: a job tuned twice tries the same settings.
+constexpr uint32_t kMaxCandidates = kFusionThresholds.size() * kPieces.size();
+// The candidates' order comes from a fixed seed: a job tuned twice tries the same settings.
 constexpr uint32_t kSeed = 0x9e3779b9;
 
-// The steps a search of `candidates` (a power of two) with `per_turn` measured steps per turn
+// The steps a stage of `candidates` (a power of two) with `per_turn` measured steps per turn
 // in its first round takes at most: log2(candidates) rounds, round k giving candidates / 2^k
 // candidates a warm-up step and per_turn * 2^k measured ones each.
-uint64_t search_steps(uint32_t candidates, uint32_t per_turn) {
+uint64_t stage_steps(uint32_t candidates, uint32_t per_turn) {
+  if (candidates < 2) return 0;
   const auto rounds = static_cast<uint64_t>(std::countr_zero(candidates));
   return (2 * uint64_t{candidates} - 2) + uint64_t{per_turn} * candidates * rounds;
 }
 
-// A Latin hypercube over the grid: each setting's values spread evenly over the candidates,
-// their combinations shuffled. Settings the limits leave alone keep `start`'s value.
-std::vector<TunedSettings> sample(const TunedSettings& start, const AutotuneLimits& limits,
-                                  uint32_t count) {
+// The most candidates (up to `most`) that `budget` steps afford with a measured step a turn,
+// then the most measured steps a turn it affords them; no candidates where not even two fit.
+template <typename Plan>
+Plan plan(uint64_t budget, uint32_t most) {
+  uint32_t count = std::bit_floor(most);
+  while (count > 2 && stage_steps(count, 1) > budget) count /= 2;
+  if (stage_steps(count, 1) > budget) return {};
+  uint32_t per_turn = 1;
+  while (stage_steps(count, per_turn + 1) <= budget) ++per_turn;
+  return {count, per_turn};
+}
+
+// `all` in the seed's order, with `first` (where it is among them) moved to the front, cut to
+// `count`.
+std::vector<TunedSettings> pick(std::vector<TunedSettings> all, const TunedSettings& first,
+                                uint32_t count) {
   std::mt19937 random(kSeed);
-  auto column = [&](size_t values) {
-    std::vector<size_t> order(count);
-    for (uint32_t i = 0; i < count; ++i) order[i] = i % values;
-    std::shuffle(order.begin(), order.end(), random);
-    return order;
-  };
-  const auto fusion = column(kFusionThresholds.size());
-  const auto piece = column(kPieces.size());
-  const auto hold = column(kHolds.size());
-  const auto ring_min = column(kRingMins.size());
-  std::vector<TunedSettings> out{start};
-  for (uint32_t i = 0; out.size() < count + 1 && i < count; ++i) {
-    TunedSettings s = start;
-    s.fusion_threshold_bytes = kFusionThresholds[fusion[i]];
-    s.piece_bytes = kPieces[piece[i]];
-    if (limits.tune_hold) s.negotiation_hold_us = kHolds[hold[i]];
-    if (limits.tune_crossover) s.ring_min_bytes = kRingMins[ring_min[i]];
-    // A combination drawn twice (or the start's) would be measured twice: try the next piece.
-    for (size_t shift = 1; shift <= kPieces.size() &&
-                           std::find(out.begin(), out.end(), s) != out.end();
-         ++shift) {
-      s.piece_bytes = kPieces[(piece[i] + shift) % kPieces.size()];
-    }
-    if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);
+  std::shuffle(all.begin(), all.end(), random);
+  if (const auto it = std::find(all.begin(), all.end(), first); it != all.end()) {
+    std::rotate(all.begin(), it, it + 1);
   }
-  return out;
+  all.resize(std::min<size_t>(all.size(), count));
+  return all;
 }
 
 }  // namespace
@@ -78,25 +69,50 @@ std::string describe(const TunedSettings& settings) {
 Autotuner::Autotuner(const TunedSettings& start, const AutotuneLimits& limits,
                      Clock::time_point now)
     : limits_(limits), deadline_(now + limits.max_time) {
-  // The most candidates the step bound affords with at least one measured step a turn, then
-  // the most measured steps a turn it affords them.
-  uint32_t count = kMaxCandidates;
-  while (count > 2 && search_steps(count, 1) > limits.max_steps) count /= 2;
-  if (search_steps(count, 1) > limits.max_steps) {
-    candidates_.push_back({start});
-    done_ = true;  // too few steps to compare even two candidates
+  candidates_.push_back({start});  // what runs until the search starts, or for good without one
+  const bool second = limits.tune_hold || limits.tune_crossover;
+  // The second stage's least: four candidates a measured step each, a quarter of the steps at
+  // most; the first stage has the rest, the second what the first leaves.
+  const uint64_t reserve =
+      second ? std::min<uint64_t>(stage_steps(4, 1), limits.max_steps / 4) : 0;
+  plans_[0] = plan<StagePlan>(limits.max_steps - reserve, kMaxCandidates);
+  if (second) {
+    const uint32_t second_most =
+        (limits.tune_hold ? kHolds.size() : 1) * (limits.tune_crossover ? kRingMins.size() : 1);
+    plans_[1] = plan<StagePlan>(
+        limits.max_steps - stage_steps(plans_[0].count, plans_[0].per_turn), second_most);
+  }
+  if (plans_[0].count == 0) {
+    done_ = true;  // too few steps to compare even two candidates: the job keeps its settings
     return;
   }
-  steps_per_turn_ = 1;
-  while (search_steps(count, steps_per_turn_ + 1) <= limits.max_steps) ++steps_per_turn_;
-  for (const TunedSettings& s : sample(start, limits, count - 1)) candidates_.push_back({s});
-  // The grid may hold fewer distinct combinations than asked for: halving wants a power of two.
-  candidates_.resize(std::bit_floor(candidates_.size()));
-  alive_.resize(candidates_.size());
-  std::iota(alive_.begin(), alive_.end(), size_t{0});
-  if (alive_.size() < 2) {
-    done_ = true;
-    return;
+  start_stage(0, start);
+}
+
+void Autotuner::start_stage(uint32_t stage, const TunedSettings& base) {
+  std::vector<TunedSettings> all;
+  if (stage == 0) {
+    for (const uint64_t fusion : kFusionThresholds) {
+      for (const uint64_t piece : kPieces) {
+        all.push_back({fusion, piece, base.negotiation_hold_us, base.ring_min_bytes});
+      }
+    }
+  } else {
+    for (const uint32_t hold : kHolds) {
+      for (const uint64_t ring_min : kRingMins) {
+        TunedSettings s = base;
+        if (limits_.tune_hold) s.negotiation_hold_us = hold;
+        if (limits_.tune_crossover) s.ring_min_bytes = ring_min;
+        if (std::find(all.begin(), all.end(), s) == all.end()) all.push_back(s);
+      }
+    }
+  }
+  stage_ = stage;
+  round_ = 0;
+  alive_.clear();
+  for (const TunedSettings& s : pick(std::move(all), base, plans_[stage].count)) {
+    alive_.push_back(candidates_.size());
+    candidates_.push_back({s});
   }
   move_to(0);
 }
@@ -120,8 +136,8 @@ bool Autotuner::on_step(double bus_bytes, double seconds, Clock::time_point now)
     c.bus_bytes += bus_bytes;
     c.seconds += seconds;
     ++c.steps;
-    if (++turn_steps_ == steps_per_turn_ << round_) {
-      trials_.push_back({round_, c.settings, turn_steps_, c.score()});
+    if (++turn_steps_ == plans_[stage_].per_turn << round_) {
+      trials_.push_back({stage_, round_, c.settings, turn_steps_, c.score()});
       if (position_ + 1 < alive_.size()) {
         move_to(position_ + 1);
       } else {
@@ -141,10 +157,12 @@ void Autotuner::end_round() {
   });
   alive_.resize(alive_.size() / 2);
   ++round_;
-  if (alive_.size() == 1) {
-    finish(alive_.front(), false);
-  } else {
+  if (alive_.size() > 1) {
     move_to(0);
+  } else if (stage_ == 0 && plans_[1].count > 0) {
+    start_stage(1, candidates_[alive_.front()].settings);
+  } else {
+    finish(alive_.front(), false);
   }
 }
 

@@ -1,9 +1,12 @@
 // A job's settings tuned while it runs (docs/autotune.md). Over the job's first steps a
 // successive-halving search tries candidate settings, each for a few steps, scored by the bus
 // bytes per second of those steps (StepMeter); each round keeps the better half and measures
-// it twice as long, until one is left. Pure logic over step measurements: the Job feeds it its
-// steps and applies what current() says (across nodes, node 0 runs it and announces current()
-// with its negotiation cycles, so every node applies the same settings from the same cycle).
+// it twice as long, until one is left. It runs in two stages: first the fusion threshold and
+// the piece, over the whole of their grid (they interact: the piece bounds how a fused batch
+// pipelines); then, across nodes, the negotiation hold and the ring crossover, with the first
+// stage's winner. Pure logic over step measurements: the Job feeds it its steps and applies
+// what current() says (across nodes, node 0 runs it and announces current() with its
+// negotiation cycles, so every node applies the same settings from the same cycle).
 // Engine-thread only.
 //
 // Why successive halving, not Bayesian optimisation (Horovod's): a step's score on a shared
@@ -13,6 +16,7 @@
 // of a few hundred points.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -58,6 +62,7 @@ struct AutotuneLimits {
 
 // One candidate's turn in one round.
 struct AutotuneTrial {
+  uint32_t stage = 0;  // 0: fusion threshold and piece; 1: hold and crossover
   uint32_t round = 0;
   TunedSettings settings;
   uint32_t steps = 0;                 // measured in this turn
@@ -69,8 +74,8 @@ class Autotuner {
  public:
   using Clock = std::chrono::steady_clock;
 
-  // `start`: the settings the job runs with now, one of the candidates (so that the search
-  // ends no worse than it started, measurement noise aside).
+  // `start`: the settings the job runs with now: the first candidate where its fusion
+  // threshold and piece lie on the grid, and the hold and crossover the first stage keeps.
   Autotuner(const TunedSettings& start, const AutotuneLimits& limits, Clock::time_point now);
 
   // The settings to run with now: the candidate on trial, or once done(), the chosen one.
@@ -87,7 +92,8 @@ class Autotuner {
   uint32_t steps() const { return steps_; }  // seen, measured or not
   // Of current() once done(); of the best measured so far before (0: none measured).
   double best_bus_bytes_per_second() const;
-  size_t candidates() const { return candidates_.size(); }
+  // Planned over both stages.
+  size_t candidates() const { return plans_[0].count + plans_[1].count; }
 
  private:
   struct Candidate {
@@ -97,17 +103,26 @@ class Autotuner {
     uint32_t steps = 0;
     double score() const { return seconds > 0 ? bus_bytes / seconds : 0; }
   };
+  // A stage's size: its candidates (a power of two, 0: no stage) and the measured steps of a
+  // turn in its first round.
+  struct StagePlan {
+    uint32_t count = 0;
+    uint32_t per_turn = 0;
+  };
+  // Makes the candidates of stage `stage` around `base` and starts its first round.
+  void start_stage(uint32_t stage, const TunedSettings& base);
   void move_to(size_t position);  // within alive_
   void end_round();
   void finish(size_t candidate, bool cut_short);
   size_t best_measured() const;
 
-  std::vector<Candidate> candidates_;
-  std::vector<size_t> alive_;  // into candidates_, this round's
+  std::array<StagePlan, 2> plans_{};
+  uint32_t stage_ = 0;
+  std::vector<Candidate> candidates_;  // every stage's so far
+  std::vector<size_t> alive_;          // into candidates_, this round's
   size_t position_ = 0;        // in alive_: whose turn it is
   size_t current_ = 0;         // into candidates_
   uint32_t round_ = 0;
-  uint32_t steps_per_turn_ = 1;  // measured steps per turn in round 0; doubles each round
   uint32_t turn_steps_ = 0;      // measured in this turn
   bool warming_ = false;         // the next step is not measured
   uint32_t steps_ = 0;

@@ -292,6 +292,7 @@ class NodeJob {
   bool cutting_messages_ = false;  // the last step's bulk data went in eager messages
   NodeJobSettings agreed_;         // node 0's
   TunedSettings tuned_;            // in effect (tuned())
+  std::optional<TunedSettings> from_node_0_;  // as its last cycle that carried them said
   std::optional<bool> node_0_search_done_;
   std::optional<TuningAnnouncement> announced_;  // node 0, autotuning: for the negotiator
   cost_model::LinkFigures own_link_;

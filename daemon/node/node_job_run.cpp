@@ -101,8 +101,8 @@ std::optional<std::string> NodeJob::run_decided(bool& ran) {
 std::optional<std::string> NodeJob::take_cycle(const CycleDecisions& cycle) {
   // Node 0's settings hold for what this cycle decided, on every node alike.
   if (cycle.tuned) {
-    if (cycle.tuned->settings != tuned_) apply_tuned(cycle.tuned->settings);
-    if (cycle.tuned->search_done && node_0_search_done_ != true && links_.me() != 0) {
+    if (cycle.tuned->settings != from_node_0_) apply_tuned(cycle.tuned->settings);
+    if (cycle.tuned->search_done && !node_0_search_done_.value_or(false) && links_.me() != 0) {
       log_->info("job '{}': autotune: node 0 chose {}", links_.job_name(),
                  describe(cycle.tuned->settings));
     }
@@ -335,6 +335,7 @@ void NodeJob::announce(const TuningAnnouncement& tuned) {
 }
 
 void NodeJob::apply_tuned(const TunedSettings& tuned) {
+  from_node_0_ = tuned;
   tuned_ = tuned;
   tuned_.negotiation_hold_us = static_cast<uint32_t>(
       std::min<int64_t>(tuned.negotiation_hold_us, settings_.max_join_hold.count()));

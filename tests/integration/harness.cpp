@@ -422,7 +422,8 @@ std::string expect_autotune_trials(const std::string& csv, uint32_t max_steps) {
   std::ifstream in(csv);
   std::string line;
   std::getline(in, line);
-  EXPECT_EQ(line.rfind("unix_seconds,job,outcome,round,fusion_threshold_bytes", 0), 0u) << line;
+  EXPECT_EQ(line.rfind("unix_seconds,job,outcome,stage,round,fusion_threshold_bytes", 0), 0u)
+      << line;
   uint64_t steps = 0;
   std::set<std::string> tried;
   std::string chosen;
@@ -432,19 +433,19 @@ std::string expect_autotune_trials(const std::string& csv, uint32_t max_steps) {
     std::vector<std::string> fields;
     std::stringstream row(line);
     for (std::string field; std::getline(row, field, ',');) fields.push_back(field);
-    if (fields.size() != 10) {
+    if (fields.size() != 11) {
       ADD_FAILURE() << "autotune_log line: " << line;
       return "";
     }
-    const std::string settings = "fusion_threshold_bytes=" + fields[4] + " piece_bytes=" +
-                                 fields[5] + " negotiation_hold_us=" + fields[6] +
-                                 " ring_min_bytes=" + fields[7];
+    const std::string settings = "fusion_threshold_bytes=" + fields[5] + " piece_bytes=" +
+                                 fields[6] + " negotiation_hold_us=" + fields[7] +
+                                 " ring_min_bytes=" + fields[8];
     if (fields[2] == "chosen") {
       EXPECT_EQ(chosen, "") << "a second choice: " << line;
       chosen = settings;
     } else {
       tried.insert(settings);
-      steps += 1 + std::stoull(fields[8]);  // its warm-up step and those measured
+      steps += 1 + std::stoull(fields[9]);  // its warm-up step and those measured
     }
   }
   EXPECT_GE(tried.size(), 2u) << all;

@@ -45,16 +45,16 @@ double made_up_score(const TunedSettings& s) {
   return 1e9 + 1e7 * fusion - 1e6 * (piece - 20) * (piece - 20) + s.negotiation_hold_us;
 }
 
-TEST(Autotuner, StartsWithTheJobsSettingsAndEndsWithTheBestCandidateWithinItsStepBound) {
+TEST(Autotuner, SearchesTheWholeGridAndEndsWithItsBestWithinItsStepBound) {
   const auto now = Clock::now();
   Autotuner tuner(kPoor, AutotuneLimits{200, std::chrono::seconds(120), false, false}, now);
-  EXPECT_EQ(tuner.current(), kPoor);
   EXPECT_EQ(tuner.candidates(), 16u);
   const SearchRun run = drive(tuner, made_up_score, 1000, now);
   ASSERT_TRUE(tuner.done());
   EXPECT_FALSE(tuner.cut_short());
   EXPECT_LE(run.steps, 200u);
-  EXPECT_EQ(run.tried.size(), 16u);
+  EXPECT_EQ(run.tried.size(), 16u);  // every fusion threshold with every piece
+  EXPECT_FALSE(run.tried.contains({kPoor.fusion_threshold_bytes, kPoor.piece_bytes}));
   // Noise-free scores: the best of those tried wins.
   double best = 0;
   for (const auto& [fusion, piece] : run.tried) {
@@ -74,18 +74,47 @@ TEST(Autotuner, StartsWithTheJobsSettingsAndEndsWithTheBestCandidateWithinItsSte
   EXPECT_EQ(tuner.current(), chosen);
 }
 
-TEST(Autotuner, AcrossNodesTheHoldAndCrossoverAreSearchedToo) {
+// The settings a job runs with on the grid are its first candidate.
+TEST(Autotuner, StartsWithTheJobsSettingsWhereTheyAreOnTheGrid) {
+  const TunedSettings defaults{64 << 20, 4 << 20, 50, 0};
+  Autotuner tuner(defaults, AutotuneLimits{200, std::chrono::seconds(120), false, false},
+                  Clock::now());
+  EXPECT_EQ(tuner.current(), defaults);
+}
+
+// Across nodes a second stage searches the hold and the crossover with the first stage's
+// fusion threshold and piece, which it keeps.
+TEST(Autotuner, AcrossNodesASecondStageSearchesTheHoldAndCrossover) {
   const auto now = Clock::now();
   Autotuner tuner(kPoor, AutotuneLimits{200, std::chrono::seconds(120), true, true}, now);
+  EXPECT_EQ(tuner.candidates(), 16u + 8);
   std::set<uint32_t> holds;
   std::set<uint64_t> ring_mins;
+  uint32_t steps = 0;
   while (!tuner.done()) {
     holds.insert(tuner.current().negotiation_hold_us);
     ring_mins.insert(tuner.current().ring_min_bytes);
     tuner.on_step(made_up_score(tuner.current()), 1.0, now);
+    ++steps;
   }
+  EXPECT_LE(steps, 200u);
   EXPECT_GT(holds.size(), 2u);
   EXPECT_GT(ring_mins.size(), 2u);
+  const auto& trials = tuner.trials();
+  ASSERT_EQ(trials.size(), (16u + 8 + 4 + 2) + (8 + 4 + 2));
+  // The first stage's best: the largest fusion threshold, 1 MiB pieces.
+  for (size_t t = 16 + 8 + 4 + 2; t < trials.size(); ++t) {
+    EXPECT_EQ(trials[t].stage, 1u);
+    EXPECT_EQ(trials[t].settings.fusion_threshold_bytes, uint64_t{64} << 20);
+    EXPECT_EQ(trials[t].settings.piece_bytes, uint64_t{1} << 20);
+  }
+  // The made-up score prefers the longest hold; of those tried, the search found it.
+  uint32_t longest = 0;
+  for (size_t t = 16 + 8 + 4 + 2; t < trials.size(); ++t) {
+    longest = std::max(longest, trials[t].settings.negotiation_hold_us);
+  }
+  EXPECT_EQ(tuner.current().negotiation_hold_us, longest);
+  EXPECT_EQ(tuner.current().fusion_threshold_bytes, uint64_t{64} << 20);
 }
 
 TEST(Autotuner, FewerStepsTryFewerCandidates) {
