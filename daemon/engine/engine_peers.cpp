@@ -156,6 +156,15 @@ void Engine::handle_node_message(std::span<const uint8_t> payload, uint64_t tag)
       keep_early();
       return;
     }
+    if (job->second->network()->for_other_incarnation(message)) {
+      if (message.isJoined()) {
+        keep_early();  // the peer's next job of this name, once this one has ended here
+      } else {
+        log_->debug("job '{}': dropped a message from node {} for an earlier instance", name,
+                    message.getNode());
+      }
+      return;
+    }
     if (message.isAbort()) {
       log_->debug("job '{}': node {} failed it: {}", name, message.getNode(),
                   message.getAbort().cStr());

@@ -32,16 +32,21 @@ uint64_t stage_steps(uint32_t candidates, uint32_t per_turn) {
   return (2 * uint64_t{candidates} - 2) + uint64_t{per_turn} * candidates * rounds;
 }
 
-// The most candidates (up to `most`) that `budget` steps afford with a measured step a turn,
-// then the most measured steps a turn it affords them; no candidates where not even two fit.
+// The most candidates (up to `most`) that `budget` steps afford with two measured steps a turn
+// in the first round (one where two do not fit: a single step's score is mostly noise on a
+// shared machine), then the most measured steps a turn it affords them; no candidates where
+// not even two fit.
 template <typename Plan>
 Plan plan(uint64_t budget, uint32_t most) {
-  uint32_t count = std::bit_floor(most);
-  while (count > 2 && stage_steps(count, 1) > budget) count /= 2;
-  if (stage_steps(count, 1) > budget) return {};
-  uint32_t per_turn = 1;
-  while (stage_steps(count, per_turn + 1) <= budget) ++per_turn;
-  return {count, per_turn};
+  for (const uint32_t least_per_turn : {2u, 1u}) {
+    uint32_t count = std::bit_floor(most);
+    while (count > 2 && stage_steps(count, least_per_turn) > budget) count /= 2;
+    if (stage_steps(count, least_per_turn) > budget) continue;
+    uint32_t per_turn = least_per_turn;
+    while (stage_steps(count, per_turn + 1) <= budget) ++per_turn;
+    return {count, per_turn};
+  }
+  return {};
 }
 
 // `all` in the seed's order, with `first` (where it is among them) moved to the front, cut to

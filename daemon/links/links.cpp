@@ -128,11 +128,15 @@ void NodeLinks::send_control(uint32_t node, capnp::MessageBuilder& message) {
                   std::make_shared<const std::vector<uint8_t>>(ipc::encode(message)));
 }
 
-void NodeLinks::send_control_to_all_live(capnp::MessageBuilder& message) {
-  auto bytes = std::make_shared<const std::vector<uint8_t>>(ipc::encode(message));
+void NodeLinks::send_control_to_all_live(capnp::MessageBuilder& message,
+                                         const std::function<void(uint32_t node)>& address) {
+  std::vector<std::shared_ptr<const void>> copies;
   std::vector<transport::Operation> sends;
   for (uint32_t node = 0; node < peers_.size(); ++node) {
     if (node == me() || transport_.failed(peers_[node])) continue;
+    address(node);
+    auto bytes = std::make_shared<const std::vector<uint8_t>>(ipc::encode(message));
+    copies.push_back(bytes);
     const uint64_t tag = tags::make(tags::kControl, me(), job_tag_, 0);
     if (transport_.authenticated(peers_[node])) {
       sends.push_back(send(node, tag, bytes->data(), bytes->size()));
@@ -149,7 +153,7 @@ void NodeLinks::send_control_to_all_live(capnp::MessageBuilder& message) {
   while (!all_done() && Clock::now() < deadline) {
     if (!transport_.progress()) sched_yield();
   }
-  transport_.retire(std::move(sends), {bytes});
+  transport_.retire(std::move(sends), std::move(copies));
 }
 
 Flight::Flight(NodeLinks& links, Scratch* scratch, std::vector<std::shared_ptr<const void>> memory,

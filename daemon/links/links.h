@@ -109,9 +109,11 @@ class NodeLinks {
   transport::Transport& transport() { return transport_; }
 
   // A control message to one node, sent without waiting (the transport holds it until it is out);
-  // or to every live node, waiting a bounded time (for aborts, before the job goes).
+  // or to every live node, waiting a bounded time (for aborts, before the job goes), with
+  // `address` called before each node's copy is encoded.
   void send_control(uint32_t node, capnp::MessageBuilder& message);
-  void send_control_to_all_live(capnp::MessageBuilder& message);
+  void send_control_to_all_live(capnp::MessageBuilder& message,
+                                const std::function<void(uint32_t node)>& address);
 
  private:
   std::string job_name_;

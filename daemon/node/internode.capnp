@@ -122,4 +122,11 @@ struct NodeMessage {
   # of a collective decided in it (and its ranks left), while the other nodes' messages that
   # decide it here are still on their way, on connections of their own.
   abortAfterCycle @7 :UInt64;
+  # A job's name may be taken again at once (an elastic restart, a script's next run): each
+  # node's instance of a job has a random number of its own, which every message carries, with
+  # the receiver's as the sender learnt it from the receiver's join (0: not yet). A node's
+  # next instance of a job joins with a new number; a message that names another instance of
+  # the receiver's job was meant for an earlier one.
+  incarnation @9 :UInt64;
+  peerIncarnation @10 :UInt64;
 }

@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <random>
 #include <stdexcept>
 
 namespace gradsync::daemon {
@@ -21,7 +22,9 @@ NodeJob::NodeJob(const std::string& job_name, NodeLayout layout, transport::Tran
       device_streams_(device_streams),
       log_(logger("nodes")),
       rank_nodes_(links_.nodes(), links_.layout().world_size),
-      joined_(links_.nodes(), false) {}
+      joined_(links_.nodes(), false),
+      incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1),
+      peer_incarnations_(links_.nodes(), 0) {}
 
 NodeJob::~NodeJob() {
   // What the job held back goes with it.
@@ -46,14 +49,35 @@ void NodeJob::on_local_formed(std::vector<int32_t> ranks) {
   auto own_ranks = joined.initRanks(static_cast<unsigned>(ranks.size()));
   for (unsigned i = 0; i < ranks.size(); ++i) own_ranks.set(i, ranks[i]);
   for (uint32_t node = 0; node < links_.nodes(); ++node) {
-    if (node != links_.me()) links_.send_control(node, message);
+    if (node != links_.me()) send_control(node, message);
   }
   log_->debug("job '{}': node {} joined", links_.job_name(), links_.me());
 }
 
-void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined) {
+void NodeJob::stamp(uint32_t node, capnp::MessageBuilder& message) const {
+  auto root = message.getRoot<wire::NodeMessage>();
+  root.setIncarnation(incarnation_);
+  root.setPeerIncarnation(peer_incarnations_[node]);
+}
+
+void NodeJob::send_control(uint32_t node, capnp::MessageBuilder& message) {
+  stamp(node, message);
+  links_.send_control(node, message);
+}
+
+bool NodeJob::for_other_incarnation(wire::NodeMessage::Reader message) const {
+  const uint32_t node = message.getNode();
+  if (node >= links_.nodes()) return false;  // on_message refuses it
+  if (message.isJoined()) {
+    return joined_[node] && message.getIncarnation() != peer_incarnations_[node];
+  }
+  return message.getPeerIncarnation() != 0 && message.getPeerIncarnation() != incarnation_;
+}
+
+void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined, uint64_t incarnation) {
   if (joined_[node]) return;
   joined_[node] = true;
+  peer_incarnations_[node] = incarnation;
   // No node has more ranks than the job: more is some other fault, which the map names as a
   // rank outside WORLD_SIZE or one on two nodes.
   const auto list = joined.getRanks();
@@ -139,7 +163,7 @@ std::optional<std::string> NodeJob::finish_forming() {
                          static_cast<uint32_t>(settings_.join_hold.count()), 0};
   negotiator_.emplace(
       links_.job_name(), links_.nodes(), links_.me(), ranks_, agreed_.cache_capacity, own_link_,
-      [this](uint32_t node, capnp::MessageBuilder& message) { links_.send_control(node, message); },
+      [this](uint32_t node, capnp::MessageBuilder& message) { send_control(node, message); },
       settings_.join_hold.count() > 0, relay ? CycleRoute::kRelayed : CycleRoute::kDirect);
   if (announced_) negotiator_->announce(*announced_);
   try {
@@ -243,7 +267,7 @@ std::optional<NodeJobError> NodeJob::on_message(wire::NodeMessage::Reader messag
   try {
     switch (message.which()) {
       case wire::NodeMessage::JOINED:
-        on_joined(node, message.getJoined());
+        on_joined(node, message.getJoined(), message.getIncarnation());
         return form();
       case wire::NodeMessage::CYCLE:
       case wire::NodeMessage::RELAY:
@@ -328,7 +352,7 @@ void NodeJob::broadcast_abort(const std::string& reason) {
   root.setAbort(reason);
   root.setAbortAbandoned(abandoned_);
   root.setAbortAfterCycle(negotiator_ ? negotiator_->completed_cycle() : 0);
-  links_.send_control_to_all_live(message);
+  links_.send_control_to_all_live(message, [&](uint32_t node) { stamp(node, message); });
 }
 
 size_t NodeJob::fail_waiting(gradsync_result status, const std::string& message) {

@@ -101,6 +101,10 @@ class NodeJob {
 
   // A unit ready on this node; `more_coming`: more are ready right now (see Negotiator).
   void on_locally_ready(ReadyUnit unit, bool more_coming = false);
+  // The message was meant for another instance of this job (internode.capnp, incarnation):
+  // a join from a node that joined this one as another instance (its next job of this name),
+  // or anything else that names another instance of this node's as its receiver.
+  bool for_other_incarnation(wire::NodeMessage::Reader message) const;
   // A control message for this job from another node. Returns an error when the job cannot
   // go on (a peer broke the protocol, or the links could not be measured).
   std::optional<NodeJobError> on_message(wire::NodeMessage::Reader message);
@@ -166,7 +170,11 @@ class NodeJob {
   std::optional<bool> node_0_search_done() const { return node_0_search_done_; }
 
  private:
-  void on_joined(uint32_t node, wire::Joined::Reader joined);
+  void on_joined(uint32_t node, wire::Joined::Reader joined, uint64_t incarnation);
+  // Sends a control message to `node`, stamped with this instance's incarnation and the one
+  // `node` joined as.
+  void send_control(uint32_t node, capnp::MessageBuilder& message);
+  void stamp(uint32_t node, capnp::MessageBuilder& message) const;
   // Ends forming once the links are measured: starts negotiating. Nothing while the probe
   // runs; an error if it failed.
   std::optional<std::string> finish_forming();
@@ -289,6 +297,8 @@ class NodeJob {
   std::string ranks_;         // this node's, in words
   RankMap rank_nodes_;        // every node's ranks, as they joined
   std::vector<bool> joined_;  // by node
+  uint64_t incarnation_;      // this node's instance of the job: random, not 0
+  std::vector<uint64_t> peer_incarnations_;  // by node, as it joined; 0: not yet
   bool cutting_messages_ = false;  // the last step's bulk data went in eager messages
   NodeJobSettings agreed_;         // node 0's
   TunedSettings tuned_;            // in effect (tuned())

@@ -121,6 +121,18 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ClusterTest,
                                            Shape{4, 1}),
                          shape_name);
 
+// A job's name taken again at once, as an elastic restart or a script's next run does: each
+// instance forms and runs on every node, whatever the last one's final messages (its aborts as
+// its ranks leave) say when they arrive (internode.capnp, incarnation).
+TEST(JobNameTakenAgain, EachInstanceFormsAndRunsOnEveryNode) {
+  LoopbackCluster cluster(2, "job_formation_timeout_seconds = 20\npeer_timeout_seconds = 10");
+  for (int instance = 0; instance < 30 && !::testing::Test::HasFailure(); ++instance) {
+    SCOPED_TRACE("instance " + std::to_string(instance));
+    auto ranks = cluster.spawn("taken-again", {1, 1}, {"steps", "3", "8", "1000"});
+    expect_all_succeed(ranks, cluster);
+  }
+}
+
 // Each inter-node allreduce forced, on node counts that are and are not powers of two.
 struct ForcedAlgorithm {
   std::string algorithm;

@@ -87,7 +87,7 @@ TEST(Autotuner, StartsWithTheJobsSettingsWhereTheyAreOnTheGrid) {
 TEST(Autotuner, AcrossNodesASecondStageSearchesTheHoldAndCrossover) {
   const auto now = Clock::now();
   Autotuner tuner(kPoor, AutotuneLimits{200, std::chrono::seconds(120), true, true}, now);
-  EXPECT_EQ(tuner.candidates(), 16u + 8);
+  EXPECT_EQ(tuner.candidates(), 16u + 4);
   std::set<uint32_t> holds;
   std::set<uint64_t> ring_mins;
   uint32_t steps = 0;
@@ -98,10 +98,10 @@ TEST(Autotuner, AcrossNodesASecondStageSearchesTheHoldAndCrossover) {
     ++steps;
   }
   EXPECT_LE(steps, 200u);
-  EXPECT_GT(holds.size(), 2u);
-  EXPECT_GT(ring_mins.size(), 2u);
+  EXPECT_GT(holds.size(), 1u);
+  EXPECT_GT(ring_mins.size(), 1u);
   const auto& trials = tuner.trials();
-  ASSERT_EQ(trials.size(), (16u + 8 + 4 + 2) + (8 + 4 + 2));
+  ASSERT_EQ(trials.size(), (16u + 8 + 4 + 2) + (4 + 2));
   // The first stage's best: the largest fusion threshold, 1 MiB pieces.
   for (size_t t = 16 + 8 + 4 + 2; t < trials.size(); ++t) {
     EXPECT_EQ(trials[t].stage, 1u);
@@ -119,10 +119,11 @@ TEST(Autotuner, AcrossNodesASecondStageSearchesTheHoldAndCrossover) {
 
 TEST(Autotuner, FewerStepsTryFewerCandidates) {
   const auto now = Clock::now();
-  Autotuner eight(kPoor, AutotuneLimits{40, std::chrono::seconds(120), false, false}, now);
-  EXPECT_EQ(eight.candidates(), 8u);
-  EXPECT_LE(drive(eight, made_up_score, 1000, now).steps, 40u);
-  EXPECT_TRUE(eight.done());
+  // 8 candidates with two measured steps a turn need 62 steps: 4 take 22, and 3 a turn.
+  Autotuner few(kPoor, AutotuneLimits{40, std::chrono::seconds(120), false, false}, now);
+  EXPECT_EQ(few.candidates(), 4u);
+  EXPECT_LE(drive(few, made_up_score, 1000, now).steps, 40u);
+  EXPECT_TRUE(few.done());
   // Two candidates: a warm-up step and a measured one each.
   Autotuner two(kPoor, AutotuneLimits{4, std::chrono::seconds(120), false, false}, now);
   EXPECT_EQ(two.candidates(), 2u);
