@@ -193,8 +193,7 @@ inline constexpr std::array<FamilyDoc, static_cast<size_t>(Family::kCount)> kFam
     {Family::kAutotunePieceBytes, "gradsync_autotune_piece_bytes", Type::kGauge, "training_job",
      "An autotuned job's pipeline piece in effect"},
     {Family::kAutotuneNegotiationHoldSeconds, "gradsync_autotune_negotiation_hold_seconds",
-     Type::kGauge, "training_job",
-     "An autotuned job's negotiation hold in effect (across nodes)"},
+     Type::kGauge, "training_job", "An autotuned job's negotiation hold in effect (across nodes)"},
     {Family::kAutotuneRingMinBytes, "gradsync_autotune_ring_min_bytes", Type::kGauge,
      "training_job",
      "Across nodes: allreduces from this size take the ring, smaller ones halving-doubling (0: "

@@ -461,9 +461,12 @@ void Metrics::set_job_progress(const std::string& job, const JobProgress& progre
       }
     }
     const std::array<double, kAutotuneFamilies> values{
-        static_cast<double>(tune->trials),         tune->done ? 1.0 : 0.0,
-        tune->best_bus_bandwidth,                  static_cast<double>(tune->fusion_threshold_bytes),
-        static_cast<double>(tune->piece_bytes),    tune->negotiation_hold_seconds,
+        static_cast<double>(tune->trials),
+        tune->done ? 1.0 : 0.0,
+        tune->best_bus_bandwidth,
+        static_cast<double>(tune->fusion_threshold_bytes),
+        static_cast<double>(tune->piece_bytes),
+        tune->negotiation_hold_seconds,
         static_cast<double>(tune->ring_min_bytes)};
     for (size_t i = 0; i < kAutotuneFamilies; ++i) series.autotune[i]->Set(values[i]);
   }

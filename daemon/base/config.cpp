@@ -142,8 +142,7 @@ const std::vector<Key>& keys() {
        "over its first steps (docs/autotune.md); a job's `GRADSYNC_AUTOTUNE` overrides it, and "
        "across nodes node 0's ranks decide"},
       {"autotune_max_steps", &C::autotune_max_steps, Reload::kLiveNewJobs,
-       "steps an autotuned job's search may take; fewer steps try fewer candidates", 5,
-       1'000'000},
+       "steps an autotuned job's search may take; fewer steps try fewer candidates", 5, 1'000'000},
       {"autotune_max_seconds", &C::autotune_max_seconds, Reload::kLiveNewJobs,
        "time an autotuned job's search may take; past it the best measured so far is kept", 1,
        86'400},

@@ -36,8 +36,8 @@ struct DaemonConfig {
 
   uint64_t fusion_threshold_bytes = 64ull << 20;
   uint64_t pipeline_piece_bytes = 4ull << 20;  // a batch runs in pieces of this size
-  uint32_t ring_entries = 1024;       // per client, each ring
-  uint32_t engine_spin_us = 100;      // spin (yielding) before the engine blocks
+  uint32_t ring_entries = 1024;                // per client, each ring
+  uint32_t engine_spin_us = 100;               // spin (yielding) before the engine blocks
   uint32_t negotiation_hold_us = 50;  // hold an empty part of a peer's cycle (<= engine_spin_us)
   uint32_t negotiation_relay_min_nodes = 8;         // jobs this large relay negotiation cycles
   uint32_t reduce_threads = 0;                      // 0: one per online CPU
@@ -59,7 +59,7 @@ struct DaemonConfig {
   // What f32 allreduces send between nodes: none (the values) or bf16 (rounded, half the
   // bytes); a job's GRADSYNC_WIRE_CODEC overrides it.
   std::string allreduce_wire_codec = "none";
-  bool autotune = false;                // per job: GRADSYNC_AUTOTUNE overrides it
+  bool autotune = false;  // per job: GRADSYNC_AUTOTUNE overrides it
   uint32_t autotune_max_steps = 200;
   uint32_t autotune_max_seconds = 120;
   std::string autotune_log;  // CSV of the trials; empty: none

@@ -202,10 +202,10 @@ void Engine::log_autotune(Job& job) {
   if (events.empty()) return;
   for (const AutotuneTrial& e : events) {
     if (e.chosen) {
-      log_->info("job '{}': autotune chose {} ({:.3f} GB/s bus){}", job.name(),
-                 describe(e.settings), e.bus_bytes_per_second * 1e-9,
-                 job.autotuner()->cut_short() ? ", its step or time bound cut the search short"
-                                              : "");
+      log_->info(
+          "job '{}': autotune chose {} ({:.3f} GB/s bus){}", job.name(), describe(e.settings),
+          e.bus_bytes_per_second * 1e-9,
+          job.autotuner()->cut_short() ? ", its step or time bound cut the search short" : "");
     } else {
       log_->debug("job '{}': autotune stage {} round {}: {} over {} steps: {:.3f} GB/s bus",
                   job.name(), e.stage, e.round, describe(e.settings), e.steps,
@@ -227,9 +227,8 @@ void Engine::log_autotune(Job& job) {
         "negotiation_hold_us,ring_min_bytes,steps,bus_bytes_per_second\n",
         file);
   }
-  const double now = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   for (const AutotuneTrial& e : events) {
     fmt::print(file, "{:.3f},{},{},{},{},{},{},{},{},{},{:.0f}\n", now, job.name(),
                e.chosen ? "chosen" : "trial", e.stage, e.round, e.settings.fusion_threshold_bytes,
@@ -266,9 +265,8 @@ void Engine::export_samples() {
     if (const Autotuner* tuner = job->autotuner()) {
       const TunedSettings& tuned = *job->tuned();
       progress.autotune = metrics::Metrics::JobProgress::Autotune{
-          tuner->trials().size(),  tuner->done(),
-          tuner->best_bus_bytes_per_second(), tuned.fusion_threshold_bytes,
-          tuned.piece_bytes,       tuned.negotiation_hold_us * 1e-6,
+          tuner->trials().size(),       tuner->done(),     tuner->best_bus_bytes_per_second(),
+          tuned.fusion_threshold_bytes, tuned.piece_bytes, tuned.negotiation_hold_us * 1e-6,
           tuned.ring_min_bytes};
     }
     metrics_.set_job_progress(name, progress);

@@ -178,9 +178,8 @@ void Engine::serve_local_piece(Job& job, const LocalTurn& turn, std::span<Job* c
     collectives += record_local_completion(job, unit, end);
     unit_bytes += unit.bytes();
   }
-  metrics_.batch_executed(
-      current.batch.bytes(), collectives, current.seconds,
-      static_cast<double>(unit_bytes) / static_cast<double>(fusion_threshold));
+  metrics_.batch_executed(current.batch.bytes(), collectives, current.seconds,
+                          static_cast<double>(unit_bytes) / static_cast<double>(fusion_threshold));
   if (TraceRecorder* trace = job.trace()) trace_local_batch(*trace, batch, current.start, end);
   for (ReadyUnit& unit : batch) job.unit_pool().recycle(std::move(unit));
   running.erase(running.begin() + static_cast<std::ptrdiff_t>(index));

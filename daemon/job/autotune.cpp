@@ -78,14 +78,13 @@ Autotuner::Autotuner(const TunedSettings& start, const AutotuneLimits& limits,
   const bool second = limits.tune_hold || limits.tune_crossover;
   // The second stage's least: four candidates a measured step each, a quarter of the steps at
   // most; the first stage has the rest, the second what the first leaves.
-  const uint64_t reserve =
-      second ? std::min<uint64_t>(stage_steps(4, 1), limits.max_steps / 4) : 0;
+  const uint64_t reserve = second ? std::min<uint64_t>(stage_steps(4, 1), limits.max_steps / 4) : 0;
   plans_[0] = plan<StagePlan>(limits.max_steps - reserve, kMaxCandidates);
   if (second) {
     const uint32_t second_most =
         (limits.tune_hold ? kHolds.size() : 1) * (limits.tune_crossover ? kRingMins.size() : 1);
-    plans_[1] = plan<StagePlan>(
-        limits.max_steps - stage_steps(plans_[0].count, plans_[0].per_turn), second_most);
+    plans_[1] = plan<StagePlan>(limits.max_steps - stage_steps(plans_[0].count, plans_[0].per_turn),
+                                second_most);
   }
   if (plans_[0].count == 0) {
     done_ = true;  // too few steps to compare even two candidates: the job keeps its settings

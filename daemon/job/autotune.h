@@ -65,9 +65,9 @@ struct AutotuneTrial {
   uint32_t stage = 0;  // 0: fusion threshold and piece; 1: hold and crossover
   uint32_t round = 0;
   TunedSettings settings;
-  uint32_t steps = 0;                 // measured in this turn
-  double bus_bytes_per_second = 0;    // over all of the candidate's measured steps so far
-  bool chosen = false;                // not a trial: the search's choice (Job's log)
+  uint32_t steps = 0;               // measured in this turn
+  double bus_bytes_per_second = 0;  // over all of the candidate's measured steps so far
+  bool chosen = false;              // not a trial: the search's choice (Job's log)
 };
 
 class Autotuner {
@@ -120,11 +120,11 @@ class Autotuner {
   uint32_t stage_ = 0;
   std::vector<Candidate> candidates_;  // every stage's so far
   std::vector<size_t> alive_;          // into candidates_, this round's
-  size_t position_ = 0;        // in alive_: whose turn it is
-  size_t current_ = 0;         // into candidates_
+  size_t position_ = 0;                // in alive_: whose turn it is
+  size_t current_ = 0;                 // into candidates_
   uint32_t round_ = 0;
-  uint32_t turn_steps_ = 0;      // measured in this turn
-  bool warming_ = false;         // the next step is not measured
+  uint32_t turn_steps_ = 0;  // measured in this turn
+  bool warming_ = false;     // the next step is not measured
   uint32_t steps_ = 0;
   AutotuneLimits limits_;
   Clock::time_point deadline_;

@@ -22,8 +22,7 @@ double bus_bytes(ipc::Collective collective, uint64_t bytes, int32_t ranks) {
   return 0;
 }
 
-std::optional<StepMeter::Step> StepMeter::on_ready(const std::string& name,
-                                                   Clock::time_point now) {
+std::optional<StepMeter::Step> StepMeter::on_ready(const std::string& name, Clock::time_point now) {
   if (marker_.empty()) marker_ = name;
   if (name != marker_) return std::nullopt;
   std::optional<Step> ended;

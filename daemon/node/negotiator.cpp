@@ -30,9 +30,10 @@ TuningAnnouncement read_tuned(wire::TunedSettings::Reader tuned, const std::stri
                                tuned.getNegotiationHoldMicroseconds(), tuned.getRingMinBytes()};
   if (settings.piece_bytes < kMinTunedPieceBytes || settings.piece_bytes > kMaxTunedPieceBytes ||
       settings.negotiation_hold_us > kMaxTunedHoldMicroseconds) {
-    throw std::invalid_argument(fmt::format("job '{}': node {} sent cycle {} with settings out of "
-                                            "range: {}",
-                                            job, node, number, describe(settings)));
+    throw std::invalid_argument(
+        fmt::format("job '{}': node {} sent cycle {} with settings out of "
+                    "range: {}",
+                    job, node, number, describe(settings)));
   }
   return {settings, tuned.getSearchDone()};
 }

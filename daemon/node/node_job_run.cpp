@@ -518,8 +518,8 @@ NodeTask NodeJob::run_collective(InFlight& work, const ReadyCollective& collecti
         NodeTask task = node_topk_allreduce(step, operand, topk_run(work));
         co_return co_await finish(task);
       }
-      const cost_model::AllreduceAlgorithm algorithm =
-          choose(collective.bytes(), collective.first().dtype, work.link, work.tuned.ring_min_bytes);
+      const cost_model::AllreduceAlgorithm algorithm = choose(
+          collective.bytes(), collective.first().dtype, work.link, work.tuned.ring_min_bytes);
       metrics_.internode_allreduce(cost_model::algorithm_name(algorithm));
       work.allreduce_algorithm = cost_model::algorithm_name(algorithm);
       log_->debug("job '{}': allreduce '{}' ({} bytes) as collective {} by {}", links_.job_name(),

@@ -101,7 +101,8 @@ TEST_P(ClusterTest, AutotuneEndsWithNodeZerosChoiceOnEveryNode) {
   LoopbackCluster cluster(GetParam().nodes, poor_autotune_config(csv, kMaxSteps), false, {},
                           {"--log-level", "info"});
   auto ranks = cluster.spawn(
-      "autotune", std::vector<int>(static_cast<size_t>(GetParam().nodes), GetParam().ranks_per_node),
+      "autotune",
+      std::vector<int>(static_cast<size_t>(GetParam().nodes), GetParam().ranks_per_node),
       {"steps", "60", "24", "300000"}, {{"GRADSYNC_AUTOTUNE", "1"}});
   expect_all_succeed(ranks, cluster);
   // A daemon logs what is left of a search when the job ends, which it may not have seen yet.

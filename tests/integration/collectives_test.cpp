@@ -57,8 +57,8 @@ TEST_P(CollectivesTest, AutotuneEndsWithinItsBoundAndResultsStayExact) {
   std::filesystem::remove(csv);
   daemon().stop();
   start_logged_daemon(poor_autotune_config(csv, kMaxSteps), {"--log-level", "info"});
-  auto ranks = spawn_ranks("autotune", GetParam(), {"steps", "60", "24", "300000"},
-                           {}, {{"GRADSYNC_AUTOTUNE", "1"}});
+  auto ranks = spawn_ranks("autotune", GetParam(), {"steps", "60", "24", "300000"}, {},
+                           {{"GRADSYNC_AUTOTUNE", "1"}});
   expect_all_succeed(ranks);
   // The daemon logs what is left of a search when the job ends, which it may not have seen yet.
   settled_resources_of(daemon().process().pid(), socket());

@@ -211,20 +211,17 @@ tools::ChildProcess DaemonTest::spawn_rank(const std::string& job, int rank, int
   std::vector<std::string> argv = {build_dir() + "/gradsync-test-rank"};
   argv.insert(argv.end(), prefix.begin(), prefix.end());
   argv.insert(argv.end(), args.begin(), args.end());
-  std::map<std::string, std::string> rank_env{{"GRADSYNC_SOCKET", socket()},
-                                              {"GRADSYNC_JOB", job},
-                                              {"RANK", std::to_string(rank)},
-                                              {"LOCAL_RANK", std::to_string(rank)},
-                                              {"WORLD_SIZE", std::to_string(ranks)},
-                                              {"LOCAL_WORLD_SIZE", std::to_string(ranks)}};
+  std::map<std::string, std::string> rank_env{
+      {"GRADSYNC_SOCKET", socket()},         {"GRADSYNC_JOB", job},
+      {"RANK", std::to_string(rank)},        {"LOCAL_RANK", std::to_string(rank)},
+      {"WORLD_SIZE", std::to_string(ranks)}, {"LOCAL_WORLD_SIZE", std::to_string(ranks)}};
   rank_env.insert(env.begin(), env.end());
   return tools::ChildProcess(argv, rank_env);
 }
 
-std::vector<tools::ChildProcess> DaemonTest::spawn_ranks(const std::string& job, int ranks,
-                                                         const std::vector<std::string>& args,
-                                                         const std::vector<std::string>& prefix,
-                                                         const std::map<std::string, std::string>& env) {
+std::vector<tools::ChildProcess> DaemonTest::spawn_ranks(
+    const std::string& job, int ranks, const std::vector<std::string>& args,
+    const std::vector<std::string>& prefix, const std::map<std::string, std::string>& env) {
   std::vector<tools::ChildProcess> children;
   children.reserve(static_cast<size_t>(ranks));
   for (int r = 0; r < ranks; ++r) children.push_back(spawn_rank(job, r, ranks, args, prefix, env));
@@ -437,8 +434,8 @@ std::string expect_autotune_trials(const std::string& csv, uint32_t max_steps) {
       ADD_FAILURE() << "autotune_log line: " << line;
       return "";
     }
-    const std::string settings = "fusion_threshold_bytes=" + fields[5] + " piece_bytes=" +
-                                 fields[6] + " negotiation_hold_us=" + fields[7] +
+    const std::string settings = "fusion_threshold_bytes=" + fields[5] +
+                                 " piece_bytes=" + fields[6] + " negotiation_hold_us=" + fields[7] +
                                  " ring_min_bytes=" + fields[8];
     if (fields[2] == "chosen") {
       EXPECT_EQ(chosen, "") << "a second choice: " << line;

@@ -26,7 +26,7 @@ struct SearchRun {
   std::set<std::pair<uint64_t, uint64_t>> tried;  // fusion threshold, piece
 };
 SearchRun drive(Autotuner& tuner, const std::function<double(const TunedSettings&)>& score,
-          uint32_t limit, Clock::time_point now) {
+                uint32_t limit, Clock::time_point now) {
   SearchRun run;
   while (!tuner.done() && run.steps < limit) {
     const TunedSettings& s = tuner.current();

@@ -15,9 +15,9 @@ namespace gradsync::bench {
 struct BenchOptions {
   int processes = 0;  // -np: spawn this many local ranks; 0: run as one rank from the env
   bool spawn_daemon = false;
-  int cluster_nodes = 0;     // --cluster N: N namespace nodes, -np ranks each
-  std::string cluster_rate;  // --rate: shape each node's link (tc tbf), e.g. 1gbit
-  std::string daemon_path;   // default: gradsyncd beside this executable
+  int cluster_nodes = 0;      // --cluster N: N namespace nodes, -np ranks each
+  std::string cluster_rate;   // --rate: shape each node's link (tc tbf), e.g. 1gbit
+  std::string daemon_path;    // default: gradsyncd beside this executable
   std::string daemon_config;  // --daemon-config: the spawned daemons' TOML configuration
   ipc::Collective collective = ipc::Collective::kAllreduce;
   uint64_t min_bytes = 32ull << 20;

@@ -124,10 +124,9 @@ namespace {
 // "autotune done: fusion 16.0 MiB, piece 1.0 MiB, hold 25 us, ring from 4.0 MiB": the
 // settings in effect, where the job autotunes (docs/autotune.md).
 std::string autotune_note(const nlohmann::json& tune) {
-  std::string note = fmt::format(
-      "autotune {}: fusion {}, piece {}", text(tune["state"]),
-      human_bytes(tune["fusion_threshold_bytes"].get<double>()),
-      human_bytes(tune["piece_bytes"].get<double>()));
+  std::string note = fmt::format("autotune {}: fusion {}, piece {}", text(tune["state"]),
+                                 human_bytes(tune["fusion_threshold_bytes"].get<double>()),
+                                 human_bytes(tune["piece_bytes"].get<double>()));
   if (const auto hold = tune["negotiation_hold_us"].get<uint32_t>(); hold > 0) {
     note += fmt::format(", hold {} us", hold);
   }
