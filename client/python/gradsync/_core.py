@@ -30,8 +30,7 @@ _DTYPE_BY_NAME = {
     "float16": FLOAT16, "half": FLOAT16, "bfloat16": BFLOAT16, "int32": INT32, "int64": INT64,
 }
 _PAGE = 4096
-# gradsync_autotune (include/gradsync/gradsync.h).
-_AUTOTUNE_ON, _AUTOTUNE_OFF = 1, 2
+AUTOTUNE_DEFAULT, AUTOTUNE_ON, AUTOTUNE_OFF = 0, 1, 2
 
 
 class GradsyncError(RuntimeError):
@@ -240,7 +239,7 @@ class Communicator:
         if wire_codec is not None:
             settings.wire_codec = wire_codec.encode()
         if autotune is not None:
-            settings.autotune = _AUTOTUNE_ON if autotune else _AUTOTUNE_OFF
+            settings.autotune = AUTOTUNE_ON if autotune else AUTOTUNE_OFF
         handle = ctypes.c_void_p()
         _check_connect(lib, lib.gradsync_connect_with(ctypes.byref(options), ctypes.byref(settings),
                                                       ctypes.byref(handle)))
