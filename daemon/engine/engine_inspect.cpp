@@ -263,7 +263,8 @@ void Engine::export_samples() {
     }
     progress.autotune.reset();
     if (const Autotuner* tuner = job->autotuner()) {
-      const TunedSettings& tuned = *job->tuned();
+      // Before the job has formed across nodes, nothing is in effect yet: what node 0 announces.
+      const TunedSettings& tuned = job->tuned() != nullptr ? *job->tuned() : tuner->current();
       progress.autotune = metrics::Metrics::JobProgress::Autotune{
           tuner->trials().size(),       tuner->done(),     tuner->best_bus_bytes_per_second(),
           tuned.fusion_threshold_bytes, tuned.piece_bytes, tuned.negotiation_hold_us * 1e-6,
