@@ -40,13 +40,8 @@ Communicator::Communicator(const gradsync_options& options, const gradsync_job_s
   hello.setWorldSize(options.world_size);
   hello.setLocalRank(options.local_rank);
   hello.setLocalWorldSize(options.local_world_size);
-  std::vector<std::string> nodes;
-  const std::string node_list(options.nodes, strnlen(options.nodes, sizeof(options.nodes)));
-  for (size_t start = 0; start < node_list.size();) {
-    const size_t comma = std::min(node_list.find(',', start), node_list.size());
-    if (comma > start) nodes.push_back(node_list.substr(start, comma - start));
-    start = comma + 1;
-  }
+  const std::vector<std::string> nodes = ipc::split_addresses(
+      std::string_view(options.nodes, strnlen(options.nodes, sizeof(options.nodes))));
   auto node_builder = hello.initNodes(static_cast<unsigned>(nodes.size()));
   for (size_t i = 0; i < nodes.size(); ++i) node_builder.set(static_cast<unsigned>(i), nodes[i]);
   hello.setNodeRank(nodes.empty() ? 0 : options.node_rank);
@@ -54,6 +49,12 @@ Communicator::Communicator(const gradsync_options& options, const gradsync_job_s
       std::string(options.algorithm, strnlen(options.algorithm, sizeof(options.algorithm))));
   hello.setWireCodec(
       std::string(settings.wire_codec, strnlen(settings.wire_codec, sizeof(settings.wire_codec))));
+  const std::vector<std::string> aggregators = ipc::split_addresses(
+      std::string_view(settings.aggregators, strnlen(settings.aggregators, sizeof(settings.aggregators))));
+  auto aggregator_builder = hello.initAggregators(static_cast<unsigned>(aggregators.size()));
+  for (size_t i = 0; i < aggregators.size(); ++i) {
+    aggregator_builder.set(static_cast<unsigned>(i), aggregators[i]);
+  }
   switch (settings.autotune) {
     case GRADSYNC_AUTOTUNE_ON:
       hello.setAutotune(ipc::wire::Autotune::ON);

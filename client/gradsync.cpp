@@ -188,6 +188,14 @@ gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings) 
       r != GRADSYNC_OK) {
     return r;
   }
+  const char* aggregators = std::getenv("GRADSYNC_AGGREGATORS");
+  if (const gradsync_result r = copy_string("GRADSYNC_AGGREGATORS",
+                                            aggregators != nullptr ? aggregators : "",
+                                            settings->aggregators, sizeof(settings->aggregators),
+                                            connect_error);
+      r != GRADSYNC_OK) {
+    return r;
+  }
   const char* autotune = std::getenv("GRADSYNC_AUTOTUNE");
   const std::string_view value = autotune != nullptr ? autotune : "";
   if (value.empty()) {

@@ -15,11 +15,23 @@ bool eager_bulk_pays(const LinkFigures& link) {
 std::optional<AllreduceAlgorithm> parse_algorithm(std::string_view name) {
   if (name == "ring") return AllreduceAlgorithm::kRing;
   if (name == "rhd") return AllreduceAlgorithm::kHalvingDoubling;
+  if (name == "aggregate") return AllreduceAlgorithm::kAggregate;
+  if (name == "split") return AllreduceAlgorithm::kSplit;
   return std::nullopt;
 }
 
 const char* algorithm_name(AllreduceAlgorithm algorithm) {
-  return algorithm == AllreduceAlgorithm::kRing ? "ring" : "rhd";
+  switch (algorithm) {
+    case AllreduceAlgorithm::kHalvingDoubling:
+      return "rhd";
+    case AllreduceAlgorithm::kAggregate:
+      return "aggregate";
+    case AllreduceAlgorithm::kSplit:
+      return "split";
+    case AllreduceAlgorithm::kRing:
+      break;
+  }
+  return "ring";
 }
 
 std::optional<WireCodecSpec> parse_wire_codec(std::string_view name) {
@@ -87,10 +99,49 @@ double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_
   return time;
 }
 
+double predict_aggregate(const LinkFigures& link, uint32_t nodes,
+                         const AggregatorFigures& aggregators, uint64_t bytes, double share) {
+  if (nodes <= 1 || aggregators.count == 0) return 0;
+  const double n = nodes;
+  const double s = static_cast<double>(bytes);
+  const double ring_factor = 2 * (n - 1) / n;
+  const double node_link = (share + (1 - share) * ring_factor) * s * link.beta_seconds_per_byte;
+  const double per_aggregator = share * s * n / aggregators.count;
+  const double aggregator_link =
+      per_aggregator * (aggregators.beta_seconds_per_byte + link.gamma_seconds_per_byte);
+  const double ring_messages = share < 1 ? 2 * (n - 1) * link.alpha_seconds : 0;
+  return std::max(2 * link.alpha_seconds, ring_messages) + std::max(node_link, aggregator_link);
+}
+
+double aggregated_share(uint32_t nodes, const LinkFigures& link,
+                        const AggregatorFigures& aggregators) {
+  if (nodes <= 2 || aggregators.count == 0) return 1;
+  const double n = nodes;
+  const double ring_factor = 2 * (n - 1) / n;
+  // Node link: β(r - x(r - 1)); aggregator link: x n (β_a + γ) / k. Equal at x:
+  const double per_aggregator =
+      n * (aggregators.beta_seconds_per_byte + link.gamma_seconds_per_byte) / aggregators.count;
+  const double denominator = (ring_factor - 1) * link.beta_seconds_per_byte + per_aggregator;
+  if (denominator <= 0) return 1;
+  return std::clamp(ring_factor * link.beta_seconds_per_byte / denominator, 0.0, 1.0);
+}
+
 double predict_allreduce(AllreduceAlgorithm algorithm, const LinkFigures& link, uint32_t nodes,
-                         uint64_t bytes, WireCodec codec) {
-  return algorithm == AllreduceAlgorithm::kRing ? predict_ring(link, nodes, bytes, codec)
-                                                : predict_halving_doubling(link, nodes, bytes);
+                         uint64_t bytes, WireCodec codec, const AggregatorFigures& aggregators) {
+  // The codec halves what the aggregators' pushes and sums carry, as the ring's pieces.
+  const uint64_t wire = codec == WireCodec::kBf16 ? bytes / 2 : bytes;
+  switch (algorithm) {
+    case AllreduceAlgorithm::kRing:
+      return predict_ring(link, nodes, bytes, codec);
+    case AllreduceAlgorithm::kHalvingDoubling:
+      return predict_halving_doubling(link, nodes, bytes);
+    case AllreduceAlgorithm::kAggregate:
+      return predict_aggregate(link, nodes, aggregators, wire);
+    case AllreduceAlgorithm::kSplit:
+      return predict_aggregate(link, nodes, aggregators, wire,
+                               aggregated_share(nodes, link, aggregators));
+  }
+  return 0;
 }
 
 std::optional<double> implied_beta(AllreduceAlgorithm algorithm, const LinkFigures& link,
@@ -108,10 +159,24 @@ std::optional<double> implied_beta(AllreduceAlgorithm algorithm, const LinkFigur
 }
 
 AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uint64_t bytes,
-                                    WireCodec codec) {
-  return predict_halving_doubling(link, nodes, bytes) < predict_ring(link, nodes, bytes, codec)
-             ? AllreduceAlgorithm::kHalvingDoubling
-             : AllreduceAlgorithm::kRing;
+                                    WireCodec codec, const AggregatorFigures& aggregators) {
+  AllreduceAlgorithm best =
+      predict_halving_doubling(link, nodes, bytes) < predict_ring(link, nodes, bytes, codec)
+          ? AllreduceAlgorithm::kHalvingDoubling
+          : AllreduceAlgorithm::kRing;
+  if (aggregators.count == 0 || link.beta_seconds_per_byte <= 0) return best;
+  double best_seconds = predict_allreduce(best, link, nodes, bytes, codec);
+  const double share = aggregated_share(nodes, link, aggregators);
+  for (const auto candidate : {AllreduceAlgorithm::kAggregate, AllreduceAlgorithm::kSplit}) {
+    // A split that sends everything one way is the one algorithm, or the other.
+    if (candidate == AllreduceAlgorithm::kSplit && share >= 1) continue;
+    const double seconds = predict_allreduce(candidate, link, nodes, bytes, codec, aggregators);
+    if (seconds < best_seconds) {
+      best = candidate;
+      best_seconds = seconds;
+    }
+  }
+  return best;
 }
 
 double predict_cheaper(const LinkFigures& link, uint32_t nodes, uint64_t bytes) {

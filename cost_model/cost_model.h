@@ -39,7 +39,15 @@ struct LinkFigures {
   double gamma_seconds_per_byte = 0;  // to reduce
 };
 
-enum class AllreduceAlgorithm { kRing, kHalvingDoubling };
+// kAggregate and kSplit run through the job's aggregators (docs/aggregators.md): the whole
+// buffer, or a share of it while the ring among the nodes runs the rest.
+enum class AllreduceAlgorithm { kRing, kHalvingDoubling, kAggregate, kSplit };
+
+// A job's aggregators as the model sees them: how many, and the wire β of each one's link.
+struct AggregatorFigures {
+  uint32_t count = 0;  // 0: the job has none
+  double beta_seconds_per_byte = 0;
+};
 
 // What a job's f32 allreduces send between nodes (kernels/codec.h, kernels/sparse.h): the
 // values themselves; rounded to bf16 (half the bytes; the ring only, see
@@ -70,7 +78,7 @@ inline constexpr double kEagerBulkMinWireOverReduce = 64;
 // The link is slow next to this node's copies, as above; false where either is not measured.
 bool eager_bulk_pays(const LinkFigures& link);
 
-// "ring", "rhd"; nullopt for "auto" or "".
+// "ring", "rhd", "aggregate", "split"; nullopt for "auto" or "".
 std::optional<AllreduceAlgorithm> parse_algorithm(std::string_view name);
 const char* algorithm_name(AllreduceAlgorithm algorithm);
 // "none", "bf16", "topk" or "topk:PERCENT" (say "topk:0.5"); nullopt for anything else.
@@ -93,8 +101,22 @@ double predict_ring(const LinkFigures& link, uint32_t nodes, uint64_t bytes,
                     WireCodec codec = WireCodec::kNone);
 double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
 
+// Through k aggregators (the PHub and BytePS summation service), of `share` of the bytes
+// while the ring runs the rest (share 1: aggregation alone). Chunks stream, so the busier of
+// the two links bounds the time: a node's carries the aggregated share once each way and the
+// ring's share 2(n-1)/n times; an aggregator's carries n/k of the aggregated share each way,
+// and reduces it. The first chunk's push and sum add two messages.
+double predict_aggregate(const LinkFigures& link, uint32_t nodes,
+                         const AggregatorFigures& aggregators, uint64_t bytes, double share = 1);
+// The share of a buffer the split sends through the aggregators: where the nodes' links and
+// the aggregators' are equally busy, within [0, 1] (BytePS's balance; 1 with two nodes or
+// fewer, where the ring gains nothing on a node's link).
+double aggregated_share(uint32_t nodes, const LinkFigures& link,
+                        const AggregatorFigures& aggregators);
+
 double predict_allreduce(AllreduceAlgorithm algorithm, const LinkFigures& link, uint32_t nodes,
-                         uint64_t bytes, WireCodec codec = WireCodec::kNone);
+                         uint64_t bytes, WireCodec codec = WireCodec::kNone,
+                         const AggregatorFigures& aggregators = {});
 
 // The β that makes `algorithm`'s prediction for `bytes` equal to `seconds`, a measured run,
 // with the other figures as in `link`; nullopt where the run took no longer than its α and γ
@@ -107,10 +129,12 @@ std::optional<double> implied_beta(AllreduceAlgorithm algorithm, const LinkFigur
 // The time of the cheaper of the two.
 double predict_cheaper(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
 
-// The cheaper of the two; ring when they tie (or nothing was measured). `codec`: what the
-// ring would send (halving-doubling always sends the values).
+// The cheapest; ring when they tie (or nothing was measured). `codec`: what the ring and the
+// aggregators would send (halving-doubling always sends the values). With aggregators,
+// aggregation and the split are candidates too.
 AllreduceAlgorithm choose_allreduce(const LinkFigures& link, uint32_t nodes, uint64_t bytes,
-                                    WireCodec codec = WireCodec::kNone);
+                                    WireCodec codec = WireCodec::kNone,
+                                    const AggregatorFigures& aggregators = {});
 
 // Broadcast across nodes (node_direct_broadcast.cpp, node_chain_broadcast.cpp):
 //  direct: the root's node sends the whole buffer to every other node at once. One step, but

@@ -93,7 +93,8 @@ int parse_and_run(int argc, char** argv) {
   using gradsync::daemon::DaemonConfig;
   CLI::App app{"gradsyncd: gradient communication daemon"};
   std::string config_path;
-  std::optional<std::string> socket_path, metrics_listen, listen, cluster_key_file, log_level;
+  std::optional<std::string> socket_path, metrics_listen, listen, cluster_key_file, log_level,
+      role;
   bool print_config = false;
   app.add_option("--config", config_path, "TOML configuration file")->check(CLI::ExistingFile);
   app.add_option("--socket", socket_path, "client socket path (config: socket_path)");
@@ -104,6 +105,9 @@ int parse_and_run(int argc, char** argv) {
                  "file holding the key node daemons prove to each other; mode 0600 (config: "
                  "cluster_key_file)");
   app.add_option("--log-level", log_level, "trace|debug|info|warn|error (config: log_level)");
+  app.add_option("--role", role,
+                 "node (serves training processes) or aggregator (sums other nodes' allreduces) "
+                 "(config: role)");
   // Given twice (a wrapper's default, then the caller's), the last one holds.
   for (CLI::Option* option : app.get_options()) {
     if (option->get_name() != "--help")
@@ -140,6 +144,7 @@ int parse_and_run(int argc, char** argv) {
     if (listen) config.listen = *listen;
     if (cluster_key_file) config.cluster_key_file = *cluster_key_file;
     if (log_level) config.log_level = *log_level;
+    if (role) config.role = *role;
     return config;
   };
   try {

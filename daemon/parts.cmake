@@ -11,6 +11,7 @@
 #   collectives/local      the collectives among one node's ranks
 #   collectives/internode  the collectives among nodes
 #   node       a job's inter-node part: formation, negotiation, running what was agreed
+#   aggregator the aggregator role: summing other nodes' allreduces (docs/aggregators.md)
 #   engine     the engine thread, its executor and reduce pool, and the jobs it runs
 #   control    the client socket, admission and admin requests
 #
@@ -37,7 +38,7 @@ endfunction()
 
 gradsync_daemon_part(base
   SOURCES daemon/base/config.cpp daemon/base/log.cpp
-  LIBS gradsync_cost_model tomlplusplus::tomlplusplus spdlog::spdlog fmt::fmt
+  LIBS gradsync_cost_model gradsync_ipc tomlplusplus::tomlplusplus spdlog::spdlog fmt::fmt
        nlohmann_json::nlohmann_json PkgConfig::SYSTEMD Threads::Threads)
 
 if(gradsync_with_cuda)
@@ -66,10 +67,12 @@ gradsync_daemon_part(qos
   SOURCES daemon/qos/policy.cpp daemon/qos/fair_share.cpp daemon/qos/wire_pacer.cpp
   PARTS base)
 
+capnp_generate_cpp(AGGREGATION_SRCS AGGREGATION_HDRS daemon/links/aggregation.capnp)
 gradsync_daemon_part(links
   SOURCES daemon/links/node_task.cpp daemon/links/rank_map.cpp daemon/links/links.cpp
+          ${AGGREGATION_SRCS}
   PARTS base qos
-  LIBS gradsync_ipc gradsync_transport)
+  LIBS gradsync_ipc gradsync_transport CapnProto::capnp)
 
 gradsync_daemon_part(collectives/local
   SOURCES daemon/collectives/local/local_allreduce.cpp daemon/collectives/local/local_broadcast.cpp
@@ -92,6 +95,7 @@ gradsync_daemon_part(collectives/internode
           daemon/collectives/internode/node_topk_allreduce.cpp
           daemon/collectives/internode/node_reduce_scatter.cpp
           daemon/collectives/internode/node_alltoall.cpp
+          daemon/collectives/internode/node_aggregate_allreduce.cpp
   PARTS collectives/local links
   LIBS gradsync_cost_model gradsync_kernels)
 
@@ -103,11 +107,16 @@ gradsync_daemon_part(node
   PARTS collectives/internode
   LIBS gradsync_metrics CapnProto::capnp)
 
+gradsync_daemon_part(aggregator
+  SOURCES daemon/aggregator/aggregator.cpp daemon/aggregator/aggregator_job.cpp
+  PARTS links
+  LIBS gradsync_kernels gradsync_metrics)
+
 gradsync_daemon_part(engine
   SOURCES daemon/engine/job.cpp daemon/engine/reduce_pool.cpp daemon/engine/executor.cpp
           daemon/engine/engine.cpp daemon/engine/engine_inspect.cpp daemon/engine/engine_peers.cpp
           daemon/engine/engine_device.cpp daemon/engine/engine_local.cpp
-  PARTS node)
+  PARTS node aggregator)
 
 gradsync_daemon_part(control
   SOURCES daemon/control/control.cpp daemon/control/control_admin.cpp

@@ -26,6 +26,8 @@ struct Hello {
   wireCodec @9 :Text;
   # Whether the daemons tune the job's settings over its first steps (docs/autotune.md).
   autotune @10 :Autotune;
+  # The aggregators the job sums through (HOST:PORT), empty for the daemon's default.
+  aggregators @11 :List(Text);
 }
 
 enum Autotune {

@@ -1,6 +1,18 @@
 #include "ipc/protocol.h"
 
+#include <algorithm>
+
 namespace gradsync::ipc {
+
+std::vector<std::string> split_addresses(std::string_view list) {
+  std::vector<std::string> addresses;
+  for (size_t start = 0; start < list.size();) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    if (comma > start) addresses.emplace_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return addresses;
+}
 
 const char* collective_name(Collective c) {
   switch (c) {

@@ -8,6 +8,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
 
 namespace gradsync::ipc {
 
@@ -40,6 +43,9 @@ enum class Collective : uint8_t {
 inline constexpr Collective kLastCollective = Collective::kAllToAll;
 
 const char* collective_name(Collective c);
+// A comma-separated list of addresses (GRADSYNC_NODES, GRADSYNC_AGGREGATORS), empty entries
+// left out.
+std::vector<std::string> split_addresses(std::string_view list);
 // Whether it reduces (takes an op).
 constexpr bool reduces(Collective c) {
   return c == Collective::kAllreduce || c == Collective::kReduceScatter;

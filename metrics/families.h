@@ -52,6 +52,13 @@ enum class Family {
   kJobWireBytes,
   kJobWireShare,
   kJobShareWaitSeconds,
+  kAggregatorBytesReceived,
+  kAggregatorBytesSent,
+  kAggregatorChunksSummed,
+  kAggregatorChunkWaitSeconds,
+  kAggregatorPushesWaiting,
+  kAggregationSentBytes,
+  kAggregationReceivedBytes,
   kAutotuneTrials,  // autotune's families last: metrics.cpp registers them as a range
   kAutotuneDone,
   kAutotuneBestBusBandwidthBytesPerSecond,
@@ -180,6 +187,24 @@ inline constexpr std::array<FamilyDoc, static_cast<size_t>(Family::kCount)> kFam
      "training_job",
      "Time a job's ready work waited while other jobs were served (engine) or for its share of "
      "the links to other nodes"},
+    {Family::kAggregatorBytesReceived, "gradsync_aggregator_received_bytes_total", Type::kCounter,
+     "training_job", "On an aggregator: bytes of a job's chunks its nodes pushed"},
+    {Family::kAggregatorBytesSent, "gradsync_aggregator_sent_bytes_total", Type::kCounter,
+     "training_job", "On an aggregator: bytes of a job's sums sent back to its nodes"},
+    {Family::kAggregatorChunksSummed, "gradsync_aggregator_chunks_summed_total", Type::kCounter,
+     "training_job", "On an aggregator: a job's chunks summed over all its nodes"},
+    {Family::kAggregatorChunkWaitSeconds, "gradsync_aggregator_chunk_wait_seconds",
+     Type::kHistogram, "training_job",
+     "On an aggregator: from a chunk's first push to its last (how far apart the job's nodes "
+     "push)"},
+    {Family::kAggregatorPushesWaiting, "gradsync_aggregator_pushes_waiting", Type::kGauge,
+     "training_job",
+     "On an aggregator: pushes of a job's announced collectives not arrived yet (its push "
+     "queue's depth)"},
+    {Family::kAggregationSentBytes, "gradsync_aggregation_sent_bytes_total", Type::kCounter,
+     "aggregator", "Bytes this node's jobs pushed to each aggregator"},
+    {Family::kAggregationReceivedBytes, "gradsync_aggregation_received_bytes_total",
+     Type::kCounter, "aggregator", "Bytes of sums this node's jobs received from each aggregator"},
     {Family::kAutotuneTrials, "gradsync_autotune_trials", Type::kGauge, "training_job",
      "Trials an autotuned job's search has ended (a candidate's turn in a round), on the node "
      "that tunes it (node 0, or the job's only node)"},

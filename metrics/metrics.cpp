@@ -22,8 +22,8 @@ namespace {
 constexpr std::array<const char*, static_cast<size_t>(CollectiveKind::kCount)> kKindNames = {
     "allreduce", "broadcast", "allgather", "barrier", "reduce_scatter", "alltoall"};
 // How a collective ran: on one node, or across nodes by one of the rest.
-constexpr std::array<const char*, 7> kAlgorithms = {"local",  "ring", "rhd",  "negotiation",
-                                                    "direct", "topk", "chain"};
+constexpr std::array<const char*, 9> kAlgorithms = {
+    "local", "ring", "rhd", "negotiation", "direct", "topk", "chain", "aggregate", "split"};
 // Collective sizes (payload bytes per rank) the duration histogram keeps apart.
 constexpr size_t kAutotuneFamilies =
     static_cast<size_t>(Family::kCount) - static_cast<size_t>(Family::kAutotuneTrials);
@@ -143,6 +143,34 @@ struct Metrics::Impl {
   prometheus::Family<prometheus::Counter>* job_share_wait = nullptr;
   // The autotune families, in Family's order from kAutotuneTrials.
   std::array<prometheus::Family<prometheus::Gauge>*, kAutotuneFamilies> autotune{};
+  prometheus::Family<prometheus::Counter>* aggregator_received = nullptr;
+  prometheus::Family<prometheus::Counter>* aggregator_sent = nullptr;
+  prometheus::Family<prometheus::Counter>* aggregator_summed = nullptr;
+  prometheus::Family<prometheus::Histogram>* aggregator_wait = nullptr;
+  prometheus::Family<prometheus::Gauge>* aggregator_waiting = nullptr;
+  prometheus::Family<prometheus::Counter>* aggregation_sent = nullptr;
+  prometheus::Family<prometheus::Counter>* aggregation_received = nullptr;
+  struct AggregatorSeries {
+    prometheus::Counter* received = nullptr;
+    prometheus::Counter* sent = nullptr;
+    prometheus::Counter* summed = nullptr;
+    prometheus::Histogram* wait = nullptr;
+    prometheus::Gauge* waiting = nullptr;
+    AggregatorJob last;
+  };
+  std::map<std::string, AggregatorSeries> aggregator_series;
+  AggregatorSeries& aggregator_job(const std::string& job) {
+    AggregatorSeries& series = aggregator_series[job];
+    if (series.received == nullptr) {
+      const prometheus::Labels labels{{"training_job", job}};
+      series.received = &aggregator_received->Add(labels);
+      series.sent = &aggregator_sent->Add(labels);
+      series.summed = &aggregator_summed->Add(labels);
+      series.wait = &aggregator_wait->Add(labels, exponential(1e-5, 4, 10));
+      series.waiting = &aggregator_waiting->Add(labels);
+    }
+    return series;
+  }
   // Each job's series, removed when it ends.
   struct JobSeries {
     prometheus::Gauge* stall = nullptr;
@@ -251,6 +279,16 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
   impl_->job_wire_bytes = &family<prometheus::Counter>(registry, Family::kJobWireBytes);
   impl_->job_wire_share = &family<prometheus::Gauge>(registry, Family::kJobWireShare);
   impl_->job_share_wait = &family<prometheus::Counter>(registry, Family::kJobShareWaitSeconds);
+  impl_->aggregator_received =
+      &family<prometheus::Counter>(registry, Family::kAggregatorBytesReceived);
+  impl_->aggregator_sent = &family<prometheus::Counter>(registry, Family::kAggregatorBytesSent);
+  impl_->aggregator_summed = &family<prometheus::Counter>(registry, Family::kAggregatorChunksSummed);
+  impl_->aggregator_wait =
+      &family<prometheus::Histogram>(registry, Family::kAggregatorChunkWaitSeconds);
+  impl_->aggregator_waiting = &family<prometheus::Gauge>(registry, Family::kAggregatorPushesWaiting);
+  impl_->aggregation_sent = &family<prometheus::Counter>(registry, Family::kAggregationSentBytes);
+  impl_->aggregation_received =
+      &family<prometheus::Counter>(registry, Family::kAggregationReceivedBytes);
   for (size_t i = 0; i < kAutotuneFamilies; ++i) {
     impl_->autotune[i] = &family<prometheus::Gauge>(
         registry, static_cast<Family>(static_cast<size_t>(Family::kAutotuneTrials) + i));
@@ -491,6 +529,37 @@ void Metrics::job_ended(const std::string& job) {
     if (series.autotune[i] != nullptr) impl_->autotune[i]->Remove(series.autotune[i]);
   }
   impl_->job_series.erase(it);
+}
+
+void Metrics::set_aggregator_job(const std::string& job, const AggregatorJob& totals) {
+  Impl::AggregatorSeries& series = impl_->aggregator_job(job);
+  series.received->Increment(static_cast<double>(totals.bytes_received - series.last.bytes_received));
+  series.sent->Increment(static_cast<double>(totals.bytes_sent - series.last.bytes_sent));
+  series.summed->Increment(static_cast<double>(totals.chunks_summed - series.last.chunks_summed));
+  series.waiting->Set(static_cast<double>(totals.pushes_waiting));
+  series.last = totals;
+}
+
+void Metrics::aggregator_chunk_waited(const std::string& job, double seconds) {
+  impl_->aggregator_job(job).wait->Observe(seconds);
+}
+
+void Metrics::aggregator_job_ended(const std::string& job) {
+  const auto it = impl_->aggregator_series.find(job);
+  if (it == impl_->aggregator_series.end()) return;
+  impl_->aggregator_received->Remove(it->second.received);
+  impl_->aggregator_sent->Remove(it->second.sent);
+  impl_->aggregator_summed->Remove(it->second.summed);
+  impl_->aggregator_wait->Remove(it->second.wait);
+  impl_->aggregator_waiting->Remove(it->second.waiting);
+  impl_->aggregator_series.erase(it);
+}
+
+void Metrics::aggregation_traffic(const std::string& aggregator, uint64_t bytes_sent,
+                                  uint64_t bytes_received) {
+  const prometheus::Labels labels{{"aggregator", aggregator}};
+  impl_->aggregation_sent->Add(labels).Increment(static_cast<double>(bytes_sent));
+  impl_->aggregation_received->Add(labels).Increment(static_cast<double>(bytes_received));
 }
 
 void Metrics::negotiated(const Negotiated& since_last) {

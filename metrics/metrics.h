@@ -86,7 +86,8 @@ class Metrics {
     uint64_t answer_messages = 0;  // the coordinator's answers sent (node 0's, or passed on)
   };
   void negotiated(const Negotiated& since_last);
-  void internode_allreduce(const char* algorithm);  // "ring" or "rhd"
+  // "ring", "rhd", "aggregate", "split", "topk" or "negotiation"
+  void internode_allreduce(const char* algorithm);
   // The top-k codec's held-back values, all jobs together: what a job's holding changed by,
   // and tensor names it dropped past its bound (increments).
   void topk_held(int64_t bytes_delta, uint64_t evicted_tensors);
@@ -119,6 +120,22 @@ class Metrics {
   };
   void set_job_progress(const std::string& job, const JobProgress& progress);
   void job_ended(const std::string& job);
+
+  // On an aggregator (docs/aggregators.md), per job it serves: totals so far (the counters
+  // move by the difference from the last call) and the pushes it waits for now, sampled; a
+  // chunk's wait from its first push to its last, as each is summed.
+  struct AggregatorJob {
+    uint64_t bytes_received = 0;
+    uint64_t bytes_sent = 0;
+    uint64_t chunks_summed = 0;
+    uint64_t pushes_waiting = 0;
+  };
+  void set_aggregator_job(const std::string& job, const AggregatorJob& totals);
+  void aggregator_chunk_waited(const std::string& job, double seconds);
+  void aggregator_job_ended(const std::string& job);
+  // On a node: what its jobs pushed to an aggregator and received from it (increments).
+  void aggregation_traffic(const std::string& aggregator, uint64_t bytes_sent,
+                           uint64_t bytes_received);
 
  private:
   struct Impl;

@@ -87,6 +87,8 @@ ucp_request_param_t Operation::add_part() {
   params.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   if (receive_) {
     params.cb.recv = on_receive;
+    params.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
+    params.recv_info.tag_info = &state_->completed_at_once;
   } else {
     params.cb.send = on_send;
   }
@@ -97,9 +99,12 @@ ucp_request_param_t Operation::add_part() {
 void Operation::part_started(ucs_status_ptr_t request) {
   if (UCS_PTR_IS_ERR(request)) {
     state_->status = UCS_PTR_STATUS(request);
-  } else if (request != nullptr) {  // null: completed at once
+  } else if (request != nullptr) {
     state_->part(state_->started - 1).request = request;
     ++state_->pending;
+  } else if (receive_) {  // completed at once
+    state_->received += state_->completed_at_once.length;
+    state_->sender_tag = state_->completed_at_once.sender_tag;
   }
 }
 

@@ -1,6 +1,7 @@
 #include "daemon/base/config.h"
 
 #include "cost_model/cost_model.h"
+#include "ipc/protocol.h"
 
 #include <fmt/format.h>
 #include <toml++/toml.h>
@@ -66,6 +67,20 @@ const std::vector<Key>& keys() {
        "must be owned by the daemon's user with no group or other permission bits, or the "
        "daemon does not start; `\"\"`: no key, only daemons without one are accepted"},
       {"log_level", &C::log_level, Reload::kLive, "trace, debug, info, warn, error, critical, off"},
+      {"role", &C::role, Reload::kRestart,
+       "`node` serves training processes on this machine; `aggregator` serves none and sums "
+       "the allreduces of other nodes' jobs that list it (docs/aggregators.md)"},
+      {"aggregators", &C::aggregators, Reload::kLiveNewJobs,
+       "aggregators, HOST:PORT, comma-separated, that jobs across nodes sum through when they "
+       "name none (a job's `GRADSYNC_AGGREGATORS` overrides it); `\"\"`: none"},
+      {"aggregation_chunk_bytes", &C::aggregation_chunk_bytes, Reload::kLiveNewJobs,
+       "allreduces through aggregators go in chunks of at most this size, each summed as soon "
+       "as every node's push of it is in (node 0's is agreed)",
+       4 << 10, 64 << 20},
+      {"aggregator_link_mbps", &C::aggregator_link_mbps, Reload::kLiveNewJobs,
+       "the aggregators' link speed, in Mbit/s, for the cost model's choice between them and "
+       "the ring; 0: as fast as the nodes' links as they measure them",
+       0, 100'000'000},
       {"fusion_threshold_bytes", &C::fusion_threshold_bytes, Reload::kLive,
        "ready tensors are fused into batches up to this size per rank (across nodes: node 0's "
        "value); a ready tensor never waits for others to fuse with: what is ready together "
@@ -130,8 +145,9 @@ const std::vector<Key>& keys() {
        "one through node 0",
        0, 1 << 16},
       {"allreduce_algorithm", &C::allreduce_algorithm, Reload::kLiveNewJobs,
-       "inter-node allreduce: `auto` (the cost model), `ring` or `rhd`, and with it the "
-       "broadcast (`ring`: the chain, `rhd`: direct); a job's `GRADSYNC_ALGO` overrides it"},
+       "inter-node allreduce: `auto` (the cost model), `ring`, `rhd`, `aggregate` or `split` "
+       "(through aggregators: docs/aggregators.md), and with it the broadcast (`ring`: the "
+       "chain, the others direct); a job's `GRADSYNC_ALGO` overrides it"},
       {"allreduce_wire_codec", &C::allreduce_wire_codec, Reload::kLiveNewJobs,
        "what f32 allreduces send between nodes: `none` (the values), `bf16` (rounded to "
        "bfloat16 on the ring: half the bytes) or `topk:PERCENT` (sums and averages send that "
@@ -463,10 +479,21 @@ void validate(const DaemonConfig& config) {
     throw key_error("tcp_bulk_protocol",
                     "must be auto, eager or rendezvous, not '" + config.tcp_bulk_protocol + "'");
   }
-  if (config.allreduce_algorithm != "auto" && config.allreduce_algorithm != "ring" &&
-      config.allreduce_algorithm != "rhd") {
-    throw key_error("allreduce_algorithm",
-                    "must be auto, ring or rhd, not '" + config.allreduce_algorithm + "'");
+  if (config.allreduce_algorithm != "auto" &&
+      !cost_model::parse_algorithm(config.allreduce_algorithm)) {
+    throw key_error("allreduce_algorithm", "must be auto, ring, rhd, aggregate or split, not '" +
+                                               config.allreduce_algorithm + "'");
+  }
+  if (config.role != "node" && config.role != "aggregator") {
+    throw key_error("role", "must be node or aggregator, not '" + config.role + "'");
+  }
+  if (config.role == "aggregator" && config.listen.empty()) {
+    throw key_error("listen", "an aggregator needs an inter-node listener");
+  }
+  for (const std::string& aggregator : ipc::split_addresses(config.aggregators)) {
+    if (aggregator.find(':') == std::string::npos) {
+      throw key_error("aggregators", "'" + aggregator + "' is not HOST:PORT");
+    }
   }
   if (!cost_model::parse_wire_codec(config.allreduce_wire_codec)) {
     throw key_error("allreduce_wire_codec", "must be none, bf16, topk or topk:PERCENT, not '" +

@@ -33,6 +33,14 @@ struct DaemonConfig {
   std::string listen = "0.0.0.0:9478";          // inter-node (UCX), used by multi-node jobs
   std::string cluster_key_file;                 // empty: accept only daemons without a key
   std::string log_level = "info";
+  // "node": serves training processes; "aggregator": sums for other nodes' jobs only
+  // (docs/aggregators.md).
+  std::string role = "node";
+  // HOST:PORT of aggregators, comma-separated: a job's default (GRADSYNC_AGGREGATORS overrides).
+  std::string aggregators;
+  uint64_t aggregation_chunk_bytes = 1ull << 20;  // allreduces through aggregators go in chunks
+  // The aggregators' links for the cost model (0: as fast as the nodes' own, as they measure).
+  uint32_t aggregator_link_mbps = 0;
 
   uint64_t fusion_threshold_bytes = 64ull << 20;
   uint64_t pipeline_piece_bytes = 4ull << 20;  // a batch runs in pieces of this size

@@ -1,6 +1,7 @@
 #include "daemon/control/admission.h"
 
 #include "cost_model/cost_model.h"
+#include "daemon/links/aggregation_plan.h"
 #include "daemon/links/links.h"
 #include "ipc/protocol.h"
 
@@ -74,9 +75,35 @@ void resolve_settings(ClientIdentity& who, ipc::wire::Hello::Reader hello,
                       const HelloRules& rules) {
   who.algorithm = hello.getAlgorithm().cStr();
   if (who.algorithm.empty()) who.algorithm = rules.default_algorithm;
-  if (who.algorithm != "auto" && who.algorithm != "ring" && who.algorithm != "rhd") {
+  if (who.algorithm != "auto" && !cost_model::parse_algorithm(who.algorithm)) {
     throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                  fmt::format("GRADSYNC_ALGO must be ring, rhd or auto, not '{}'", who.algorithm)};
+                  fmt::format("GRADSYNC_ALGO must be auto, ring, rhd, aggregate or split, not '{}'",
+                              who.algorithm)};
+  }
+  for (auto aggregator : hello.getAggregators()) who.aggregators.emplace_back(aggregator.cStr());
+  if (who.aggregators.empty()) who.aggregators = rules.default_aggregators;
+  if (who.aggregators.size() > aggregation::kMaxAggregators) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("GRADSYNC_AGGREGATORS names {} aggregators; at most {}",
+                              who.aggregators.size(), aggregation::kMaxAggregators)};
+  }
+  for (size_t i = 0; i < who.aggregators.size(); ++i) {
+    const std::string& aggregator = who.aggregators[i];
+    if (std::find(who.aggregators.begin(), who.aggregators.begin() + static_cast<ptrdiff_t>(i),
+                  aggregator) != who.aggregators.begin() + static_cast<ptrdiff_t>(i) ||
+        std::find(who.nodes.begin(), who.nodes.end(), aggregator) != who.nodes.end()) {
+      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                    fmt::format("aggregator {} is named twice, or is one of the job's nodes "
+                                "(GRADSYNC_AGGREGATORS, GRADSYNC_NODES)",
+                                aggregator)};
+    }
+  }
+  const bool through_aggregators = who.algorithm == "aggregate" || who.algorithm == "split";
+  if (through_aggregators && who.aggregators.empty() && !who.nodes.empty()) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("GRADSYNC_ALGO={} needs aggregators (GRADSYNC_AGGREGATORS, or the "
+                              "daemon's aggregators key)",
+                              who.algorithm)};
   }
   who.wire_codec = hello.getWireCodec().cStr();
   if (who.wire_codec.empty()) who.wire_codec = rules.default_wire_codec;
@@ -102,6 +129,11 @@ void resolve_settings(ClientIdentity& who, ipc::wire::Hello::Reader hello,
 
 ClientIdentity validate_hello(ipc::wire::Hello::Reader hello, pid_t pid, uid_t uid,
                               const HelloRules& rules) {
+  if (!rules.serves_ranks) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  "this gradsyncd is an aggregator (role = \"aggregator\"): it sums for other "
+                  "nodes' jobs and serves no training processes; connect to a node's daemon"};
+  }
   if (hello.getProtocolVersion() != ipc::kProtocolVersion) {
     throw Refusal{GRADSYNC_ERR_PROTOCOL,
                   fmt::format("protocol version {} is not supported (gradsyncd speaks {})",

@@ -27,6 +27,8 @@ struct HelloRules {
   std::string default_algorithm;   // allreduce_algorithm
   std::string default_wire_codec;  // allreduce_wire_codec
   bool default_autotune = false;   // autotune
+  std::vector<std::string> default_aggregators;  // aggregators
+  bool serves_ranks = true;  // false on an aggregator (role), which refuses every client
 };
 
 // The identity a hello claims, checked for consistency (not against other clients: the

@@ -247,8 +247,12 @@ void ControlServer::handle_frame(Client& client, ipc::Frame& frame) {
 }
 
 HelloRules ControlServer::hello_rules() const {
-  return HelloRules{info_.listen_address, config_.allreduce_algorithm, config_.allreduce_wire_codec,
-                    config_.autotune};
+  return HelloRules{info_.listen_address,
+                    config_.allreduce_algorithm,
+                    config_.allreduce_wire_codec,
+                    config_.autotune,
+                    ipc::split_addresses(config_.aggregators),
+                    config_.role != "aggregator"};
 }
 
 void ControlServer::handle_hello(Client& client, ipc::wire::Hello::Reader hello) {

@@ -102,6 +102,13 @@ Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devi
         mesh_->moves_cuda_memory() ? "this UCX could move CUDA memory itself; not used"
                                    : "this UCX moves host memory only");
   }
+  if (config.role == "aggregator") {
+    aggregator_ = std::make_unique<Aggregator>(
+        *mesh_, metrics_,
+        AggregatorSettings{listen_address_, std::chrono::seconds(config.peer_timeout_seconds)});
+    log_->info("role: aggregator: sums the allreduces of other nodes' jobs that list {}",
+               listen_address_);
+  }
   log_->info("reduce pool of {} threads", pool_.size());
 }
 
@@ -123,12 +130,13 @@ void Engine::run() {
     for (Session* session : polled_) progressed |= poll_submissions(*session);
     // UCX progress costs about a microsecond: only while a job spans nodes. (Otherwise its
     // fd still wakes a sleeping engine, and a job's first rank picks up what arrived early.)
-    if (network_jobs_ > 0 || !ended_jobs_.empty() ||
+    if (network_jobs_ > 0 || !ended_jobs_.empty() || aggregator_ ||
         (mesh_ &&
          (mesh_->needs_service() || mesh_->unfinished_sends() > 0 || mesh_->retired_count() > 0))) {
       progressed |= poll_peers();
     }
     progressed |= run_ready_batches();
+    if (aggregator_) progressed |= aggregator_->progress(Clock::now());
     if (!device_in_flight_.empty()) progressed |= poll_device_work();
     if (device_streams_.holding()) progressed |= device_streams_.collect();
     // One clock read a round, for the watchdog's heartbeat, the deadline checks and the spin:
@@ -201,7 +209,7 @@ void Engine::handle(AttachSession& command) {
       // the new job connects to it afresh (the mesh reconnects only once a failure is told).
       take_failed_peers();
       job->set_network(std::make_unique<NodeJob>(
-          who.job, NodeLayout{who.nodes, who.node_rank, who.world_size}, *mesh_,
+          who.job, NodeLayout{who.nodes, who.node_rank, who.world_size, who.aggregators}, *mesh_,
           NodeJobSettings{
               std::chrono::seconds(config_.peer_timeout_seconds), config_.response_cache_capacity,
               who.algorithm,
@@ -213,7 +221,8 @@ void Engine::handle(AttachSession& command) {
                   std::min(config_.negotiation_hold_us, config_.engine_spin_us)),
               std::chrono::microseconds(config_.engine_spin_us),
               config_.tcp_bulk_protocol == "auto" ? mesh_->largest_eager_message() : 0,
-              config_.negotiation_relay_min_nodes},
+              config_.negotiation_relay_min_nodes, config_.aggregation_chunk_bytes,
+              config_.aggregator_link_mbps * 1e6 / 8},
           metrics_, device_streams_));
       job->network()->set_pacer(&wire_pacer_, job->qos().flow);
       ++network_jobs_;
@@ -466,6 +475,10 @@ int Engine::sleep_timeout_ms() const {
       deadline = std::min(deadline, Clock::now() + kCompletionRoomPollInterval);
       break;
     }
+  }
+  // Collectives an aggregator sums: their nodes' deadlines are watched.
+  if (aggregator_ && aggregator_->busy()) {
+    deadline = std::min(deadline, Clock::now() + kNetworkPollInterval);
   }
   // What peers still send to ended jobs is drained now and then.
   if (!ended_jobs_.empty()) deadline = std::min(deadline, Clock::now() + kEndedJobDrainInterval);

@@ -3,6 +3,7 @@
 // only through posted commands.
 #pragma once
 
+#include "daemon/aggregator/aggregator.h"
 #include "daemon/base/config.h"
 #include "daemon/device/device_streams.h"
 #include "daemon/device/devices.h"
@@ -131,6 +132,9 @@ class Engine {
   // `tag`: the message's UCX tag (names the sending node and, hashed, the job), to fail the
   // job a message that cannot be read was for; 0 when replaying a message read before.
   void handle_node_message(std::span<const uint8_t> payload, uint64_t tag = 0);
+  // A message between jobs' nodes and aggregators (aggregation.capnp): an aggregator serves
+  // it; a node takes an aggregator's error for the job it names.
+  void handle_aggregation_message(std::span<const uint8_t> payload, uint64_t tag);
   // Fails the jobs whose hashed name `tag` carries, naming its sending node: "node N <what>".
   void fail_jobs_of_tag(uint64_t tag, gradsync_result status, const std::string& what);
   // How a job's failure is logged: a fault as a warning; a peer that ended the job once the
@@ -232,6 +236,9 @@ class Engine {
   std::deque<DeviceUnit> device_in_flight_;
   DeviceStreams device_streams_;
   std::unique_ptr<transport::Mesh> mesh_;  // null without an inter-node listener
+  // The aggregator role's service (docs/aggregators.md); null on a node. After the mesh, whose
+  // operations its collectives hold.
+  std::unique_ptr<Aggregator> aggregator_;
   std::string listen_address_;
   std::chrono::steady_clock::time_point next_stall_inspection_{};
   std::atomic<std::chrono::steady_clock::rep> heartbeat_{0};

@@ -239,6 +239,7 @@ void Engine::log_autotune(Job& job) {
 
 void Engine::export_samples() {
   export_job_states();
+  if (aggregator_) aggregator_->export_metrics();
   sample_shares();
   report_mapping_lookups();
   uint64_t bytes = 0;

@@ -27,6 +27,11 @@ bool Engine::poll_peers() {
     handle_node_message(message->payload, message->tag);
     any = true;
   }
+  while (auto message =
+             mesh_->poll_message(tags::make(tags::kAggregation, 0, 0, 0), tags::kKindMask)) {
+    handle_aggregation_message(message->payload, message->tag);
+    any = true;
+  }
   // Their jobs would wait for them forever.
   for (const uint64_t tag : mesh_->take_lost_messages()) {
     fail_jobs_of_tag(tag, GRADSYNC_ERR_PEER_FAILED,
@@ -35,7 +40,49 @@ bool Engine::poll_peers() {
   }
   if (mesh_->needs_service()) any |= take_handshakes();
   if (!ended_jobs_.empty()) drain_ended_jobs();
+  if (aggregator_) {
+    for (const uint16_t tag : aggregator_->ended_job_tags(Clock::now())) {
+      mesh_->discard(tags::make(tags::kPush, 0, tag, 0), tags::kKindMask | tags::kJobMask);
+    }
+  }
   return take_failed_peers() || any;
+}
+
+void Engine::handle_aggregation_message(std::span<const uint8_t> payload, uint64_t tag) {
+  if (aggregator_) {
+    aggregator_->on_message(payload, tag);
+    return;
+  }
+  try {
+    ipc::DecodedMessage decoded(payload, kNodeMessageLimitWords);
+    const auto message = decoded.root<wire::AggregationMessage>();
+    if (!message.isError()) {
+      // A node daemon listed as an aggregator: the job's nodes hear why nothing comes back.
+      if (message.isJoin() && message.getNode() < message.getJoin().getNodes().size()) {
+        log_->warn("job '{}': node {} names this daemon as an aggregator, but its role is node",
+                   message.getJob().cStr(), message.getNode());
+        capnp::MallocMessageBuilder reply;
+        auto root = reply.initRoot<wire::AggregationMessage>();
+        root.setJob(message.getJob());
+        root.setIncarnation(message.getIncarnation());
+        root.setFrom(listen_address_);
+        root.setError("this gradsyncd's role is node, not aggregator (role = \"aggregator\")");
+        const std::string address = message.getJoin().getNodes()[message.getNode()];
+        mesh_->post(mesh_->connect(address), tags::make(tags::kAggregation, 0, 0, 0),
+                    std::make_shared<const std::vector<uint8_t>>(ipc::encode(reply)));
+      }
+      return;
+    }
+    const auto job = jobs_.find(message.getJob().cStr());
+    if (job == jobs_.end() || job->second->network() == nullptr || job->second->failure()) return;
+    if (auto error = job->second->network()->on_aggregator_error(message)) {
+      fail_job(*job->second, GRADSYNC_ERR_PEER_FAILED, *error, true);
+    }
+  } catch (const std::exception& e) {
+    log_->warn("dropped a malformed message from an aggregator: {}", e.what());
+  } catch (const kj::Exception& e) {
+    log_->warn("dropped a malformed message from an aggregator: {}", e.getDescription().cStr());
+  }
 }
 
 void Engine::drain_ended_jobs() {
@@ -50,7 +97,7 @@ void Engine::drain_ended_jobs() {
     // Its data only: control messages go to handle_node_message, which keeps a new job's
     // joins (a job of that name re-forming) and drops the rest.
     if (!shared) {
-      for (const uint64_t kind : {tags::kData, tags::kProbe}) {
+      for (const uint64_t kind : {tags::kData, tags::kProbe, tags::kSum}) {
         mesh_->discard(tags::make(kind, 0, tag, 0), tags::kKindMask | tags::kJobMask);
       }
     }
@@ -71,10 +118,13 @@ bool Engine::take_failed_peers() {
     for (auto& [name, job] : jobs_) {
       if (job->network() && job->network()->has_peer(peer)) {
         fail_job(*job, GRADSYNC_ERR_PEER_FAILED,
-                 fmt::format("node daemon {} of job '{}' {}", mesh_->address_of(peer), name, what),
+                 fmt::format("{} {} of job '{}' {}",
+                             job->network()->is_aggregator(peer) ? "aggregator" : "node daemon",
+                             mesh_->address_of(peer), name, what),
                  true);
       }
     }
+    if (aggregator_) aggregator_->on_peer_failed(peer, what);
     any = true;
   }
   return any;

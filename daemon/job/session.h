@@ -31,6 +31,7 @@ struct ClientIdentity {
   std::string algorithm;   // inter-node allreduce: auto, ring or rhd
   std::string wire_codec;  // what f32 allreduces send between nodes: none or bf16
   bool autotune = false;   // the job's settings are tuned over its first steps
+  std::vector<std::string> aggregators;  // multi-node jobs: HOST:PORT each (docs/aggregators.md)
 };
 
 class Job;

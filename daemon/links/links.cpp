@@ -42,26 +42,59 @@ NodeLinks::NodeLinks(const std::string& job_name, NodeLayout layout,
     peers_.push_back(node == layout_.node_rank ? transport::PeerId{}
                                                : transport_.connect(layout_.nodes[node]));
   }
+  for (const std::string& address : layout_.aggregators) {
+    aggregator_peers_.push_back(transport_.connect(address));
+  }
+  aggregator_traffic_.resize(aggregator_peers_.size());
 }
 
 bool NodeLinks::authenticated() const {
   for (uint32_t node = 0; node < peers_.size(); ++node) {
     if (node != me() && !transport_.authenticated(peers_[node])) return false;
   }
-  return true;
+  return std::all_of(aggregator_peers_.begin(), aggregator_peers_.end(),
+                     [this](transport::PeerId peer) { return transport_.authenticated(peer); });
 }
 
 void NodeLinks::check_alive() {
   for (uint32_t node = 0; node < peers_.size(); ++node) {
     if (node != me()) transport_.check_alive(peers_[node]);
   }
+  for (const transport::PeerId peer : aggregator_peers_) transport_.check_alive(peer);
 }
 
 bool NodeLinks::has_peer(transport::PeerId peer) const {
   for (uint32_t node = 0; node < peers_.size(); ++node) {
     if (node != me() && peers_[node] == peer) return true;
   }
-  return false;
+  return aggregator_index(peer).has_value();
+}
+
+std::optional<uint32_t> NodeLinks::aggregator_index(transport::PeerId peer) const {
+  for (uint32_t a = 0; a < aggregator_peers_.size(); ++a) {
+    if (aggregator_peers_[a] == peer) return a;
+  }
+  return std::nullopt;
+}
+
+transport::Operation NodeLinks::push(uint32_t a, uint32_t sequence, uint64_t local,
+                                     const void* data, size_t bytes) {
+  aggregator_traffic_[a].bytes_sent += bytes;
+  return transport_.send(aggregator_peers_[a],
+                         tag(tags::kPush, me(), sequence, static_cast<uint32_t>(local)), data,
+                         bytes, 0);
+}
+
+transport::Operation NodeLinks::receive_sum(uint32_t a, uint32_t sequence, uint64_t local,
+                                            void* data, size_t bytes) {
+  aggregator_traffic_[a].bytes_received += bytes;
+  return transport_.receive(tag(tags::kSum, a, sequence, static_cast<uint32_t>(local)),
+                            tags::kAll, data, bytes, aggregator_peers_[a], 0);
+}
+
+void NodeLinks::send_to_aggregator(uint32_t a, capnp::MessageBuilder& message) {
+  transport_.post(aggregator_peers_[a], tags::make(tags::kAggregation, me(), job_tag_, 0),
+                  std::make_shared<const std::vector<uint8_t>>(ipc::encode(message)));
 }
 
 PaceWait::~PaceWait() {
@@ -113,6 +146,13 @@ std::optional<std::string> NodeLinks::failed_peer(const char* what) const {
     if (node != me() && transport_.failed(peers_[node])) {
       const std::string& reason = transport_.failure(peers_[node]);
       return fmt::format("node {} ({}) of job '{}' failed while {}{}{}", node, layout_.nodes[node],
+                         job_name_, what, reason.empty() ? "" : ": ", reason);
+    }
+  }
+  for (uint32_t a = 0; a < aggregator_peers_.size(); ++a) {
+    if (transport_.failed(aggregator_peers_[a])) {
+      const std::string& reason = transport_.failure(aggregator_peers_[a]);
+      return fmt::format("aggregator {} of job '{}' failed while {}{}{}", layout_.aggregators[a],
                          job_name_, what, reason.empty() ? "" : ": ", reason);
     }
   }

@@ -28,6 +28,12 @@ namespace tags {
 inline constexpr uint64_t kControl = 1;
 inline constexpr uint64_t kData = 2;
 inline constexpr uint64_t kProbe = 3;
+// Between a job's nodes and its aggregators (aggregation.capnp, aggregation_plan.h): control
+// messages, a node's chunks pushed to an aggregator, and the sums it sends back. The node
+// field of a push names the sending node, of a sum the aggregator's place in the job's list.
+inline constexpr uint64_t kAggregation = 4;
+inline constexpr uint64_t kPush = 5;
+inline constexpr uint64_t kSum = 6;
 inline constexpr uint64_t kKindMask = uint64_t{0xff} << 56;
 inline constexpr uint64_t kNodeMask = uint64_t{0xff} << 48;
 inline constexpr uint64_t kJobMask = uint64_t{0xffff} << 32;
@@ -43,6 +49,9 @@ struct NodeLayout {
   std::vector<std::string> nodes;  // inter-node addresses, in node order
   uint32_t node_rank = 0;
   int32_t world_size = 1;  // ranks of the job on all nodes
+  // The aggregators the job may sum through (docs/aggregators.md), HOST:PORT; none: it runs
+  // among its nodes alone.
+  std::vector<std::string> aggregators;
 };
 
 // Host memory the collectives stage through. Shared so that a collective given up on can hand
@@ -65,14 +74,24 @@ class NodeLinks {
   const NodeLayout& layout() const { return layout_; }
   uint32_t nodes() const { return static_cast<uint32_t>(layout_.nodes.size()); }
   uint32_t me() const { return layout_.node_rank; }
+  uint32_t aggregators() const { return static_cast<uint32_t>(aggregator_peers_.size()); }
+  // Another node of the job, or one of its aggregators.
   bool has_peer(transport::PeerId peer) const;
-  // Every other node has accepted this daemon's handshake: data may flow.
+  transport::PeerId aggregator_peer(uint32_t a) const { return aggregator_peers_[a]; }
+  // The aggregator `peer` is, in the job's list; nullopt: it is none of them.
+  std::optional<uint32_t> aggregator_index(transport::PeerId peer) const;
+  // Every other node, and every aggregator, has accepted this daemon's handshake: data may
+  // flow.
   bool authenticated() const;
   // Has the transport check that every other node still answers (after a failure: a connection
   // that does not is closed, and the next job reconnects).
   void check_alive();
   std::chrono::seconds peer_timeout() const { return peer_timeout_; }
   uint16_t job_tag() const { return job_tag_; }  // the job's name, hashed, in every tag
+  // This node's instance of the job (internode.capnp, incarnation): in every message to an
+  // aggregator.
+  uint64_t incarnation() const { return incarnation_; }
+  void set_incarnation(uint64_t incarnation) { incarnation_ = incarnation; }
 
   // Tag of a message from `sender`; `sequence` keeps collectives apart (a few at a time are in
   // flight, numbered in the agreed order, so 16 bits are plenty: a collective would have to
@@ -88,6 +107,21 @@ class NodeLinks {
 
   // Counts what a message with `sender_tag` brought in its sender's statistics.
   void count_received(uint64_t sender_tag, uint64_t bytes);
+  // Through aggregator `a` (aggregation_plan.h): this node's push of chunk `local` of
+  // collective `sequence`, and the receive of its sum. Counted in aggregator_traffic().
+  transport::Operation push(uint32_t a, uint32_t sequence, uint64_t local, const void* data,
+                            size_t bytes);
+  transport::Operation receive_sum(uint32_t a, uint32_t sequence, uint64_t local, void* data,
+                                   size_t bytes);
+  // A control message to aggregator `a`, sent without waiting (as send_control).
+  void send_to_aggregator(uint32_t a, capnp::MessageBuilder& message);
+  // Bytes pushed to and sums asked of each aggregator, in the job's order.
+  struct AggregatorTraffic {
+    uint64_t bytes_sent = 0;
+    uint64_t bytes_received = 0;
+  };
+  const std::vector<AggregatorTraffic>& aggregator_traffic() const { return aggregator_traffic_; }
+
   // Records a measured link to `node` in its peer's statistics.
   void set_link(uint32_t node, double latency_seconds, double bytes_per_second);
 
@@ -121,7 +155,10 @@ class NodeLinks {
   transport::Transport& transport_;
   std::chrono::seconds peer_timeout_;
   uint16_t job_tag_;
+  uint64_t incarnation_ = 0;
   std::vector<transport::PeerId> peers_;  // by node; own entry unused
+  std::vector<transport::PeerId> aggregator_peers_;
+  std::vector<AggregatorTraffic> aggregator_traffic_;
   WirePacer* pacer_ = nullptr;
   WirePacer::Flow flow_ = 0;
   std::optional<Ranked> top_;

@@ -106,4 +106,26 @@ inline NodeAwait<TaskWait> finish(NodeTask& task) {
   return {TaskWait(task)};
 }
 
+// Waits for two tasks that run side by side, both polled each time round: the first error
+// either ends with, once both have ended.
+class BothWait final : public NodeWait {
+ public:
+  BothWait(NodeTask& first, NodeTask& second) : first_(&first), second_(&second) {}
+  bool ready() override {
+    const bool first = first_->poll();
+    const bool second = second_->poll();
+    return first && second;
+  }
+  bool worked() const override { return first_->worked() || second_->worked(); }
+  NodeResult take_result() { return first_->result() ? first_->result() : second_->result(); }
+
+ private:
+  NodeTask* first_;
+  NodeTask* second_;
+};
+
+inline NodeAwait<BothWait> finish_both(NodeTask& first, NodeTask& second) {
+  return {BothWait(first, second)};
+}
+
 }  // namespace gradsync::daemon

@@ -25,6 +25,11 @@ struct Joined {
   # The ring allreduce pipelines each block in pieces of about this many bytes: node 0's is
   # agreed (every node must cut the same pieces).
   pieceBytes @7 :UInt64;
+  # The aggregators the sending node's ranks named (docs/aggregators.md): every node's must be
+  # the same list, or their chunks would go to different places.
+  aggregators @8 :List(Text);
+  # Allreduces through aggregators go in chunks of at most this many bytes: node 0's is agreed.
+  aggregationChunkBytes @9 :UInt64;
 }
 
 # A collective (or a group, named by its first member) ready on the sending node and not in

@@ -3,6 +3,7 @@
 #include "daemon/base/log.h"
 #include "daemon/collectives/internode/node_collectives.h"
 #include "daemon/collectives/local/device_work.h"
+#include "daemon/links/aggregation_plan.h"
 #include "daemon/node/link_probe.h"
 #include "kernels/reduce.h"
 
@@ -24,11 +25,75 @@ NodeJob::NodeJob(const std::string& job_name, NodeLayout layout, transport::Tran
       rank_nodes_(links_.nodes(), links_.layout().world_size),
       joined_(links_.nodes(), false),
       incarnation_(std::random_device{}() | (uint64_t{std::random_device{}()} << 32) | 1),
-      peer_incarnations_(links_.nodes(), 0) {}
+      peer_incarnations_(links_.nodes(), 0) {
+  links_.set_incarnation(incarnation_);
+  reported_aggregation_.resize(links_.aggregators());
+}
 
 NodeJob::~NodeJob() {
   // What the job held back goes with it.
   if (reported_held_bytes_ != 0) metrics_.topk_held(-static_cast<int64_t>(reported_held_bytes_), 0);
+  report_aggregation();
+  leave_aggregators("");
+}
+
+void NodeJob::join_aggregators() {
+  if (links_.aggregators() == 0) return;
+  for (uint32_t a = 0; a < links_.aggregators(); ++a) {
+    capnp::MallocMessageBuilder message;
+    auto root = message.initRoot<wire::AggregationMessage>();
+    root.setJob(links_.job_name());
+    root.setNode(links_.me());
+    root.setIncarnation(incarnation_);
+    auto join = root.initJoin();
+    const auto& nodes = layout().nodes;
+    auto node_list = join.initNodes(static_cast<unsigned>(nodes.size()));
+    for (unsigned i = 0; i < nodes.size(); ++i) node_list.set(i, nodes[i]);
+    const auto& aggregators = layout().aggregators;
+    auto aggregator_list = join.initAggregators(static_cast<unsigned>(aggregators.size()));
+    for (unsigned i = 0; i < aggregators.size(); ++i) aggregator_list.set(i, aggregators[i]);
+    join.setIndex(a);
+    join.setChunkBytes(agreed_.aggregation_chunk_bytes);
+    links_.send_to_aggregator(a, message);
+  }
+  aggregators_joined_ = true;
+}
+
+void NodeJob::leave_aggregators(const std::string& reason) {
+  if (!aggregators_joined_) return;
+  aggregators_joined_ = false;
+  for (uint32_t a = 0; a < links_.aggregators(); ++a) {
+    if (links_.transport().failed(links_.aggregator_peer(a))) continue;
+    capnp::MallocMessageBuilder message;
+    auto root = message.initRoot<wire::AggregationMessage>();
+    root.setJob(links_.job_name());
+    root.setNode(links_.me());
+    root.setIncarnation(incarnation_);
+    root.setLeave(reason);
+    links_.send_to_aggregator(a, message);
+  }
+}
+
+std::optional<std::string> NodeJob::on_aggregator_error(
+    wire::AggregationMessage::Reader message) const {
+  if (!message.isError() || message.getIncarnation() != incarnation_) return std::nullopt;
+  return fmt::format("aggregator {} of job '{}': {}", message.getFrom().cStr(), links_.job_name(),
+                     message.getError().cStr());
+}
+
+void NodeJob::report_aggregation() {
+  const auto& traffic = links_.aggregator_traffic();
+  for (uint32_t a = 0; a < traffic.size(); ++a) {
+    NodeLinks::AggregatorTraffic& reported = reported_aggregation_[a];
+    if (traffic[a].bytes_sent == reported.bytes_sent &&
+        traffic[a].bytes_received == reported.bytes_received) {
+      continue;
+    }
+    metrics_.aggregation_traffic(layout().aggregators[a],
+                                 traffic[a].bytes_sent - reported.bytes_sent,
+                                 traffic[a].bytes_received - reported.bytes_received);
+    reported = traffic[a];
+  }
 }
 
 void NodeJob::on_local_formed(std::vector<int32_t> ranks) {
@@ -46,6 +111,10 @@ void NodeJob::on_local_formed(std::vector<int32_t> ranks) {
   joined.setWireCodec(cost_model::wire_codec_name(settings_.wire_codec));
   joined.setSlowLinkMessageBytes(settings_.slow_link_message_bytes);
   joined.setRelayMinNodes(settings_.relay_min_nodes);
+  joined.setAggregationChunkBytes(settings_.aggregation_chunk_bytes);
+  const auto& aggregators = layout().aggregators;
+  auto aggregator_list = joined.initAggregators(static_cast<unsigned>(aggregators.size()));
+  for (unsigned i = 0; i < aggregators.size(); ++i) aggregator_list.set(i, aggregators[i]);
   auto own_ranks = joined.initRanks(static_cast<unsigned>(ranks.size()));
   for (unsigned i = 0; i < ranks.size(); ++i) own_ranks.set(i, ranks[i]);
   for (uint32_t node = 0; node < links_.nodes(); ++node) {
@@ -85,7 +154,23 @@ void NodeJob::on_joined(uint32_t node, wire::Joined::Reader joined, uint64_t inc
   const auto world = static_cast<unsigned>(std::max(links_.layout().world_size, 0));
   for (unsigned i = 0; i < list.size() && i <= world; ++i) ranks.push_back(list[i]);
   rank_nodes_.add(node, ranks);
+  std::vector<std::string> aggregators;
+  for (auto aggregator : joined.getAggregators()) aggregators.emplace_back(aggregator.cStr());
+  if (aggregators != layout().aggregators) {
+    throw std::invalid_argument(fmt::format(
+        "job '{}': node {}'s ranks name the aggregators [{}], this node's [{}]: every node's "
+        "must name the same (GRADSYNC_AGGREGATORS)",
+        links_.job_name(), node, fmt::join(aggregators, ", "),
+        fmt::join(layout().aggregators, ", ")));
+  }
   if (node == 0) {
+    agreed_.aggregation_chunk_bytes = joined.getAggregationChunkBytes();
+    if (!layout().aggregators.empty() &&
+        (agreed_.aggregation_chunk_bytes < aggregation::kMinChunkBytes ||
+         agreed_.aggregation_chunk_bytes > aggregation::kMaxChunkBytes)) {
+      throw std::invalid_argument(fmt::format("job '{}': node 0 asked for chunks of {} bytes",
+                                              links_.job_name(), agreed_.aggregation_chunk_bytes));
+    }
     agreed_.slow_link_message_bytes = joined.getSlowLinkMessageBytes();
     agreed_.relay_min_nodes = joined.getRelayMinNodes();
     agreed_.cache_capacity = joined.getCacheCapacity();
@@ -159,6 +244,7 @@ std::optional<std::string> NodeJob::finish_forming() {
       agreed_.fusion_threshold_bytes, agreed_.slow_link_message_bytes,
       relay ? "relayed" : "to every node");
   publish_own_link();
+  join_aggregators();
   tuned_ = TunedSettings{agreed_.fusion_threshold_bytes, agreed_.piece_bytes,
                          static_cast<uint32_t>(settings_.join_hold.count()), 0};
   negotiator_.emplace(
@@ -353,6 +439,7 @@ void NodeJob::broadcast_abort(const std::string& reason) {
   root.setAbortAbandoned(abandoned_);
   root.setAbortAfterCycle(negotiator_ ? negotiator_->completed_cycle() : 0);
   links_.send_control_to_all_live(message, [&](uint32_t node) { stamp(node, message); });
+  leave_aggregators(reason);
 }
 
 size_t NodeJob::fail_waiting(gradsync_result status, const std::string& message) {

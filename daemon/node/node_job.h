@@ -17,6 +17,7 @@
 #include "daemon/job/step_meter.h"
 #include "daemon/job/trace.h"
 #include "daemon/job/unit_pool.h"
+#include "daemon/links/aggregation.capnp.h"
 #include "daemon/links/links.h"
 #include "daemon/links/rank_map.h"
 #include "daemon/node/internode.capnp.h"
@@ -62,6 +63,10 @@ struct NodeJobSettings {
   // Jobs of at least this many nodes relay their negotiation cycles (CycleRoute::kRelayed);
   // smaller ones send them to every node. Node 0's is agreed.
   uint32_t relay_min_nodes = 8;
+  // Allreduces through aggregators go in chunks of at most this many bytes: node 0's.
+  uint64_t aggregation_chunk_bytes = 1 << 20;
+  // The aggregators' links for the cost model, in bytes per second (0: as the nodes' links).
+  double aggregator_bytes_per_second = 0;
 };
 
 // Why a job cannot go on across nodes, and the status its ranks get.
@@ -135,8 +140,16 @@ class NodeJob {
                                     std::vector<std::string>& warn);
 
   // Tells every other node that the job failed here, and whether it gave up agreed
-  // collectives (fail_waiting found some): see NodeMessage.abortAbandoned.
+  // collectives (fail_waiting found some): see NodeMessage.abortAbandoned. And the job's
+  // aggregators, which drop it.
   void broadcast_abort(const std::string& reason);
+  // An aggregator of the job gave up on it (aggregation.capnp, error): an error naming it,
+  // or nothing where the message was for another instance of the job.
+  std::optional<std::string> on_aggregator_error(wire::AggregationMessage::Reader message) const;
+  // Whether `peer` is one of the job's aggregators (rather than another node).
+  bool is_aggregator(transport::PeerId peer) const {
+    return links_.aggregator_index(peer).has_value();
+  }
   // Checks that the job's connections still carry messages (see Mesh::check_alive).
   void check_peers_alive() { links_.check_alive(); }
   std::chrono::steady_clock::time_point created() const { return created_; }
@@ -171,6 +184,14 @@ class NodeJob {
 
  private:
   void on_joined(uint32_t node, wire::Joined::Reader joined, uint64_t incarnation);
+  // Tells each aggregator of the job that it has formed (join) or ended here (leave, with why
+  // it failed, or "" for a job that ended well).
+  void join_aggregators();
+  void leave_aggregators(const std::string& reason);
+  // Counts the bytes pushed to and received from each aggregator since the last call.
+  void report_aggregation();
+  // The aggregators as the cost model sees them (none where the job has none).
+  cost_model::AggregatorFigures aggregator_figures(const cost_model::LinkFigures& link) const;
   // Sends a control message to `node`, stamped with this instance's incarnation and the one
   // `node` joined as.
   void send_control(uint32_t node, capnp::MessageBuilder& message);
@@ -300,6 +321,8 @@ class NodeJob {
   uint64_t incarnation_;      // this node's instance of the job: random, not 0
   std::vector<uint64_t> peer_incarnations_;   // by node, as it joined; 0: not yet
   bool cutting_messages_ = false;             // the last step's bulk data went in eager messages
+  bool aggregators_joined_ = false;           // told they serve the job, not told it ended
+  std::vector<NodeLinks::AggregatorTraffic> reported_aggregation_;  // as the metrics were told
   NodeJobSettings agreed_;                    // node 0's
   TunedSettings tuned_;                       // in effect (tuned())
   std::optional<TunedSettings> from_node_0_;  // as its last cycle that carried them said

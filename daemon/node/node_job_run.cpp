@@ -270,6 +270,7 @@ std::optional<std::string> NodeJob::progress(bool& ran) {
     ran = true;
     NodeResult error = work.task->result();
     if (trace_ != nullptr && !error) trace_completed(work);
+    report_aggregation();
     const auto completed = Clock::now();
     for (auto& unit : work.units) {
       if (!error) count_completed(unit, work.allreduce_algorithm, false, work.link, completed);
@@ -355,7 +356,12 @@ void NodeJob::publish_own_link() {
 void NodeJob::refine_beta(cost_model::AllreduceAlgorithm algorithm, uint64_t bytes,
                           cost_model::WireCodec codec,
                           std::chrono::steady_clock::time_point started) {
-  if (bytes < cost_model::kRefineBetaMinBytes || links_.nodes() < 2) return;
+  // Through aggregators, the aggregators' links share the time: it says less of the nodes'.
+  if (bytes < cost_model::kRefineBetaMinBytes || links_.nodes() < 2 ||
+      algorithm == cost_model::AllreduceAlgorithm::kAggregate ||
+      algorithm == cost_model::AllreduceAlgorithm::kSplit) {
+    return;
+  }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   const auto beta =
@@ -415,7 +421,15 @@ cost_model::AllreduceAlgorithm NodeJob::choose(uint64_t bytes, gradsync_dtype dt
     return bytes >= ring_min_bytes ? cost_model::AllreduceAlgorithm::kRing
                                    : cost_model::AllreduceAlgorithm::kHalvingDoubling;
   }
-  return cost_model::choose_allreduce(link, links_.nodes(), bytes, codec_for(dtype));
+  return cost_model::choose_allreduce(link, links_.nodes(), bytes, codec_for(dtype),
+                                      aggregator_figures(link));
+}
+
+cost_model::AggregatorFigures NodeJob::aggregator_figures(
+    const cost_model::LinkFigures& link) const {
+  const double bytes_per_second = settings_.aggregator_bytes_per_second;
+  return {links_.aggregators(),
+          bytes_per_second > 0 ? 1 / bytes_per_second : link.beta_seconds_per_byte};
 }
 
 cost_model::BroadcastAlgorithm NodeJob::choose_broadcast_for(
@@ -443,10 +457,17 @@ CollectiveContext NodeJob::step_for(InFlight& work, uint32_t sequence, gradsync_
                                  agreed_.slow_link_message_bytes)
                    : std::string("as UCX chooses again"));
   }
-  return CollectiveContext{links_,           *work.scratch,
-                           sequence,         layout().world_size,
-                           codec_for(dtype), cut ? agreed_.slow_link_message_bytes : 0,
-                           work.ranked,      work.tuned.piece_bytes};
+  return CollectiveContext{links_,
+                           *work.scratch,
+                           sequence,
+                           layout().world_size,
+                           codec_for(dtype),
+                           cut ? agreed_.slow_link_message_bytes : 0,
+                           work.ranked,
+                           work.tuned.piece_bytes,
+                           agreed_.aggregation_chunk_bytes,
+                           cost_model::aggregated_share(links_.nodes(), work.link,
+                                                        aggregator_figures(work.link))};
 }
 
 NodeTask NodeJob::run_unit(InFlight& work) {

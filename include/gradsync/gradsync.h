@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define GRADSYNC_API_VERSION 8
+#define GRADSYNC_API_VERSION 9
 
 #if defined(__GNUC__)
 #define GRADSYNC_EXPORT __attribute__((visibility("default")))
@@ -108,6 +108,10 @@ typedef struct gradsync_job_settings {
    * negotiation hold and ring crossover over its first steps (docs/autotune.md). Node 0's
    * ranks' choice holds for the whole job. */
   gradsync_autotune autotune;
+  /* API version 9: the aggregators the job's allreduces across nodes may sum through
+   * (docs/aggregators.md), HOST:PORT, comma-separated; "" for the daemon's configuration's.
+   * Every node's ranks must name the same ones. */
+  char aggregators[1024];
 } gradsync_job_settings;
 
 /* The two groups of a hierarchical scheme, as options to connect with (API version 6), for a
@@ -125,8 +129,8 @@ GRADSYNC_EXPORT gradsync_result gradsync_options_node_group(const gradsync_optio
 GRADSYNC_EXPORT gradsync_result gradsync_options_across_nodes_group(const gradsync_options* job,
                                                                     gradsync_options* group);
 
-/* Fills settings from GRADSYNC_WIRE_CODEC (API version 3) and GRADSYNC_AUTOTUNE (1 or 0; unset
- * or empty: the daemon decides; API version 8). */
+/* Fills settings from GRADSYNC_WIRE_CODEC (API version 3), GRADSYNC_AUTOTUNE (1 or 0; unset
+ * or empty: the daemon decides; API version 8) and GRADSYNC_AGGREGATORS (API version 9). */
 GRADSYNC_EXPORT gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings);
 
 /* Connects with the job settings of the environment (gradsync_job_settings_from_env). */

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <cstring>
 
 namespace gradsync::daemon {
@@ -30,6 +31,14 @@ AllreduceOperand::AllreduceOperand(const std::vector<const ReadyCollective*>& fu
   }
 }
 
+AllreduceOperand AllreduceOperand::slice(uint64_t begin, uint64_t end) const {
+  assert(layout_ != Layout::kInPlace && begin <= end && end <= count_);
+  AllreduceOperand part = *this;
+  part.offset_ = offset_ + begin;
+  part.count_ = end - begin;
+  return part;
+}
+
 std::span<const AllreduceOperand::Member> AllreduceOperand::members() const {
   return fused_.empty() ? std::span(&single_, 1) : std::span(fused_);
 }
@@ -47,7 +56,7 @@ const AllreduceOperand::Member& AllreduceOperand::member_of(uint64_t at) const {
 }
 
 uint8_t* AllreduceOperand::at(uint64_t begin, uint64_t /*end*/) const {
-  if (layout_ != Layout::kInPlace) return work_ + begin * element_bytes_;
+  if (layout_ != Layout::kInPlace) return work() + begin * element_bytes_;
   const Member& member = member_of(begin);
   return member.collective->ranks.front().recv + (begin - member.begin) * element_bytes_;
 }
@@ -56,13 +65,15 @@ void AllreduceOperand::reduce_into(gradsync_op op, uint64_t begin, uint64_t end,
                                    const uint8_t* extra) const {
   const auto start =
       times_ != nullptr ? OperandTimes::Clock::now() : OperandTimes::Clock::time_point{};
+  // The members' elements are the whole operand's: a slice's are offset_ further on.
   for_each_overlap(
-      begin, end, [&](const ReadyCollective& c, uint64_t first, uint64_t from, uint64_t elements) {
+      begin + offset_, end + offset_,
+      [&](const ReadyCollective& c, uint64_t first, uint64_t from, uint64_t elements) {
         std::array<const void*, ipc::kMaxLocalRanks + 1> inputs;  // 2 KiB: not zeroed per call
         size_t n = 0;
         for (const auto& s : c.ranks) inputs[n++] = s.send + first * element_bytes_;
-        if (extra != nullptr) inputs[n++] = extra + (from - begin) * element_bytes_;
-        void* output = at(from, from + elements);
+        if (extra != nullptr) inputs[n++] = extra + (from - offset_ - begin) * element_bytes_;
+        void* output = at(from - offset_, from - offset_ + elements);
         if (n == 1) {
           // One rank, nothing received: in place it is already there, else a copy (small
           // tensors come this way one by one, and a copy skips the kernel's dispatch).
@@ -76,6 +87,8 @@ void AllreduceOperand::reduce_into(gradsync_op op, uint64_t begin, uint64_t end,
 
 const uint8_t* AllreduceOperand::sole_input(uint64_t begin, uint64_t end) const {
   if (end > count_) return nullptr;
+  begin += offset_;
+  end += offset_;
   const Member& member = member_of(begin);
   if (end > member.begin + member.collective->first().count ||
       member.collective->ranks.size() != 1) {
@@ -88,9 +101,9 @@ void AllreduceOperand::deliver(uint64_t begin, uint64_t end) const {
   const auto start =
       times_ != nullptr ? OperandTimes::Clock::now() : OperandTimes::Clock::time_point{};
   for_each_overlap(
-      begin, end,
+      begin + offset_, end + offset_,
       [&](const ReadyCollective& c, uint64_t first, uint64_t offset, uint64_t elements) {
-        const uint8_t* from = at(offset, offset + elements);
+        const uint8_t* from = at(offset - offset_, offset - offset_ + elements);
         const uint64_t bytes = elements * element_bytes_;
         const bool streaming = bytes >= kernels::kStreamingMinBytes;
         for (const auto& s : c.ranks) {

@@ -52,11 +52,16 @@ class AllreduceOperand {
   AllreduceOperand(const std::vector<const ReadyCollective*>& fused, uint8_t* buffer,
                    Layout layout = Layout::kPacked);
 
+  // Elements [begin, end) of this one, as an operand of their own (its element 0 is this
+  // one's `begin`): for running parts of one allreduce by different algorithms. Not in the
+  // in-place layout.
+  AllreduceOperand slice(uint64_t begin, uint64_t end) const;
+
   gradsync_dtype dtype() const { return dtype_; }
   gradsync_op op() const { return op_; }  // as submitted: an average is divided at the end
   uint64_t count() const { return count_; }
   // The work as one block: not in the in-place layout (at()).
-  uint8_t* work() const { return work_; }
+  uint8_t* work() const { return work_ + offset_ * element_bytes_; }
   // Where work elements [begin, end) are; they must lie in one block.
   uint8_t* at(uint64_t begin, uint64_t end) const;
   // Calls fn(begin, end, index) for each block's part of work[begin, end), in order, index
@@ -112,6 +117,7 @@ class AllreduceOperand {
   size_t element_bytes_;
   uint64_t count_ = 0;
   uint8_t* work_;  // packed (or one collective's); null in place
+  uint64_t offset_ = 0;  // a slice's first element in work_ (and in the members' elements)
   Layout layout_ = Layout::kPacked;
   OperandTimes* times_ = nullptr;
 };

@@ -40,6 +40,10 @@ struct CollectiveContext {
   // The pipeline's piece: the ring cuts each block into pieces of about this size (autotune.h),
   // the same on every node.
   uint64_t piece_bytes = cost_model::kPipelinePieceBytes;
+  // Through aggregators (node_aggregate_allreduce.cpp), the same on every node: the largest
+  // chunk, and the share of a split allreduce that goes through them (the ring runs the rest).
+  uint64_t aggregation_chunk_bytes = 1 << 20;
+  double aggregated_share = 1;
 
   // Before each bulk send (co_await): until the node's pacer lets this job send `bytes`, and no
   // collective of the job holds it back (priority.h).
@@ -54,13 +58,18 @@ struct CollectiveContext {
   }
 };
 
-// The algorithms use scratch slots 0 and 1 (the ring's codec 3 and 4, top-k 5 to 8); a fused
+// The algorithms use scratch slots 0 and 1 (the ring's codec 3 and 4, top-k 5 to 8, the
+// aggregators' codec 9); a fused
 // allreduce's buffer is this one. (A reduce-scatter's arrivals are slot 0, its sums slot 1.)
 inline constexpr size_t kFusionScratchSlot = 2;
 
 NodeTask node_ring_allreduce(CollectiveContext& step, const AllreduceOperand& operand);
 NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const AllreduceOperand& operand);
-// One of the two.
+// Through the job's aggregators (links.aggregators(), at least one): alone, or with
+// `aggregated_share` of the data while the ring runs the rest (the split).
+NodeTask node_aggregate_allreduce(CollectiveContext& step, const AllreduceOperand& operand);
+NodeTask node_split_allreduce(CollectiveContext& step, const AllreduceOperand& operand);
+// One of the four.
 NodeTask run_allreduce(CollectiveContext& step, const AllreduceOperand& operand,
                        cost_model::AllreduceAlgorithm algorithm);
 

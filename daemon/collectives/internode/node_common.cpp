@@ -9,9 +9,17 @@ namespace gradsync::daemon {
 
 NodeTask run_allreduce(CollectiveContext& step, const AllreduceOperand& operand,
                        cost_model::AllreduceAlgorithm algorithm) {
-  return algorithm == cost_model::AllreduceAlgorithm::kRing
-             ? node_ring_allreduce(step, operand)
-             : node_halving_doubling_allreduce(step, operand);
+  switch (algorithm) {
+    case cost_model::AllreduceAlgorithm::kRing:
+      return node_ring_allreduce(step, operand);
+    case cost_model::AllreduceAlgorithm::kAggregate:
+      return node_aggregate_allreduce(step, operand);
+    case cost_model::AllreduceAlgorithm::kSplit:
+      return node_split_allreduce(step, operand);
+    case cost_model::AllreduceAlgorithm::kHalvingDoubling:
+      break;
+  }
+  return node_halving_doubling_allreduce(step, operand);
 }
 
 NodeTask run_broadcast(CollectiveContext& step, const ReadyCollective& collective,
