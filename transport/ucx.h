@@ -117,9 +117,6 @@ class Operation {
     std::vector<Part> more;
     size_t started = 0;  // parts started
     size_t pending = 0;  // parts UCX has not finished
-    // Where UCX says what a receive part that completed at once brought (it was waiting in
-    // UCX already): no callback runs for it.
-    ucp_tag_recv_info_t completed_at_once{};
     Part& part(size_t index) { return index == 0 ? first : more[index - 1]; }
   };
   uint32_t source() const { return state_->source; }

@@ -56,7 +56,7 @@ void Aggregator::on_message(std::span<const uint8_t> payload, uint64_t tag) {
       if (reason.empty()) {
         log_->info("job '{}' ended on node {}: no longer served", name, node);
       } else {
-        log_->info("job '{}' failed on node {}: no longer served ({})", name, node, reason);
+        log_->info("job '{}' ended on node {} ({}): no longer served", name, node, reason);
       }
       drop(name, "");
     }
@@ -174,6 +174,7 @@ void Aggregator::drop(const std::string& name, const std::string& error) {
       }
     }
   }
+  log_->info("job '{}' dropped: no longer served, its buffers freed", name);
   ended_.push_back({job.shape().tag, std::chrono::steady_clock::now() + kEndedJobGrace});
   metrics_.aggregator_job_ended(name);
   jobs_.erase(it);  // its collectives' operations retire with their memory

@@ -42,6 +42,7 @@ std::string status_json(const DaemonInfo& daemon, const DaemonConfig& config,
   status["socket"] = config.socket_path;
   status["listen"] = daemon.listen_address;
   status["metrics_listen"] = daemon.metrics_address;
+  status["role"] = config.role;
   status["reduce_isa"] = daemon.reduce_isa;
   status["devices"] = daemon.devices;
   status["config"] = Json::parse(config_json(config));
@@ -102,6 +103,18 @@ std::string status_json(const DaemonInfo& daemon, const DaemonConfig& config,
                      {"errors", p.errors},
                      {"latency_seconds", p.latency_seconds},
                      {"bytes_per_second", p.bytes_per_second}});
+  }
+  Json& aggregated = status["aggregated_jobs"] = Json::array();
+  for (const AggregatorJobView& j : snapshot.aggregated_jobs) {
+    aggregated.push_back({{"name", j.name},
+                          {"nodes", j.nodes},
+                          {"index", j.index},
+                          {"aggregators", j.aggregators},
+                          {"chunk_bytes", j.chunk_bytes},
+                          {"collectives_in_flight", j.collectives_in_flight},
+                          {"bytes_received", j.bytes_received},
+                          {"bytes_sent", j.bytes_sent},
+                          {"chunks_summed", j.chunks_summed}});
   }
   return status.dump(2);
 }

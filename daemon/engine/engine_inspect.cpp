@@ -84,6 +84,7 @@ void Engine::handle(InspectEngine& command) {
                                         stats.latency_seconds, stats.bytes_per_second});
     }
   }
+  if (aggregator_) snapshot.aggregated_jobs = aggregator_->jobs();
   command.snapshot.set_value(std::move(snapshot));
 }
 

@@ -2,6 +2,7 @@
 // its clients, jobs and peers, taken on the engine thread between two passes of its loop.
 #pragma once
 
+#include "daemon/aggregator/aggregator.h"
 #include "daemon/job/autotune.h"
 #include "daemon/job/trace.h"
 #include "daemon/qos/policy.h"
@@ -73,6 +74,7 @@ struct EngineSnapshot {
   std::vector<ClientView> clients;
   std::vector<JobView> jobs;
   std::vector<PeerView> peers;
+  std::vector<AggregatorJobView> aggregated_jobs;  // an aggregator's (docs/aggregators.md)
   size_t hidden_jobs = 0;  // jobs of other users, left out for the viewer
 };
 

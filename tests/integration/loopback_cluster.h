@@ -35,6 +35,7 @@ class LoopbackCluster {
     config_path_ = directory_ / "gradsyncd.toml";
     std::ofstream(config_path_) << toml << "\n";
     if (node_keys.empty()) node_keys.assign(static_cast<size_t>(nodes), "the loopback cluster key");
+    node_keys_ = node_keys;
     for (int n = 0; n < nodes; ++n) {
       // Port 0: each daemon binds a free port itself, so no other test can take it between a
       // probe and the bind. The bound address is the node's from then on, restarts included.
@@ -42,16 +43,14 @@ class LoopbackCluster {
       args.insert(args.end(), daemon_args.begin(), daemon_args.end());
       if (const std::string& key = node_keys[static_cast<size_t>(n)]; !key.empty()) {
         key_files_.push_back(directory_ / ("node" + std::to_string(n) + ".key"));
-        std::ofstream(key_files_.back()) << key << "\n";
-        std::filesystem::permissions(key_files_.back(), std::filesystem::perms::owner_read |
-                                                            std::filesystem::perms::owner_write);
+        write_key(key_files_.back(), key);
         args.insert(args.end(), {"--cluster-key-file", key_files_.back()});
       } else {
         key_files_.emplace_back();
       }
       if (metrics && n == 0) args.insert(args.end(), {"--metrics-listen", "127.0.0.1:0"});
       daemon_args_.push_back(args);
-      daemons_.push_back(start(n));
+      daemons_.push_back(start(n, "node" + std::to_string(n)));
       const BoundAddresses bound = bound_addresses(daemons_.back()->socket_path());
       set_flag(daemon_args_.back(), "--listen", bound.listen);
       addresses_ += (n == 0 ? "" : ",") + bound.listen;
@@ -62,14 +61,45 @@ class LoopbackCluster {
       }
     }
   }
+  // Starts `count` daemons with `--role aggregator` (docs/aggregators.md), each with node 0's
+  // key (or `key`, "" for none) and `args`; returns their HOST:PORT list, as a job's
+  // GRADSYNC_AGGREGATORS names them. Their logs are aggregator_log(i).
+  std::string start_aggregators(int count, std::optional<std::string> key = std::nullopt,
+                                const std::vector<std::string>& args = {}) {
+    std::string addresses;
+    for (int a = 0; a < count; ++a) {
+      const int index = static_cast<int>(aggregators_.size());
+      std::vector<std::string> daemon_args{"--role", "aggregator", "--listen", "127.0.0.1:0",
+                                           "--config", config_path_};
+      daemon_args.insert(daemon_args.end(), args.begin(), args.end());
+      const std::filesystem::path key_file =
+          directory_ / ("aggregator" + std::to_string(index) + ".key");
+      if (const std::string text = key.value_or(node_keys_.front()); !text.empty()) {
+        write_key(key_file, text);
+        daemon_args.insert(daemon_args.end(), {"--cluster-key-file", key_file});
+      }
+      aggregators_.push_back(std::make_unique<tools::PrivateDaemon>(
+          tools::executable_dir() + "/gradsyncd", daemon_args,
+          logged_to(directory_ / ("aggregator" + std::to_string(index) + ".log"))));
+      addresses += (a == 0 ? "" : ",") +
+                   bound_addresses(aggregators_.back()->socket_path()).listen;
+    }
+    return addresses;
+  }
+  tools::PrivateDaemon& aggregator(int index) { return *aggregators_[static_cast<size_t>(index)]; }
+  std::string aggregator_log(int index) const {
+    return read_file(directory_ / ("aggregator" + std::to_string(index) + ".log"));
+  }
+
   // Stops node n's daemon (SIGTERM, as systemd restarts a service) and starts it again with
   // the same address, configuration and key; its socket path changes.
   void restart(int node) {
     daemons_[static_cast<size_t>(node)]->stop();
-    daemons_[static_cast<size_t>(node)] = start(node);
+    daemons_[static_cast<size_t>(node)] = start(node, "node" + std::to_string(node));
   }
   ~LoopbackCluster() {
     daemons_.clear();
+    aggregators_.clear();
     std::filesystem::remove_all(directory_);
   }
   LoopbackCluster(const LoopbackCluster&) = delete;
@@ -84,8 +114,7 @@ class LoopbackCluster {
     return key_files_[static_cast<size_t>(node)];
   }
   std::string log(int node) const {
-    std::ifstream in(directory_ / ("node" + std::to_string(node) + ".log"));
-    return std::string(std::istreambuf_iterator<char>(in), {});
+    return read_file(directory_ / ("node" + std::to_string(node) + ".log"));
   }
 
   // ranks_per_node[n] ranks on node n, global ranks in node order.
@@ -126,11 +155,23 @@ class LoopbackCluster {
     *(it + 1) = value;
   }
 
-  std::unique_ptr<tools::PrivateDaemon> start(int node) const {
-    const std::string log = directory_ / ("node" + std::to_string(node) + ".log");
-    return std::make_unique<tools::PrivateDaemon>(
-        tools::executable_dir() + "/gradsyncd", daemon_args_[static_cast<size_t>(node)],
-        std::vector<std::string>{"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>" + log});
+  std::unique_ptr<tools::PrivateDaemon> start(int node, const std::string& name) const {
+    return std::make_unique<tools::PrivateDaemon>(tools::executable_dir() + "/gradsyncd",
+                                                  daemon_args_[static_cast<size_t>(node)],
+                                                  logged_to(directory_ / (name + ".log")));
+  }
+  // The wrapper that appends a daemon's stderr to `log`.
+  static std::vector<std::string> logged_to(const std::filesystem::path& log) {
+    return {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>>" + log.string()};
+  }
+  static void write_key(const std::filesystem::path& path, const std::string& key) {
+    std::ofstream(path) << key << "\n";
+    std::filesystem::permissions(
+        path, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  }
+  static std::string read_file(const std::filesystem::path& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
   std::vector<std::vector<std::string>> daemon_args_;
@@ -140,7 +181,9 @@ class LoopbackCluster {
   std::vector<std::filesystem::path> key_files_;
   std::string addresses_;
   std::vector<std::string> node_addresses_;
+  std::vector<std::string> node_keys_;
   std::vector<std::unique_ptr<tools::PrivateDaemon>> daemons_;
+  std::vector<std::unique_ptr<tools::PrivateDaemon>> aggregators_;
 };
 
 }  // namespace gradsync::testing

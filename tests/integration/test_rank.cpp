@@ -705,8 +705,9 @@ int scenario_encoded(Communicator& comm, size_t count) {
         exact /= g_ranks;
         magnitude /= g_ranks;
       }
-      // One rounding to 8 significant bits (relative error <= 2^-9) per hop and at the end.
-      const double bound = (g_ranks + 1) * std::ldexp(magnitude, -9);
+      // One rounding to bf16's 8 significant bits (relative error <= 2^-8) of a partial sum
+      // per node (a ring's hops, or each node's push to an aggregator) and one at the end.
+      const double bound = (g_ranks + 1) * std::ldexp(magnitude, -8);
       EXPECT_OR_FAIL(std::abs(got[i] - exact) <= bound,
                      "op %d element %zu: %.9g, exact %.9g (bound %.3g)", op, i, got[i], exact,
                      bound);

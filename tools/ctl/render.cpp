@@ -80,6 +80,10 @@ void print_status(const nlohmann::json& status, std::ostream& out) {
       listen.empty() ? "(none)" : listen,
       text(status["metrics_listen"]).empty() ? "(none)" : text(status["metrics_listen"]));
   if (status.contains("devices")) out << fmt::format("devices: {}\n", text(status["devices"]));
+  if (text(status["role"]) == "aggregator") {
+    out << fmt::format("role aggregator: sums allreduces for {} jobs of other nodes\n",
+                       status["aggregated_jobs"].size());
+  }
   out << fmt::format("{} clients, {} jobs, {} peers\n", status["clients"].size(),
                      status["jobs"].size(), status["peers"].size());
   if (const size_t hidden = status.value("hidden_jobs", size_t{0}); hidden > 0) {
@@ -88,6 +92,10 @@ void print_status(const nlohmann::json& status, std::ostream& out) {
   if (!status["jobs"].empty()) {
     out << "\n";
     print_jobs(status, out);
+  }
+  if (!status["aggregated_jobs"].empty()) {
+    out << "\n";
+    print_aggregated_jobs(status, out);
   }
   if (!status["peers"].empty()) {
     out << "\n";
@@ -181,6 +189,19 @@ void print_peers(const nlohmann::json& status, std::ostream& out) {
                human_bytes(p["bytes_received"].get<double>()), text(p["errors"]),
                latency > 0 ? fmt::format("{:.1f} us", latency * 1e6) : "-",
                bandwidth > 0 ? fmt::format("{:.2f} GB/s", bandwidth / 1e9) : "-"});
+  }
+  table.print(out);
+}
+
+void print_aggregated_jobs(const nlohmann::json& status, std::ostream& out) {
+  Table table({"AGGREGATED JOB", "NODES", "PLACE", "CHUNK", "IN FLIGHT", "RECEIVED", "SENT",
+               "CHUNKS SUMMED"});
+  for (const auto& j : status["aggregated_jobs"]) {
+    table.add({text(j["name"]), std::to_string(j["nodes"].size()),
+               fmt::format("{} of {}", text(j["index"]), text(j["aggregators"])),
+               human_bytes(j["chunk_bytes"].get<double>()), text(j["collectives_in_flight"]),
+               human_bytes(j["bytes_received"].get<double>()),
+               human_bytes(j["bytes_sent"].get<double>()), text(j["chunks_summed"])});
   }
   table.print(out);
 }

@@ -28,6 +28,8 @@ void print_status(const nlohmann::json& status, std::ostream& out);
 void print_jobs(const nlohmann::json& status, std::ostream& out);
 void print_clients(const nlohmann::json& status, std::ostream& out);
 void print_peers(const nlohmann::json& status, std::ostream& out);
+// An aggregator's jobs (docs/aggregators.md).
+void print_aggregated_jobs(const nlohmann::json& status, std::ostream& out);
 void print_config(const nlohmann::json& status, std::ostream& out);
 
 }  // namespace gradsync::ctl
