@@ -102,18 +102,23 @@ class Place:
     Open MPI is told to use TCP between all its ranks, as it cannot tell the nodes apart).
     `cores`: cores per node (None: cores_per_node's default); `python`: the interpreter with
     PyTorch and mpi4py for the peers; `metrics`: the daemons serve their metrics
-    (metrics_address); `daemon_config`: the daemons' configuration file."""
+    (metrics_address); `daemon_config`: the daemons' configuration file; `aggregators`: that
+    many more namespaces after the nodes, each an aggregator's (docs/aggregators.md), which
+    gradsync's jobs list in GRADSYNC_AGGREGATORS."""
 
     def __init__(self, nodes, per_node, rate, build, network="netns", cores=None,
-                 python=PYTHON, metrics=False, daemon_config=None):
+                 python=PYTHON, metrics=False, daemon_config=None, aggregators=0):
         self.nodes, self.per_node, self.rate = nodes, per_node, rate
+        self.aggregators = aggregators
+        if aggregators and network != "netns":
+            raise RunFailed("aggregators need namespace nodes")
         self.across = nodes > 1
         self.namespaces = self.across and network == "netns"
         if rate and not self.namespaces:
             raise RunFailed("shaped links need namespace nodes")
         self.build, self.python, self.metrics = build, python, metrics
         self.daemon_config = daemon_config
-        self.cores = cores_per_node(nodes, cores)
+        self.cores = cores_per_node(nodes + aggregators, cores)
         self.dir = tempfile.mkdtemp(prefix="gradsync-compare-")
         # Every node's cores, "0,1;2,3;...", for the processes Open MPI starts.
         node_lists = ";".join(node_cores(n, self.cores) for n in range(nodes))
@@ -127,11 +132,12 @@ class Place:
             if self.namespaces:
                 if os.geteuid() != 0:
                     raise RunFailed("namespace nodes need root")
-                up = [NETNS, "up", str(self.nodes)] + (["--rate", self.rate] if self.rate else [])
+                up = [NETNS, "up", str(self.machines())]
+                up += ["--rate", self.rate] if self.rate else []
                 subprocess.run(up, env=self.env, check=True, stdout=subprocess.DEVNULL)
-            for node in range(self.nodes):
+            for node in range(self.machines()):
                 self._start_daemon(node)
-            for node in range(self.nodes):
+            for node in range(self.machines()):
                 self._wait_for_socket(node)
         except BaseException:
             self.__exit__(None, None, None)
@@ -148,8 +154,16 @@ class Place:
                 daemon.kill()
                 daemon.wait()
         if self.namespaces:
-            subprocess.run([NETNS, "down", str(self.nodes)], env=self.env, check=False)
+            subprocess.run([NETNS, "down", str(self.machines())], env=self.env, check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def machines(self):
+        """The namespaces (or daemons) of the place: the nodes, then the aggregators."""
+        return self.nodes + self.aggregators
+
+    def aggregator_addresses(self):
+        return ",".join(f"{self.address(a)}:{self.port(a)}"
+                        for a in range(self.nodes, self.machines()))
 
     def address(self, node):
         return f"198.18.0.{node + 1}" if self.namespaces else "127.0.0.1"
@@ -189,6 +203,8 @@ class Place:
                    "--log-level", "warn"]
         if self.daemon_config:
             command += ["--config", self.daemon_config]
+        if node >= self.nodes:
+            command += ["--role", "aggregator"]
         env = {}
         if self.across:
             command += ["--listen", f"{self.address(node)}:{self.port(node)}"]
@@ -209,11 +225,15 @@ class Place:
     def run_ranks(self, system, args, timeout):
         """Runs one rank per (node, local rank) of `system` ("gradsync", "gradsync_bf16": the
         job with the bf16 wire codec, "gradsync_topk": with the top-k codec at TOPK_CODEC,
-        "gradsync_direct": with the direct broadcast forced, "gloo", "mpi") with the benchmark
-        arguments `args`; returns rank 0's JSON (--json)."""
+        "gradsync_direct": with the direct broadcast forced, "gradsync_algo_NAME": with
+        GRADSYNC_ALGO=NAME, "gloo", "mpi") with the benchmark arguments `args`; returns rank
+        0's JSON (--json)."""
         out = os.path.join(self.dir, f"{system}-{random.getrandbits(32)}.json")
         args = list(args) + ["--json", out]
-        if system == "mpi":
+        if system.startswith("gradsync_algo_"):
+            self._run_gradsync_ranks(["--check"] + args, timeout,
+                                     {"GRADSYNC_ALGO": system[len("gradsync_algo_"):]})
+        elif system == "mpi":
             self._wait_all([self._popen(self._mpirun(args))], timeout)
         elif system == "gradsync":
             self._run_gradsync_ranks(["--check"] + args, timeout)
@@ -266,6 +286,8 @@ class Place:
         if self.across:
             env["GRADSYNC_NODES"] = ",".join(f"{self.address(n)}:{self.port(n)}"
                                              for n in range(self.nodes))
+        if self.aggregators:
+            env["GRADSYNC_AGGREGATORS"] = self.aggregator_addresses()
         self.run_on_every_rank(command, timeout, env)
 
     def run_mpi(self, script, args, timeout):

@@ -388,8 +388,8 @@ std::optional<Mesh::Message> Mesh::poll_message(uint64_t tag, uint64_t tag_mask)
   return std::nullopt;
 }
 
-size_t Mesh::discard(uint64_t tag, uint64_t tag_mask) {
-  size_t discarded = 0;
+std::vector<uint64_t> Mesh::discard(uint64_t tag, uint64_t tag_mask) {
+  std::vector<uint64_t> discarded;
   ucp_tag_recv_info_t info{};
   while (ucp_tag_message_h handle = ucp_tag_probe_nb(worker_.get(), tag, tag_mask, 1, &info)) {
     auto sink = std::make_shared<std::vector<uint8_t>>(info.length);
@@ -402,7 +402,7 @@ size_t Mesh::discard(uint64_t tag, uint64_t tag_mask) {
       add_feeders(Operation::kAnySource, retired.feeders);
       retired_.push_back(std::move(retired));
     }
-    ++discarded;
+    discarded.push_back(info.sender_tag);
   }
   return discarded;
 }

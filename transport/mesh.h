@@ -158,8 +158,9 @@ class Mesh final : public Transport {
               std::vector<std::shared_ptr<const void>> memory) override;
   // Receives and drops every message that has arrived matching tag/mask: for what peers still
   // send to a job that has ended here. Left in UCX, such messages would pile up, and a large
-  // one would hold its sender's buffer until it is received. Returns how many.
-  size_t discard(uint64_t tag, uint64_t tag_mask);
+  // one would hold its sender's buffer until it is received. Returns their tags. Does not
+  // progress UCX: what it finds had arrived before the call.
+  std::vector<uint64_t> discard(uint64_t tag, uint64_t tag_mask);
 
   size_t retired_count() const { return retired_.size(); }
   // Drives UCX; true when it made progress.

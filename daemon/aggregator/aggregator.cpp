@@ -17,9 +17,6 @@ namespace {
 
 // Control messages from nodes are small: a join names the job's nodes and aggregators.
 constexpr uint64_t kMessageLimitWords = 64 << 10;
-// How long after a job was dropped its nodes' pushes in flight are drained (they fail the job
-// within their peer timeout; pushes already sent arrive within this).
-constexpr auto kEndedJobGrace = std::chrono::seconds(10);
 
 }  // namespace
 
@@ -175,7 +172,6 @@ void Aggregator::drop(const std::string& name, const std::string& error) {
     }
   }
   log_->info("job '{}' dropped: no longer served, its buffers freed", name);
-  ended_.push_back({job.shape().tag, std::chrono::steady_clock::now() + kEndedJobGrace});
   metrics_.aggregator_job_ended(name);
   jobs_.erase(it);  // its collectives' operations retire with their memory
 }
@@ -197,16 +193,25 @@ bool Aggregator::busy() const {
   return std::any_of(jobs_.begin(), jobs_.end(), [](const auto& job) { return job.second->busy(); });
 }
 
-std::vector<uint16_t> Aggregator::ended_job_tags(std::chrono::steady_clock::time_point now) {
-  std::erase_if(ended_, [now](const Ended& ended) { return ended.until <= now; });
-  std::vector<uint16_t> tags;
-  for (const Ended& ended : ended_) {
-    const bool live = std::any_of(jobs_.begin(), jobs_.end(), [&](const auto& job) {
-      return job.second->shape().tag == ended.tag;
-    });
-    if (!live) tags.push_back(ended.tag);
+void Aggregator::on_unexpected_pushes(const std::vector<uint64_t>& push_tags) {
+  std::vector<std::pair<std::string, std::string>> failed;
+  size_t unserved = 0;
+  for (const uint64_t tag : push_tags) {
+    const auto job_tag = static_cast<uint16_t>((tag & tags::kJobMask) >> 32);
+    const auto node = static_cast<uint32_t>((tag & tags::kNodeMask) >> 48);
+    const auto it = std::find_if(jobs_.begin(), jobs_.end(),
+                                 [&](const auto& job) { return job.second->shape().tag == job_tag; });
+    if (it == jobs_.end()) {
+      ++unserved;
+      continue;
+    }
+    failed.emplace_back(it->first,
+                        fmt::format("node {} pushed a chunk it did not announce (tag {:#x})", node, tag));
   }
-  return tags;
+  if (unserved > 0) {
+    log_->debug("dropped {} pushes of jobs not served here (ended, or never joined)", unserved);
+  }
+  for (const auto& [name, error] : failed) drop(name, error);
 }
 
 std::vector<AggregatorJobView> Aggregator::jobs() const {

@@ -62,8 +62,10 @@ class Aggregator {
   void on_peer_failed(transport::PeerId peer, const std::string& why);
   // Collectives in flight: the engine polls rather than sleeps.
   bool busy() const;
-  // The jobs' hashed names (tags::kJobMask) whose data is drained: jobs ended here lately.
-  std::vector<uint16_t> ended_job_tags(std::chrono::steady_clock::time_point now);
+  // Pushes that arrived with no receive posted for them (their tags), dropped by the engine:
+  // a job served here whose node pushed what it did not announce fails; pushes of jobs not
+  // served (dropped while their pushes were on the way) are counted and logged.
+  void on_unexpected_pushes(const std::vector<uint64_t>& push_tags);
   std::vector<AggregatorJobView> jobs() const;
   // Exports each job's figures (once a second).
   void export_metrics();
@@ -83,11 +85,6 @@ class Aggregator {
   AggregatorSettings settings_;
   std::shared_ptr<spdlog::logger> log_;
   std::map<std::string, std::unique_ptr<AggregatorJob>, std::less<>> jobs_;
-  struct Ended {
-    uint16_t tag;
-    std::chrono::steady_clock::time_point until;
-  };
-  std::vector<Ended> ended_;
 };
 
 }  // namespace gradsync::daemon

@@ -32,6 +32,16 @@ bool Engine::poll_peers() {
     handle_aggregation_message(message->payload, message->tag);
     any = true;
   }
+  if (aggregator_) {
+    // Every announcement that arrived has been handled (the loop above found none left, and
+    // UCX has not progressed since), and each posted the receives of the pushes it announced:
+    // a push still unmatched was not announced, or is for a job not served (or no longer).
+    if (const auto unexpected = mesh_->discard(tags::make(tags::kPush, 0, 0, 0), tags::kKindMask);
+        !unexpected.empty()) {
+      aggregator_->on_unexpected_pushes(unexpected);
+      any = true;
+    }
+  }
   // Their jobs would wait for them forever.
   for (const uint64_t tag : mesh_->take_lost_messages()) {
     fail_jobs_of_tag(tag, GRADSYNC_ERR_PEER_FAILED,
@@ -40,11 +50,6 @@ bool Engine::poll_peers() {
   }
   if (mesh_->needs_service()) any |= take_handshakes();
   if (!ended_jobs_.empty()) drain_ended_jobs();
-  if (aggregator_) {
-    for (const uint16_t tag : aggregator_->ended_job_tags(Clock::now())) {
-      mesh_->discard(tags::make(tags::kPush, 0, tag, 0), tags::kKindMask | tags::kJobMask);
-    }
-  }
   return take_failed_peers() || any;
 }
 

@@ -224,6 +224,8 @@ size_t Flight::add(transport::Operation operation) {
 
 std::optional<std::string> Flight::failure_of(const transport::Operation& operation) const {
   if (operation.status() == UCS_OK) return std::nullopt;
+  // An operation fails with its connection: name the peer where the transport knows it.
+  if (auto named = links_.failed_peer(what_)) return named;
   return fmt::format("job '{}': {} failed: {}", links_.job_name(), what_,
                      ucs_status_string(operation.status()));
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""A real Prometheus server scrapes two gradsyncd on loopback while they run real collectives.
+"""A real Prometheus server scrapes three gradsyncd on loopback while they run real collectives.
 
-Node 0 runs a one-node job of known size, then both run a two-node job that stays busy. The test
+Node 0 runs a one-node job of known size, then both nodes run two-node jobs that stay busy, one
+of them through the third daemon, an aggregator (docs/aggregators.md). The test
 asks Prometheus's HTTP API whether the counters moved by exactly what the one-node job did,
 evaluates every query of the Grafana dashboard (each must parse and return data), and runs
 `promtool check metrics` on a live scrape.
@@ -68,11 +69,12 @@ def main():
     processes = []
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            sockets = [f"{tmp}/node{n}.sock" for n in range(2)]
-            for n in range(2):
+            sockets = [f"{tmp}/node0.sock", f"{tmp}/node1.sock", f"{tmp}/aggregator.sock"]
+            for n, socket_path in enumerate(sockets):
+                role = ["--role", "aggregator"] if n == 2 else []
                 processes.append(subprocess.Popen(
-                    [f"{BUILD}/gradsyncd", "--socket", sockets[n], "--log-level", "warn",
-                     "--metrics-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0"]))
+                    [f"{BUILD}/gradsyncd", "--socket", socket_path, "--log-level", "warn",
+                     "--metrics-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", *role]))
             wait_until("the daemons listen", lambda: all(os.path.exists(s) for s in sockets))
             # Each picked its ports itself: none can be taken by another test before it binds.
             metrics, listen = zip(*(bound_ports(s) for s in sockets))
@@ -81,7 +83,8 @@ def main():
             with open(config, "w") as f:
                 f.write("global:\n  scrape_interval: 1s\nscrape_configs:\n"
                         "  - job_name: gradsync\n    static_configs:\n"
-                        f"      - targets: ['127.0.0.1:{metrics[0]}', '127.0.0.1:{metrics[1]}']\n")
+                        "      - targets: [" +
+                        ", ".join(f"'127.0.0.1:{port}'" for port in metrics) + "]\n")
             api = f"127.0.0.1:{free_port()}"
             processes.append(subprocess.Popen(
                 ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp}/data",
@@ -107,8 +110,8 @@ def main():
                 result = query(expr)
                 return float(result[0]["value"][1]) if result else None
 
-            wait_until("Prometheus scrapes both daemons",
-                       lambda: value('sum(up{job="gradsync"})') == 2)
+            wait_until("Prometheus scrapes the three daemons",
+                       lambda: value('sum(up{job="gradsync"})') == 3)
             node0 = f'instance="127.0.0.1:{metrics[0]}"'
             local = f'gradsync_collectives_completed_total{{{node0},op="allreduce",algorithm="local"}}'
             payload = f'gradsync_collective_bytes_total{{{node0},op="allreduce"}}'
@@ -165,6 +168,20 @@ def main():
             topk = f'gradsync_internode_allreduces_total{{{node0},algorithm="topk"}}'
             wait_until(f"{topk} > 0", lambda: (value(topk) or 0) > 0)
             assert value(f'gradsync_topk_evicted_tensors_total{{{node0}}}') == 0
+
+            # A third job, its allreduces through the aggregator: the aggregator's figures for
+            # it, and node 0's traffic to the aggregator, move.
+            aggregator = f"127.0.0.1:{listen[2]}"
+            for n in range(2):
+                processes.append(rank(sockets[n], "summed", n, 2, 0, 1, ["loop", "1048576"],
+                                      nodes, n, {"GRADSYNC_AGGREGATORS": aggregator,
+                                                 "GRADSYNC_ALGO": "aggregate"}))
+            for series in (f'gradsync_aggregator_chunks_summed_total{{training_job="summed"}}',
+                           f'gradsync_aggregator_received_bytes_total{{training_job="summed"}}',
+                           f'gradsync_aggregation_sent_bytes_total{{{node0},aggregator="{aggregator}"}}',
+                           f'gradsync_internode_allreduces_total{{{node0},algorithm="aggregate"}}'):
+                wait_until(f"{series} > 0", lambda: (value(series) or 0) > 0)
+            time.sleep(3)  # a few scrapes of the summed job, for rates
 
             with open(f"{SOURCE}/monitoring/grafana/gradsync.json") as f:
                 dashboard = json.load(f)

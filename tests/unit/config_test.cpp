@@ -126,6 +126,30 @@ void expect_error(const std::string& toml, const std::string& fragment) {
   }
 }
 
+TEST(Config, ParsesTheAggregatorKeys) {
+  const DaemonConfig c = parse_config(R"(
+role = "aggregator"
+listen = "198.18.0.9:7000"
+aggregators = "198.18.0.7:7000, 198.18.0.8:7000"
+aggregation_chunk_bytes = 262144
+aggregator_link_mbps = 25000
+allreduce_algorithm = "split"
+)",
+                                      "test");
+  EXPECT_EQ(c.role, "aggregator");
+  EXPECT_EQ(c.aggregators, "198.18.0.7:7000, 198.18.0.8:7000");
+  EXPECT_EQ(c.aggregation_chunk_bytes, 262144u);
+  EXPECT_EQ(c.aggregator_link_mbps, 25000u);
+  EXPECT_EQ(c.allreduce_algorithm, "split");
+}
+TEST(Config, RejectsBadAggregatorSettings) {
+  expect_error("role = \"server\"", "role");
+  expect_error("role = \"aggregator\"\nlisten = \"\"", "listen");
+  expect_error("aggregators = \"198.18.0.7\"", "198.18.0.7");
+  expect_error("aggregation_chunk_bytes = 1024", "aggregation_chunk_bytes");
+  expect_error("allreduce_algorithm = \"tree\"", "allreduce_algorithm");
+}
+
 TEST(Config, RejectsUnknownKeysByName) {
   expect_error("fusion_threshold = 5", "fusion_threshold");
 }

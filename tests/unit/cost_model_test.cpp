@@ -96,6 +96,74 @@ TEST(CostModel, ChoosesHalvingDoublingForSmallAndRingForLargeTensors) {
   EXPECT_EQ(choose_allreduce(LinkFigures{}, 8, 1024), AllreduceAlgorithm::kRing);
 }
 
+// Aggregators as fast as the nodes (BytePS's balanced case).
+const AggregatorFigures kFour{4, kLink.beta_seconds_per_byte};
+const AggregatorFigures kTwo{2, kLink.beta_seconds_per_byte};
+
+TEST(CostModel, AggregationCarriesTheBufferOnceOverANodesLink) {
+  const uint64_t bytes = 64 << 20;
+  // 4 nodes, 4 aggregators: a node's link carries the bytes once, each aggregator's n/k = 1
+  // times and reduces them; the ring's carries 2(n-1)/n = 1.5 times.
+  const double node_link = bytes * kLink.beta_seconds_per_byte;
+  const double aggregator_link =
+      bytes * (kFour.beta_seconds_per_byte + kLink.gamma_seconds_per_byte);
+  EXPECT_DOUBLE_EQ(predict_aggregate(kLink, 4, kFour, bytes),
+                   2 * kLink.alpha_seconds + std::max(node_link, aggregator_link));
+  EXPECT_LT(predict_aggregate(kLink, 4, kFour, bytes), predict_ring(kLink, 4, bytes));
+  EXPECT_EQ(predict_aggregate(kLink, 4, AggregatorFigures{}, bytes), 0);
+  EXPECT_EQ(predict_aggregate(kLink, 1, kFour, bytes), 0);
+}
+
+TEST(CostModel, TheSplitBalancesTheNodesLinksAgainstTheAggregators) {
+  // 2 nodes: the ring carries the bytes once each way already; everything may go through
+  // the aggregators.
+  EXPECT_EQ(aggregated_share(2, kLink, kTwo), 1);
+  EXPECT_EQ(aggregated_share(4, kLink, AggregatorFigures{}), 1);
+  // 4 nodes, 2 aggregators: at the share, both links are equally busy, and the split beats
+  // aggregation alone (the aggregators' links bound it) and the ring.
+  const double share = aggregated_share(4, kLink, kTwo);
+  ASSERT_GT(share, 0);
+  ASSERT_LT(share, 1);
+  const double n = 4;
+  const double node = share + (1 - share) * 2 * (n - 1) / n;
+  const double aggregator = share * n / kTwo.count *
+                            (kTwo.beta_seconds_per_byte + kLink.gamma_seconds_per_byte) /
+                            kLink.beta_seconds_per_byte;
+  EXPECT_NEAR(node, aggregator, 1e-12);
+  const uint64_t bytes = 64 << 20;
+  const double split = predict_allreduce(AllreduceAlgorithm::kSplit, kLink, 4, bytes,
+                                         WireCodec::kNone, kTwo);
+  EXPECT_LT(split, predict_allreduce(AllreduceAlgorithm::kAggregate, kLink, 4, bytes,
+                                     WireCodec::kNone, kTwo));
+  EXPECT_LT(split, predict_ring(kLink, 4, bytes));
+  // Slow aggregators take a small share.
+  EXPECT_LT(aggregated_share(4, kLink, {2, 10 * kLink.beta_seconds_per_byte}), share);
+}
+
+TEST(CostModel, ChoosesAggregatorsWhereTheyPay) {
+  const uint64_t bytes = 64 << 20;
+  // As many aggregators as nodes, summing for free: everything through them.
+  LinkFigures free_sums = kLink;
+  free_sums.gamma_seconds_per_byte = 0;
+  EXPECT_EQ(choose_allreduce(free_sums, 4, bytes, WireCodec::kNone, kFour),
+            AllreduceAlgorithm::kAggregate);
+  // Their sums cost their time too: a share stays with the ring.
+  EXPECT_EQ(choose_allreduce(kLink, 4, bytes, WireCodec::kNone, kFour),
+            AllreduceAlgorithm::kSplit);
+  EXPECT_EQ(choose_allreduce(kLink, 4, bytes, WireCodec::kNone, kTwo),
+            AllreduceAlgorithm::kSplit);
+  // Aggregators ten times slower than the nodes: never everything through them.
+  EXPECT_NE(choose_allreduce(kLink, 4, bytes, WireCodec::kNone,
+                             {4, 10 * kLink.beta_seconds_per_byte}),
+            AllreduceAlgorithm::kAggregate);
+  // Nothing measured: the ring, whatever the aggregators.
+  EXPECT_EQ(choose_allreduce(LinkFigures{}, 4, bytes, WireCodec::kNone, kFour),
+            AllreduceAlgorithm::kRing);
+  EXPECT_EQ(parse_algorithm("aggregate"), AllreduceAlgorithm::kAggregate);
+  EXPECT_EQ(parse_algorithm("split"), AllreduceAlgorithm::kSplit);
+  EXPECT_STREQ(algorithm_name(AllreduceAlgorithm::kSplit), "split");
+}
+
 TEST(CostModel, BroadcastsMatchTheirClosedForms) {
   const uint64_t bytes = 64 << 20;
   const double wire = bytes * kLink.beta_seconds_per_byte;

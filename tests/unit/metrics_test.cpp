@@ -43,6 +43,9 @@ std::string exposition_with_every_family() {
   progress.node_cycles = {7, 8};
   progress.autotune = Metrics::JobProgress::Autotune{12, true, 5e9, 16 << 20, 1 << 20, 25e-6, 0};
   metrics.set_job_progress("train", progress);
+  metrics.set_aggregator_job("summed", {1 << 20, 1 << 20, 1, 2});
+  metrics.aggregator_chunk_waited("summed", 1e-3);
+  metrics.aggregation_traffic("198.18.0.20:9478", 1 << 20, 1 << 20);
   return metrics.exposition();
 }
 

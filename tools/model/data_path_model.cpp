@@ -56,7 +56,8 @@ double topk_passes(const Layout& layout, const NodeFigures& node, uint64_t bytes
 
 AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& node,
                                       const LinkFigures& link, uint64_t bytes,
-                                      const WireCodecSpec& spec) {
+                                      const WireCodecSpec& spec,
+                                      const AggregatorFigures& aggregators) {
   if (layout.nodes == 0 || layout.ranks_per_node == 0) {
     throw std::invalid_argument("a layout needs at least one node and one rank per node");
   }
@@ -76,10 +77,21 @@ AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& n
                       node.overhead_seconds + pipelined(node, local, ring, bytes), bytes));
   out.algorithms.push_back(make_prediction(
       layout, "rhd", node.overhead_seconds + pipelined(node, local, rhd, bytes), bytes));
-  out.picked = cost_model::choose_allreduce(link, layout.nodes, bytes, codec) ==
-                       cost_model::AllreduceAlgorithm::kRing
-                   ? 0
-                   : 1;
+  const auto chosen = cost_model::choose_allreduce(link, layout.nodes, bytes, codec, aggregators);
+  out.picked = chosen == cost_model::AllreduceAlgorithm::kRing ? 0 : 1;
+  if (aggregators.count > 0 && codec != WireCodec::kTopK) {
+    // The aggregators' chunks stream as the ring's pieces do: the local stages overlap them.
+    for (const auto algorithm :
+         {cost_model::AllreduceAlgorithm::kAggregate, cost_model::AllreduceAlgorithm::kSplit}) {
+      const double wire = cost_model::predict_allreduce(algorithm, link, layout.nodes, bytes,
+                                                        codec, aggregators);
+      std::string name = cost_model::algorithm_name(algorithm);
+      if (codec == WireCodec::kBf16) name += "+bf16";
+      if (chosen == algorithm) out.picked = out.algorithms.size();
+      out.algorithms.push_back(make_prediction(
+          layout, name, node.overhead_seconds + pipelined(node, local, wire, bytes), bytes));
+    }
+  }
   if (codec == WireCodec::kTopK) {
     // An allreduce small enough to piggyback on the negotiation stays exact (negotiator.h).
     const double seconds = bytes <= cost_model::eager_max_bytes(link, layout.nodes)
@@ -95,7 +107,8 @@ AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& n
 
 ScalingPrediction predict_scaling(const Layout& layout, const NodeFigures& node,
                                   const LinkFigures& link, const TrainingStep& step,
-                                  const WireCodecSpec& codec) {
+                                  const WireCodecSpec& codec,
+                                  const AggregatorFigures& aggregators) {
   if (step.compute_seconds <= 0) throw std::invalid_argument("the compute time must be positive");
   if (step.overlap_fraction < 0 || step.overlap_fraction > 1) {
     throw std::invalid_argument("the overlap fraction lies between 0 and 1");
@@ -103,7 +116,9 @@ ScalingPrediction predict_scaling(const Layout& layout, const NodeFigures& node,
   ScalingPrediction out;
   out.communication_seconds =
       layout.ranks() > 1
-          ? predict_allreduce(layout, node, link, step.gradient_bytes, codec).best().seconds
+          ? predict_allreduce(layout, node, link, step.gradient_bytes, codec, aggregators)
+                .best()
+                .seconds
           : 0;
   const double hidden = step.overlap_fraction * step.compute_seconds;
   out.step_seconds = step.compute_seconds + std::max(0.0, out.communication_seconds - hidden);

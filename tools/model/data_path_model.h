@@ -60,7 +60,8 @@ struct Prediction {
 };
 
 struct AllreducePrediction {
-  // One on one node; ring and rhd across nodes, and top-k with that codec.
+  // One on one node; ring and rhd across nodes, top-k with that codec, aggregate and split
+  // with aggregators.
   std::vector<Prediction> algorithms;
   size_t picked = 0;  // the one the daemons would run (their chooser)
   const Prediction& best() const { return algorithms[picked]; }
@@ -79,9 +80,12 @@ double topk_fixed_seconds(const Layout& layout, const NodeFigures& node, const L
                           uint64_t bytes, double percent);
 double topk_passes(const Layout& layout, const NodeFigures& node, uint64_t bytes);
 
+using cost_model::AggregatorFigures;
+
 AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& node,
                                       const LinkFigures& link, uint64_t bytes,
-                                      const WireCodecSpec& codec = {});
+                                      const WireCodecSpec& codec = {},
+                                      const AggregatorFigures& aggregators = {});
 
 // A training step: compute, then the gradients' allreduce, of which `overlap_fraction` of the
 // compute time can hide behind the backward pass.
@@ -100,6 +104,7 @@ struct ScalingPrediction {
 
 ScalingPrediction predict_scaling(const Layout& layout, const NodeFigures& node,
                                   const LinkFigures& link, const TrainingStep& step,
-                                  const WireCodecSpec& codec = {});
+                                  const WireCodecSpec& codec = {},
+                                  const AggregatorFigures& aggregators = {});
 
 }  // namespace gradsync::model

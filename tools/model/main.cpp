@@ -42,6 +42,8 @@ struct Options {
   double tolerance = 0.15;
   std::string validate_from = "0";
   std::string wire_codec = "none";
+  uint32_t aggregators = 0;
+  std::optional<double> aggregator_gbps;  // default: the nodes' link
   bool json = false;
 };
 
@@ -91,21 +93,25 @@ int predict(const Options& o) {
   const Figures figures = resolve_figures(o, basis);
   const uint64_t bytes = gradsync::tools::parse_size(o.bytes);
   const auto codec = gradsync::cost_model::parse_wire_codec(o.wire_codec).value();
-  const auto allreduce =
-      gradsync::model::predict_allreduce(o.layout, figures.node, figures.link, bytes, codec);
+  gradsync::model::AggregatorFigures aggregators{o.aggregators,
+                                                 figures.link.beta_seconds_per_byte};
+  if (o.aggregator_gbps) aggregators.beta_seconds_per_byte = 8 / (*o.aggregator_gbps * 1e9);
+  const auto allreduce = gradsync::model::predict_allreduce(o.layout, figures.node, figures.link,
+                                                            bytes, codec, aggregators);
   std::optional<gradsync::model::ScalingPrediction> scaling;
   if (o.compute_ms) {
     const uint64_t gradients =
         o.gradient_bytes.empty() ? bytes : gradsync::tools::parse_size(o.gradient_bytes);
     scaling = gradsync::model::predict_scaling(o.layout, figures.node, figures.link,
                                                {*o.compute_ms / 1e3, gradients, o.overlap_fraction},
-                                               codec);
+                                               codec, aggregators);
   }
   if (o.json) {
     json out = {{"nodes", o.layout.nodes},
                 {"gpus_per_node", o.layout.ranks_per_node},
                 {"bytes", bytes},
                 {"wire_codec", o.wire_codec},
+                {"aggregators", o.aggregators},
                 {"basis", basis},
                 {"figures", figures_json(figures)},
                 {"picked", allreduce.best().algorithm}};
@@ -127,6 +133,10 @@ int predict(const Options& o) {
   fmt::print("# gradsync-model: allreduce of {} bytes on {} nodes x {} GPUs ({} ranks)\n", bytes,
              o.layout.nodes, o.layout.ranks_per_node, o.layout.ranks());
   fmt::print("# {}\n", basis);
+  if (o.aggregators > 0) {
+    fmt::print("# {} aggregators at {:.3g} Gbit/s each\n", o.aggregators,
+               8 / aggregators.beta_seconds_per_byte / 1e9);
+  }
   fmt::print("# {:>10} {:>12} {:>10} {:>10}\n", "algorithm", "time (us)", "algbw", "busbw");
   fmt::print("# {:>10} {:>12} {:>10} {:>10}\n", "", "", "(GB/s)", "(GB/s)");
   for (size_t i = 0; i < allreduce.algorithms.size(); ++i) {
@@ -192,6 +202,12 @@ int run(int argc, char** argv) {
                        : "must be none, bf16, topk or topk:PERCENT, not '" + name + "'";
           },
           "CODEC"));
+  app.add_option("--aggregators", o.aggregators,
+                 "aggregators the job sums through (docs/aggregators.md): adds aggregate and split")
+      ->check(CLI::Range(0u, 64u));
+  app.add_option("--aggregator-gbps", o.aggregator_gbps,
+                 "each aggregator's link, Gbit/s (default: as --link-gbps)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--json", o.json, "JSON instead of a table");
   CLI11_PARSE(app, argc, argv);
   if (!o.validate.empty()) {

@@ -211,14 +211,18 @@ class Handle:
 class Communicator:
     """A connection to the node's gradsyncd as one rank of a job. Arguments default to the
     environment (GRADSYNC_SOCKET, GRADSYNC_JOB, RANK, WORLD_SIZE, LOCAL_RANK,
-    LOCAL_WORLD_SIZE: torchrun's variables; GRADSYNC_WIRE_CODEC, GRADSYNC_AUTOTUNE).
+    LOCAL_WORLD_SIZE: torchrun's variables; GRADSYNC_WIRE_CODEC, GRADSYNC_AUTOTUNE,
+    GRADSYNC_AGGREGATORS).
     `wire_codec`: what the job's f32 allreduces send between nodes, "bf16" or "none";
     `autotune`: whether the daemons tune the job's settings over its first steps
     (docs/autotune.md); None leaves it to the environment or the daemon. Node 0's ranks decide
-    both for the job. Used by one thread at a time."""
+    both for the job. `aggregators`: "HOST:PORT,..." of the aggregators the job's allreduces
+    across nodes may go through (docs/aggregators.md), the same on every node. Used by one
+    thread at a time."""
 
     def __init__(self, socket=None, job=None, rank=None, world_size=None, local_rank=None,
-                 local_world_size=None, timeout_ms=0, wire_codec=None, autotune=None):
+                 local_world_size=None, timeout_ms=0, wire_codec=None, autotune=None,
+                 aggregators=None):
         lib = library()
         options = _library.Options()
         _check_connect(lib, lib.gradsync_options_from_env(ctypes.byref(options)))
@@ -240,6 +244,8 @@ class Communicator:
             settings.wire_codec = wire_codec.encode()
         if autotune is not None:
             settings.autotune = AUTOTUNE_ON if autotune else AUTOTUNE_OFF
+        if aggregators is not None:
+            settings.aggregators = aggregators.encode()
         handle = ctypes.c_void_p()
         _check_connect(lib, lib.gradsync_connect_with(ctypes.byref(options), ctypes.byref(settings),
                                                       ctypes.byref(handle)))
