@@ -49,8 +49,8 @@ Communicator::Communicator(const gradsync_options& options, const gradsync_job_s
       std::string(options.algorithm, strnlen(options.algorithm, sizeof(options.algorithm))));
   hello.setWireCodec(
       std::string(settings.wire_codec, strnlen(settings.wire_codec, sizeof(settings.wire_codec))));
-  const std::vector<std::string> aggregators = ipc::split_addresses(
-      std::string_view(settings.aggregators, strnlen(settings.aggregators, sizeof(settings.aggregators))));
+  const std::vector<std::string> aggregators = ipc::split_addresses(std::string_view(
+      settings.aggregators, strnlen(settings.aggregators, sizeof(settings.aggregators))));
   auto aggregator_builder = hello.initAggregators(static_cast<unsigned>(aggregators.size()));
   for (size_t i = 0; i < aggregators.size(); ++i) {
     aggregator_builder.set(static_cast<unsigned>(i), aggregators[i]);

@@ -189,10 +189,9 @@ gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings) 
     return r;
   }
   const char* aggregators = std::getenv("GRADSYNC_AGGREGATORS");
-  if (const gradsync_result r = copy_string("GRADSYNC_AGGREGATORS",
-                                            aggregators != nullptr ? aggregators : "",
-                                            settings->aggregators, sizeof(settings->aggregators),
-                                            connect_error);
+  if (const gradsync_result r =
+          copy_string("GRADSYNC_AGGREGATORS", aggregators != nullptr ? aggregators : "",
+                      settings->aggregators, sizeof(settings->aggregators), connect_error);
       r != GRADSYNC_OK) {
     return r;
   }

@@ -93,8 +93,7 @@ int parse_and_run(int argc, char** argv) {
   using gradsync::daemon::DaemonConfig;
   CLI::App app{"gradsyncd: gradient communication daemon"};
   std::string config_path;
-  std::optional<std::string> socket_path, metrics_listen, listen, cluster_key_file, log_level,
-      role;
+  std::optional<std::string> socket_path, metrics_listen, listen, cluster_key_file, log_level, role;
   bool print_config = false;
   app.add_option("--config", config_path, "TOML configuration file")->check(CLI::ExistingFile);
   app.add_option("--socket", socket_path, "client socket path (config: socket_path)");

@@ -203,8 +203,8 @@ inline constexpr std::array<FamilyDoc, static_cast<size_t>(Family::kCount)> kFam
      "queue's depth)"},
     {Family::kAggregationSentBytes, "gradsync_aggregation_sent_bytes_total", Type::kCounter,
      "aggregator", "Bytes this node's jobs pushed to each aggregator"},
-    {Family::kAggregationReceivedBytes, "gradsync_aggregation_received_bytes_total",
-     Type::kCounter, "aggregator", "Bytes of sums this node's jobs received from each aggregator"},
+    {Family::kAggregationReceivedBytes, "gradsync_aggregation_received_bytes_total", Type::kCounter,
+     "aggregator", "Bytes of sums this node's jobs received from each aggregator"},
     {Family::kAutotuneTrials, "gradsync_autotune_trials", Type::kGauge, "training_job",
      "Trials an autotuned job's search has ended (a candidate's turn in a round), on the node "
      "that tunes it (node 0, or the job's only node)"},

@@ -282,10 +282,12 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
   impl_->aggregator_received =
       &family<prometheus::Counter>(registry, Family::kAggregatorBytesReceived);
   impl_->aggregator_sent = &family<prometheus::Counter>(registry, Family::kAggregatorBytesSent);
-  impl_->aggregator_summed = &family<prometheus::Counter>(registry, Family::kAggregatorChunksSummed);
+  impl_->aggregator_summed =
+      &family<prometheus::Counter>(registry, Family::kAggregatorChunksSummed);
   impl_->aggregator_wait =
       &family<prometheus::Histogram>(registry, Family::kAggregatorChunkWaitSeconds);
-  impl_->aggregator_waiting = &family<prometheus::Gauge>(registry, Family::kAggregatorPushesWaiting);
+  impl_->aggregator_waiting =
+      &family<prometheus::Gauge>(registry, Family::kAggregatorPushesWaiting);
   impl_->aggregation_sent = &family<prometheus::Counter>(registry, Family::kAggregationSentBytes);
   impl_->aggregation_received =
       &family<prometheus::Counter>(registry, Family::kAggregationReceivedBytes);
@@ -533,7 +535,8 @@ void Metrics::job_ended(const std::string& job) {
 
 void Metrics::set_aggregator_job(const std::string& job, const AggregatorJob& totals) {
   Impl::AggregatorSeries& series = impl_->aggregator_job(job);
-  series.received->Increment(static_cast<double>(totals.bytes_received - series.last.bytes_received));
+  series.received->Increment(
+      static_cast<double>(totals.bytes_received - series.last.bytes_received));
   series.sent->Increment(static_cast<double>(totals.bytes_sent - series.last.bytes_sent));
   series.summed->Increment(static_cast<double>(totals.chunks_summed - series.last.chunks_summed));
   series.waiting->Set(static_cast<double>(totals.pushes_waiting));

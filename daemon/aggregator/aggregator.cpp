@@ -45,7 +45,8 @@ void Aggregator::on_message(std::span<const uint8_t> payload, uint64_t tag) {
       return;
     }
     if (message.isBatch()) {
-      if (auto error = it->second->announce(node, message.getBatch(), std::chrono::steady_clock::now())) {
+      if (auto error =
+              it->second->announce(node, message.getBatch(), std::chrono::steady_clock::now())) {
         drop(name, *error);
       }
     } else if (message.isLeave()) {
@@ -153,8 +154,8 @@ void Aggregator::on_peer_failed(transport::PeerId peer, const std::string& why) 
     const auto it = std::find(peers.begin(), peers.end(), peer);
     if (it == peers.end()) continue;
     const auto node = static_cast<size_t>(it - peers.begin());
-    failed.emplace_back(name, fmt::format("node {} ({}) of the job {}", node,
-                                          job->shape().nodes[node], why));
+    failed.emplace_back(
+        name, fmt::format("node {} ({}) of the job {}", node, job->shape().nodes[node], why));
   }
   for (const auto& [name, error] : failed) drop(name, error);
 }
@@ -190,7 +191,8 @@ void Aggregator::refuse(const std::string& address, std::string_view job, uint64
 }
 
 bool Aggregator::busy() const {
-  return std::any_of(jobs_.begin(), jobs_.end(), [](const auto& job) { return job.second->busy(); });
+  return std::any_of(jobs_.begin(), jobs_.end(),
+                     [](const auto& job) { return job.second->busy(); });
 }
 
 void Aggregator::on_unexpected_pushes(const std::vector<uint64_t>& push_tags) {
@@ -199,14 +201,16 @@ void Aggregator::on_unexpected_pushes(const std::vector<uint64_t>& push_tags) {
   for (const uint64_t tag : push_tags) {
     const auto job_tag = static_cast<uint16_t>((tag & tags::kJobMask) >> 32);
     const auto node = static_cast<uint32_t>((tag & tags::kNodeMask) >> 48);
-    const auto it = std::find_if(jobs_.begin(), jobs_.end(),
-                                 [&](const auto& job) { return job.second->shape().tag == job_tag; });
+    const auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const auto& job) {
+      return job.second->shape().tag == job_tag;
+    });
     if (it == jobs_.end()) {
       ++unserved;
       continue;
     }
-    failed.emplace_back(it->first,
-                        fmt::format("node {} pushed a chunk it did not announce (tag {:#x})", node, tag));
+    failed.emplace_back(
+        it->first,
+        fmt::format("node {} pushed a chunk it did not announce (tag {:#x})", node, tag));
   }
   if (unserved > 0) {
     log_->debug("dropped {} pushes of jobs not served here (ended, or never joined)", unserved);
@@ -227,9 +231,10 @@ std::vector<AggregatorJobView> Aggregator::jobs() const {
 
 void Aggregator::export_metrics() {
   for (auto& [name, job] : jobs_) {
-    metrics_.set_aggregator_job(
-        name, {job->bytes_received(), job->bytes_sent(), job->chunks_summed(), job->pushes_waiting()});
-    for (const double seconds : job->take_chunk_waits()) metrics_.aggregator_chunk_waited(name, seconds);
+    metrics_.set_aggregator_job(name, {job->bytes_received(), job->bytes_sent(),
+                                       job->chunks_summed(), job->pushes_waiting()});
+    for (const double seconds : job->take_chunk_waits())
+      metrics_.aggregator_chunk_waited(name, seconds);
   }
 }
 

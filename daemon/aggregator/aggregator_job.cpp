@@ -42,22 +42,23 @@ std::optional<std::string> AggregatorJob::announce(uint32_t node,
   const uint64_t count = announced.getCount();
   const bool bf16 = announced.getBf16();
   if (!dtype || !op || *op == GRADSYNC_AVG || count == 0 || (bf16 && *dtype != GRADSYNC_FLOAT32)) {
-    return fmt::format("node {} announced collective {} with dtype {}, op {}, {} elements{}: not "
-                       "a sum this aggregator can take",
-                       node, sequence, announced.getDtype(), announced.getOp(), count,
-                       bf16 ? " as bf16" : "");
+    return fmt::format(
+        "node {} announced collective {} with dtype {}, op {}, {} elements{}: not "
+        "a sum this aggregator can take",
+        node, sequence, announced.getDtype(), announced.getOp(), count, bf16 ? " as bf16" : "");
   }
   const size_t travelling = bf16 ? sizeof(uint16_t) : ipc::dtype_bytes(*dtype);
   if (count > kMaxBatchBytes / travelling) {
-    return fmt::format("node {} announced collective {} of {} elements: more than {} bytes",
-                       node, sequence, count, kMaxBatchBytes);
+    return fmt::format("node {} announced collective {} of {} elements: more than {} bytes", node,
+                       sequence, count, kMaxBatchBytes);
   }
   const AggregationPlan plan(count, travelling, shape_.chunk_bytes, shape_.aggregators, sequence);
   const uint64_t chunks = plan.chunks_of(shape_.index);
   if (!plan.fits_tags() || chunks == 0) {
-    return fmt::format("node {} announced collective {} of {} elements, of which this aggregator "
-                       "({} of {}) sums {} chunks",
-                       node, sequence, count, shape_.index, shape_.aggregators, chunks);
+    return fmt::format(
+        "node {} announced collective {} of {} elements, of which this aggregator "
+        "({} of {}) sums {} chunks",
+        node, sequence, count, shape_.index, shape_.aggregators, chunks);
   }
   auto [it, created] = batches_.try_emplace(sequence);
   Batch& batch = it->second;
@@ -76,7 +77,8 @@ std::optional<std::string> AggregatorJob::announce(uint32_t node,
     batch.offsets.push_back(0);
     for (uint64_t local = 0; local < chunks; ++local) {
       const uint64_t chunk = plan.chunk(shape_.index, local);
-      batch.offsets.push_back(batch.offsets.back() + (plan.end(chunk) - plan.begin(chunk)) * travelling);
+      batch.offsets.push_back(batch.offsets.back() +
+                              (plan.end(chunk) - plan.begin(chunk)) * travelling);
     }
     const size_t nodes = shape_.nodes.size();
     batch.announced.assign(nodes, false);
@@ -87,12 +89,14 @@ std::optional<std::string> AggregatorJob::announce(uint32_t node,
     batch.arrived.assign(chunks, 0);
     batch.first_push.resize(chunks);
     batch.sent.assign(chunks, 0);
-  } else if (batch.dtype != *dtype || batch.op != *op || batch.count != count || batch.bf16 != bf16) {
-    return fmt::format("node {} announced collective {} as {} {} of {} elements{}; another node "
-                       "as {} {} of {}{}",
-                       node, sequence, ipc::dtype_name(*dtype), ipc::op_name(*op), count,
-                       bf16 ? " (bf16)" : "", ipc::dtype_name(batch.dtype), ipc::op_name(batch.op),
-                       batch.count, batch.bf16 ? " (bf16)" : "");
+  } else if (batch.dtype != *dtype || batch.op != *op || batch.count != count ||
+             batch.bf16 != bf16) {
+    return fmt::format(
+        "node {} announced collective {} as {} {} of {} elements{}; another node "
+        "as {} {} of {}{}",
+        node, sequence, ipc::dtype_name(*dtype), ipc::op_name(*op), count, bf16 ? " (bf16)" : "",
+        ipc::dtype_name(batch.dtype), ipc::op_name(batch.op), batch.count,
+        batch.bf16 ? " (bf16)" : "");
   } else if (batch.announced[node]) {
     return fmt::format("node {} announced collective {} twice", node, sequence);
   }
@@ -105,8 +109,8 @@ std::optional<std::string> AggregatorJob::start(Batch& batch, uint32_t node) {
   const uint64_t share = batch.offsets.back();
   uint8_t* arrivals = batch.arrivals->data() + node * share;
   for (uint64_t chunk = 0; chunk < batch.chunks; ++chunk) {
-    const uint64_t tag =
-        tags::make(tags::kPush, node, shape_.tag, static_cast<uint32_t>(tag_low(batch.sequence, chunk)));
+    const uint64_t tag = tags::make(tags::kPush, node, shape_.tag,
+                                    static_cast<uint32_t>(tag_low(batch.sequence, chunk)));
     batch.pushes[node * batch.chunks + chunk] =
         transport_.receive(tag, tags::kAll, arrivals + batch.offsets[chunk],
                            batch.offsets[chunk + 1] - batch.offsets[chunk], shape_.peers[node], 0);
@@ -114,7 +118,8 @@ std::optional<std::string> AggregatorJob::start(Batch& batch, uint32_t node) {
   return std::nullopt;
 }
 
-AggregatorJob::Progress AggregatorJob::progress(Clock::time_point now, std::chrono::seconds timeout) {
+AggregatorJob::Progress AggregatorJob::progress(Clock::time_point now,
+                                                std::chrono::seconds timeout) {
   Progress result;
   const auto nodes = static_cast<uint32_t>(shape_.nodes.size());
   for (auto it = batches_.begin(); it != batches_.end();) {
@@ -130,8 +135,9 @@ AggregatorJob::Progress AggregatorJob::progress(Clock::time_point now, std::chro
           result.error = fmt::format(
               "node {}'s push of chunk {} of collective {} {}: it was announced as {} bytes", node,
               chunk, batch.sequence,
-              push.status() == UCS_OK ? fmt::format("brought {} bytes", push.received_bytes())
-                                      : fmt::format("failed ({})", ucs_status_string(push.status())),
+              push.status() == UCS_OK
+                  ? fmt::format("brought {} bytes", push.received_bytes())
+                  : fmt::format("failed ({})", ucs_status_string(push.status())),
               expected);
           return result;
         }
@@ -142,7 +148,8 @@ AggregatorJob::Progress AggregatorJob::progress(Clock::time_point now, std::chro
         result.moved = true;
         if (batch.arrived[chunk] == nodes) {
           sum(batch, chunk);
-          chunk_waits_.push_back(std::chrono::duration<double>(now - batch.first_push[chunk]).count());
+          chunk_waits_.push_back(
+              std::chrono::duration<double>(now - batch.first_push[chunk]).count());
         }
       }
     }
@@ -168,9 +175,9 @@ AggregatorJob::Progress AggregatorJob::progress(Clock::time_point now, std::chro
       std::string missing;
       for (uint32_t node = 0; node < nodes; ++node) {
         const bool waiting =
-            !batch.announced[node] ||
-            std::any_of(batch.pushed.begin() + node * batch.chunks,
-                        batch.pushed.begin() + (node + 1) * batch.chunks, [](bool p) { return !p; });
+            !batch.announced[node] || std::any_of(batch.pushed.begin() + node * batch.chunks,
+                                                  batch.pushed.begin() + (node + 1) * batch.chunks,
+                                                  [](bool p) { return !p; });
         if (waiting) missing += fmt::format("{}node {}", missing.empty() ? "" : ", ", node);
       }
       result.error = fmt::format("no push of collective {} came from {} for {} s", batch.sequence,
@@ -236,9 +243,9 @@ uint64_t AggregatorJob::pushes_waiting() const {
   for (const auto& [sequence, batch] : batches_) {
     for (size_t node = 0; node < batch.announced.size(); ++node) {
       if (!batch.announced[node]) continue;
-      waiting += static_cast<uint64_t>(
-          std::count(batch.pushed.begin() + static_cast<ptrdiff_t>(node * batch.chunks),
-                     batch.pushed.begin() + static_cast<ptrdiff_t>((node + 1) * batch.chunks), false));
+      waiting += static_cast<uint64_t>(std::count(
+          batch.pushed.begin() + static_cast<ptrdiff_t>(node * batch.chunks),
+          batch.pushed.begin() + static_cast<ptrdiff_t>((node + 1) * batch.chunks), false));
     }
   }
   return waiting;

@@ -69,20 +69,20 @@ class AggregatorJob {
     gradsync_op op = GRADSYNC_SUM;
     uint64_t count = 0;
     bool bf16 = false;
-    size_t travelling = 0;   // bytes per element on the wire
-    uint64_t chunks = 0;     // this aggregator's
+    size_t travelling = 0;          // bytes per element on the wire
+    uint64_t chunks = 0;            // this aggregator's
     std::vector<uint64_t> offsets;  // by chunk, its bytes' place in a node's share; one more
     std::vector<bool> announced;    // by node
     // Pushes land in `arrivals`, node after node, each a share of offsets.back() bytes; sums
     // are written to `sums`. Shared: a job dropped mid-collective hands them to the transport.
     std::shared_ptr<std::vector<uint8_t>> arrivals;
     std::shared_ptr<std::vector<uint8_t>> sums;
-    std::vector<transport::Operation> pushes;  // [node * chunks + chunk]
-    std::vector<bool> pushed;                  // the same: arrived and checked
-    std::vector<uint32_t> arrived;             // by chunk: pushes in
+    std::vector<transport::Operation> pushes;   // [node * chunks + chunk]
+    std::vector<bool> pushed;                   // the same: arrived and checked
+    std::vector<uint32_t> arrived;              // by chunk: pushes in
     std::vector<Clock::time_point> first_push;  // by chunk
-    std::vector<uint32_t> sent;                // by chunk: nodes its sum went to
-    std::vector<transport::Operation> sends;   // sums out
+    std::vector<uint32_t> sent;                 // by chunk: nodes its sum went to
+    std::vector<transport::Operation> sends;    // sums out
     uint64_t chunks_summed = 0;
     Clock::time_point last_moved;  // a push arrived, or it was announced
   };

@@ -38,7 +38,8 @@ struct DaemonConfig {
   std::string role = "node";
   // HOST:PORT of aggregators, comma-separated: a job's default (GRADSYNC_AGGREGATORS overrides).
   std::string aggregators;
-  uint64_t aggregation_chunk_bytes = 1ull << 20;  // allreduces through aggregators go in chunks
+  // Below tcp_rendezvous_min_bytes: pushes and sums go eagerly (decision 0019).
+  uint64_t aggregation_chunk_bytes = 64ull << 10;
   // The aggregators' links for the cost model (0: as fast as the nodes' own, as they measure).
   uint32_t aggregator_link_mbps = 0;
 

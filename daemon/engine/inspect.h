@@ -75,7 +75,7 @@ struct EngineSnapshot {
   std::vector<JobView> jobs;
   std::vector<PeerView> peers;
   std::vector<AggregatorJobView> aggregated_jobs;  // an aggregator's (docs/aggregators.md)
-  size_t hidden_jobs = 0;  // jobs of other users, left out for the viewer
+  size_t hidden_jobs = 0;                          // jobs of other users, left out for the viewer
 };
 
 // Engine commands for them.

@@ -28,9 +28,9 @@ struct ClientIdentity {
   uid_t uid = 0;
   std::vector<std::string> nodes;  // multi-node jobs: inter-node addresses in node order
   uint32_t node_rank = 0;
-  std::string algorithm;   // inter-node allreduce: auto, ring or rhd
-  std::string wire_codec;  // what f32 allreduces send between nodes: none or bf16
-  bool autotune = false;   // the job's settings are tuned over its first steps
+  std::string algorithm;                 // inter-node allreduce: auto, ring or rhd
+  std::string wire_codec;                // what f32 allreduces send between nodes: none or bf16
+  bool autotune = false;                 // the job's settings are tuned over its first steps
   std::vector<std::string> aggregators;  // multi-node jobs: HOST:PORT each (docs/aggregators.md)
 };
 

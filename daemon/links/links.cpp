@@ -88,8 +88,8 @@ transport::Operation NodeLinks::push(uint32_t a, uint32_t sequence, uint64_t loc
 transport::Operation NodeLinks::receive_sum(uint32_t a, uint32_t sequence, uint64_t local,
                                             void* data, size_t bytes) {
   aggregator_traffic_[a].bytes_received += bytes;
-  return transport_.receive(tag(tags::kSum, a, sequence, static_cast<uint32_t>(local)),
-                            tags::kAll, data, bytes, aggregator_peers_[a], 0);
+  return transport_.receive(tag(tags::kSum, a, sequence, static_cast<uint32_t>(local)), tags::kAll,
+                            data, bytes, aggregator_peers_[a], 0);
 }
 
 void NodeLinks::send_to_aggregator(uint32_t a, capnp::MessageBuilder& message) {

@@ -319,12 +319,12 @@ class NodeJob {
   RankMap rank_nodes_;        // every node's ranks, as they joined
   std::vector<bool> joined_;  // by node
   uint64_t incarnation_;      // this node's instance of the job: random, not 0
-  std::vector<uint64_t> peer_incarnations_;   // by node, as it joined; 0: not yet
-  bool cutting_messages_ = false;             // the last step's bulk data went in eager messages
-  bool aggregators_joined_ = false;           // told they serve the job, not told it ended
+  std::vector<uint64_t> peer_incarnations_;  // by node, as it joined; 0: not yet
+  bool cutting_messages_ = false;            // the last step's bulk data went in eager messages
+  bool aggregators_joined_ = false;          // told they serve the job, not told it ended
   std::vector<NodeLinks::AggregatorTraffic> reported_aggregation_;  // as the metrics were told
-  NodeJobSettings agreed_;                    // node 0's
-  TunedSettings tuned_;                       // in effect (tuned())
+  NodeJobSettings agreed_;                                          // node 0's
+  TunedSettings tuned_;                                             // in effect (tuned())
   std::optional<TunedSettings> from_node_0_;  // as its last cycle that carried them said
   std::optional<bool> node_0_search_done_;
   std::optional<TuningAnnouncement> announced_;  // node 0, autotuning: for the negotiator

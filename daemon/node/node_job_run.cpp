@@ -457,17 +457,17 @@ CollectiveContext NodeJob::step_for(InFlight& work, uint32_t sequence, gradsync_
                                  agreed_.slow_link_message_bytes)
                    : std::string("as UCX chooses again"));
   }
-  return CollectiveContext{links_,
-                           *work.scratch,
-                           sequence,
-                           layout().world_size,
-                           codec_for(dtype),
-                           cut ? agreed_.slow_link_message_bytes : 0,
-                           work.ranked,
-                           work.tuned.piece_bytes,
-                           agreed_.aggregation_chunk_bytes,
-                           cost_model::aggregated_share(links_.nodes(), work.link,
-                                                        aggregator_figures(work.link))};
+  return CollectiveContext{
+      links_,
+      *work.scratch,
+      sequence,
+      layout().world_size,
+      codec_for(dtype),
+      cut ? agreed_.slow_link_message_bytes : 0,
+      work.ranked,
+      work.tuned.piece_bytes,
+      agreed_.aggregation_chunk_bytes,
+      cost_model::aggregated_share(links_.nodes(), work.link, aggregator_figures(work.link))};
 }
 
 NodeTask NodeJob::run_unit(InFlight& work) {

@@ -22,7 +22,8 @@ void expect_all_succeed(std::vector<tools::ChildProcess>& ranks, LoopbackCluster
     all_succeeded &= status == 0;
   }
   if (all_succeeded) return;
-  for (int n = 0; n < cluster.nodes(); ++n) ADD_FAILURE() << "node " << n << ":\n" << cluster.log(n);
+  for (int n = 0; n < cluster.nodes(); ++n)
+    ADD_FAILURE() << "node " << n << ":\n" << cluster.log(n);
   for (int a = 0; a < aggregators; ++a) {
     ADD_FAILURE() << "aggregator " << a << ":\n" << cluster.aggregator_log(a);
   }
@@ -68,7 +69,8 @@ TEST_P(AggregatorTest, EveryCollectiveIsRightThroughTheAggregators) {
     EXPECT_EQ(cluster.aggregator(a).stop(), 0);
     const std::string log = cluster.aggregator_log(a);
     EXPECT_THAT(log, ::testing::HasSubstr("job 'aggregated-cluster'")) << "aggregator " << a;
-    EXPECT_THAT(log, ::testing::HasSubstr("job 'aggregated-cluster' dropped")) << "aggregator " << a;
+    EXPECT_THAT(log, ::testing::HasSubstr("job 'aggregated-cluster' dropped"))
+        << "aggregator " << a;
     EXPECT_THAT(log, ::testing::Not(::testing::HasSubstr("failed here"))) << "aggregator " << a;
   }
 }
@@ -96,8 +98,9 @@ TEST(Aggregators, EncodedAllreducesAreCloseAndTheSameOnEveryRank) {
 TEST(Aggregators, AKilledAggregatorFailsEveryRankWithinTenSeconds) {
   LoopbackCluster cluster(2, "peer_timeout_seconds = 5");
   const std::string aggregators = cluster.start_aggregators(2);
-  auto ranks = cluster.spawn("victim", {1, 1}, {"loop", std::to_string(1 << 20)},
-                             {{"GRADSYNC_AGGREGATORS", aggregators}, {"GRADSYNC_ALGO", "aggregate"}});
+  auto ranks =
+      cluster.spawn("victim", {1, 1}, {"loop", std::to_string(1 << 20)},
+                    {{"GRADSYNC_AGGREGATORS", aggregators}, {"GRADSYNC_ALGO", "aggregate"}});
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   cluster.aggregator(1).process().signal(SIGKILL);
   const auto killed_at = std::chrono::steady_clock::now();
@@ -121,8 +124,9 @@ TEST(Aggregators, AKilledWorkerEndsTheJobOnTheAggregators) {
   LoopbackCluster cluster(2, "peer_timeout_seconds = 5");
   const std::string aggregators =
       cluster.start_aggregators(1, std::nullopt, {"--log-level", "info"});
-  auto ranks = cluster.spawn("victim", {1, 1}, {"loop", std::to_string(1 << 20)},
-                             {{"GRADSYNC_AGGREGATORS", aggregators}, {"GRADSYNC_ALGO", "aggregate"}});
+  auto ranks =
+      cluster.spawn("victim", {1, 1}, {"loop", std::to_string(1 << 20)},
+                    {{"GRADSYNC_AGGREGATORS", aggregators}, {"GRADSYNC_ALGO", "aggregate"}});
   std::this_thread::sleep_for(std::chrono::milliseconds(700));
   cluster.daemon(1).process().signal(SIGKILL);
   const auto survivor = ranks[0].wait_for(std::chrono::seconds(10));
@@ -135,10 +139,9 @@ TEST(Aggregators, AKilledWorkerEndsTheJobOnTheAggregators) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   EXPECT_THAT(cluster.aggregator_log(0), ::testing::HasSubstr("job 'victim' dropped"));
-  const std::string status =
-      run_command(tools::executable_dir() + "/gradsyncctl --socket " +
-                  cluster.aggregator(0).socket_path() + " status --json")
-          .out;
+  const std::string status = run_command(tools::executable_dir() + "/gradsyncctl --socket " +
+                                         cluster.aggregator(0).socket_path() + " status --json")
+                                 .out;
   EXPECT_THAT(status, ::testing::HasSubstr("\"role\": \"aggregator\""));
   EXPECT_THAT(status, ::testing::HasSubstr("\"aggregated_jobs\": []"));
 }
@@ -148,8 +151,9 @@ TEST(Aggregators, AKilledWorkerEndsTheJobOnTheAggregators) {
 TEST(Aggregators, AnAggregatorWithoutTheKeyIsRefused) {
   LoopbackCluster cluster(2, "peer_timeout_seconds = 5\njob_formation_timeout_seconds = 5");
   const std::string aggregators = cluster.start_aggregators(1, "another cluster's key");
-  auto ranks = cluster.spawn("refused", {1, 1}, {"steps", "2", "4", "1000"},
-                             {{"GRADSYNC_AGGREGATORS", aggregators}, {"GRADSYNC_ALGO", "aggregate"}});
+  auto ranks =
+      cluster.spawn("refused", {1, 1}, {"steps", "2", "4", "1000"},
+                    {{"GRADSYNC_AGGREGATORS", aggregators}, {"GRADSYNC_ALGO", "aggregate"}});
   for (size_t r = 0; r < ranks.size(); ++r) {
     const auto status = ranks[r].wait_for(std::chrono::seconds(30));
     ASSERT_TRUE(status) << "rank " << r << " hung";
@@ -165,12 +169,11 @@ TEST(Aggregators, AnAggregatorWithoutTheKeyIsRefused) {
 TEST(Aggregators, AnAggregatorServesNoRanksAndBadListsAreRefused) {
   LoopbackCluster cluster(2);
   const std::string aggregators = cluster.start_aggregators(1);
-  tools::ChildProcess misdirected(
-      {tools::executable_dir() + "/gradsync-test-rank", "join"},
-      {{"GRADSYNC_SOCKET", cluster.aggregator(0).socket_path()},
-       {"GRADSYNC_JOB", "misdirected"},
-       {"RANK", "0"},
-       {"WORLD_SIZE", "1"}});
+  tools::ChildProcess misdirected({tools::executable_dir() + "/gradsync-test-rank", "join"},
+                                  {{"GRADSYNC_SOCKET", cluster.aggregator(0).socket_path()},
+                                   {"GRADSYNC_JOB", "misdirected"},
+                                   {"RANK", "0"},
+                                   {"WORLD_SIZE", "1"}});
   EXPECT_EQ(misdirected.wait_for(std::chrono::seconds(10)).value_or(-1),
             GRADSYNC_ERR_INVALID_ARGUMENT);
   for (const auto& [job, env] : std::map<std::string, std::map<std::string, std::string>>{

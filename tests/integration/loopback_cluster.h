@@ -69,8 +69,8 @@ class LoopbackCluster {
     std::string addresses;
     for (int a = 0; a < count; ++a) {
       const int index = static_cast<int>(aggregators_.size());
-      std::vector<std::string> daemon_args{"--role", "aggregator", "--listen", "127.0.0.1:0",
-                                           "--config", config_path_};
+      std::vector<std::string> daemon_args{"--role",      "aggregator", "--listen",
+                                           "127.0.0.1:0", "--config",   config_path_};
       daemon_args.insert(daemon_args.end(), args.begin(), args.end());
       const std::filesystem::path key_file =
           directory_ / ("aggregator" + std::to_string(index) + ".key");
@@ -81,8 +81,7 @@ class LoopbackCluster {
       aggregators_.push_back(std::make_unique<tools::PrivateDaemon>(
           tools::executable_dir() + "/gradsyncd", daemon_args,
           logged_to(directory_ / ("aggregator" + std::to_string(index) + ".log"))));
-      addresses += (a == 0 ? "" : ",") +
-                   bound_addresses(aggregators_.back()->socket_path()).listen;
+      addresses += (a == 0 ? "" : ",") + bound_addresses(aggregators_.back()->socket_path()).listen;
     }
     return addresses;
   }

@@ -57,8 +57,7 @@ TEST(AggregationPlan, SingleChunkCollectivesRotate) {
 
 TEST(AggregationPlan, KnowsWhenATagCannotNameEveryChunk) {
   EXPECT_TRUE(AggregationPlan(aggregation::kMaxLocalChunks * 1024, 4, 4096, 1, 0).fits_tags());
-  EXPECT_FALSE(
-      AggregationPlan(aggregation::kMaxLocalChunks * 1024 + 1, 4, 4096, 1, 0).fits_tags());
+  EXPECT_FALSE(AggregationPlan(aggregation::kMaxLocalChunks * 1024 + 1, 4, 4096, 1, 0).fits_tags());
 }
 
 }  // namespace

@@ -131,8 +131,8 @@ TEST(CostModel, TheSplitBalancesTheNodesLinksAgainstTheAggregators) {
                             kLink.beta_seconds_per_byte;
   EXPECT_NEAR(node, aggregator, 1e-12);
   const uint64_t bytes = 64 << 20;
-  const double split = predict_allreduce(AllreduceAlgorithm::kSplit, kLink, 4, bytes,
-                                         WireCodec::kNone, kTwo);
+  const double split =
+      predict_allreduce(AllreduceAlgorithm::kSplit, kLink, 4, bytes, WireCodec::kNone, kTwo);
   EXPECT_LT(split, predict_allreduce(AllreduceAlgorithm::kAggregate, kLink, 4, bytes,
                                      WireCodec::kNone, kTwo));
   EXPECT_LT(split, predict_ring(kLink, 4, bytes));
@@ -148,14 +148,12 @@ TEST(CostModel, ChoosesAggregatorsWhereTheyPay) {
   EXPECT_EQ(choose_allreduce(free_sums, 4, bytes, WireCodec::kNone, kFour),
             AllreduceAlgorithm::kAggregate);
   // Their sums cost their time too: a share stays with the ring.
-  EXPECT_EQ(choose_allreduce(kLink, 4, bytes, WireCodec::kNone, kFour),
-            AllreduceAlgorithm::kSplit);
-  EXPECT_EQ(choose_allreduce(kLink, 4, bytes, WireCodec::kNone, kTwo),
-            AllreduceAlgorithm::kSplit);
+  EXPECT_EQ(choose_allreduce(kLink, 4, bytes, WireCodec::kNone, kFour), AllreduceAlgorithm::kSplit);
+  EXPECT_EQ(choose_allreduce(kLink, 4, bytes, WireCodec::kNone, kTwo), AllreduceAlgorithm::kSplit);
   // Aggregators ten times slower than the nodes: never everything through them.
-  EXPECT_NE(choose_allreduce(kLink, 4, bytes, WireCodec::kNone,
-                             {4, 10 * kLink.beta_seconds_per_byte}),
-            AllreduceAlgorithm::kAggregate);
+  EXPECT_NE(
+      choose_allreduce(kLink, 4, bytes, WireCodec::kNone, {4, 10 * kLink.beta_seconds_per_byte}),
+      AllreduceAlgorithm::kAggregate);
   // Nothing measured: the ring, whatever the aggregators.
   EXPECT_EQ(choose_allreduce(LinkFigures{}, 4, bytes, WireCodec::kNone, kFour),
             AllreduceAlgorithm::kRing);

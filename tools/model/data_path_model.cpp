@@ -83,8 +83,8 @@ AllreducePrediction predict_allreduce(const Layout& layout, const NodeFigures& n
     // The aggregators' chunks stream as the ring's pieces do: the local stages overlap them.
     for (const auto algorithm :
          {cost_model::AllreduceAlgorithm::kAggregate, cost_model::AllreduceAlgorithm::kSplit}) {
-      const double wire = cost_model::predict_allreduce(algorithm, link, layout.nodes, bytes,
-                                                        codec, aggregators);
+      const double wire =
+          cost_model::predict_allreduce(algorithm, link, layout.nodes, bytes, codec, aggregators);
       std::string name = cost_model::algorithm_name(algorithm);
       if (codec == WireCodec::kBf16) name += "+bf16";
       if (chosen == algorithm) out.picked = out.algorithms.size();

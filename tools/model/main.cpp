@@ -93,8 +93,7 @@ int predict(const Options& o) {
   const Figures figures = resolve_figures(o, basis);
   const uint64_t bytes = gradsync::tools::parse_size(o.bytes);
   const auto codec = gradsync::cost_model::parse_wire_codec(o.wire_codec).value();
-  gradsync::model::AggregatorFigures aggregators{o.aggregators,
-                                                 figures.link.beta_seconds_per_byte};
+  gradsync::model::AggregatorFigures aggregators{o.aggregators, figures.link.beta_seconds_per_byte};
   if (o.aggregator_gbps) aggregators.beta_seconds_per_byte = 8 / (*o.aggregator_gbps * 1e9);
   const auto allreduce = gradsync::model::predict_allreduce(o.layout, figures.node, figures.link,
                                                             bytes, codec, aggregators);

@@ -116,7 +116,7 @@ class AllreduceOperand {
   gradsync_op op_;
   size_t element_bytes_;
   uint64_t count_ = 0;
-  uint8_t* work_;  // packed (or one collective's); null in place
+  uint8_t* work_;        // packed (or one collective's); null in place
   uint64_t offset_ = 0;  // a slice's first element in work_ (and in the members' elements)
   Layout layout_ = Layout::kPacked;
   OperandTimes* times_ = nullptr;

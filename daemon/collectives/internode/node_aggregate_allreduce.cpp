@@ -58,7 +58,8 @@ NodeTask node_aggregate_allreduce(CollectiveContext& step, const AllreduceOperan
   const uint64_t count = operand.count();
   const size_t element = operand.element_bytes();
   const gradsync_op op = node_detail::network_op(operand.op());
-  const bool bf16 = step.codec == cost_model::WireCodec::kBf16 && operand.dtype() == GRADSYNC_FLOAT32;
+  const bool bf16 =
+      step.codec == cost_model::WireCodec::kBf16 && operand.dtype() == GRADSYNC_FLOAT32;
   const size_t travelling = bf16 ? sizeof(uint16_t) : element;
   // The aggregators see the collective's number as its tags carry it: 16 bits.
   const AggregationPlan plan(count, travelling, step.aggregation_chunk_bytes, aggregators,
@@ -131,11 +132,11 @@ NodeTask node_split_allreduce(CollectiveContext& step, const AllreduceOperand& o
       std::max<uint64_t>(1, step.aggregation_chunk_bytes / operand.element_bytes());
   const auto wanted =
       static_cast<uint64_t>(step.aggregated_share * static_cast<double>(operand.count()));
-  const uint64_t split = std::min(
-      operand.count(), (wanted + chunk_elements - 1) / chunk_elements * chunk_elements);
+  const uint64_t split =
+      std::min(operand.count(), (wanted + chunk_elements - 1) / chunk_elements * chunk_elements);
   if (split == 0 || split == operand.count()) {
-    NodeTask whole = split == 0 ? node_ring_allreduce(step, operand)
-                                : node_aggregate_allreduce(step, operand);
+    NodeTask whole =
+        split == 0 ? node_ring_allreduce(step, operand) : node_aggregate_allreduce(step, operand);
     co_return co_await finish(whole);
   }
   const AllreduceOperand aggregated = operand.slice(0, split);
@@ -143,16 +144,11 @@ NodeTask node_split_allreduce(CollectiveContext& step, const AllreduceOperand& o
   // Scratch of its own: a part that fails hands its scratch to the transport while the
   // other's operations may still write into theirs.
   Scratch scratch;
-  CollectiveContext aggregation_step{step.links,
-                                     scratch,
-                                     step.sequence,
-                                     step.world_size,
-                                     step.codec,
-                                     step.max_message_bytes,
-                                     step.ranked,
-                                     step.piece_bytes,
-                                     step.aggregation_chunk_bytes,
-                                     step.aggregated_share};
+  CollectiveContext aggregation_step{
+      step.links,           scratch,          step.sequence,
+      step.world_size,      step.codec,       step.max_message_bytes,
+      step.ranked,          step.piece_bytes, step.aggregation_chunk_bytes,
+      step.aggregated_share};
   NodeTask through_aggregators = node_aggregate_allreduce(aggregation_step, aggregated);
   NodeTask by_ring = node_ring_allreduce(step, ringed);
   co_return co_await finish_both(through_aggregators, by_ring);
