@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <utility>
 
 namespace gradsync::daemon {
 namespace {
@@ -22,7 +23,10 @@ constexpr uint64_t kMessageLimitWords = 64 << 10;
 
 Aggregator::Aggregator(transport::Transport& transport, metrics::Metrics& metrics,
                        AggregatorSettings settings)
-    : transport_(transport), metrics_(metrics), settings_(settings), log_(logger("aggregator")) {}
+    : transport_(transport),
+      metrics_(metrics),
+      settings_(std::move(settings)),
+      log_(logger("aggregator")) {}
 
 Aggregator::~Aggregator() = default;
 

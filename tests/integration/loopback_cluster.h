@@ -64,7 +64,7 @@ class LoopbackCluster {
   // Starts `count` daemons with `--role aggregator` (docs/aggregators.md), each with node 0's
   // key (or `key`, "" for none) and `args`; returns their HOST:PORT list, as a job's
   // GRADSYNC_AGGREGATORS names them. Their logs are aggregator_log(i).
-  std::string start_aggregators(int count, std::optional<std::string> key = std::nullopt,
+  std::string start_aggregators(int count, const std::optional<std::string>& key = std::nullopt,
                                 const std::vector<std::string>& args = {}) {
     std::string addresses;
     for (int a = 0; a < count; ++a) {
