@@ -8,7 +8,15 @@ std::vector<std::string> split_addresses(std::string_view list) {
   std::vector<std::string> addresses;
   for (size_t start = 0; start < list.size();) {
     const size_t comma = std::min(list.find(',', start), list.size());
-    if (comma > start) addresses.emplace_back(list.substr(start, comma - start));
+    std::string_view address = list.substr(start, comma - start);
+    // "a:1, b:2" as written by hand: the spaces are no part of an address.
+    while (!address.empty() && (address.front() == ' ' || address.front() == '\t')) {
+      address.remove_prefix(1);
+    }
+    while (!address.empty() && (address.back() == ' ' || address.back() == '\t')) {
+      address.remove_suffix(1);
+    }
+    if (!address.empty()) addresses.emplace_back(address);
     start = comma + 1;
   }
   return addresses;

@@ -43,8 +43,8 @@ enum class Collective : uint8_t {
 inline constexpr Collective kLastCollective = Collective::kAllToAll;
 
 const char* collective_name(Collective c);
-// A comma-separated list of addresses (GRADSYNC_NODES, GRADSYNC_AGGREGATORS), empty entries
-// left out.
+// A comma-separated list of addresses (GRADSYNC_NODES, GRADSYNC_AGGREGATORS), the spaces
+// around each and empty entries left out.
 std::vector<std::string> split_addresses(std::string_view list);
 // Whether it reduces (takes an op).
 constexpr bool reduces(Collective c) {

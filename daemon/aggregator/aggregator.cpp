@@ -78,7 +78,7 @@ void Aggregator::on_join(std::string_view job, uint32_t node, uint64_t incarnati
   shape.index = join.getIndex();
   shape.aggregators = join.getAggregators().size();
   shape.chunk_bytes = join.getChunkBytes();
-  shape.tag = static_cast<uint16_t>(std::hash<std::string>{}(shape.name));
+  shape.tag = tags::job_of_name(shape.name);
   if (node >= shape.nodes.size() || shape.nodes.size() < 2 || shape.nodes.size() > kMaxNodes) {
     log_->warn("job '{}': refused a join from node {} of {} nodes", job, node, shape.nodes.size());
     return;  // no node to answer
@@ -189,8 +189,8 @@ void Aggregator::refuse(const std::string& address, std::string_view job, uint64
   root.setIncarnation(incarnation);
   root.setError(error);
   root.setFrom(settings_.address);
-  const uint16_t job_tag = static_cast<uint16_t>(std::hash<std::string_view>{}(job));
-  transport_.post(transport_.connect(address), tags::make(tags::kAggregation, 0, job_tag, 0),
+  transport_.post(transport_.connect(address),
+                  tags::make(tags::kAggregation, 0, tags::job_of_name(job), 0),
                   std::make_shared<const std::vector<uint8_t>>(ipc::encode(message)));
 }
 
@@ -203,8 +203,8 @@ void Aggregator::on_unexpected_pushes(const std::vector<uint64_t>& push_tags) {
   std::vector<std::pair<std::string, std::string>> failed;
   size_t unserved = 0;
   for (const uint64_t tag : push_tags) {
-    const auto job_tag = static_cast<uint16_t>((tag & tags::kJobMask) >> 32);
-    const auto node = static_cast<uint32_t>((tag & tags::kNodeMask) >> 48);
+    const uint16_t job_tag = tags::job_of(tag);
+    const uint32_t node = tags::node_of(tag);
     const auto it = std::find_if(jobs_.begin(), jobs_.end(), [&](const auto& job) {
       return job.second->shape().tag == job_tag;
     });

@@ -20,10 +20,6 @@ constexpr uint64_t kMaxBatchBytes = uint64_t{16} << 30;
 // Buffers kept for the next collectives of the job.
 constexpr size_t kMaxSpareBuffers = 8;
 
-uint64_t tag_low(uint32_t sequence, uint64_t chunk) {
-  return ((sequence & 0xffffu) << 16) | (chunk & 0xffffu);
-}
-
 }  // namespace
 
 AggregatorJob::AggregatorJob(Shape shape, transport::Transport& transport)
@@ -109,8 +105,8 @@ std::optional<std::string> AggregatorJob::start(Batch& batch, uint32_t node) {
   const uint64_t share = batch.offsets.back();
   uint8_t* arrivals = batch.arrivals->data() + node * share;
   for (uint64_t chunk = 0; chunk < batch.chunks; ++chunk) {
-    const uint64_t tag = tags::make(tags::kPush, node, shape_.tag,
-                                    static_cast<uint32_t>(tag_low(batch.sequence, chunk)));
+    const uint64_t tag =
+        tags::make(tags::kPush, node, shape_.tag, tags::low(batch.sequence, chunk));
     batch.pushes[node * batch.chunks + chunk] =
         transport_.receive(tag, tags::kAll, arrivals + batch.offsets[chunk],
                            batch.offsets[chunk + 1] - batch.offsets[chunk], shape_.peers[node], 0);
@@ -226,8 +222,8 @@ void AggregatorJob::sum(Batch& batch, uint64_t chunk) {
 void AggregatorJob::send_sum(Batch& batch, uint64_t chunk) {
   const uint64_t offset = batch.offsets[chunk];
   const uint64_t bytes = batch.offsets[chunk + 1] - offset;
-  const uint64_t tag = tags::make(tags::kSum, shape_.index, shape_.tag,
-                                  static_cast<uint32_t>(tag_low(batch.sequence, chunk)));
+  const uint64_t tag =
+      tags::make(tags::kSum, shape_.index, shape_.tag, tags::low(batch.sequence, chunk));
   // In node order: a node whose connection is not accepted yet holds back the ones after it.
   while (batch.sent[chunk] < shape_.nodes.size()) {
     const transport::PeerId peer = shape_.peers[batch.sent[chunk]];

@@ -73,8 +73,10 @@ void Engine::handle_aggregation_message(std::span<const uint8_t> payload, uint64
         root.setFrom(listen_address_);
         root.setError("this gradsyncd's role is node, not aggregator (role = \"aggregator\")");
         const std::string address = message.getJoin().getNodes()[message.getNode()];
-        mesh_->post(mesh_->connect(address), tags::make(tags::kAggregation, 0, 0, 0),
-                    std::make_shared<const std::vector<uint8_t>>(ipc::encode(reply)));
+        mesh_->post(
+            mesh_->connect(address),
+            tags::make(tags::kAggregation, 0, tags::job_of_name(message.getJob().cStr()), 0),
+            std::make_shared<const std::vector<uint8_t>>(ipc::encode(reply)));
       }
       return;
     }
@@ -159,8 +161,8 @@ bool Engine::take_handshakes() {
 }
 
 void Engine::fail_jobs_of_tag(uint64_t tag, gradsync_result status, const std::string& what) {
-  const auto job_tag = static_cast<uint16_t>(tag >> 32);
-  const auto node = static_cast<uint32_t>((tag & tags::kNodeMask) >> 48);
+  const auto job_tag = tags::job_of(tag);
+  const auto node = tags::node_of(tag);
   for (auto& [name, job] : jobs_) {
     if (job->network() != nullptr && job->network()->job_tag() == job_tag) {
       fail_job(*job, status, fmt::format("job '{}': node {} {}", name, node, what), true);

@@ -36,7 +36,7 @@ NodeLinks::NodeLinks(const std::string& job_name, NodeLayout layout,
       layout_(std::move(layout)),
       transport_(transport),
       peer_timeout_(peer_timeout),
-      job_tag_(static_cast<uint16_t>(std::hash<std::string>{}(job_name))) {
+      job_tag_(tags::job_of_name(job_name)) {
   // Connect to every other node now: each endpoint also watches that peer for failure.
   for (uint32_t node = 0; node < layout_.nodes.size(); ++node) {
     peers_.push_back(node == layout_.node_rank ? transport::PeerId{}
@@ -114,7 +114,7 @@ bool PaceWait::ready() {
 }
 
 uint64_t NodeLinks::tag(uint64_t kind, uint32_t sender, uint32_t sequence, uint32_t part) const {
-  return tags::make(kind, sender, job_tag_, ((sequence & 0xffffu) << 16) | (part & 0xffffu));
+  return tags::make(kind, sender, job_tag_, tags::low(sequence, part));
 }
 
 transport::Operation NodeLinks::send(uint32_t node, uint64_t tag, const void* data, size_t bytes,
@@ -131,7 +131,7 @@ transport::Operation NodeLinks::receive(uint64_t tag, std::optional<uint32_t> se
 }
 
 void NodeLinks::count_received(uint64_t sender_tag, uint64_t bytes) {
-  const auto node = static_cast<uint32_t>((sender_tag & tags::kNodeMask) >> 48);
+  const auto node = tags::node_of(sender_tag);
   if (node < peers_.size() && node != me()) transport_.count_received(peers_[node], bytes);
 }
 

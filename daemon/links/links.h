@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace gradsync::daemon {
@@ -40,6 +41,21 @@ inline constexpr uint64_t kJobMask = uint64_t{0xffff} << 32;
 inline constexpr uint64_t kAll = ~uint64_t{0};
 inline uint64_t make(uint64_t kind, uint32_t node, uint16_t job, uint32_t low) {
   return (kind << 56) | (uint64_t{node & 0xffu} << 48) | (uint64_t{job} << 32) | low;
+}
+// The job field: the job's name hashed.
+inline uint16_t job_of_name(std::string_view name) {
+  return static_cast<uint16_t>(std::hash<std::string_view>{}(name));
+}
+// The low 32 bits of a collective's messages: its number in the job's agreed order (16 bits)
+// and the message's part of it.
+inline uint32_t low(uint32_t sequence, uint64_t part) {
+  return ((sequence & 0xffffu) << 16) | static_cast<uint32_t>(part & 0xffffu);
+}
+inline uint32_t node_of(uint64_t tag) {
+  return static_cast<uint32_t>((tag & kNodeMask) >> 48);
+}
+inline uint16_t job_of(uint64_t tag) {
+  return static_cast<uint16_t>((tag & kJobMask) >> 32);
 }
 }  // namespace tags
 

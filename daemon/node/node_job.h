@@ -64,7 +64,7 @@ struct NodeJobSettings {
   // smaller ones send them to every node. Node 0's is agreed.
   uint32_t relay_min_nodes = 8;
   // Allreduces through aggregators go in chunks of at most this many bytes: node 0's.
-  uint64_t aggregation_chunk_bytes = 1 << 20;
+  uint64_t aggregation_chunk_bytes = 64 << 10;
   // The aggregators' links for the cost model, in bytes per second (0: as the nodes' links).
   double aggregator_bytes_per_second = 0;
 };

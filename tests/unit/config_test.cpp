@@ -1,4 +1,5 @@
 #include "daemon/base/config.h"
+#include "ipc/protocol.h"
 
 #include <gtest/gtest.h>
 #include <toml++/toml.h>
@@ -138,6 +139,8 @@ allreduce_algorithm = "split"
                                       "test");
   EXPECT_EQ(c.role, "aggregator");
   EXPECT_EQ(c.aggregators, "198.18.0.7:7000, 198.18.0.8:7000");
+  EXPECT_EQ(gradsync::ipc::split_addresses(c.aggregators),
+            (std::vector<std::string>{"198.18.0.7:7000", "198.18.0.8:7000"}));
   EXPECT_EQ(c.aggregation_chunk_bytes, 262144u);
   EXPECT_EQ(c.aggregator_link_mbps, 25000u);
   EXPECT_EQ(c.allreduce_algorithm, "split");

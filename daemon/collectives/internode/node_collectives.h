@@ -42,7 +42,7 @@ struct CollectiveContext {
   uint64_t piece_bytes = cost_model::kPipelinePieceBytes;
   // Through aggregators (node_aggregate_allreduce.cpp), the same on every node: the largest
   // chunk, and the share of a split allreduce that goes through them (the ring runs the rest).
-  uint64_t aggregation_chunk_bytes = 1 << 20;
+  uint64_t aggregation_chunk_bytes = 64 << 10;
   double aggregated_share = 1;
 
   // Before each bulk send (co_await): until the node's pacer lets this job send `bytes`, and no
