@@ -184,10 +184,10 @@ class NodeLinks {
 // is not paced. A collective waits so before each of its bulk sends, once the receives of the
 // same step are posted: a peer's sends never wait for this node's pacer to post theirs.
 // And while the job's highest-ranked collective in flight holds it back (priority.h), it
-// waits for that one to finish, so that the other's sends queue behind one piece of its at
-// most (docs/priority.md). This never stops the job: the highest-ranked collective in flight
-// anywhere waits for none, on every node (the nodes rank alike, and start each priority's
-// collectives in the same order), and a waiting one's rank rises as others are queued.
+// waits for that one to finish, so that the other's sends queue behind the few pieces it had
+// already handed to the transport (docs/priority.md). This never stops the job: the highest-ranked
+// collective in flight anywhere waits for none, on every node (the nodes rank alike, and start each
+// priority's collectives in the same order), and a waiting one's rank rises as others are queued.
 class PaceWait final : public NodeWait {
  public:
   PaceWait(NodeLinks& links, uint64_t bytes, Ranked ranked)

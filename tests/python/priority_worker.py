@@ -4,8 +4,8 @@ of its collectives in the order they completed here. Every result is checked aga
 reference.
 
     --scenario preempt
-        --bigs large allreduces at --big-priority, then --smalls small ones at
-        --small-priority, all in flight together; --rounds times, with the same names, each
+        --bigs large allreduces at --big-priority, then, --small-after-ms later, --smalls
+        small ones at --small-priority, all in flight together; --rounds times, with the same names, each
         round begun by an allreduce named "round", and one more before the go
     --scenario aging
         a stream of --stream allreduces at --high-priority, all in flight, and one at
@@ -84,6 +84,8 @@ def preempt(args, collectives):
         gradsync.allreduce(marker, name="round")
         for i, buffer in enumerate(bigs):
             collectives.submit(f"big.{i}", buffer, 3 + i, args.big_priority, filled=True)
+        # The large ones are agreed and running when the small ones come.
+        time.sleep(args.small_after_ms / 1000)
         for i, buffer in enumerate(smalls):
             collectives.submit(f"small.{i}", buffer, 10 + i, args.small_priority, filled=True)
         collectives.drain()
@@ -127,6 +129,7 @@ def main():
     parser.add_argument("--smalls", type=int, default=8)
     parser.add_argument("--small-mib", type=float, default=1)
     parser.add_argument("--small-priority", type=int, default=5)
+    parser.add_argument("--small-after-ms", type=float, default=0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--stream", type=int, default=120)
     parser.add_argument("--before", type=int, default=8)

@@ -31,6 +31,12 @@ constexpr uint64_t kMaxPieces = 64;
 static_assert(uint64_t{2} * (kMaxNodes - 1) * kMaxPieces <= 0x10000,
               "pieces overflow the tag's part");
 
+// This node's own chunk goes out at most this many pieces ahead of the first one not yet
+// delivered. Their receives are posted when the collective starts, so the rest follow as those
+// land; and a collective of higher priority that starts meanwhile waits for these few pieces,
+// not for the whole chunk (docs/priority.md). Two keep the link busy while one is finishing.
+constexpr uint32_t kOwnPiecesAhead = 2;
+
 struct Range {
   uint64_t begin;
   uint64_t end;
@@ -190,20 +196,30 @@ NodeTask node_ring_allreduce(CollectiveContext& step, const AllreduceOperand& op
                                             received_at(s, r.begin - chunk_begin), wire.bytes(r))));
     }
   };
-  // Step 0 sends this node's own chunk, reduced over the local ranks.
+  // Step 0 sends this node's own chunk, reduced over the local ranks: kOwnPiecesAhead pieces
+  // now, then one more each time one has been delivered, while step 0's pieces arrive.
   std::vector<size_t> reduce_scatter_sends;
-  post_reduce_scatter_receives(0);
-  for (uint32_t j = 0; j < pieces; ++j) {
+  std::vector<size_t> own_sends;
+  auto send_own_piece = [&](uint32_t j) {
     const Range r = piece(me, j);
-    co_await step.pace(wire.bytes(r));
-    reduce_scatter_sends.push_back(flight.add(
+    own_sends.push_back(flight.add(
         step.send(right, tag(me, 0, j), wire.first_outgoing(operand, op, r), wire.bytes(r))));
+  };
+  post_reduce_scatter_receives(0);
+  for (uint32_t j = 0; j < std::min(pieces, kOwnPiecesAhead); ++j) {
+    co_await step.pace(wire.bytes(piece(me, j)));
+    send_own_piece(j);
   }
   for (uint32_t s = 0; s < steps; ++s) {
     if (s + 1 < steps) post_reduce_scatter_receives(s + 1);
     const uint32_t chunk = chunk_of(int64_t{me} - s - 1);
     const uint64_t chunk_begin = count * chunk / n;
     for (uint32_t j = 0; j < pieces; ++j) {
+      if (const uint32_t next = j + kOwnPiecesAhead; s == 0 && next < pieces) {
+        if (auto error = co_await flight.wait(own_sends[j])) co_return error;
+        co_await step.pace(wire.bytes(piece(me, next)));
+        send_own_piece(next);
+      }
       if (auto error = co_await flight.wait(posted[s % 2][j])) co_return error;
       const Range r = piece(chunk, j);
       const bool forward = s + 1 < steps;  // sent on as the next reduce-scatter step
@@ -230,8 +246,10 @@ NodeTask node_ring_allreduce(CollectiveContext& step, const AllreduceOperand& op
   // right neighbour posted during its own reduce-scatter. (Not the first allgather sends: the
   // right neighbour posts their receives only after this point, and waiting for them here
   // would deadlock the ring.)
-  for (const size_t send : reduce_scatter_sends) {
-    if (auto error = co_await flight.wait(send)) co_return error;
+  for (const auto* sends : {&own_sends, &reduce_scatter_sends}) {
+    for (const size_t send : *sends) {
+      if (auto error = co_await flight.wait(send)) co_return error;
+    }
   }
   std::vector<std::vector<size_t>> gathers(steps);
   for (uint32_t s = 0; s < steps; ++s) {
