@@ -15,6 +15,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -314,29 +315,26 @@ INSTANTIATE_TEST_SUITE_P(Ranks, VmmDeviceCollectivesTest, ::testing::Values(1, 2
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DeviceCollectivesTest, ::testing::Values(1, 2, 4, 8));
 
-// nodes x ranks per node, every daemon on the one GPU: a node's ranks are reduced on the
-// device, the sum staged through pinned host memory to the other nodes and back.
-class DeviceCollectivesAcrossNodesTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
-
-TEST_P(DeviceCollectivesAcrossNodesTest, RanksOnLoopbackNodesGetTheReference) {
-  const auto [nodes, per_node] = GetParam();
-  testing::LoopbackCluster cluster(nodes);
+// `nodes` daemons on loopback with `per_node` ranks each, every one on the one GPU, the ranks'
+// environment given `extra`; each rank runs run_rank's checks.
+void run_across_nodes(testing::LoopbackCluster& cluster, int nodes, int per_node,
+                      const std::string& job, const std::map<std::string, std::string>& extra) {
   const int world = nodes * per_node;
   std::vector<tools::ChildProcess> children;
   children.reserve(static_cast<size_t>(world));
   for (int node = 0; node < nodes; ++node) {
     for (int local = 0; local < per_node; ++local) {
-      children.emplace_back(std::vector<std::string>{"/proc/self/exe", kRankChildFlag},
-                            std::map<std::string, std::string>{
-                                {"GRADSYNC_SOCKET", cluster.daemon(node).socket_path()},
-                                {"GRADSYNC_JOB", "gpu-nodes-" + std::to_string(nodes) + "x" +
-                                                     std::to_string(per_node)},
-                                {"GRADSYNC_NODES", cluster.addresses()},
-                                {"GRADSYNC_NODE_RANK", std::to_string(node)},
-                                {"RANK", std::to_string(node * per_node + local)},
-                                {"WORLD_SIZE", std::to_string(world)},
-                                {"LOCAL_RANK", std::to_string(local)},
-                                {"LOCAL_WORLD_SIZE", std::to_string(per_node)}});
+      std::map<std::string, std::string> env{
+          {"GRADSYNC_SOCKET", cluster.daemon(node).socket_path()},
+          {"GRADSYNC_JOB", job},
+          {"GRADSYNC_NODES", cluster.addresses()},
+          {"GRADSYNC_NODE_RANK", std::to_string(node)},
+          {"RANK", std::to_string(node * per_node + local)},
+          {"WORLD_SIZE", std::to_string(world)},
+          {"LOCAL_RANK", std::to_string(local)},
+          {"LOCAL_WORLD_SIZE", std::to_string(per_node)}};
+      env.insert(extra.begin(), extra.end());
+      children.emplace_back(std::vector<std::string>{"/proc/self/exe", kRankChildFlag}, env);
     }
   }
   for (size_t r = 0; r < children.size(); ++r) {
@@ -349,8 +347,44 @@ TEST_P(DeviceCollectivesAcrossNodesTest, RanksOnLoopbackNodesGetTheReference) {
   }
 }
 
+// nodes x ranks per node, every daemon on the one GPU: a node's ranks are reduced on the
+// device, the sum staged through pinned host memory to the other nodes and back.
+class DeviceCollectivesAcrossNodesTest : public ::testing::TestWithParam<std::tuple<int, int>> {};
+
+TEST_P(DeviceCollectivesAcrossNodesTest, RanksOnLoopbackNodesGetTheReference) {
+  const auto [nodes, per_node] = GetParam();
+  testing::LoopbackCluster cluster(nodes);
+  run_across_nodes(cluster, nodes, per_node,
+                   "gpu-nodes-" + std::to_string(nodes) + "x" + std::to_string(per_node), {});
+}
+
 INSTANTIATE_TEST_SUITE_P(NodesByRanks, DeviceCollectivesAcrossNodesTest,
                          ::testing::Values(std::tuple{2, 1}, std::tuple{2, 2}, std::tuple{3, 1}));
+
+// The same through aggregators (docs/aggregators.md): each node's device sum staged to host
+// memory, pushed to the aggregators in chunks, their sums back to the device. Nodes, ranks per
+// node, aggregators and the allreduce algorithm forced (aggregate, or split with the ring).
+class DeviceCollectivesThroughAggregatorsTest
+    : public ::testing::TestWithParam<std::tuple<int, int, int, const char*>> {};
+
+TEST_P(DeviceCollectivesThroughAggregatorsTest, RanksOnLoopbackNodesGetTheReference) {
+  const auto [nodes, per_node, aggregators, algorithm] = GetParam();
+  testing::LoopbackCluster cluster(nodes);
+  const std::string listed = cluster.start_aggregators(aggregators);
+  run_across_nodes(cluster, nodes, per_node,
+                   std::string("gpu-") + algorithm + "-" + std::to_string(nodes) + "x" +
+                       std::to_string(per_node),
+                   {{"GRADSYNC_AGGREGATORS", listed}, {"GRADSYNC_ALGO", algorithm}});
+  for (int a = 0; a < aggregators; ++a) {
+    EXPECT_EQ(cluster.aggregator(a).stop(), 0)
+        << "aggregator " << a << ": " << cluster.aggregator_log(a);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(NodesRanksAggregators, DeviceCollectivesThroughAggregatorsTest,
+                         ::testing::Values(std::tuple{2, 1, 1, "aggregate"},
+                                           std::tuple{2, 2, 2, "aggregate"},
+                                           std::tuple{3, 1, 2, "split"}));
 
 }  // namespace
 
