@@ -5,8 +5,8 @@ reference.
 
     --scenario preempt
         --bigs large allreduces at --big-priority, then, --small-after-ms later, --smalls
-        small ones at --small-priority, all in flight together; --rounds times, with the same names, each
-        round begun by an allreduce named "round", and one more before the go
+        small ones at --small-priority, all in flight together; --rounds times, with the same
+        names, each round begun by an allreduce named "round", and one more before the go
     --scenario aging
         a stream of --stream allreduces at --high-priority, all in flight, and one at
         --low-priority submitted after the first --before of them"""
