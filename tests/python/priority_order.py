@@ -8,8 +8,8 @@
 
 In each, large allreduces of priority 0 are in flight when 8 small ones of priority 5 come: the
 daemon's trace shows each small one started before any large one was done, and done before
-any large one that was not halfway through when they came, where with equal priorities the
-large ones go first. And a collective of priority 0 under a stream of priority 2 still runs
+any large one that was not halfway through when they reached the daemon, where with equal
+priorities the large ones go first. And a collective of priority 0 under a stream of priority 2 still runs
 while the stream goes on, where one of priority -1000 waits for the stream's end. Every
 result is checked by its rank against a reference."""
 import argparse
@@ -112,51 +112,63 @@ class Cluster:
 
 
 def spans(trace):
-    """Each tensor's (start, done) in the trace: the end of its queue phase (when it started
-    running) and the end of its last event, in microseconds."""
+    """Each tensor's (submitted, start, done) in the trace: the beginning of its negotiation,
+    the end of its queue phase (when it started running) and the end of its last event, in
+    microseconds."""
     names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"]
              if e["name"] == "thread_name"}
-    started, done = {}, {}
+    submitted, started, done = {}, {}, {}
     for e in trace["traceEvents"]:
         if e.get("ph") != "X":
             continue
         name, end = names[e["tid"]], e["ts"] + e["dur"]
+        if e["name"] == "negotiate":
+            submitted[name] = min(submitted.get(name, e["ts"]), e["ts"])
         if e["name"] == "queue":
             started[name] = end
         done[name] = max(done.get(name, 0), end)
-    return {name: (started[name], done[name]) for name in done if name in started}
+    return {name: (submitted.get(name, started[name]), started[name], done[name])
+            for name in done if name in started}
 
 
 def check_preemption(cluster, tag, ranks_per_node, bigs, big_mib, small_after_ms):
     common = ["--scenario", "preempt", "--bigs", str(bigs), "--big-mib", str(big_mib),
               "--smalls", "8", "--small-mib", "1", "--rounds", "2",
               "--small-after-ms", str(small_after_ms)]
-    _, trace = cluster.run(f"priority-{tag}-{os.getpid()}", common + ["--small-priority", "5"],
-                           ranks_per_node, trace=True)
-    times = spans(trace)
-    for name, (start, done) in sorted(times.items(), key=lambda item: item[1]):
-        print(f"  {name}: started {start / 1000:.1f} ms, done {done / 1000:.1f} ms")
-    big = [times[f"big.{i}"] for i in range(bigs)]
-    small = [times[f"small.{i}"] for i in range(8)]
-    first_big_done = min(done for _, done in big)
-    came = min(start for start, _ in small)
-    expect(all(start < first_big_done for start, _ in small),
+    # A run in which the small ones reached the daemon only after every large one was halfway
+    # through (a rank held up on a busy machine) cannot tell; the next one may.
+    for attempt in range(3):
+        _, trace = cluster.run(f"priority-{tag}-{attempt}-{os.getpid()}",
+                               common + ["--small-priority", "5"], ranks_per_node, trace=True)
+        times = spans(trace)
+        for name, (submitted, start, done) in sorted(times.items(), key=lambda item: item[1][1]):
+            print(f"  {name}: submitted {submitted / 1000:.1f} ms, started {start / 1000:.1f} "
+                  f"ms, done {done / 1000:.1f} ms")
+        big = [times[f"big.{i}"] for i in range(bigs)]
+        small = [times[f"small.{i}"] for i in range(8)]
+        came = min(submitted for submitted, _, _ in small)
+        # A large one that had handed all its pieces to the network when the small ones came
+        # may still be done first (docs/priority.md); one not halfway through then is held back.
+        held = [done for _, start, done in big if came < (start + done) / 2]
+        if held:
+            break
+        print(f"{tag}: the small ones came when every large one was halfway through: this run "
+              "cannot tell", flush=True)
+    expect(len(held) > 0, f"{tag}: in one of 3 runs the small ones came while a large one was "
+           "not halfway through")
+    first_big_done = min(done for _, _, done in big)
+    expect(all(start < first_big_done for _, start, _ in small),
            f"{tag}: at priority 5, each of 8 small allreduces started before any of {bigs} "
            "large ones at priority 0 was done (the daemon's trace)")
-    # A large one that had handed all its pieces to the network when the small ones came may
-    # still be done first (docs/priority.md); one not halfway through then was held back.
-    held = [done for start, done in big if came < (start + done) / 2]
-    expect(len(held) > 0, f"{tag}: the small ones came while a large one was not halfway "
-           "through (else this run cannot tell)")
-    expect(all(done < min(held) for _, done in small),
+    expect(all(done < min(held) for _, _, done in small),
            f"{tag}: each small allreduce was done before any of the {len(held)} large ones not "
            "halfway through when they came")
 
     _, trace = cluster.run(f"fifo-{tag}-{os.getpid()}", common + ["--small-priority", "0"],
                            ranks_per_node, trace=True)
     times = spans(trace)
-    first_big_done = min(times[f"big.{i}"][1] for i in range(bigs))
-    expect(all(times[f"small.{i}"][0] >= first_big_done for i in range(8)),
+    first_big_done = min(times[f"big.{i}"][2] for i in range(bigs))
+    expect(all(times[f"small.{i}"][1] >= first_big_done for i in range(8)),
            f"{tag}: with equal priorities, none of the small ones started before a large one "
            "was done (first in, first out)")
 
@@ -205,7 +217,7 @@ def main():
                                  small_after_ms=0)
             else:
                 # Across nodes the large ones are agreed first, in a negotiation of their own.
-                check_preemption(cluster, tag, ranks_per_node, bigs=4, big_mib=64,
+                check_preemption(cluster, tag, ranks_per_node, bigs=4, big_mib=128,
                                  small_after_ms=20)
             check_aging(cluster, tag, ranks_per_node)
         finally:
