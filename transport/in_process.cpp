@@ -25,8 +25,9 @@ class InProcessNetwork::Endpoint final : public Transport {
   void check_alive(PeerId /*peer*/) override {}
 
   Operation send(PeerId peer, uint64_t tag, const void* data, size_t bytes,
-                 size_t /*max_message_bytes*/) override {
-    // Cut into messages or not, what one send delivers to one receive is the same here.
+                 size_t /*max_message_bytes*/, Lane /*lane*/ = Lane::kBulk) override {
+    // Cut into messages or not, what one send delivers to one receive is the same here; and
+    // every message arrives as it is sent, so both lanes keep order.
     auto state = std::make_unique<Operation::State>();
     state->done = true;
     if (failed(peer) || failed(me_)) {
@@ -54,7 +55,8 @@ class InProcessNetwork::Endpoint final : public Transport {
     return Operation::without_requests(std::move(state), true);
   }
 
-  void post(PeerId peer, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes) override {
+  void post(PeerId peer, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes,
+            Lane /*lane*/ = Lane::kBulk) override {
     if (!failed(peer) && !failed(me_)) network_.deliver(peer, Message{me_, tag, *bytes});
   }
 

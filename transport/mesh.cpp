@@ -132,7 +132,9 @@ Mesh::~Mesh() {
   say_goodbye();
   // Endpoints before the listener and the worker (members are destroyed after this body).
   for (auto& peer : peers_) {
-    if (peer.endpoint != nullptr) close_endpoint(peer.endpoint, true);
+    for (const Connection& connection : peer.lanes) {
+      if (connection.endpoint != nullptr) close_endpoint(connection.endpoint, true);
+    }
   }
   for (const Inbound& inbound : inbound_) close_endpoint(inbound.endpoint, true);
   for (const Accepted& accepted : inbound_accepted_) close_endpoint(accepted.endpoint, true);
@@ -189,18 +191,29 @@ void Mesh::on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t status) 
       return;
     }
   } else {
+    // Either of our connections to it: the peer fails as a whole, and the other one closes.
     Peer& peer = mesh.peers_[context->peer];
-    if (peer.endpoint != endpoint) return;
+    if (!peer.holds(endpoint)) return;
     if (!peer.failed) ++peer.stats.errors;
     if (peer.failure.empty()) {
       peer.failure = std::string("its connection failed: ") + ucs_status_string(status);
     }
     peer.failed = true;
-    peer.endpoint = nullptr;
     peer.waiting.clear();
+    mesh.close_lanes(peer);
     mesh.close_connections_from(peer);
+    return;
   }
   mesh.to_close_.push_back(endpoint);
+}
+
+void Mesh::close_lanes(Peer& peer) {
+  // Inside UCX's error callback too: only moves endpoints to to_close_.
+  for (Connection& connection : peer.lanes) {
+    if (connection.endpoint != nullptr) {
+      to_close_.push_back(std::exchange(connection.endpoint, nullptr));
+    }
+  }
 }
 
 void Mesh::close_connections_from(const Peer& peer) {
@@ -258,35 +271,35 @@ PeerId Mesh::connect(const std::string& address) {
 
 void Mesh::open(PeerId id) {
   Peer& peer = peers_[id];
-  const struct sockaddr_in socket_address = parse_host_port(peer.address);
-  auto context = std::make_unique<ErrorContext>(ErrorContext{this, id});
-  ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&socket_address);
-  params.sockaddr.addrlen = sizeof(socket_address);
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler.cb = &Mesh::on_endpoint_error;
-  params.err_handler.arg = context.get();
-  ucp_ep_h endpoint = nullptr;
-  GRADSYNC_UCX_CHECK(ucp_ep_create(worker_.get(), &params, &endpoint));
-  context->endpoint = endpoint;
-  error_contexts_.push_back(std::move(context));
-  peer.endpoint = endpoint;
   peer.failed = false;
   peer.left = false;
   peer.reported = false;
-  peer.accepted = false;
   peer.failure.clear();
-  peer.nonce = random_nonce();
-  HandshakeMessage hello;
-  hello.type = HandshakeType::kHello;
-  hello.has_key = key_.has_value();
-  hello.client_nonce = peer.nonce;
-  hello.address = own_address_;
-  hello.version = version_;
-  send_handshake(endpoint, hello);
+  const struct sockaddr_in socket_address = parse_host_port(peer.address);
+  for (Connection& connection : peer.lanes) {
+    auto context = std::make_unique<ErrorContext>(ErrorContext{this, id});
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&socket_address);
+    params.sockaddr.addrlen = sizeof(socket_address);
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = &Mesh::on_endpoint_error;
+    params.err_handler.arg = context.get();
+    ucp_ep_h endpoint = nullptr;
+    GRADSYNC_UCX_CHECK(ucp_ep_create(worker_.get(), &params, &endpoint));
+    context->endpoint = endpoint;
+    error_contexts_.push_back(std::move(context));
+    connection = Connection{endpoint, false, false, random_nonce()};
+    HandshakeMessage hello;
+    hello.type = HandshakeType::kHello;
+    hello.has_key = key_.has_value();
+    hello.client_nonce = connection.nonce;
+    hello.address = own_address_;
+    hello.version = version_;
+    send_handshake(endpoint, hello);
+  }
 }
 
 size_t Mesh::largest_eager_message() const {
@@ -298,13 +311,14 @@ size_t Mesh::largest_eager_message() const {
 }
 
 Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t bytes,
-                     size_t max_message_bytes) {
+                     size_t max_message_bytes, Lane lane) {
   auto state = std::make_unique<Operation::State>();
   Peer& peer = peers_.at(peer_id);
-  if (peer.failed || peer.endpoint == nullptr || !peer.accepted) {
+  const ucp_ep_h endpoint = peer.lane(lane).endpoint;
+  if (peer.failed || endpoint == nullptr || !peer.accepted()) {
     ++peer.stats.errors;
     const ucs_status_t status =
-        peer.accepted || peer.failed ? UCS_ERR_CONNECTION_RESET : UCS_ERR_NOT_CONNECTED;
+        peer.accepted() || peer.failed ? UCS_ERR_CONNECTION_RESET : UCS_ERR_NOT_CONNECTED;
     return Operation::start(worker_.get(), std::move(state), false, 1,
                             [&](size_t, ucp_request_param_t&) { return UCS_STATUS_PTR(status); });
   }
@@ -315,23 +329,24 @@ Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t byte
   const MessageCut cut(bytes, max_message_bytes);
   return Operation::start(worker_.get(), std::move(state), false, cut.messages,
                           [&](size_t m, ucp_request_param_t& params) {
-                            return ucp_tag_send_nbx(peer.endpoint, first + cut.offset(m),
+                            return ucp_tag_send_nbx(endpoint, first + cut.offset(m),
                                                     cut.bytes(m), tag, &params);
                           });
 }
 
-void Mesh::post(PeerId peer_id, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes) {
+void Mesh::post(PeerId peer_id, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes,
+                Lane lane) {
   Peer& peer = peers_.at(peer_id);
   if (peer.failed) {
     ++peer.stats.errors;
     return;
   }
-  if (!peer.accepted) {
-    peer.waiting.push_back(Posted{tag, std::move(bytes)});
+  if (!peer.accepted()) {
+    peer.waiting.push_back(Posted{tag, std::move(bytes), lane});
     return;
   }
   std::vector<Operation> operations;
-  operations.push_back(send(peer_id, tag, bytes->data(), bytes->size()));
+  operations.push_back(send(peer_id, tag, bytes->data(), bytes->size(), 0, lane));
   retire(std::move(operations), {std::move(bytes)});
 }
 

@@ -2,18 +2,20 @@
 // us, and an endpoint to each peer we connect to. Messages are tagged; receives are posted
 // against a tag and mask and land directly in the caller's buffer.
 //
-// Every pair of daemons holds two connections, one each way: a daemon sends only on the
-// endpoint it created, and tags carry the sender's node index, so the listener side learns who
-// connected only for its logs (from the handshake). Endpoints use peer-failure error handling:
-// a peer that dies shows up in take_failed_peers() rather than as a hang; a connection that
-// stops carrying messages without an error is found by check_alive(). A peer that failed
-// loses both directions: the connections it made to us close with ours to it.
+// A daemon makes two connections to each peer, one per Lane (transport.h): bulk data, and
+// control messages, which would otherwise wait behind every byte of bulk data handed to TCP
+// before them. A daemon sends only on the endpoints it created, and tags carry the sender's
+// node index, so the listener side learns who connected only for its logs (from the
+// handshake). Endpoints use peer-failure error handling: a peer that dies shows up in
+// take_failed_peers() rather than as a hang; a connection that stops carrying messages without
+// an error is found by check_alive(). A peer fails as a whole: when either of our connections
+// to it fails, the other closes with it, and so do the connections it made to us.
 //
 // Each connection runs the cluster handshake (handshake.h) over UCX active messages before it
-// carries anything else. Until a peer has accepted us, control messages to it wait in the
-// mesh (post()), and send() to it fails; a peer that refuses us, or fails to prove the key,
-// is failed with the reason. A connection to us that does not complete the handshake in time
-// is closed.
+// carries anything else; a peer is accepted once both of ours to it are. Until then, control
+// messages to it wait in the mesh (post()), and send() to it fails; a peer that refuses us, or
+// fails to prove the key, is failed with the reason. A connection to us that does not complete
+// the handshake in time is closed.
 #pragma once
 
 #include "transport/handshake.h"
@@ -22,6 +24,7 @@
 
 #include <netinet/in.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -29,6 +32,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gradsync::transport {
@@ -100,7 +104,7 @@ class Mesh final : public Transport {
   // that take_failed_peers() has reported (the peer daemon may have restarted).
   PeerId connect(const std::string& address) override;
   // The peer has accepted our handshake: sends may go to it.
-  bool authenticated(PeerId peer) const override { return peers_.at(peer).accepted; }
+  bool authenticated(PeerId peer) const override { return peers_.at(peer).accepted(); }
   // Why the peer failed (empty: it has not, or its connection broke without a reason).
   const std::string& failure(PeerId peer) const override { return peers_.at(peer).failure; }
   const std::string& address_of(PeerId peer) const { return peers_.at(peer).address; }
@@ -121,10 +125,11 @@ class Mesh final : public Transport {
   // Operation is done when all of them are. Cutting a buffer into messages below the
   // rendezvous threshold sends it without a rendezvous (see largest_eager_message()).
   Operation send(PeerId peer, uint64_t tag, const void* data, size_t bytes,
-                 size_t max_message_bytes = 0) override;
+                 size_t max_message_bytes = 0, Lane lane = Lane::kBulk) override;
   // Sends without waiting: held until the handshake is done, then until UCX is done with it.
   // A failure shows as a failed peer.
-  void post(PeerId peer, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes) override;
+  void post(PeerId peer, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes,
+            Lane lane = Lane::kBulk) override;
   // A whole message of unknown size matching tag/mask, if one has arrived (for control
   // messages: small, so it completes without waiting on the sender). Its payload lies in the
   // mesh's receive buffer, valid until the next call: one buffer serves every control message,
@@ -196,20 +201,31 @@ class Mesh final : public Transport {
   struct Posted {
     uint64_t tag;
     std::shared_ptr<const std::vector<uint8_t>> bytes;
+    Lane lane;
+  };
+  // One of our connections to a peer.
+  struct Connection {
+    ucp_ep_h endpoint = nullptr;
+    bool accepted = false;       // its handshake succeeded
+    bool server_proved = false;  // the peer proved the key on it (when we hold one)
+    Nonce nonce{};               // ours, naming its handshake, then its liveness check
   };
   struct Peer {
     std::string address;
     in_addr_t host = 0;  // its IPv4 address, as connections from it come
-    ucp_ep_h endpoint = nullptr;
+    std::array<Connection, 2> lanes;  // by Lane
     bool failed = false;
     bool left = false;  // it said goodbye
     bool reported = false;
-    bool accepted = false;       // the handshake succeeded
-    bool server_proved = false;  // it proved the key (when we hold one)
-    Nonce nonce{};               // ours, naming the handshake
     std::string failure;
-    std::vector<Posted> waiting;  // posted before the handshake ended
+    std::vector<Posted> waiting;  // posted before both handshakes ended, in order
     PeerStats stats;
+
+    Connection& lane(Lane lane) { return lanes[static_cast<size_t>(lane)]; }
+    bool accepted() const { return lanes[0].accepted && lanes[1].accepted; }
+    bool holds(ucp_ep_h endpoint) const {
+      return endpoint != nullptr && (lanes[0].endpoint == endpoint || lanes[1].endpoint == endpoint);
+    }
   };
   // A connection a peer made to us, while its handshake runs.
   struct Inbound {
@@ -272,14 +288,18 @@ class Mesh final : public Transport {
   }
   void close_endpoint(ucp_ep_h endpoint, bool force);
   void close_failed();
+  // Both our connections to the peer, to be closed outside UCX's callbacks (to_close_).
+  void close_lanes(Peer& peer);
 
   // The handshake (mesh_handshake.cpp), outside UCX's callbacks.
   bool serve_handshakes();  // true when it did something
   void send_handshake(ucp_ep_h endpoint, const HandshakeMessage& message);
   void on_hello(Inbound& inbound, const HandshakeMessage& hello);
   void on_proof(Inbound& inbound, const HandshakeMessage& proof);
-  void on_challenge(PeerId peer, const HandshakeMessage& challenge);
-  void on_result(PeerId peer, const HandshakeMessage& result);
+  // Our connection whose handshake `nonce` names, while it runs.
+  std::optional<std::pair<PeerId, Lane>> find_handshake(const Nonce& nonce) const;
+  void on_challenge(PeerId peer, Lane lane, const HandshakeMessage& challenge);
+  void on_result(PeerId peer, Lane lane, const HandshakeMessage& result);
   // Sends the Result (accepted when `refusal` is empty); `inbound` leaves inbound_.
   void answer_inbound(const Inbound& inbound, const std::string& refusal);
   // Both end the handshake: `inbound` leaves inbound_ (pass a copy).

@@ -75,15 +75,13 @@ bool Mesh::serve_handshakes() {
         (message->type != HandshakeType::kChallenge && message->type != HandshakeType::kResult)) {
       continue;
     }
-    for (PeerId id = 0; id < peers_.size(); ++id) {
-      const Peer& peer = peers_[id];
-      if (peer.accepted || peer.failed || peer.nonce != message->client_nonce) continue;
+    if (const auto handshake = find_handshake(message->client_nonce)) {
+      const auto [id, lane] = *handshake;
       if (message->type == HandshakeType::kChallenge) {
-        on_challenge(id, *message);
+        on_challenge(id, lane, *message);
       } else {
-        on_result(id, *message);
+        on_result(id, lane, *message);
       }
-      break;
     }
   }
   const auto now = std::chrono::steady_clock::now();
@@ -104,12 +102,14 @@ bool Mesh::serve_handshakes() {
   });
   for (const Check& check : unanswered) {
     Peer& peer = peers_[check.peer];
-    if (peer.failed || peer.nonce != check.nonce) continue;  // failed meanwhile, or reconnected
+    const bool current = std::any_of(peer.lanes.begin(), peer.lanes.end(),
+                                     [&](const Connection& c) { return c.nonce == check.nonce; });
+    if (peer.failed || !current) continue;  // failed meanwhile, or reconnected
     ++peer.stats.errors;
     peer.failed = true;
     peer.failure =
         fmt::format("it did not answer a liveness check within {} ms", liveness_timeout_.count());
-    if (peer.endpoint != nullptr) to_close_.push_back(std::exchange(peer.endpoint, nullptr));
+    close_lanes(peer);
     close_connections_from(peer);
     did = true;
   }
@@ -126,23 +126,40 @@ bool Mesh::serve_handshakes() {
   return did;
 }
 
-// Liveness: a Ping goes on our connection to the peer, named by a fresh nonce; the peer
-// answers on the same connection (its endpoint for it), and only on one it has accepted.
+std::optional<std::pair<PeerId, Lane>> Mesh::find_handshake(const Nonce& nonce) const {
+  for (PeerId id = 0; id < peers_.size(); ++id) {
+    const Peer& peer = peers_[id];
+    if (peer.failed) continue;
+    for (const Lane lane : {Lane::kBulk, Lane::kControl}) {
+      const Connection& connection = peer.lanes[static_cast<size_t>(lane)];
+      if (!connection.accepted && connection.nonce == nonce) return std::pair{id, lane};
+    }
+  }
+  return std::nullopt;
+}
+
+// Liveness: a Ping goes on each of our connections to the peer, named by a fresh nonce; the
+// peer answers on the same connection (its endpoint for it), and only on one it has accepted.
+// Both must answer: control messages stuck on a cut connection would stall a job as surely
+// as its data.
 
 void Mesh::check_alive(PeerId id) {
   Peer& peer = peers_.at(id);
-  if (peer.failed || !peer.accepted ||
+  if (peer.failed || !peer.accepted() ||
       std::any_of(checks_.begin(), checks_.end(), [&](const Check& c) { return c.peer == id; })) {
     return;
   }
-  // The handshake's nonce is spent: the check reuses the field, and a reconnection (which
-  // draws a new one) makes a late answer to the old connection's check moot.
-  peer.nonce = random_nonce();
-  HandshakeMessage ping;
-  ping.type = HandshakeType::kPing;
-  ping.client_nonce = peer.nonce;
-  send_handshake(peer.endpoint, ping);
-  checks_.push_back(Check{id, peer.nonce, std::chrono::steady_clock::now() + liveness_timeout_});
+  const auto deadline = std::chrono::steady_clock::now() + liveness_timeout_;
+  for (Connection& connection : peer.lanes) {
+    // The handshake's nonce is spent: the check reuses the field, and a reconnection (which
+    // draws a new one) makes a late answer to the old connection's check moot.
+    connection.nonce = random_nonce();
+    HandshakeMessage ping;
+    ping.type = HandshakeType::kPing;
+    ping.client_nonce = connection.nonce;
+    send_handshake(connection.endpoint, ping);
+    checks_.push_back(Check{id, connection.nonce, deadline});
+  }
 }
 
 void Mesh::on_liveness(const Delivery& delivery, const HandshakeMessage& message) {
@@ -161,8 +178,8 @@ void Mesh::on_liveness(const Delivery& delivery, const HandshakeMessage& message
   std::erase_if(checks_, [&](const Check& check) { return check.nonce == message.client_nonce; });
 }
 
-// Goodbye: on each connection a peer made to us, with REPLY, so that it arrives naming the
-// peer's own endpoint, the one its jobs send on. Only that connection can say it.
+// Goodbye: on each connection a peer made to us, with REPLY, so that it arrives naming one of
+// the peer's own endpoints, those its jobs send on. Only those connections can say it.
 
 void Mesh::say_goodbye() {
   HandshakeMessage goodbye;
@@ -204,8 +221,8 @@ void Mesh::on_goodbye(const Delivery& delivery) {
   if (context == error_contexts_.end()) return;
   Peer& peer = peers_[(*context)->peer];
   if (peer.reported) return;  // every job has heard of its failure already
-  if (peer.endpoint == delivery.endpoint)
-    to_close_.push_back(std::exchange(peer.endpoint, nullptr));
+  // Both of ours: the peer waits for us to hang up (say_goodbye).
+  close_lanes(peer);
   if (!peer.failed) peer.waiting.clear();
   peer.failed = true;
   peer.left = true;
@@ -313,48 +330,51 @@ void Mesh::refuse_inbound(const Inbound& inbound, const std::string& reason) {
 
 // Client side.
 
-void Mesh::on_challenge(PeerId id, const HandshakeMessage& challenge) {
-  Peer& peer = peers_[id];
+void Mesh::on_challenge(PeerId id, Lane lane, const HandshakeMessage& challenge) {
+  Connection& connection = peers_[id].lane(lane);
   if (!key_) {
     refuse_peer(id, "it asked for a cluster key, and this daemon has none");
     return;
   }
-  if (!key_->verify(challenge.proof, ClusterKey::Role::kServer, peer.nonce, challenge.server_nonce,
-                    own_address_)) {
+  if (!key_->verify(challenge.proof, ClusterKey::Role::kServer, connection.nonce,
+                    challenge.server_nonce, own_address_)) {
     refuse_peer(id, "it did not prove the cluster key (it holds another key)");
     return;
   }
-  peer.server_proved = true;
+  connection.server_proved = true;
   HandshakeMessage proof;
   proof.type = HandshakeType::kProof;
-  proof.client_nonce = peer.nonce;
-  proof.proof =
-      key_->prove(ClusterKey::Role::kClient, peer.nonce, challenge.server_nonce, own_address_);
-  send_handshake(peer.endpoint, proof);
+  proof.client_nonce = connection.nonce;
+  proof.proof = key_->prove(ClusterKey::Role::kClient, connection.nonce, challenge.server_nonce,
+                            own_address_);
+  send_handshake(connection.endpoint, proof);
 }
 
-void Mesh::on_result(PeerId id, const HandshakeMessage& result) {
+void Mesh::on_result(PeerId id, Lane lane, const HandshakeMessage& result) {
   Peer& peer = peers_[id];
+  Connection& connection = peer.lane(lane);
   if (!result.accepted) {
     refuse_peer(id, "it refused this daemon: " + result.reason);
-  } else if (key_ && !peer.server_proved) {
+  } else if (key_ && !connection.server_proved) {
     refuse_peer(id, "it accepted this daemon without proving the cluster key");
   } else {
-    peer.accepted = true;
+    connection.accepted = true;
+    if (!peer.accepted()) return;  // the other connection's handshake goes on
     outcomes_.push_back(HandshakeOutcome{peer.address, false, true, {}});
     for (Posted& posted : std::exchange(peer.waiting, {})) {
-      post(id, posted.tag, std::move(posted.bytes));
+      post(id, posted.tag, std::move(posted.bytes), posted.lane);
     }
   }
 }
 
 void Mesh::refuse_peer(PeerId id, const std::string& reason) {
   Peer& peer = peers_[id];
+  if (peer.failed) return;  // its other connection's refusal said it
   ++peer.stats.errors;
   peer.failed = true;
   peer.failure = reason;
   peer.waiting.clear();
-  if (peer.endpoint != nullptr) to_close_.push_back(std::exchange(peer.endpoint, nullptr));
+  close_lanes(peer);
   outcomes_.push_back(HandshakeOutcome{peer.address, false, false, reason});
 }
 

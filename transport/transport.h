@@ -18,6 +18,13 @@ namespace gradsync::transport {
 
 using PeerId = uint32_t;
 
+// Which of a peer's connections a message goes on. Control messages (a job's negotiation, and
+// the small collectives it carries) have a connection of their own, so that they never queue
+// behind the bulk data already handed to the other one: over TCP a message waits for every
+// byte sent before it on its connection (docs/decisions/0020-a-connection-for-control.md).
+// Order holds between two messages of one lane, not across lanes.
+enum class Lane : uint8_t { kBulk = 0, kControl = 1 };
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -34,17 +41,18 @@ class Transport {
 
   // `bytes` at `data` to `peer` under `tag`. With `max_message_bytes` (0: no limit), as
   // several messages of that size and the rest, in order: the receive must be posted with the
-  // same limit. Messages between two peers under one tag arrive in the order they were sent.
+  // same limit. Messages between two peers under one tag and lane arrive in the order they
+  // were sent.
   virtual Operation send(PeerId peer, uint64_t tag, const void* data, size_t bytes,
-                         size_t max_message_bytes) = 0;
+                         size_t max_message_bytes, Lane lane = Lane::kBulk) = 0;
   // Into `data`, what arrives under a tag matching `tag` on the bits of `tag_mask`, from
   // `from` (nullopt: any peer).
   virtual Operation receive(uint64_t tag, uint64_t tag_mask, void* data, size_t bytes,
                             std::optional<PeerId> from, size_t max_message_bytes) = 0;
   // Sends without an operation to wait on: the transport holds the bytes until they are out.
   // A failure shows as a failed peer.
-  virtual void post(PeerId peer, uint64_t tag,
-                    std::shared_ptr<const std::vector<uint8_t>> bytes) = 0;
+  virtual void post(PeerId peer, uint64_t tag, std::shared_ptr<const std::vector<uint8_t>> bytes,
+                    Lane lane = Lane::kBulk) = 0;
   // Operations nobody waits for any more, with the memory they may still touch: kept until
   // the transport is done with them. Receives not matched yet are cancelled.
   virtual void retire(std::vector<Operation> operations,

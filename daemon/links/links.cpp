@@ -163,9 +163,11 @@ void NodeLinks::send_control(uint32_t node, capnp::MessageBuilder& message) {
   // Never wait for it: a large message goes by rendezvous, which completes only once the peer
   // receives it, and the peer may be sending to us at the same moment. The transport keeps the
   // bytes until the peer has accepted our handshake and UCX is done; a failure shows up as a
-  // failed peer, which fails the job.
+  // failed peer, which fails the job. On the control lane, so that a negotiation (and the
+  // small collectives a cycle carries) never waits behind the job's bulk data.
   transport_.post(peers_[node], tags::make(tags::kControl, me(), job_tag_, 0),
-                  std::make_shared<const std::vector<uint8_t>>(ipc::encode(message)));
+                  std::make_shared<const std::vector<uint8_t>>(ipc::encode(message)),
+                  transport::Lane::kControl);
 }
 
 void NodeLinks::send_control_to_all_live(capnp::MessageBuilder& message,
@@ -178,10 +180,12 @@ void NodeLinks::send_control_to_all_live(capnp::MessageBuilder& message,
     auto bytes = std::make_shared<const std::vector<uint8_t>>(ipc::encode(message));
     copies.push_back(bytes);
     const uint64_t tag = tags::make(tags::kControl, me(), job_tag_, 0);
+    // On the control lane, behind the job's earlier control messages (an abort after them).
     if (transport_.authenticated(peers_[node])) {
-      sends.push_back(send(node, tag, bytes->data(), bytes->size()));
+      sends.push_back(transport_.send(peers_[node], tag, bytes->data(), bytes->size(), 0,
+                                      transport::Lane::kControl));
     } else {
-      transport_.post(peers_[node], tag, bytes);  // goes once the handshake is done
+      transport_.post(peers_[node], tag, bytes, transport::Lane::kControl);  // after the handshake
     }
   }
   // Bounded: a peer that is gone does not hold us up. What is still in flight then is

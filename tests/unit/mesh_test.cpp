@@ -131,6 +131,33 @@ TEST_F(MeshTest, LargeMessageLandsInTheReceiveBuffer) {
   expect_large_message_lands(*a_, a_to_b_, *b_, [this](auto ops) { drive(ops); });
 }
 
+// Control messages posted after bulk data that TCP has not carried yet arrive first, in order:
+// they have a connection of their own, where on the bulk one they would wait for every byte
+// handed over before them (64 MiB here).
+TEST_F(EagerMeshTest, ControlMessagesOvertakeBulkDataHandedOverBeforeThem) {
+  const std::vector<uint8_t> bulk(64 << 20, 7);
+  std::vector<uint8_t> landed(bulk.size());
+  Operation receive = b_->receive(1, ~uint64_t{0}, landed.data(), landed.size());
+  Operation send = a_->send(a_to_b_, 1, bulk.data(), bulk.size());
+  for (uint8_t i = 0; i < 3; ++i) {
+    a_->post(a_to_b_, 2, std::make_shared<const std::vector<uint8_t>>(8, i), Lane::kControl);
+  }
+  std::vector<uint8_t> order;
+  bool bulk_done_first = false;
+  drive_until([&] {
+    while (auto message = b_->poll_message(2, ~uint64_t{0})) {
+      if (order.empty()) bulk_done_first = receive.done();
+      order.push_back(message->payload[0]);
+    }
+    return order.size() == 3;
+  });
+  EXPECT_FALSE(bulk_done_first) << "the first control message waited for the bulk data";
+  EXPECT_EQ(order, (std::vector<uint8_t>{0, 1, 2}));
+  drive({&send, &receive});
+  EXPECT_EQ(receive.status(), UCS_OK);
+  EXPECT_EQ(landed, bulk);
+}
+
 // The same meshes with the daemon's default rendezvous threshold (tcp_rendezvous_min_bytes),
 // as where a job cuts its bulk data into eager messages on a slow link.
 class ThresholdMeshTest : public MeshTest {
@@ -520,6 +547,7 @@ class HandshakeTest : public ::testing::Test {
     a_outcomes_ = a_->take_handshake_outcomes();
     b_outcomes_ = b_->take_handshake_outcomes();
   }
+  static constexpr size_t kLanes = 2;  // a daemon's connections to each peer (transport::Lane)
   static size_t count(const std::vector<HandshakeOutcome>& outcomes, bool inbound, bool accepted) {
     return static_cast<size_t>(std::count_if(outcomes.begin(), outcomes.end(), [&](const auto& o) {
       return o.inbound == inbound && o.accepted == accepted;
@@ -535,10 +563,11 @@ TEST_F(HandshakeTest, SameKeyIsAcceptedBothWays) {
           options(key("a shared cluster key, 32 bytes!")));
   EXPECT_TRUE(a_->authenticated(a_to_b_));
   EXPECT_TRUE(b_->authenticated(b_to_a_));
-  EXPECT_EQ(count(a_outcomes_, true, true), 1u);
+  // Each daemon makes a connection for each lane, and hears of its peer's as one.
+  EXPECT_EQ(count(a_outcomes_, true, true), kLanes);
   EXPECT_EQ(count(a_outcomes_, false, true), 1u);
-  EXPECT_EQ(count(b_outcomes_, true, true), 1u);
-  ASSERT_EQ(b_outcomes_.size(), 2u);
+  EXPECT_EQ(count(b_outcomes_, true, true), kLanes);
+  ASSERT_EQ(b_outcomes_.size(), kLanes + 1);
   // The inbound side learns who connected from the (proved) Hello.
   for (const auto& outcome : b_outcomes_) {
     if (outcome.inbound) {
@@ -555,7 +584,7 @@ TEST_F(HandshakeTest, AnotherKeyIsRefusedBothWays) {
   EXPECT_THAT(a_->failure(a_to_b_), ::testing::HasSubstr("did not prove the cluster key"));
   EXPECT_THAT(b_->failure(b_to_a_), ::testing::HasSubstr("did not prove the cluster key"));
   EXPECT_EQ(count(a_outcomes_, false, false), 1u);
-  EXPECT_EQ(count(a_outcomes_, true, false), 1u) << "the refused peer's connection is dropped";
+  EXPECT_EQ(count(a_outcomes_, true, false), kLanes) << "the refused peer's connections are dropped";
   EXPECT_EQ(count(a_outcomes_, true, true) + count(a_outcomes_, false, true), 0u);
   uint64_t value = 1;
   Operation send = a_->send(a_to_b_, 1, &value, sizeof(value));
@@ -574,8 +603,8 @@ TEST_F(HandshakeTest, KeyAndNoKeyRefuseEachOther) {
   EXPECT_THAT(b_->failure(b_to_a_),
               ::testing::HasSubstr("the connecting daemon has no cluster key, and this one "
                                    "requires it"));
-  EXPECT_EQ(count(a_outcomes_, true, false), 1u);
-  EXPECT_EQ(count(b_outcomes_, true, false), 1u);
+  EXPECT_EQ(count(a_outcomes_, true, false), kLanes);
+  EXPECT_EQ(count(b_outcomes_, true, false), kLanes);
 }
 
 TEST_F(HandshakeTest, AnotherVersionIsRefusedNamingBoth) {
@@ -588,8 +617,8 @@ TEST_F(HandshakeTest, AnotherVersionIsRefusedNamingBoth) {
   EXPECT_THAT(a_->failure(a_to_b_), ::testing::HasSubstr(both)) << "refused by b, as it says";
   EXPECT_THAT(b_->failure(b_to_a_), ::testing::HasSubstr(std::string("runs gradsync ") +
                                                          GRADSYNC_VERSION + ", this one 0.0.9"));
-  EXPECT_EQ(count(a_outcomes_, true, false), 1u);
-  EXPECT_EQ(count(b_outcomes_, true, false), 1u);
+  EXPECT_EQ(count(a_outcomes_, true, false), kLanes);
+  EXPECT_EQ(count(b_outcomes_, true, false), kLanes);
 }
 
 TEST_F(HandshakeTest, ControlMessagesWaitForTheHandshake) {
