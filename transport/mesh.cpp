@@ -329,8 +329,8 @@ Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t byte
   const MessageCut cut(bytes, max_message_bytes);
   return Operation::start(worker_.get(), std::move(state), false, cut.messages,
                           [&](size_t m, ucp_request_param_t& params) {
-                            return ucp_tag_send_nbx(endpoint, first + cut.offset(m),
-                                                    cut.bytes(m), tag, &params);
+                            return ucp_tag_send_nbx(endpoint, first + cut.offset(m), cut.bytes(m),
+                                                    tag, &params);
                           });
 }
 

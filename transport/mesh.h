@@ -212,7 +212,7 @@ class Mesh final : public Transport {
   };
   struct Peer {
     std::string address;
-    in_addr_t host = 0;  // its IPv4 address, as connections from it come
+    in_addr_t host = 0;               // its IPv4 address, as connections from it come
     std::array<Connection, 2> lanes;  // by Lane
     bool failed = false;
     bool left = false;  // it said goodbye
@@ -224,7 +224,8 @@ class Mesh final : public Transport {
     Connection& lane(Lane lane) { return lanes[static_cast<size_t>(lane)]; }
     bool accepted() const { return lanes[0].accepted && lanes[1].accepted; }
     bool holds(ucp_ep_h endpoint) const {
-      return endpoint != nullptr && (lanes[0].endpoint == endpoint || lanes[1].endpoint == endpoint);
+      return endpoint != nullptr &&
+             (lanes[0].endpoint == endpoint || lanes[1].endpoint == endpoint);
     }
   };
   // A connection a peer made to us, while its handshake runs.

@@ -584,7 +584,8 @@ TEST_F(HandshakeTest, AnotherKeyIsRefusedBothWays) {
   EXPECT_THAT(a_->failure(a_to_b_), ::testing::HasSubstr("did not prove the cluster key"));
   EXPECT_THAT(b_->failure(b_to_a_), ::testing::HasSubstr("did not prove the cluster key"));
   EXPECT_EQ(count(a_outcomes_, false, false), 1u);
-  EXPECT_EQ(count(a_outcomes_, true, false), kLanes) << "the refused peer's connections are dropped";
+  EXPECT_EQ(count(a_outcomes_, true, false), kLanes)
+      << "the refused peer's connections are dropped";
   EXPECT_EQ(count(a_outcomes_, true, true) + count(a_outcomes_, false, true), 0u);
   uint64_t value = 1;
   Operation send = a_->send(a_to_b_, 1, &value, sizeof(value));
