@@ -131,8 +131,9 @@ inline constexpr std::array<FamilyDoc, static_cast<size_t>(Family::kCount)> kFam
     {Family::kClientRequestsRejected, "gradsync_client_requests_rejected_total", Type::kCounter,
      "reason", "Control requests refused, by reason"},
     {Family::kPeerHandshakes, "gradsync_peer_handshakes_total", Type::kCounter, "result",
-     "Cluster handshakes with other node daemons that ended, both ways, by result (refused: no "
-     "key, another key, broken or too slow)"},
+     "Cluster handshakes with other node daemons that ended, by result (refused: no key, another "
+     "key, broken or too slow): one for each connection another daemon made to this one (two per "
+     "daemon, bulk data and control), one for each daemon this one connected to"},
     {Family::kStallSeconds, "gradsync_stall_seconds", Type::kGauge, "training_job",
      "Age of the oldest tensor of a job that some of its ranks or nodes have submitted and "
      "others have not (0: none)"},
