@@ -222,6 +222,7 @@ class Mesh final : public Transport {
     PeerStats stats;
 
     Connection& lane(Lane lane) { return lanes[static_cast<size_t>(lane)]; }
+    const Connection& lane(Lane lane) const { return lanes[static_cast<size_t>(lane)]; }
     bool accepted() const { return lanes[0].accepted && lanes[1].accepted; }
     bool holds(ucp_ep_h endpoint) const {
       return endpoint != nullptr &&

@@ -131,7 +131,7 @@ std::optional<std::pair<PeerId, Lane>> Mesh::find_handshake(const Nonce& nonce) 
     const Peer& peer = peers_[id];
     if (peer.failed) continue;
     for (const Lane lane : {Lane::kBulk, Lane::kControl}) {
-      const Connection& connection = peer.lanes[static_cast<size_t>(lane)];
+      const Connection& connection = peer.lane(lane);
       if (!connection.accepted && connection.nonce == nonce) return std::pair{id, lane};
     }
   }
