@@ -52,6 +52,7 @@ enum class Family {
   kJobWireBytes,
   kJobWireShare,
   kJobShareWaitSeconds,
+  kLinkPacerRateBytesPerSecond,
   kAggregatorBytesReceived,
   kAggregatorBytesSent,
   kAggregatorChunksSummed,
@@ -188,6 +189,10 @@ inline constexpr std::array<FamilyDoc, static_cast<size_t>(Family::kCount)> kFam
      "training_job",
      "Time a job's ready work waited while other jobs were served (engine) or for its share of "
      "the links to other nodes"},
+    {Family::kLinkPacerRateBytesPerSecond, "gradsync_link_pacer_rate_bytes_per_second",
+     Type::kGauge, "",
+     "What the pacer last measured this node's links to other nodes to carry (0: not yet); jobs "
+     "sharing them are paced by it (docs/qos.md)"},
     {Family::kAggregatorBytesReceived, "gradsync_aggregator_received_bytes_total", Type::kCounter,
      "training_job", "On an aggregator: bytes of a job's chunks its nodes pushed"},
     {Family::kAggregatorBytesSent, "gradsync_aggregator_sent_bytes_total", Type::kCounter,

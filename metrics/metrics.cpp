@@ -83,6 +83,7 @@ struct Metrics::Impl {
   std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
   std::unique_ptr<prometheus::Exposer> exposer;
   prometheus::Gauge* clients = nullptr;
+  prometheus::Gauge* link_pacer_rate = nullptr;
   std::array<prometheus::Gauge*, 3> jobs{};  // forming, running, failed
   // By op, then algorithm: made up front, so that counting one costs no label lookup.
   std::array<std::array<prometheus::Counter*, kAlgorithms.size()>, kKindNames.size()> completed{};
@@ -212,6 +213,8 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
   impl_->config_info = &family<prometheus::Gauge>(registry, Family::kConfigInfo);
   set_config_info(config_toml);
   impl_->clients = &family<prometheus::Gauge>(registry, Family::kConnectedClients).Add({});
+  impl_->link_pacer_rate =
+      &family<prometheus::Gauge>(registry, Family::kLinkPacerRateBytesPerSecond).Add({});
   auto& jobs = family<prometheus::Gauge>(registry, Family::kJobs);
   impl_->jobs = {&jobs.Add({{"state", "forming"}}), &jobs.Add({{"state", "running"}}),
                  &jobs.Add({{"state", "failed"}})};
@@ -336,6 +339,9 @@ void Metrics::set_config_info(const std::string& config_toml) {
 
 void Metrics::set_connected_clients(int64_t clients) {
   impl_->clients->Set(static_cast<double>(clients));
+}
+void Metrics::set_link_pacer_rate(double bytes_per_second) {
+  impl_->link_pacer_rate->Set(bytes_per_second);
 }
 void Metrics::set_jobs(int64_t forming, int64_t running, int64_t failed) {
   impl_->jobs[0]->Set(static_cast<double>(forming));

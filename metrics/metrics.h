@@ -44,6 +44,7 @@ class Metrics {
   void set_config_info(const std::string& config_toml);
 
   void set_connected_clients(int64_t clients);
+  void set_link_pacer_rate(double bytes_per_second);
   // Jobs with a rank on this node, by state.
   void set_jobs(int64_t forming, int64_t running, int64_t failed);
   // One collective done (once per tensor, not per rank). `algorithm`: "local" on one node;

@@ -90,7 +90,8 @@ in_addr_t client_host(ucp_conn_request_h request) {
 }  // namespace
 
 Mesh::Mesh(const MeshOptions& options)
-    : network_transports_(transport::network_transports()),
+    : held_sends_(options.backlog_bytes),
+      network_transports_(transport::network_transports()),
       rendezvous_min_bytes_(tcp_only(network_transports_) ? options.tcp_rendezvous_min_bytes : 0),
       context_(create_context(ucx_settings(options, rendezvous_min_bytes_))),
       worker_(create_worker(context_.get())),
@@ -323,6 +324,7 @@ Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t byte
                             [&](size_t, ucp_request_param_t&) { return UCS_STATUS_PTR(status); });
   }
   peer.stats.bytes_sent += bytes;
+  started_send_bytes_ += bytes;
   state->held = &held_sends_;
   state->send_bytes = bytes;
   const auto* first = static_cast<const uint8_t*>(data);

@@ -57,6 +57,9 @@ struct MeshOptions {
   // sends all of them eagerly; 0 leaves it to UCX.
   uint64_t tcp_rendezvous_min_bytes = 0;
   static constexpr uint64_t kEveryMessageEager = UINT64_MAX;
+  // Sends held unfinished to this many bytes or more: the network takes less than it is
+  // given (SendLoad::backlogged_seconds).
+  uint64_t backlog_bytes = 4 << 20;
 };
 
 // A handshake that ended, for the logs and the metrics.
@@ -89,8 +92,11 @@ class Mesh final : public Transport {
   // Sends UCX holds and has not finished. Over TCP nothing wakes a sleeping worker when a
   // socket it could not write to drains: such a send moves only when progress() is called, so
   // the caller should poll rather than sleep while this is not zero.
-  size_t unfinished_sends() const { return held_sends_.count; }
-  uint64_t held_send_bytes() const override { return held_sends_.bytes; }
+  size_t unfinished_sends() const { return held_sends_.count(); }
+  SendLoad send_load(std::chrono::steady_clock::time_point now) const override {
+    return {held_sends_.bytes(), started_send_bytes_ - held_sends_.bytes(),
+            std::chrono::duration<double>(held_sends_.backlogged(now)).count()};
+  }
   // UCX's network transports on this host, and the rendezvous threshold set for them (0:
   // UCX's own, as on any network with more than TCP).
   const std::vector<std::string>& network_transports() const { return network_transports_; }
@@ -316,6 +322,7 @@ class Mesh final : public Transport {
   Operation start_handshake_send(ucp_ep_h endpoint, const std::vector<uint8_t>& bytes, bool reply);
 
   HeldSends held_sends_;                         // see unfinished_sends()
+  uint64_t started_send_bytes_ = 0;              // ever, to any peer
   std::vector<std::string> network_transports_;  // before context_: its settings depend on them
   uint64_t rendezvous_min_bytes_ = 0;
   Context context_;

@@ -7,6 +7,7 @@
 
 #include "transport/ucx.h"
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -24,6 +25,17 @@ using PeerId = uint32_t;
 // byte sent before it on its connection (docs/decisions/0020-a-connection-for-control.md).
 // Order holds between two messages of one lane, not across lanes.
 enum class Lane : uint8_t { kBulk = 0, kControl = 1 };
+
+// A transport's sends at a moment: what it holds, and what it did so far. Two of these a while
+// apart give the rate the link carried while the transport had more than it could take.
+struct SendLoad {
+  // Sends started and not finished: what the network could not take yet.
+  uint64_t held_bytes = 0;
+  // Sends finished, ever.
+  uint64_t finished_bytes = 0;
+  // Time held_bytes came to the transport's backlog or more, ever (MeshOptions::backlog_bytes).
+  double backlogged_seconds = 0;
+};
 
 class Transport {
  public:
@@ -57,8 +69,8 @@ class Transport {
   // the transport is done with them. Receives not matched yet are cancelled.
   virtual void retire(std::vector<Operation> operations,
                       std::vector<std::shared_ptr<const void>> memory) = 0;
-  // The bytes of sends started and not finished: what the network could not take yet.
-  virtual uint64_t held_send_bytes() const { return 0; }
+  // Its sends up to `now` (none where the transport cannot tell).
+  virtual SendLoad send_load(std::chrono::steady_clock::time_point /*now*/) const { return {}; }
   // Moves the network along; true when it made progress.
   virtual bool progress() = 0;
 

@@ -112,8 +112,7 @@ void Operation::all_started() {
     state_->done = true;
     state_->held = nullptr;
   } else if (state_->held != nullptr && !receive_) {
-    ++state_->held->count;
-    state_->held->bytes += state_->send_bytes;
+    state_->held->add(state_->send_bytes);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -51,6 +52,50 @@ using Listener = std::unique_ptr<std::remove_pointer_t<ucp_listener_h>, Listener
 Context create_context(const std::vector<std::pair<std::string, std::string>>& settings = {});
 Worker create_worker(ucp_context_h context);
 
+// Sends the transport holds: started, not finished; and for how long it held at least
+// `backlog_bytes`, more than the network would take at once: the rate at which sends finish
+// then is what the link carries, whatever the jobs would send (the pacer's link figure).
+class HeldSends {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit HeldSends(uint64_t backlog_bytes) : backlog_bytes_(backlog_bytes) {}
+
+  void add(uint64_t bytes) {
+    ++count_;
+    set_bytes(bytes_ + bytes);
+  }
+  void remove(uint64_t bytes) {
+    --count_;
+    set_bytes(bytes_ - bytes);
+  }
+  size_t count() const { return count_; }
+  uint64_t bytes() const { return bytes_; }
+  // Time held at or above the backlog, up to `now`.
+  Clock::duration backlogged(Clock::time_point now) const {
+    return backlogged_ + (bytes_ >= backlog_bytes_ ? now - backlogged_since_ : Clock::duration{});
+  }
+
+ private:
+  void set_bytes(uint64_t bytes) {
+    const bool was = bytes_ >= backlog_bytes_;
+    const bool is = bytes >= backlog_bytes_;
+    bytes_ = bytes;
+    if (was == is) return;
+    const auto now = Clock::now();
+    if (is) {
+      backlogged_since_ = now;
+    } else {
+      backlogged_ += now - backlogged_since_;
+    }
+  }
+
+  uint64_t backlog_bytes_;
+  size_t count_ = 0;
+  uint64_t bytes_ = 0;
+  Clock::duration backlogged_{};
+  Clock::time_point backlogged_since_{};
+};
+
 // One send or receive in flight: one message, or a run of messages with the same tag between
 // the same two endpoints, which UCX's tag matching delivers in order (a large buffer sent as
 // several eager messages, Mesh::send). Move-only. Destroying it while pending cancels a
@@ -58,12 +103,6 @@ Worker create_worker(ucp_context_h context);
 // receive already matched may still be writing its buffer, so a buffer must outlive the
 // worker's progress, not only the Operation. A pending Operation must not outlive its worker;
 // a completed one may.
-// Sends the transport holds: started, not finished.
-struct HeldSends {
-  size_t count = 0;
-  uint64_t bytes = 0;
-};
-
 class Operation {
  public:
   Operation() = default;
@@ -105,8 +144,7 @@ class Operation {
     size_t send_bytes = 0;
     void stop_holding() {
       if (held == nullptr) return;
-      --held->count;
-      held->bytes -= send_bytes;
+      held->remove(send_bytes);
       held = nullptr;
     }
     // For a receive: the peer (the mesh's id) whose data it waits for, or any peer.

@@ -104,6 +104,7 @@ std::string status_json(const DaemonInfo& daemon, const DaemonConfig& config,
                      {"latency_seconds", p.latency_seconds},
                      {"bytes_per_second", p.bytes_per_second}});
   }
+  status["link_bytes_per_second"] = snapshot.link_bytes_per_second;
   Json& aggregated = status["aggregated_jobs"] = Json::array();
   for (const AggregatorJobView& j : snapshot.aggregated_jobs) {
     aggregated.push_back({{"name", j.name},

@@ -85,6 +85,7 @@ void Engine::handle(InspectEngine& command) {
     }
   }
   if (aggregator_) snapshot.aggregated_jobs = aggregator_->jobs();
+  snapshot.link_bytes_per_second = wire_pacer_.measured_link_rate();
   command.snapshot.set_value(std::move(snapshot));
 }
 
@@ -282,6 +283,7 @@ void Engine::export_samples() {
                                 stats.errors);
     }
     wire_pacer_.sample(Clock::now());
+    metrics_.set_link_pacer_rate(wire_pacer_.measured_link_rate());
   }
 }
 

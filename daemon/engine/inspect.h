@@ -76,6 +76,8 @@ struct EngineSnapshot {
   std::vector<PeerView> peers;
   std::vector<AggregatorJobView> aggregated_jobs;  // an aggregator's (docs/aggregators.md)
   size_t hidden_jobs = 0;                          // jobs of other users, left out for the viewer
+  // What the wire pacer last measured the links to other nodes to carry (0: not yet).
+  double link_bytes_per_second = 0;
 };
 
 // Engine commands for them.

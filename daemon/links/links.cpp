@@ -107,7 +107,7 @@ bool PaceWait::ready() {
   if (pacer == nullptr || bytes_ == 0) return true;
   const auto now = Clock::now();
   if (ticket_ == 0) ticket_ = pacer->request(links_->flow(), bytes_, now);
-  pacer->dispatch(now, links_->transport().held_send_bytes());
+  pacer->dispatch(now, links_->transport().send_load(now));
   if (!pacer->take_grant(ticket_)) return false;
   ticket_ = 0;
   return true;

@@ -21,12 +21,32 @@ void WirePacer::sample(Clock::time_point now) {
   }
   if (sampled_at_ != Clock::time_point{} && senders >= 2 && !held_below_link_ && elapsed > 0 &&
       (link_rate_sampled_ || ++unpaced_intervals_ >= 2)) {
-    link_rate_ = kLinkHeadroom * static_cast<double>(granted_total_ - sampled_total_) / elapsed;
+    const double rate =
+        kLinkHeadroom * static_cast<double>(granted_total_ - sampled_total_) / elapsed;
+    link_rate_ = link_rate_sampled_ ? std::max(link_rate_, rate) : rate;
     link_rate_sampled_ = true;
   }
   sampled_at_ = now;
   sampled_total_ = granted_total_;
   held_below_link_ = false;
+}
+
+void WirePacer::sample_backlog(Clock::time_point now, const transport::SendLoad& load) {
+  const auto elapsed = now - backlog_sampled_at_;
+  if (backlog_sampled_at_ != Clock::time_point{} && elapsed < kBacklogInterval) return;
+  const double seconds = std::chrono::duration<double>(elapsed).count();
+  const bool backlogged =
+      backlog_sampled_at_ != Clock::time_point{} &&
+      load.backlogged_seconds - backlog_sampled_.backlogged_seconds >= kBackloggedPart * seconds;
+  if (backlogged && backlogged_before_) {
+    link_rate_ = kLinkHeadroom *
+                 static_cast<double>(load.finished_bytes - backlog_sampled_.finished_bytes) /
+                 seconds;
+    link_rate_sampled_ = true;
+  }
+  backlogged_before_ = backlogged;
+  backlog_sampled_at_ = now;
+  backlog_sampled_ = load;
 }
 
 void WirePacer::remove(Flow id) {
@@ -116,7 +136,8 @@ void WirePacer::grant(Flow id, FlowState& flow, Clock::time_point now) {
   }
 }
 
-void WirePacer::dispatch(Clock::time_point now, uint64_t held_bytes) {
+void WirePacer::dispatch(Clock::time_point now, const transport::SendLoad& load) {
+  sample_backlog(now, load);
   if (requests_.empty()) return;
   // A latency-class job's small sends first, past the window.
   for (auto& [id, flow] : flows_) {
@@ -126,7 +147,7 @@ void WirePacer::dispatch(Clock::time_point now, uint64_t held_bytes) {
       grant(id, flow, now);
     }
   }
-  uint64_t in_window = held_bytes;
+  uint64_t in_window = load.held_bytes;
   // Shared: every active job within its part of the link. A job alone is never held back.
   // A latency-class job on the node (sending or not: its small collectives mostly travel
   // with the negotiation, past the pacer) keeps every other job below the link.

@@ -11,12 +11,13 @@
 //    send, so that its rate over any second stays at the cap whatever its message size;
 //  - a latency-class job's small sends go first, past the window; and while such a job runs on
 //    the node, the others together are paced below the link (kLatencyLoad), so that no queue
-//    builds in the kernel ahead of its messages, which share the TCP connections with theirs.
+//    builds in the kernel ahead of its messages, which share the link's queue with theirs.
 // Engine-thread only; the engine's clock is passed in, so that the tests replay exact orders.
 #pragma once
 
 #include "daemon/qos/fair_share.h"
 #include "daemon/qos/policy.h"
+#include "transport/transport.h"
 
 #include <chrono>
 #include <cstdint>
@@ -47,19 +48,34 @@ class WirePacer {
   // `window_bytes`: how many bytes the transport may hold before shared grants wait.
   explicit WirePacer(uint64_t window_bytes) : window_bytes_(window_bytes) {}
 
-  // Once a second or so: where two jobs or more sent since the last sample, the pacer's
-  // figure for the link's rate becomes kLinkHeadroom times what they sent together. Until it has
-  // one, shared jobs are held by the window alone: they fill the link, and the first figure is the
-  // link's (from the second shared interval: jobs starting together send little in their first).
-  // Paced below the link later, they send what the pacer allows, and the figure grows; held back by
-  // the link, they send what it carries, and the figure settles just above it, where the pacer
-  // still sets each job's part and the link stays full. (The links the jobs measured as they formed
-  // are no guide: a short probe on a shared host reads them low.)
+  // The pacer's figure for the link's rate comes from two kinds of sample, each kLinkHeadroom
+  // times a rate, so that the link stays full where the pacer sets each job's part:
+  //  - from dispatch(), whatever the jobs: where the transport held a backlog for most of two
+  //    kBacklogInterval in a row, the link carried less than it was given, and what it carried
+  //    in the second is its rate (the first may count sends the kernel's socket buffers took at
+  //    once as the backlog began). One job alone that fills the link gives a figure this way.
+  //  - once a second or so (sample()): where two jobs or more sent since the last sample, what
+  //    they sent together. Until the pacer has a figure, shared jobs are held by the window
+  //    alone: they fill the link, and the first figure is the link's (from the second shared
+  //    interval: jobs starting together send little in their first). Later, what they sent
+  //    only ever raises the figure: it went through, so the link carries at least that, while
+  //    jobs that sent less may have had less to send. Paced below the link, they send what
+  //    the pacer allows, and the figure grows; held back by the link, they send what it
+  //    carries, and the figure settles just above it. Only a backlog lowers it.
+  // (The links the jobs measured as they formed are no guide: a short probe on a shared host
+  // reads them low.)
   void sample(Clock::time_point now);
   static constexpr double kLinkHeadroom = 1.1;
-  // While a latency-class job runs: the other jobs' load on the link, together.
-  static constexpr double kLatencyLoad = 0.9;
+  static constexpr auto kBacklogInterval = std::chrono::milliseconds(500);
+  static constexpr double kBackloggedPart = 0.9;
+  // While a latency-class job runs: the other jobs' load on the link, together. Measured on a
+  // shaped link, the latency job's p99 beside a bulk job rose sharply between 0.7 and 0.85:
+  // the bulk job's sends go in pieces, and above that its queue in the kernel no longer
+  // drains between them (docs/decisions/0021-the-link-figure-from-one-job.md).
+  static constexpr double kLatencyLoad = 0.7;
   double link_rate() const { return link_rate_; }
+  // What the link was measured to carry, without the headroom (0: not yet).
+  double measured_link_rate() const { return link_rate_ / kLinkHeadroom; }
   // For the tests: a figure as a sample would set it.
   void set_link_rate(double bytes_per_second) {
     link_rate_ = bytes_per_second;
@@ -73,8 +89,8 @@ class WirePacer {
 
   // A send of `bytes` by `flow` waits for its grant.
   Ticket request(Flow flow, uint64_t bytes, Clock::time_point now);
-  // Grants what may go now; `held_bytes`: what the transport holds of the sends granted before.
-  void dispatch(Clock::time_point now, uint64_t held_bytes);
+  // Grants what may go now; `load`: the transport's sends (held, and what it carried).
+  void dispatch(Clock::time_point now, const transport::SendLoad& load);
   // Whether the ticket was granted; a granted ticket is then forgotten.
   bool take_grant(Ticket ticket);
   // A request given up on before its grant (its task was destroyed).
@@ -124,6 +140,7 @@ class WirePacer {
   // Waiting, or granted within kActiveFor.
   static bool active(const FlowState& flow, Clock::time_point now);
   void grant(Flow id, FlowState& flow, Clock::time_point now);
+  void sample_backlog(Clock::time_point now, const transport::SendLoad& load);
 
   uint64_t window_bytes_;
   double link_rate_ = 0;
@@ -131,6 +148,10 @@ class WirePacer {
   uint64_t granted_total_ = 0;      // every flow's, ever
   uint64_t sampled_total_ = 0;      // granted_total_ at the last sample
   Clock::time_point sampled_at_{};
+  // The backlog samples (dispatch): the last one's load, and whether it was backlogged.
+  Clock::time_point backlog_sampled_at_{};
+  transport::SendLoad backlog_sampled_;
+  bool backlogged_before_ = false;
   bool held_below_link_ = false;  // since the last sample, on purpose (latency class)
   int unpaced_intervals_ = 0;     // shared before the first figure
   FairShare fair_;

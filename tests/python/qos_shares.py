@@ -21,9 +21,12 @@ import tempfile
 import time
 
 import namespace_nodes
-from run_ranks import SKIPPED, expect, start_daemon, torch_missing, wait_until
+from run_ranks import SKIPPED, daemon_status, expect, start_daemon, torch_missing, wait_until
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+# The namespace nodes' links.
+LINK_RATE = "200mbit"
+LINK_BYTES_PER_SECOND = 200e6 / 8
 
 
 def ctl_jobs(build_dir, socket):
@@ -147,7 +150,7 @@ def namespace_nodes_run(build_dir, directory):
     write_rules(config, [{"job": '"bulk-a-*"', "weight": 3}])
     a, b = f"bulk-a-{os.getpid()}", f"bulk-b-{os.getpid()}"
     with contextlib.ExitStack() as stack:
-        nodes = stack.enter_context(namespace_nodes.NamespaceNodes(2, rate="200mbit"))
+        nodes = stack.enter_context(namespace_nodes.NamespaceNodes(2, rate=LINK_RATE))
         daemons = []
         for node in range(2):
             daemons.append(start_daemon(build_dir, directory, node, nodes=nodes, config=config,
@@ -184,6 +187,11 @@ def namespace_nodes_run(build_dir, directory):
         share, _, _ = share_of_a(3)
         print(ctl_table(build_dir, sockets[0]), flush=True)
         expect(0.6 <= share <= 0.9, f"weights 3:1 give job a {share:.2f} of the link (0.75)")
+        # The pacer's measure of the link, from the jobs that filled it.
+        link = daemon_status(build_dir, sockets[0])["link_bytes_per_second"]
+        expect(0.7 * LINK_BYTES_PER_SECOND <= link <= 1.3 * LINK_BYTES_PER_SECOND,
+               f"the pacer measured the link at {link / 1e6:.1f} MB/s "
+               f"({LINK_BYTES_PER_SECOND / 1e6:.0f} MB/s)")
 
         write_rules(config, [{"job": '"bulk-a-*"', "weight": 1},
                              {"job": '"bulk-b-*"', "weight": 3}])

@@ -158,6 +158,43 @@ TEST_F(EagerMeshTest, ControlMessagesOvertakeBulkDataHandedOverBeforeThem) {
   EXPECT_EQ(landed, bulk);
 }
 
+// What the pacer learns the link from: a send the peer does not take yet is held, and the time
+// the mesh held its backlog (4 MiB) or more counts as backlogged; once the peer takes it, it
+// counts as finished. A small send that goes at once adds no backlogged time.
+TEST_F(EagerMeshTest, SendLoadCountsHeldFinishedAndBackloggedSends) {
+  const SendLoad before = a_->send_load(Clock::now());
+  const std::vector<uint8_t> small(1024, 1);
+  std::vector<uint8_t> small_landed(small.size());
+  Operation small_receive = b_->receive(3, ~uint64_t{0}, small_landed.data(), small.size());
+  Operation small_send = a_->send(a_to_b_, 3, small.data(), small.size());
+  drive({&small_send, &small_receive});
+  const SendLoad after_small = a_->send_load(Clock::now());
+  EXPECT_EQ(after_small.finished_bytes - before.finished_bytes, small.size());
+  EXPECT_EQ(after_small.held_bytes, 0u);
+  EXPECT_EQ(after_small.backlogged_seconds, before.backlogged_seconds);
+
+  // 64 MiB, more than the sockets between the two take, while only the sender moves.
+  const std::vector<uint8_t> bulk(64 << 20, 7);
+  std::vector<uint8_t> landed(bulk.size());
+  const auto began = Clock::now();
+  Operation send = a_->send(a_to_b_, 4, bulk.data(), bulk.size());
+  for (const auto until = began + std::chrono::milliseconds(50); Clock::now() < until;) {
+    a_->progress();
+  }
+  const SendLoad stuck = a_->send_load(Clock::now());
+  EXPECT_FALSE(send.done());
+  EXPECT_GE(stuck.held_bytes, MeshOptions{}.backlog_bytes);
+  EXPECT_GT(stuck.backlogged_seconds, after_small.backlogged_seconds);
+  Operation receive = b_->receive(4, ~uint64_t{0}, landed.data(), landed.size());
+  drive({&send, &receive});
+  const SendLoad done = a_->send_load(Clock::now());
+  const double elapsed = std::chrono::duration<double>(Clock::now() - began).count();
+  EXPECT_EQ(done.held_bytes, 0u);
+  EXPECT_EQ(done.finished_bytes - after_small.finished_bytes, bulk.size());
+  EXPECT_LE(done.backlogged_seconds - after_small.backlogged_seconds, elapsed);
+  EXPECT_EQ(landed, bulk);
+}
+
 // The same meshes with the daemon's default rendezvous threshold (tcp_rendezvous_min_bytes),
 // as where a job cuts its bulk data into eager messages on a slow link.
 class ThresholdMeshTest : public MeshTest {

@@ -90,7 +90,7 @@ TEST(WirePacer, AJobAloneIsGrantedAtOnceWhateverTheTransportHolds) {
   const auto now = Clock::now();
   Grants grants;
   for (int i = 0; i < 8; ++i) grants.waiting.emplace_back(0, pacer.request(0, 4 * kMiB, now));
-  pacer.dispatch(now, 64 * kMiB);
+  pacer.dispatch(now, {64 * kMiB});
   grants.collect(pacer);
   EXPECT_EQ(grants.order, "AAAAAAAA");
 }
@@ -106,10 +106,10 @@ TEST(WirePacer, ContendedGrantsFollowTheWeightsAndTheWindow) {
   for (int i = 0; i < 4; ++i) grants.waiting.emplace_back(1, pacer.request(1, kMiB, now));
   for (int round = 0; round < 16; ++round) {
     now += 1ms;
-    pacer.dispatch(now, 0);
+    pacer.dispatch(now, {0});
     grants.collect(pacer);
     // Nothing more while the transport still holds a piece.
-    pacer.dispatch(now, kMiB);
+    pacer.dispatch(now, {kMiB});
     grants.collect(pacer);
   }
   EXPECT_EQ(grants.order, "ABAAABAAABAAABAA");
@@ -124,13 +124,13 @@ TEST(WirePacer, AWindowThatNeverDrainsStillLetsOneSendGoNowAndThen) {
   Grants grants;
   for (int i = 0; i < 3; ++i) grants.waiting.emplace_back(0, pacer.request(0, kMiB, now));
   grants.waiting.emplace_back(1, pacer.request(1, kMiB, now));
-  pacer.dispatch(now, 0);
+  pacer.dispatch(now, {0});
   grants.collect(pacer);
   EXPECT_EQ(grants.order, "A");
-  pacer.dispatch(now + WirePacer::kStalledWindow / 2, 8 * kMiB);
+  pacer.dispatch(now + WirePacer::kStalledWindow / 2, {8 * kMiB});
   grants.collect(pacer);
   EXPECT_EQ(grants.order, "A");
-  pacer.dispatch(now + WirePacer::kStalledWindow, 8 * kMiB);
+  pacer.dispatch(now + WirePacer::kStalledWindow, {8 * kMiB});
   grants.collect(pacer);
   EXPECT_EQ(grants.order, "AB");
 }
@@ -146,7 +146,7 @@ TEST(WirePacer, ACapHoldsTheRateWhateverTheMessageSize) {
     const auto now = start + std::chrono::milliseconds(ms);
     while (grants.waiting.size() < 2)
       grants.waiting.emplace_back(0, pacer.request(0, 100'000, now));
-    pacer.dispatch(now, 0);
+    pacer.dispatch(now, {0});
     const size_t before = grants.order.size();
     grants.collect(pacer);
     if (grants.order.size() > before) granted_at_ms.push_back(ms);
@@ -163,7 +163,7 @@ TEST(WirePacer, ALatencyClassJobsSmallSendsGoFirstPastTheWindow) {
   Grants grants;
   // With a latency-class job on the node, a bulk job is held by the window even alone.
   for (int i = 0; i < 3; ++i) grants.waiting.emplace_back(0, pacer.request(0, kMiB, now));
-  pacer.dispatch(now, 0);
+  pacer.dispatch(now, {0});
   grants.collect(pacer);
   EXPECT_EQ(grants.order, "A");
   // The latency-class job's 8 B go at once, past the full window; its 1 MiB waits for the
@@ -171,15 +171,15 @@ TEST(WirePacer, ALatencyClassJobsSmallSendsGoFirstPastTheWindow) {
   grants.waiting.emplace_back(1, pacer.request(1, 8, now));
   grants.waiting.emplace_back(1, pacer.request(1, kMiB, now));
   now += 1ms;
-  pacer.dispatch(now, kMiB);
+  pacer.dispatch(now, {kMiB});
   grants.collect(pacer);
   EXPECT_EQ(grants.order, "AB");
   now += 1ms;
-  pacer.dispatch(now, 0);
+  pacer.dispatch(now, {0});
   grants.collect(pacer);
   EXPECT_EQ(grants.order, "ABB");
   now += 1ms;
-  pacer.dispatch(now, 0);
+  pacer.dispatch(now, {0});
   grants.collect(pacer);
   EXPECT_EQ(grants.order, "ABBA");
 }
@@ -195,15 +195,67 @@ TEST(WirePacer, ALatencyClassJobKeepsTheOthersBelowTheLink) {
   for (int ms = 0; ms < 1000; ++ms) {
     const WirePacer::Ticket ticket =
         pacer.request(0, 10'000, start + std::chrono::milliseconds(ms));
-    pacer.dispatch(start + std::chrono::milliseconds(ms), 0);
+    pacer.dispatch(start + std::chrono::milliseconds(ms), {0});
     if (pacer.take_grant(ticket)) {
       granted += 10'000;
     } else {
       pacer.cancel(ticket);
     }
   }
-  // 90% of the link for a second, and the first send at once on its burst.
-  EXPECT_EQ(granted, 910'000u);
+  // kLatencyLoad of the link for a second, and the first send at once on its burst.
+  EXPECT_EQ(granted, static_cast<uint64_t>(WirePacer::kLatencyLoad * 1e6) + 10'000);
+}
+
+// The transport's load as a job alone that fills the link leaves it: held past the backlog
+// all the time, and `rate` bytes a second finished.
+transport::SendLoad backlogged_load(Clock::time_point start, Clock::time_point now, double rate) {
+  const double seconds = std::chrono::duration<double>(now - start).count();
+  return {8 * kMiB, static_cast<uint64_t>(rate * seconds), seconds};
+}
+
+TEST(WirePacer, AJobAloneThatFillsTheLinkGivesItsFigure) {
+  WirePacer pacer(kMiB);
+  const auto start = Clock::now();
+  const auto interval = WirePacer::kBacklogInterval;
+  pacer.dispatch(start, backlogged_load(start, start, 0));
+  // One backlogged interval is not enough: its first sends may have gone into socket buffers.
+  pacer.dispatch(start + interval, backlogged_load(start, start + interval, 20e6));
+  EXPECT_EQ(pacer.link_rate(), 0);
+  pacer.dispatch(start + 2 * interval, backlogged_load(start, start + 2 * interval, 20e6));
+  EXPECT_DOUBLE_EQ(pacer.link_rate(), WirePacer::kLinkHeadroom * 20e6);
+  // A link that carries less later: the figure follows it down.
+  const double seconds = std::chrono::duration<double>(interval).count();
+  const transport::SendLoad slower{8 * kMiB, static_cast<uint64_t>((2 * 20e6 + 10e6) * seconds),
+                                   3 * seconds};
+  pacer.dispatch(start + 3 * interval, slower);
+  EXPECT_NEAR(pacer.link_rate(), WirePacer::kLinkHeadroom * 10e6, 1);
+}
+
+TEST(WirePacer, SendsTheLinkTookAtOnceGiveNoFigure) {
+  WirePacer pacer(kMiB);
+  const auto start = Clock::now();
+  const auto interval = WirePacer::kBacklogInterval;
+  // Held below the backlog for half of each interval: the network took what it was given.
+  for (int i = 0; i <= 4; ++i) {
+    const double seconds = std::chrono::duration<double>(i * interval).count();
+    pacer.dispatch(start + i * interval, {0, static_cast<uint64_t>(5e6 * seconds), seconds / 2});
+  }
+  EXPECT_EQ(pacer.link_rate(), 0);
+}
+
+// Two jobs that sent less than the figure may have had less to send: they never lower it.
+TEST(WirePacer, SharedJobsSendingLittleKeepTheFigure) {
+  WirePacer pacer(64 * kMiB);
+  pacer.set_link_rate(10e6);
+  const auto start = Clock::now();
+  pacer.sample(start);
+  for (WirePacer::Flow flow = 0; flow < 2; ++flow) {
+    const WirePacer::Ticket ticket = pacer.request(flow, 1000, start);
+    pacer.dispatch(start, {0});
+    EXPECT_TRUE(pacer.take_grant(ticket));
+  }
+  pacer.sample(start + 1s);
+  EXPECT_DOUBLE_EQ(pacer.link_rate(), 10e6);
 }
 
 TEST(WirePacer, ACancelledRequestIsNeverGranted) {
@@ -212,7 +264,7 @@ TEST(WirePacer, ACancelledRequestIsNeverGranted) {
   const WirePacer::Ticket first = pacer.request(0, kMiB, now);
   const WirePacer::Ticket second = pacer.request(0, kMiB, now);
   pacer.cancel(first);
-  pacer.dispatch(now, 0);
+  pacer.dispatch(now, {0});
   EXPECT_FALSE(pacer.take_grant(first));
   EXPECT_TRUE(pacer.take_grant(second));
   EXPECT_EQ(pacer.waiting(), 0u);
@@ -282,7 +334,7 @@ TEST(WirePacer, SharedJobsGetTheirPartsOfTheLinksRate) {
       for (const auto& w : grants.waiting) waiting += w.first == flow;
       if (waiting == 0) grants.waiting.emplace_back(flow, pacer.request(flow, 100'000, now));
     }
-    pacer.dispatch(now, 0);
+    pacer.dispatch(now, {0});
     const std::string before = grants.order;
     grants.collect(pacer);
     for (size_t i = before.size(); i < grants.order.size(); ++i)

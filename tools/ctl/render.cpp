@@ -191,6 +191,10 @@ void print_peers(const nlohmann::json& status, std::ostream& out) {
                bandwidth > 0 ? fmt::format("{:.2f} GB/s", bandwidth / 1e9) : "-"});
   }
   table.print(out);
+  // The pacer's measure of what the links carry, by which it shares them (docs/qos.md).
+  const double link = status.value("link_bytes_per_second", 0.0);
+  out << "links to other nodes carry "
+      << (link > 0 ? fmt::format("{:.1f} MB/s", link / 1e6) : "(not measured yet)") << "\n";
 }
 
 void print_aggregated_jobs(const nlohmann::json& status, std::ostream& out) {
