@@ -68,10 +68,9 @@ class WirePacer {
   static constexpr double kLinkHeadroom = 1.1;
   static constexpr auto kBacklogInterval = std::chrono::milliseconds(500);
   static constexpr double kBackloggedPart = 0.9;
-  // While a latency-class job runs: the other jobs' load on the link, together. Measured on a
-  // shaped link, the latency job's p99 beside a bulk job rose sharply between 0.7 and 0.85:
-  // the bulk job's sends go in pieces, and above that its queue in the kernel no longer
-  // drains between them (docs/decisions/0021-the-link-figure-from-one-job.md).
+  // While a latency-class job runs: the other jobs' load on the link, together. Their sends
+  // go a piece at a time, and much closer to the link the queue the pieces build in the kernel
+  // no longer drains between them (docs/decisions/0021-the-link-figure-from-one-job.md).
   static constexpr double kLatencyLoad = 0.7;
   double link_rate() const { return link_rate_; }
   // What the link was measured to carry, without the headroom (0: not yet).
