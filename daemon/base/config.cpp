@@ -298,7 +298,8 @@ constexpr RuleKey kRuleKeys[] = {
     {"max_gbit_per_s", "cap on the job's inter-node send rate, in Gbit/s; default 0: no cap"},
     {"latency_class",
      "`true`: the job's small collectives (up to 256 KiB per rank) go ahead of "
-     "other jobs' bulk pieces; default `false`"},
+     "other jobs' bulk pieces, and while it is active the other jobs together send to other "
+     "nodes at 70% of the link; default `false`"},
 };
 constexpr double kMaxWeight = 1e6;
 constexpr double kMaxGbitPerSecond = 1e5;

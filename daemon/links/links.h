@@ -148,6 +148,10 @@ class NodeLinks {
   }
   WirePacer* pacer() const { return pacer_; }
   WirePacer::Flow flow() const { return flow_; }
+  // Tells the pacer the job has a collective on the node (WirePacer::note_collective).
+  void note_collective() {
+    if (pacer_ != nullptr) pacer_->note_collective(flow_, std::chrono::steady_clock::now());
+  }
   // The highest-ranked of the job's collectives in flight (PaceWait); none: nothing in flight.
   void set_top(std::optional<Ranked> top) { top_ = top; }
   const std::optional<Ranked>& top() const { return top_; }

@@ -268,6 +268,7 @@ std::optional<std::string> NodeJob::finish_forming() {
 }
 
 void NodeJob::on_locally_ready(ReadyUnit unit, bool more_coming) {
+  links_.note_collective();
   // Nodes may assemble a group in different orders: run its members in name order, and name
   // the group by its first member, so that every node agrees on both.
   std::sort(unit.collectives.begin(), unit.collectives.end(),

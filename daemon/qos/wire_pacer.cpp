@@ -57,6 +57,12 @@ void WirePacer::remove(Flow id) {
   fair_.remove(id);
 }
 
+void WirePacer::note_collective(Flow id, Clock::time_point now) {
+  auto [it, added] = flows_.try_emplace(id);
+  if (added) fair_.set_weight(id, it->second.share.weight);
+  it->second.last_collective = now;
+}
+
 WirePacer::Ticket WirePacer::request(Flow id, uint64_t bytes, Clock::time_point now) {
   auto [it, added] = flows_.try_emplace(id);
   if (added) fair_.set_weight(id, it->second.share.weight);
@@ -87,6 +93,12 @@ bool WirePacer::cap_allows(FlowState& flow, Clock::time_point now) {
 bool WirePacer::active(const FlowState& flow, Clock::time_point now) {
   return !flow.queue.empty() ||
          (flow.last_grant != Clock::time_point{} && now - flow.last_grant < kActiveFor);
+}
+
+bool WirePacer::protects_latency(const FlowState& flow, Clock::time_point now) {
+  return flow.share.latency_class &&
+         (active(flow, now) || (flow.last_collective != Clock::time_point{} &&
+                                now - flow.last_collective < kLatencyActiveFor));
 }
 
 size_t WirePacer::share_link(Clock::time_point now, bool protect_latency) {
@@ -149,11 +161,10 @@ void WirePacer::dispatch(Clock::time_point now, const transport::SendLoad& load)
   }
   uint64_t in_window = load.held_bytes;
   // Shared: every active job within its part of the link. A job alone is never held back.
-  // A latency-class job on the node (sending or not: its small collectives mostly travel
-  // with the negotiation, past the pacer) keeps every other job below the link.
+  // An active latency-class job keeps every other job below the link.
   bool protect_latency = false;
   for (const auto& [id, flow] : flows_)
-    protect_latency = protect_latency || flow.share.latency_class;
+    protect_latency = protect_latency || protects_latency(flow, now);
   const bool shared = share_link(now, protect_latency) > 1 || protect_latency;
   // The link's figure is not sampled while the jobs are held below it on purpose (once there
   // is one: the first comes from jobs not held at all).

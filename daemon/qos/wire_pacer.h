@@ -9,9 +9,10 @@
 //    are delivered (rendezvous). A job alone is granted at once (work-conserving);
 //  - a job with a cap is granted within it, by a token bucket that may run into debt by one
 //    send, so that its rate over any second stays at the cap whatever its message size;
-//  - a latency-class job's small sends go first, past the window; and while such a job runs on
-//    the node, the others together are paced below the link (kLatencyLoad), so that no queue
-//    builds in the kernel ahead of its messages, which share the link's queue with theirs.
+//  - a latency-class job's small sends go first, past the window; and while such a job is
+//    active on the node (it had a collective within kLatencyActiveFor), the others together
+//    are paced below the link (kLatencyLoad), so that no queue builds in the kernel ahead of
+//    its messages, which share the link's queue with theirs. An idle one costs them nothing.
 // Engine-thread only; the engine's clock is passed in, so that the tests replay exact orders.
 #pragma once
 
@@ -72,6 +73,10 @@ class WirePacer {
   // go a piece at a time, and much closer to the link the queue the pieces build in the kernel
   // no longer drains between them (docs/decisions/0021-the-link-figure-from-one-job.md).
   static constexpr double kLatencyLoad = 0.7;
+  // A latency-class job protects its messages this long after its last collective: through
+  // its pauses between steps, not through a long idle spell. (Its first collectives after one
+  // may wait for the queue the others built, until it drains.)
+  static constexpr auto kLatencyActiveFor = std::chrono::seconds(10);
   double link_rate() const { return link_rate_; }
   // What the link was measured to carry, without the headroom (0: not yet).
   double measured_link_rate() const { return link_rate_ / kLinkHeadroom; }
@@ -85,6 +90,9 @@ class WirePacer {
   void set_share(Flow flow, const JobShare& share);
   // Drops the flow with its requests (its tasks are gone).
   void remove(Flow flow);
+  // The flow's job had a collective on the node (most of a latency-class job's travel with its
+  // negotiation, never asking the pacer).
+  void note_collective(Flow flow, Clock::time_point now);
 
   // A send of `bytes` by `flow` waits for its grant.
   Ticket request(Flow flow, uint64_t bytes, Clock::time_point now);
@@ -124,6 +132,7 @@ class WirePacer {
     double part_rate = 0;      // shared: its part of the link, in bytes per second
     TokenBucket part;          // shared, at part_rate
     Clock::time_point last_grant{};
+    Clock::time_point last_collective{};
     Clock::time_point waiting_since{};  // while the queue is not empty
     FlowCounters counters;
     uint64_t sampled_bytes = 0;  // counters.granted_bytes at the last sample
@@ -138,6 +147,8 @@ class WirePacer {
   }
   // Waiting, or granted within kActiveFor.
   static bool active(const FlowState& flow, Clock::time_point now);
+  // A latency-class flow whose messages the others give way to now.
+  static bool protects_latency(const FlowState& flow, Clock::time_point now);
   void grant(Flow id, FlowState& flow, Clock::time_point now);
   void sample_backlog(Clock::time_point now, const transport::SendLoad& load);
 

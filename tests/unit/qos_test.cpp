@@ -160,8 +160,9 @@ TEST(WirePacer, ALatencyClassJobsSmallSendsGoFirstPastTheWindow) {
   pacer.set_share(0, JobShare{1});
   pacer.set_share(1, JobShare{1, 0, true});
   auto now = Clock::now();
+  pacer.note_collective(1, now);
   Grants grants;
-  // With a latency-class job on the node, a bulk job is held by the window even alone.
+  // With an active latency-class job on the node, a bulk job is held by the window even alone.
   for (int i = 0; i < 3; ++i) grants.waiting.emplace_back(0, pacer.request(0, kMiB, now));
   pacer.dispatch(now, {0});
   grants.collect(pacer);
@@ -191,6 +192,7 @@ TEST(WirePacer, ALatencyClassJobKeepsTheOthersBelowTheLink) {
   pacer.set_share(0, JobShare{1});
   pacer.set_share(1, JobShare{1, 0, true});  // never sends in pieces: its collectives are small
   const auto start = Clock::now();
+  pacer.note_collective(1, start);
   uint64_t granted = 0;
   for (int ms = 0; ms < 1000; ++ms) {
     const WirePacer::Ticket ticket =
@@ -204,6 +206,36 @@ TEST(WirePacer, ALatencyClassJobKeepsTheOthersBelowTheLink) {
   }
   // kLatencyLoad of the link for a second, and the first send at once on its burst.
   EXPECT_EQ(granted, static_cast<uint64_t>(WirePacer::kLatencyLoad * 1e6) + 10'000);
+}
+
+// A latency-class job idle for longer than kLatencyActiveFor holds nobody back; its next
+// collective does again.
+TEST(WirePacer, AnIdleLatencyClassJobCostsTheOthersNothing) {
+  WirePacer pacer(64 * kMiB);
+  pacer.set_link_rate(WirePacer::kLinkHeadroom * 1e6);
+  pacer.set_share(0, JobShare{1});
+  pacer.set_share(1, JobShare{1, 0, true});
+  const auto start = Clock::now();
+  pacer.note_collective(1, start);
+  const auto granted_at_once = [&pacer](Clock::time_point now) {
+    std::vector<WirePacer::Ticket> tickets;
+    for (int i = 0; i < 10; ++i) tickets.push_back(pacer.request(0, 100'000, now));
+    pacer.dispatch(now, {0});
+    size_t granted = 0;
+    for (const WirePacer::Ticket ticket : tickets) {
+      if (pacer.take_grant(ticket)) {
+        ++granted;
+      } else {
+        pacer.cancel(ticket);
+      }
+    }
+    return granted;
+  };
+  EXPECT_EQ(granted_at_once(start + 1s), 1u) << "paced below the link: one send on its burst";
+  const auto idle = start + WirePacer::kLatencyActiveFor + 1s;
+  EXPECT_EQ(granted_at_once(idle), 10u) << "alone again: every send at once";
+  pacer.note_collective(1, idle + 1s);
+  EXPECT_EQ(granted_at_once(idle + 1s), 1u);
 }
 
 // The transport's load as a job alone that fills the link leaves it: held past the backlog
