@@ -324,7 +324,6 @@ Operation Mesh::send(PeerId peer_id, uint64_t tag, const void* data, size_t byte
                             [&](size_t, ucp_request_param_t&) { return UCS_STATUS_PTR(status); });
   }
   peer.stats.bytes_sent += bytes;
-  started_send_bytes_ += bytes;
   state->held = &held_sends_;
   state->send_bytes = bytes;
   const auto* first = static_cast<const uint8_t*>(data);

@@ -94,7 +94,7 @@ class Mesh final : public Transport {
   // the caller should poll rather than sleep while this is not zero.
   size_t unfinished_sends() const { return held_sends_.count(); }
   SendLoad send_load(std::chrono::steady_clock::time_point now) const override {
-    return {held_sends_.bytes(), started_send_bytes_ - held_sends_.bytes(),
+    return {held_sends_.bytes(), held_sends_.delivered_bytes(),
             std::chrono::duration<double>(held_sends_.backlogged(now)).count()};
   }
   // UCX's network transports on this host, and the rendezvous threshold set for them (0:
@@ -322,7 +322,6 @@ class Mesh final : public Transport {
   Operation start_handshake_send(ucp_ep_h endpoint, const std::vector<uint8_t>& bytes, bool reply);
 
   HeldSends held_sends_;                         // see unfinished_sends()
-  uint64_t started_send_bytes_ = 0;              // ever, to any peer
   std::vector<std::string> network_transports_;  // before context_: its settings depend on them
   uint64_t rendezvous_min_bytes_ = 0;
   Context context_;

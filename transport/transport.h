@@ -31,7 +31,7 @@ enum class Lane : uint8_t { kBulk = 0, kControl = 1 };
 struct SendLoad {
   // Sends started and not finished: what the network could not take yet.
   uint64_t held_bytes = 0;
-  // Sends finished, ever.
+  // Sends delivered (finished without an error), ever.
   uint64_t finished_bytes = 0;
   // Time held_bytes came to the transport's backlog or more, ever (MeshOptions::backlog_bytes).
   double backlogged_seconds = 0;

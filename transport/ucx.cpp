@@ -11,7 +11,7 @@ void finish_part(Operation::Part* part, void* request, ucs_status_t status) {
   part->request = nullptr;
   if (status != UCS_OK && state->status == UCS_OK) state->status = status;
   if (--state->pending > 0) return;
-  state->stop_holding();
+  state->stop_holding(state->status == UCS_OK);
   state->done = true;
 }
 
@@ -110,6 +110,9 @@ void Operation::all_started() {
   // No callback runs before the worker's next progress, so nothing has finished yet.
   if (state_->pending == 0) {
     state_->done = true;
+    if (state_->held != nullptr && state_->status == UCS_OK) {
+      state_->held->delivered_at_once(state_->send_bytes);
+    }
     state_->held = nullptr;
   } else if (state_->held != nullptr && !receive_) {
     state_->held->add(state_->send_bytes);
@@ -133,7 +136,7 @@ void Operation::release() {
       Part& part = state_->part(i);
       if (part.request != nullptr) ucp_request_free(std::exchange(part.request, nullptr));
     }
-    state_->stop_holding();
+    state_->stop_holding(false);
   }
   state_.reset();
 }

@@ -52,9 +52,10 @@ using Listener = std::unique_ptr<std::remove_pointer_t<ucp_listener_h>, Listener
 Context create_context(const std::vector<std::pair<std::string, std::string>>& settings = {});
 Worker create_worker(ucp_context_h context);
 
-// Sends the transport holds: started, not finished; and for how long it held at least
-// `backlog_bytes`, more than the network would take at once: the rate at which sends finish
-// then is what the link carries, whatever the jobs would send (the pacer's link figure).
+// Sends the transport holds: started, not finished; the bytes of those delivered; and for how
+// long it held at least `backlog_bytes`, more than the network would take at once: the rate at
+// which sends are delivered then is what the link carries, whatever the jobs would send (the
+// pacer's link figure).
 class HeldSends {
  public:
   using Clock = std::chrono::steady_clock;
@@ -64,12 +65,17 @@ class HeldSends {
     ++count_;
     set_bytes(bytes_ + bytes);
   }
-  void remove(uint64_t bytes) {
+  // A held send ends: delivered, or failed or given up on (which carried nothing we know of).
+  void remove(uint64_t bytes, bool delivered) {
     --count_;
     set_bytes(bytes_ - bytes);
+    if (delivered) delivered_bytes_ += bytes;
   }
+  // A send the transport finished as it started, never held.
+  void delivered_at_once(uint64_t bytes) { delivered_bytes_ += bytes; }
   size_t count() const { return count_; }
   uint64_t bytes() const { return bytes_; }
+  uint64_t delivered_bytes() const { return delivered_bytes_; }
   // Time held at or above the backlog, up to `now`.
   Clock::duration backlogged(Clock::time_point now) const {
     return backlogged_ + (bytes_ >= backlog_bytes_ ? now - backlogged_since_ : Clock::duration{});
@@ -92,6 +98,7 @@ class HeldSends {
   uint64_t backlog_bytes_;
   size_t count_ = 0;
   uint64_t bytes_ = 0;
+  uint64_t delivered_bytes_ = 0;
   Clock::duration backlogged_{};
   Clock::time_point backlogged_since_{};
 };
@@ -142,9 +149,9 @@ class Operation {
     // released (Mesh): set before start(), cleared once the send no longer counts.
     HeldSends* held = nullptr;
     size_t send_bytes = 0;
-    void stop_holding() {
+    void stop_holding(bool delivered) {
       if (held == nullptr) return;
-      held->remove(send_bytes);
+      held->remove(send_bytes, delivered);
       held = nullptr;
     }
     // For a receive: the peer (the mesh's id) whose data it waits for, or any peer.

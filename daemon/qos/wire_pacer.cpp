@@ -38,10 +38,13 @@ void WirePacer::sample_backlog(Clock::time_point now, const transport::SendLoad&
   const bool backlogged =
       backlog_sampled_at_ != Clock::time_point{} &&
       load.backlogged_seconds - backlog_sampled_.backlogged_seconds >= kBackloggedPart * seconds;
-  if (backlogged && backlogged_before_) {
-    link_rate_ = kLinkHeadroom *
-                 static_cast<double>(load.finished_bytes - backlog_sampled_.finished_bytes) /
-                 seconds;
+  const uint64_t delivered = load.finished_bytes - backlog_sampled_.finished_bytes;
+  // Less than a window delivered behind a backlog is a stall (a peer cut off, a receiver that
+  // does not read), not the link's rate; and sends held for one peer may hide a link that
+  // carried more than the others sent: a sample lowers the figure by half at most.
+  if (backlogged && backlogged_before_ && delivered >= window_bytes_) {
+    const double rate = kLinkHeadroom * static_cast<double>(delivered) / seconds;
+    link_rate_ = link_rate_sampled_ ? std::max(rate, link_rate_ / 2) : rate;
     link_rate_sampled_ = true;
   }
   backlogged_before_ = backlogged;

@@ -52,9 +52,11 @@ class WirePacer {
   // The pacer's figure for the link's rate comes from two kinds of sample, each kLinkHeadroom
   // times a rate, so that the link stays full where the pacer sets each job's part:
   //  - from dispatch(), whatever the jobs: where the transport held a backlog for most of two
-  //    kBacklogInterval in a row, the link carried less than it was given, and what it carried
-  //    in the second is its rate (the first may count sends the kernel's socket buffers took at
-  //    once as the backlog began). One job alone that fills the link gives a figure this way.
+  //    kBacklogInterval in a row, the link carried less than it was given, and what it
+  //    delivered in the second is its rate (the first may count sends the kernel's socket
+  //    buffers took at once as the backlog began). One job alone that fills the link gives a
+  //    figure this way. A stall (less than a window delivered) gives none, and one sample
+  //    lowers the figure by half at most.
   //  - once a second or so (sample()): where two jobs or more sent since the last sample, what
   //    they sent together. Until the pacer has a figure, shared jobs are held by the window
   //    alone: they fill the link, and the first figure is the link's (from the second shared

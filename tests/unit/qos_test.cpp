@@ -257,10 +257,20 @@ TEST(WirePacer, AJobAloneThatFillsTheLinkGivesItsFigure) {
   EXPECT_DOUBLE_EQ(pacer.link_rate(), WirePacer::kLinkHeadroom * 20e6);
   // A link that carries less later: the figure follows it down.
   const double seconds = std::chrono::duration<double>(interval).count();
-  const transport::SendLoad slower{8 * kMiB, static_cast<uint64_t>((2 * 20e6 + 10e6) * seconds),
-                                   3 * seconds};
-  pacer.dispatch(start + 3 * interval, slower);
-  EXPECT_NEAR(pacer.link_rate(), WirePacer::kLinkHeadroom * 10e6, 1);
+  transport::SendLoad load{8 * kMiB, static_cast<uint64_t>((2 * 20e6 + 15e6) * seconds),
+                           3 * seconds};
+  pacer.dispatch(start + 3 * interval, load);
+  EXPECT_NEAR(pacer.link_rate(), WirePacer::kLinkHeadroom * 15e6, 1);
+  // A stall behind the backlog (a peer cut off): less than a window delivered, no figure.
+  load.finished_bytes += kMiB / 2;
+  load.backlogged_seconds += seconds;
+  pacer.dispatch(start + 4 * interval, load);
+  EXPECT_NEAR(pacer.link_rate(), WirePacer::kLinkHeadroom * 15e6, 1);
+  // Much less, but more than a window: half the figure at most in one sample.
+  load.finished_bytes += 2 * kMiB;
+  load.backlogged_seconds += seconds;
+  pacer.dispatch(start + 5 * interval, load);
+  EXPECT_NEAR(pacer.link_rate(), WirePacer::kLinkHeadroom * 15e6 / 2, 1);
 }
 
 TEST(WirePacer, SendsTheLinkTookAtOnceGiveNoFigure) {
