@@ -218,8 +218,8 @@ TEST(WirePacer, AnIdleLatencyClassJobCostsTheOthersNothing) {
   const auto start = Clock::now();
   pacer.note_collective(1, start);
   const auto granted_at_once = [&pacer](Clock::time_point now) {
-    std::vector<WirePacer::Ticket> tickets;
-    for (int i = 0; i < 10; ++i) tickets.push_back(pacer.request(0, 100'000, now));
+    std::vector<WirePacer::Ticket> tickets(10);
+    for (WirePacer::Ticket& ticket : tickets) ticket = pacer.request(0, 100'000, now);
     pacer.dispatch(now, {0});
     size_t granted = 0;
     for (const WirePacer::Ticket ticket : tickets) {
