@@ -32,7 +32,7 @@ struct SendLoad {
   // Sends started and not finished: what the network could not take yet.
   uint64_t held_bytes = 0;
   // Sends delivered (finished without an error), ever.
-  uint64_t finished_bytes = 0;
+  uint64_t delivered_bytes = 0;
   // Time held_bytes came to the transport's backlog or more, ever (MeshOptions::backlog_bytes).
   double backlogged_seconds = 0;
 };

@@ -74,6 +74,9 @@ Engine::Engine(const DaemonConfig& config, metrics::Metrics& metrics, const Devi
   if (!config.listen.empty()) {
     transport::MeshOptions options{config.listen, config.tcp_keepalive_idle_seconds,
                                    config.tcp_keepalive_interval_seconds};
+    // The pacer's window and the transport's backlog are one figure: held past it, sends
+    // wait for the pacer (shared) or tell it the link is full (alone).
+    options.backlog_bytes = kWireWindowBytes;
     options.tcp_rendezvous_min_bytes = config.tcp_bulk_protocol == "eager"
                                            ? transport::MeshOptions::kEveryMessageEager
                                            : config.tcp_rendezvous_min_bytes;

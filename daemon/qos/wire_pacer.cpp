@@ -38,7 +38,7 @@ void WirePacer::sample_backlog(Clock::time_point now, const transport::SendLoad&
   const bool backlogged =
       backlog_sampled_at_ != Clock::time_point{} &&
       load.backlogged_seconds - backlog_sampled_.backlogged_seconds >= kBackloggedPart * seconds;
-  const uint64_t delivered = load.finished_bytes - backlog_sampled_.finished_bytes;
+  const uint64_t delivered = load.delivered_bytes - backlog_sampled_.delivered_bytes;
   // Less than a window delivered behind a backlog is a stall (a peer cut off, a receiver that
   // does not read), not the link's rate; and sends held for one peer may hide a link that
   // carried more than the others sent: a sample lowers the figure by half at most.
@@ -60,16 +60,18 @@ void WirePacer::remove(Flow id) {
   fair_.remove(id);
 }
 
-void WirePacer::note_collective(Flow id, Clock::time_point now) {
+WirePacer::FlowState& WirePacer::flow_state(Flow id) {
   auto [it, added] = flows_.try_emplace(id);
   if (added) fair_.set_weight(id, it->second.share.weight);
-  it->second.last_collective = now;
+  return it->second;
+}
+
+void WirePacer::note_collective(Flow id, Clock::time_point now) {
+  flow_state(id).last_collective = now;
 }
 
 WirePacer::Ticket WirePacer::request(Flow id, uint64_t bytes, Clock::time_point now) {
-  auto [it, added] = flows_.try_emplace(id);
-  if (added) fair_.set_weight(id, it->second.share.weight);
-  FlowState& flow = it->second;
+  FlowState& flow = flow_state(id);
   if (flow.queue.empty()) flow.waiting_since = now;
   const Ticket ticket = next_ticket_++;
   flow.queue.push_back(ticket);

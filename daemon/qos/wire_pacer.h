@@ -139,6 +139,8 @@ class WirePacer {
     FlowCounters counters;
     uint64_t sampled_bytes = 0;  // counters.granted_bytes at the last sample
   };
+  // The flow, added with its share's weight on first sight.
+  FlowState& flow_state(Flow id);
   static bool cap_allows(FlowState& flow, Clock::time_point now);
   // Shares the link's rate among the active flows by weight, none above its cap, what a cap
   // leaves going to the others (water-filling); returns how many flows are active.

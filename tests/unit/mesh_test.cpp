@@ -160,8 +160,8 @@ TEST_F(EagerMeshTest, ControlMessagesOvertakeBulkDataHandedOverBeforeThem) {
 
 // What the pacer learns the link from: a send the peer does not take yet is held, and the time
 // the mesh held its backlog (4 MiB) or more counts as backlogged; once the peer takes it, it
-// counts as finished. A small send that goes at once adds no backlogged time.
-TEST_F(EagerMeshTest, SendLoadCountsHeldFinishedAndBackloggedSends) {
+// counts as delivered. A small send that goes at once adds no backlogged time.
+TEST_F(EagerMeshTest, SendLoadCountsHeldDeliveredAndBackloggedSends) {
   const SendLoad before = a_->send_load(Clock::now());
   const std::vector<uint8_t> small(1024, 1);
   std::vector<uint8_t> small_landed(small.size());
@@ -169,7 +169,7 @@ TEST_F(EagerMeshTest, SendLoadCountsHeldFinishedAndBackloggedSends) {
   Operation small_send = a_->send(a_to_b_, 3, small.data(), small.size());
   drive({&small_send, &small_receive});
   const SendLoad after_small = a_->send_load(Clock::now());
-  EXPECT_EQ(after_small.finished_bytes - before.finished_bytes, small.size());
+  EXPECT_EQ(after_small.delivered_bytes - before.delivered_bytes, small.size());
   EXPECT_EQ(after_small.held_bytes, 0u);
   EXPECT_EQ(after_small.backlogged_seconds, before.backlogged_seconds);
 
@@ -190,7 +190,7 @@ TEST_F(EagerMeshTest, SendLoadCountsHeldFinishedAndBackloggedSends) {
   const SendLoad done = a_->send_load(Clock::now());
   const double elapsed = std::chrono::duration<double>(Clock::now() - began).count();
   EXPECT_EQ(done.held_bytes, 0u);
-  EXPECT_EQ(done.finished_bytes - after_small.finished_bytes, bulk.size());
+  EXPECT_EQ(done.delivered_bytes - after_small.delivered_bytes, bulk.size());
   EXPECT_LE(done.backlogged_seconds - after_small.backlogged_seconds, elapsed);
   EXPECT_EQ(landed, bulk);
 }

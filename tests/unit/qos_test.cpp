@@ -262,12 +262,12 @@ TEST(WirePacer, AJobAloneThatFillsTheLinkGivesItsFigure) {
   pacer.dispatch(start + 3 * interval, load);
   EXPECT_NEAR(pacer.link_rate(), WirePacer::kLinkHeadroom * 15e6, 1);
   // A stall behind the backlog (a peer cut off): less than a window delivered, no figure.
-  load.finished_bytes += kMiB / 2;
+  load.delivered_bytes += kMiB / 2;
   load.backlogged_seconds += seconds;
   pacer.dispatch(start + 4 * interval, load);
   EXPECT_NEAR(pacer.link_rate(), WirePacer::kLinkHeadroom * 15e6, 1);
   // Much less, but more than a window: half the figure at most in one sample.
-  load.finished_bytes += 2 * kMiB;
+  load.delivered_bytes += 2 * kMiB;
   load.backlogged_seconds += seconds;
   pacer.dispatch(start + 5 * interval, load);
   EXPECT_NEAR(pacer.link_rate(), WirePacer::kLinkHeadroom * 15e6 / 2, 1);
