@@ -1,6 +1,8 @@
 #include "client/torch/collective_worker.h"
 
 #include <ATen/core/grad_mode.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
@@ -63,6 +65,18 @@ void CollectiveWorker::run() {
   }
 }
 
+std::optional<c10::Stream> CollectiveWorker::stream_for(c10::Device device) {
+  if (device.is_cpu()) return std::nullopt;
+  auto it = streams_.find(device.index());
+  if (it == streams_.end()) {
+    // A stream of its own rather than the device's default, which would wait for (and hold
+    // up) the work of every other stream of the process.
+    const c10::impl::VirtualGuardImpl guard_impl(device.type());
+    it = streams_.emplace(device.index(), guard_impl.getStreamFromGlobalPool(device)).first;
+  }
+  return it->second;
+}
+
 void CollectiveWorker::start(Task task) {
   if (broken_) {
     task.work->fail(broken_);
@@ -76,16 +90,26 @@ void CollectiveWorker::start(Task task) {
       comm_.set_priority(task.priority);
       priority_ = task.priority;
     }
+    // On a GPU: the copies in wait on the device for what the caller's stream was given before
+    // the call, and are finished before the daemon reads them.
+    const std::optional<c10::Stream> stream = stream_for(task.device);
+    std::optional<c10::StreamGuard> on_stream;
+    if (stream) on_stream.emplace(*stream);
+    if (stream && task.inputs_ready) task.inputs_ready->block(*stream);
+    for (const Transfer& transfer : task.transfers) {
+      StagingBuffer& buffer = flight.staging.emplace_back(
+          staging_.acquire(transfer.recv_bytes + transfer.send_bytes, task.device));
+      if (transfer.fill) transfer.fill(buffer.data() + transfer.recv_bytes);
+    }
+    if (stream) stream->synchronize();
     if (task.transfers.size() > 1) {
       comm_.group_start();
       grouping = true;
     }
-    for (const Transfer& transfer : task.transfers) {
-      SharedBuffer& buffer =
-          flight.staging.emplace_back(staging_.acquire(transfer.recv_bytes + transfer.send_bytes));
-      auto* recv = buffer.as<std::byte>();
+    for (size_t i = 0; i < task.transfers.size(); ++i) {
+      const Transfer& transfer = task.transfers[i];
+      std::byte* recv = flight.staging[i].data();
       std::byte* send = recv + transfer.recv_bytes;
-      if (transfer.fill) transfer.fill(send);
       switch (transfer.kind) {
         case TransferKind::kAllreduce:
           flight.requests.push_back(
@@ -136,7 +160,7 @@ bool CollectiveWorker::progress(InFlight& oldest) {
       broken_ = std::make_exception_ptr(std::runtime_error(
           std::string("gradsync: an earlier ") + oldest.task.call + " timed out after " +
           std::to_string(timeout) + " ms; this process group cannot run collectives any more"));
-      for (SharedBuffer& buffer : oldest.staging) abandoned_.push_back(std::move(buffer));
+      for (StagingBuffer& buffer : oldest.staging) abandoned_.push_back(std::move(buffer));
       oldest.staging.clear();
       return true;
     }
@@ -153,17 +177,23 @@ bool CollectiveWorker::progress(InFlight& oldest) {
 }
 
 void CollectiveWorker::finish(InFlight& done) {
+  // On a GPU the copies out are finished before the Work completes (and its future records
+  // its events on this stream, where nothing is left to wait for).
+  const std::optional<c10::Stream> stream = stream_for(done.task.device);
+  std::optional<c10::StreamGuard> on_stream;
+  if (stream) on_stream.emplace(*stream);
   if (!done.error) {
     try {
       for (size_t i = 0; i < done.task.transfers.size(); ++i) {
         const Transfer& transfer = done.task.transfers[i];
-        if (transfer.deliver) transfer.deliver(done.staging[i].as<const std::byte>());
+        if (transfer.deliver) transfer.deliver(done.staging[i].data());
       }
+      if (stream) stream->synchronize();
     } catch (const std::exception& error) {
       done.error = call_error(done.task.call, error);
     }
   }
-  for (SharedBuffer& buffer : done.staging) staging_.release(std::move(buffer));
+  for (StagingBuffer& buffer : done.staging) staging_.release(std::move(buffer));
   done.staging.clear();
   if (done.error) {
     done.task.work->fail(done.error);

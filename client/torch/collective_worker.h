@@ -1,7 +1,14 @@
 // The thread that owns a process group's communicator. A gradsync communicator is used by one
 // thread at a time, and DDP needs its futures completed while the training thread goes on: so
-// the process group queues each call here as a Task; the worker stages its tensors into shared
-// memory, submits it, waits for it, copies the results out and completes its Work.
+// the process group queues each call here as a Task; the worker stages its tensors into
+// registered memory (shared host memory, or device memory for CUDA tensors), submits it, waits
+// for it, copies the results out and completes its Work.
+//
+// On a GPU the daemon's collectives are host-synchronous: the worker's copies in are finished
+// before it submits, the daemon's work is finished when the wait returns, and the copies out
+// are finished before the Work completes. So a completed Work's tensors hold the result for any
+// stream, and the caller's stream never waits on another process's event (which costs a
+// switch between the processes' contexts without MPS: docs/cuda.md).
 //
 // The worker waits for the oldest task in short slices, looking for newly queued tasks between
 // them, so a call queued while another is in flight is submitted within one slice.
@@ -12,13 +19,19 @@
 
 #include <gradsync/gradsync.hpp>
 
+#include <c10/core/Event.h>
+#include <c10/core/Stream.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,8 +40,8 @@ namespace gradsync::torch_backend {
 
 enum class TransferKind { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kAllToAll, kBarrier };
 
-// One gradsync collective of a task, on staging memory: the receive region first, then the
-// send region (none when in place).
+// One gradsync collective of a task, on staging memory on the task's device: the receive region
+// first, then the send region (none when in place).
 struct Transfer {
   TransferKind kind = TransferKind::kBarrier;
   size_t send_bytes = 0;
@@ -47,6 +60,11 @@ struct Task {
   c10::intrusive_ptr<GradsyncWork> work;
   std::chrono::milliseconds timeout{0};
   int32_t priority = 0;  // gradsync_set_priority's
+  // Where every tensor of the call lies: the host, or one GPU. On a GPU, the copies in and out
+  // run on a stream of the worker's that first waits for `inputs_ready`, recorded on the
+  // caller's stream when the call was made.
+  c10::Device device{c10::kCPU};
+  std::unique_ptr<c10::Event> inputs_ready;
 };
 
 class CollectiveWorker {
@@ -62,7 +80,7 @@ class CollectiveWorker {
  private:
   struct InFlight {
     Task task;
-    std::vector<SharedBuffer> staging;  // one per transfer
+    std::vector<StagingBuffer> staging;  // one per transfer
     std::vector<gradsync_request> requests;
     size_t finished = 0;  // requests waited for, in order
     std::chrono::steady_clock::time_point deadline;
@@ -74,10 +92,12 @@ class CollectiveWorker {
   // Waits one slice for the oldest task: true once it is over.
   bool progress(InFlight& oldest);
   void finish(InFlight& done);
+  // The stream the worker copies to and from `device` on (none for the host).
+  std::optional<c10::Stream> stream_for(c10::Device device);
 
   gradsync::Communicator comm_;
   StagingPool staging_;
-  std::vector<SharedBuffer> abandoned_;  // of timed-out collectives: the daemon may still write
+  std::vector<StagingBuffer> abandoned_;  // of timed-out collectives: the daemon may still write
 
   std::mutex mutex_;
   std::condition_variable queued_;
@@ -88,6 +108,7 @@ class CollectiveWorker {
   std::deque<InFlight> in_flight_;
   std::exception_ptr broken_;  // once a collective timed out, its successors cannot run
   int32_t priority_ = 0;       // the communicator's
+  std::map<c10::DeviceIndex, c10::Stream> streams_;  // per GPU, from PyTorch's pool
   std::thread thread_;         // last: starts once the rest is built
 };
 

@@ -3,11 +3,12 @@
 #include "client/torch/tensor_types.h"
 
 #include <Python.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <cstring>
 #include <functional>
+#include <optional>
 #include <utility>
 
 namespace gradsync::torch_backend {
@@ -19,22 +20,48 @@ size_t bytes_of(const at::Tensor& tensor) {
   return static_cast<size_t>(tensor.numel()) * tensor.element_size();
 }
 
-void check_host(const at::Tensor& tensor, const char* call) {
-  TORCH_CHECK(tensor.device().is_cpu(), "gradsync: ", call, " got a tensor on ", tensor.device(),
-              "; this build of the gradsync backend carries host (CPU) tensors");
+void check_tensor(const at::Tensor& tensor, const char* call) {
+  TORCH_CHECK(tensor.device().is_cpu() || tensor.device().is_cuda(), "gradsync: ", call,
+              " got a tensor on ", tensor.device(),
+              "; the gradsync backend carries host (CPU) and CUDA tensors");
   TORCH_CHECK(tensor.layout() == at::kStrided, "gradsync: ", call, " got a ", tensor.layout(),
               " tensor; gradsync carries dense (strided) tensors");
+}
+
+void add_tensors(std::vector<const at::Tensor*>& into, const at::Tensor& tensor) {
+  into.push_back(&tensor);
+}
+void add_tensors(std::vector<const at::Tensor*>& into, const std::vector<at::Tensor>& tensors) {
+  for (const at::Tensor& tensor : tensors) into.push_back(&tensor);
+}
+void add_tensors(std::vector<const at::Tensor*>& into,
+                 const std::vector<std::vector<at::Tensor>>& lists) {
+  for (const std::vector<at::Tensor>& list : lists) add_tensors(into, list);
+}
+
+// The one device every tensor of a call lies on: the host, or one GPU (as NCCL, a process
+// group's collectives run where their tensors are, one device per call).
+template <typename... Tensors>
+c10::Device call_device(const char* call, const Tensors&... parts) {
+  std::vector<const at::Tensor*> tensors;
+  (add_tensors(tensors, parts), ...);
+  std::optional<c10::Device> device;
+  for (const at::Tensor* tensor : tensors) {
+    check_tensor(*tensor, call);
+    if (!device) device = tensor->device();
+    TORCH_CHECK(tensor->device() == *device, "gradsync: ", call, " got tensors on ", *device,
+                " and on ", tensor->device(), "; a call's tensors must be on one device");
+  }
+  return device.value_or(c10::Device(c10::kCPU));
 }
 
 const at::Tensor& only_tensor(const std::vector<at::Tensor>& tensors, const char* call) {
   TORCH_CHECK(tensors.size() == 1, "gradsync: ", call, " takes one tensor per process, got ",
               tensors.size());
-  check_host(tensors.front(), call);
   return tensors.front();
 }
 
 void check_like(const at::Tensor& tensor, const at::Tensor& model, const char* call) {
-  check_host(tensor, call);
   TORCH_CHECK(tensor.scalar_type() == model.scalar_type() && tensor.numel() == model.numel(),
               "gradsync: ", call, " needs tensors of one dtype and size: got ",
               tensor.scalar_type(), " of ", tensor.numel(), " elements beside ",
@@ -158,15 +185,25 @@ Transfer word_broadcast(size_t bytes, int root, std::function<void(std::byte*)> 
   return transfer;
 }
 
-// Lets `write` fill `tensor` as dense memory: the tensor itself where it is dense, else a
-// dense copy written back.
-void write_dense(const at::Tensor& tensor, const std::function<void(std::byte*)>& write) {
+// `bytes` bytes of staging memory, on the device of the tensors they stage.
+at::Tensor staged_bytes(const std::byte* staging, size_t bytes, const at::Tensor& like) {
+  // from_blob takes a mutable pointer; the view is only written where the staging is.
+  return at::from_blob(const_cast<std::byte*>(staging), {static_cast<int64_t>(bytes)},
+                       like.options().dtype(at::kByte));
+}
+
+// A dense tensor's elements as bytes (a view of its memory).
+at::Tensor bytes_view(const at::Tensor& dense) { return dense.view({-1}).view(at::kByte); }
+
+// Lets `write` fill `tensor`'s bytes as dense memory: the tensor itself where it is dense,
+// else a dense copy written back.
+void write_dense(const at::Tensor& tensor, const std::function<void(const at::Tensor&)>& write) {
   if (tensor.is_contiguous()) {
-    write(static_cast<std::byte*>(tensor.data_ptr()));
+    write(bytes_view(tensor));
     return;
   }
   at::Tensor dense = at::empty(tensor.sizes(), tensor.options());
-  write(static_cast<std::byte*>(dense.data_ptr()));
+  write(bytes_view(dense));
   tensor.copy_(dense);
 }
 
@@ -195,12 +232,21 @@ std::chrono::milliseconds ProcessGroupGradsync::bound(std::chrono::milliseconds 
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::run(const char* call, c10d::OpType type,
+                                                         c10::Device device,
                                                          std::vector<Transfer> transfers,
                                                          std::vector<at::Tensor> outputs,
                                                          std::chrono::milliseconds timeout) {
-  auto work = c10::make_intrusive<GradsyncWork>(rank_, type, std::move(outputs));
+  auto work = c10::make_intrusive<GradsyncWork>(rank_, type, std::move(outputs), device);
   Task task;
   task.call = call;
+  task.device = device;
+  if (!device.is_cpu()) {
+    // The point on the caller's stream the inputs are written by (the worker's copies wait for
+    // it on the device, not here).
+    const c10::impl::VirtualGuardImpl guard_impl(device.type());
+    task.inputs_ready = std::make_unique<c10::Event>(device.type());
+    task.inputs_ready->record(guard_impl.getStream(device));
+  }
   // A zero-byte tensor has nothing to send: every rank leaves it out alike.
   for (Transfer& transfer : transfers) {
     if (transfer.kind == TransferKind::kBarrier || transfer.count > 0) {
@@ -217,40 +263,44 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::run(const char* call, c10d:
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allreduce(std::vector<at::Tensor>& tensors,
                                                                const c10d::AllreduceOptions& opts) {
   const at::Tensor& tensor = only_tensor(tensors, "allreduce");
+  const c10::Device device = call_device("allreduce", tensor);
   std::vector<Transfer> transfers;
   transfers.push_back(
       reduction_in_place(tensor, reduction_op(opts.reduceOp, "allreduce"), "allreduce"));
-  return run("allreduce", OpType::ALLREDUCE, std::move(transfers), tensors, bound(opts.timeout));
+  return run("allreduce", OpType::ALLREDUCE, device, std::move(transfers), tensors,
+             bound(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   const gradsync_op op = reduction_op(opts.reduceOp, "allreduce_coalesced");
+  const c10::Device device = call_device("allreduce_coalesced", tensors);
   std::vector<Transfer> transfers;
   for (const at::Tensor& tensor : tensors) {
-    check_host(tensor, "allreduce_coalesced");
     transfers.push_back(reduction_in_place(tensor, op, "allreduce_coalesced"));
   }
-  return run("allreduce_coalesced", OpType::ALLREDUCE_COALESCED, std::move(transfers), tensors,
-             bound(opts.timeout));
+  return run("allreduce_coalesced", OpType::ALLREDUCE_COALESCED, device, std::move(transfers),
+             tensors, bound(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce(std::vector<at::Tensor>& tensors,
                                                             const c10d::ReduceOptions& opts) {
   // An allreduce whose result only the root keeps: gradsync has no rooted reduction.
   const at::Tensor& tensor = only_tensor(tensors, "reduce");
+  const c10::Device device = call_device("reduce", tensor);
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: reduce root ", opts.rootRank,
               " is not a rank of this group of ", size_);
   const bool root = opts.rootRank == rank_;
   std::vector<Transfer> transfers;
   transfers.push_back(
       reduction_in_place(tensor, reduction_op(opts.reduceOp, "reduce"), "reduce", root));
-  return run("reduce", OpType::REDUCE, std::move(transfers), tensors, bound(opts.timeout));
+  return run("reduce", OpType::REDUCE, device, std::move(transfers), tensors, bound(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::broadcast(std::vector<at::Tensor>& tensors,
                                                                const c10d::BroadcastOptions& opts) {
   const at::Tensor& tensor = only_tensor(tensors, "broadcast");
+  const c10::Device device = call_device("broadcast", tensor);
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: broadcast root ",
               opts.rootRank, " is not a rank of this group of ", size_);
   const bool root = opts.rootRank == rank_;
@@ -263,7 +313,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::broadcast(std::vector<at::T
       [tensor, root](const std::byte* recv) {
         if (!root) copy_out(recv, tensor);
       }));
-  return run("broadcast", OpType::BROADCAST, std::move(transfers), tensors, bound(opts.timeout));
+  return run("broadcast", OpType::BROADCAST, device, std::move(transfers), tensors,
+             bound(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather(
@@ -273,16 +324,17 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather(
   TORCH_CHECK(outputs.size() == 1 && outputs.front().size() == static_cast<size_t>(size_),
               "gradsync: allgather needs one list of ", size_, " output tensors");
   const std::vector<at::Tensor> targets = outputs.front();
+  const c10::Device device = call_device("allgather", input, targets);
   for (const at::Tensor& target : targets) check_like(target, input, "allgather");
   std::vector<Transfer> transfers;
   transfers.push_back(gather_into(input, targets, size_));
-  return run("allgather", OpType::ALLGATHER, std::move(transfers), targets, bound(opts.timeout));
+  return run("allgather", OpType::ALLGATHER, device, std::move(transfers), targets,
+             bound(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) {
-  check_host(input, "_allgather_base");
-  check_host(output, "_allgather_base");
+  const c10::Device device = call_device("_allgather_base", input, output);
   TORCH_CHECK(
       output.scalar_type() == input.scalar_type() && output.numel() == input.numel() * size_,
       "gradsync: _allgather_base needs an output of the input's dtype and ", size_,
@@ -294,11 +346,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_allgather_base(
   transfers.push_back(word_gather(
       bytes, size_, [input](std::byte* send) { copy_in(send, input); },
       [output, bytes, block, world](const std::byte* recv) {
-        write_dense(output, [&](std::byte* dense) {
-          for (int r = 0; r < world; ++r) std::memcpy(dense + r * bytes, recv + r * block, bytes);
+        write_dense(output, [&](const at::Tensor& dense) {
+          for (int r = 0; r < world; ++r) {
+            dense.narrow(0, static_cast<int64_t>(r * bytes), static_cast<int64_t>(bytes))
+                .copy_(staged_bytes(recv + r * block, bytes, output));
+          }
         });
       }));
-  return run("_allgather_base", OpType::_ALLGATHER_BASE, std::move(transfers), {output},
+  return run("_allgather_base", OpType::_ALLGATHER_BASE, device, std::move(transfers), {output},
              bound(opts.timeout));
 }
 
@@ -307,11 +362,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather_coalesced(
     const c10d::AllgatherOptions& opts) {
   TORCH_CHECK(outputs.size() == inputs.size(),
               "gradsync: allgather_coalesced needs one output list per input");
+  const c10::Device device = call_device("allgather_coalesced", inputs, outputs);
   std::vector<Transfer> transfers;
   std::vector<at::Tensor> results;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& input = inputs[i];
-    check_host(input, "allgather_coalesced");
     const std::vector<at::Tensor> targets = outputs[i];
     TORCH_CHECK(targets.size() == static_cast<size_t>(size_),
                 "gradsync: allgather_coalesced needs lists of ", size_, " output tensors");
@@ -321,7 +376,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allgather_coalesced(
     }
     transfers.push_back(gather_into(input, targets, size_));
   }
-  return run("allgather_coalesced", OpType::ALLGATHER_COALESCED, std::move(transfers),
+  return run("allgather_coalesced", OpType::ALLGATHER_COALESCED, device, std::move(transfers),
              std::move(results), bound(opts.timeout));
 }
 
@@ -330,6 +385,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::gather(
     const c10d::GatherOptions& opts) {
   // An allgather whose result only the root keeps.
   const at::Tensor& input = only_tensor(inputs, "gather");
+  const c10::Device device = call_device("gather", input, outputs);
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: gather root ", opts.rootRank,
               " is not a rank of this group of ", size_);
   std::vector<at::Tensor> targets;
@@ -344,7 +400,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::gather(
   }
   std::vector<Transfer> transfers;
   transfers.push_back(gather_into(input, targets, size_));
-  return run("gather", OpType::GATHER, std::move(transfers), targets, bound(opts.timeout));
+  return run("gather", OpType::GATHER, device, std::move(transfers), targets, bound(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::scatter(
@@ -352,6 +408,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::scatter(
     const c10d::ScatterOptions& opts) {
   // The root's blocks broadcast whole; each rank keeps its own.
   const at::Tensor& output = only_tensor(outputs, "scatter");
+  const c10::Device device = call_device("scatter", output, inputs);
   TORCH_CHECK(opts.rootRank >= 0 && opts.rootRank < size_, "gradsync: scatter root ", opts.rootRank,
               " is not a rank of this group of ", size_);
   const bool root = opts.rootRank == rank_;
@@ -374,7 +431,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::scatter(
         for (size_t r = 0; r < sources.size(); ++r) copy_in(send + r * block, sources[r]);
       },
       [output, own](const std::byte* recv) { copy_out(recv + own, output); }));
-  return run("scatter", OpType::SCATTER, std::move(transfers), outputs, bound(opts.timeout));
+  return run("scatter", OpType::SCATTER, device, std::move(transfers), outputs,
+             bound(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce_scatter(
@@ -384,19 +442,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce_scatter(
   TORCH_CHECK(inputs.size() == 1 && inputs.front().size() == static_cast<size_t>(size_),
               "gradsync: reduce_scatter needs one list of ", size_, " input tensors");
   const std::vector<at::Tensor> sources = inputs.front();
+  const c10::Device device = call_device("reduce_scatter", output, sources);
   for (const at::Tensor& source : sources) check_like(source, output, "reduce_scatter");
   std::vector<Transfer> transfers;
   transfers.push_back(scatter_reduction(sources, static_cast<size_t>(output.numel()),
                                         reduced_type(output, "reduce_scatter"),
                                         reduction_op(opts.reduceOp, "reduce_scatter"), output));
-  return run("reduce_scatter", OpType::REDUCE_SCATTER, std::move(transfers), outputs,
+  return run("reduce_scatter", OpType::REDUCE_SCATTER, device, std::move(transfers), outputs,
              bound(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(
     at::Tensor& output, at::Tensor& input, const c10d::ReduceScatterOptions& opts) {
-  check_host(input, "_reduce_scatter_base");
-  check_host(output, "_reduce_scatter_base");
+  const c10::Device device = call_device("_reduce_scatter_base", input, output);
   TORCH_CHECK(
       output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * size_,
       "gradsync: _reduce_scatter_base needs an input of the output's dtype and ", size_,
@@ -405,13 +463,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(
   transfers.push_back(scatter_reduction(
       {input}, static_cast<size_t>(output.numel()), reduced_type(input, "_reduce_scatter_base"),
       reduction_op(opts.reduceOp, "_reduce_scatter_base"), output));
-  return run("_reduce_scatter_base", OpType::_REDUCE_SCATTER_BASE, std::move(transfers), {output},
-             bound(opts.timeout));
+  return run("_reduce_scatter_base", OpType::_REDUCE_SCATTER_BASE, device, std::move(transfers),
+             {output}, bound(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
+  const c10::Device device = call_device("alltoall_base", input, output);
   check_like(output, input, "alltoall_base");
   for (const auto* splits : {&output_split_sizes, &input_split_sizes}) {
     TORCH_CHECK(splits->empty() || std::adjacent_find(splits->begin(), splits->end(),
@@ -428,16 +487,21 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
   transfers.push_back(word_exchange(
       block, world,
       [input, block, stride, world](std::byte* send) {
-        const at::Tensor dense = input.contiguous();
-        const auto* bytes = static_cast<const std::byte*>(dense.data_ptr());
-        for (int r = 0; r < world; ++r) std::memcpy(send + r * stride, bytes + r * block, block);
+        const at::Tensor bytes = bytes_view(input.contiguous());
+        for (int r = 0; r < world; ++r) {
+          staged_bytes(send + r * stride, block, input)
+              .copy_(bytes.narrow(0, static_cast<int64_t>(r * block), static_cast<int64_t>(block)));
+        }
       },
       [output, block, stride, world](const std::byte* recv) {
-        write_dense(output, [&](std::byte* dense) {
-          for (int s = 0; s < world; ++s) std::memcpy(dense + s * block, recv + s * stride, block);
+        write_dense(output, [&](const at::Tensor& dense) {
+          for (int s = 0; s < world; ++s) {
+            dense.narrow(0, static_cast<int64_t>(s * block), static_cast<int64_t>(block))
+                .copy_(staged_bytes(recv + s * stride, block, output));
+          }
         });
       }));
-  return run("alltoall_base", OpType::ALLTOALL_BASE, std::move(transfers), {output},
+  return run("alltoall_base", OpType::ALLTOALL_BASE, device, std::move(transfers), {output},
              bound(opts.timeout));
 }
 
@@ -446,13 +510,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall(std::vector<at::Te
                                                               const c10d::AllToAllOptions& opts) {
   TORCH_CHECK(inputs.size() == static_cast<size_t>(size_) && outputs.size() == inputs.size(),
               "gradsync: alltoall needs ", size_, " input and ", size_, " output tensors");
+  const c10::Device device = call_device("alltoall", inputs, outputs);
   for (const at::Tensor& tensor : inputs) check_like(tensor, inputs.front(), "alltoall");
   for (const at::Tensor& tensor : outputs) {
     TORCH_CHECK(tensor.scalar_type() == inputs.front().scalar_type() &&
                     tensor.numel() == inputs.front().numel(),
                 "gradsync: alltoall with tensors of uneven sizes is not supported (equal sizes ",
                 "are)");
-    check_host(tensor, "alltoall");
   }
   const size_t stride = padded_to_words(bytes_of(inputs.front()));
   const std::vector<at::Tensor> sources = inputs;
@@ -466,13 +530,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall(std::vector<at::Te
       [targets, stride](const std::byte* recv) {
         for (size_t s = 0; s < targets.size(); ++s) copy_out(recv + s * stride, targets[s]);
       }));
-  return run("alltoall", OpType::ALLTOALL, std::move(transfers), outputs, bound(opts.timeout));
+  return run("alltoall", OpType::ALLTOALL, device, std::move(transfers), outputs,
+             bound(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::barrier(const c10d::BarrierOptions& opts) {
   std::vector<Transfer> transfers(1);
   transfers.front().kind = TransferKind::kBarrier;
-  return run("barrier", OpType::BARRIER, std::move(transfers), {}, bound(opts.timeout));
+  return run("barrier", OpType::BARRIER, c10::Device(c10::kCPU), std::move(transfers), {},
+             bound(opts.timeout));
 }
 
 }  // namespace gradsync::torch_backend

@@ -3,8 +3,8 @@
 // its own in the daemon, as each is a communicator of its own in NCCL; the Python package
 // agrees on its name, ranks and nodes through the group's store (gradsync/torch.py).
 //
-// Host tensors only in this build; the calls gradsync has no collective for yet are composed
-// from those it has (docs/python.md says which, and at what cost).
+// Host (CPU) and CUDA tensors; the calls gradsync has no collective for yet are composed from
+// those it has (docs/python.md says which, and at what cost).
 #pragma once
 
 #include "client/torch/collective_worker.h"
@@ -74,7 +74,7 @@ class ProcessGroupGradsync : public c10d::ProcessGroup {
 
  private:
   // Queues the transfers as one call; its Work completes with `outputs`.
-  c10::intrusive_ptr<c10d::Work> run(const char* call, c10d::OpType type,
+  c10::intrusive_ptr<c10d::Work> run(const char* call, c10d::OpType type, c10::Device device,
                                      std::vector<Transfer> transfers,
                                      std::vector<at::Tensor> outputs,
                                      std::chrono::milliseconds timeout);

@@ -14,19 +14,37 @@ size_t page_rounded(size_t bytes) {
 
 }  // namespace
 
-SharedBuffer StagingPool::acquire(size_t bytes) {
+StagingBuffer::StagingBuffer(SharedBuffer host)
+    : host_(std::move(host)), data_(host_.as<std::byte>()), bytes_(host_.size()) {}
+
+StagingBuffer::StagingBuffer(at::Tensor device_memory, DeviceRegistration registration)
+    : device_memory_(std::move(device_memory)),
+      registration_(std::make_unique<DeviceRegistration>(std::move(registration))),
+      data_(static_cast<std::byte*>(device_memory_.data_ptr())),
+      bytes_(static_cast<size_t>(device_memory_.numel())),
+      device_(device_memory_.device()) {}
+
+StagingPool::Key StagingPool::key_of(c10::Device device, size_t bytes) {
+  return {static_cast<int>(device.type()), static_cast<int>(device.index()), bytes};
+}
+
+StagingBuffer StagingPool::acquire(size_t bytes, c10::Device device) {
   const size_t size = page_rounded(bytes);
-  auto it = idle_.find(size);
+  auto it = idle_.find(key_of(device, size));
   if (it != idle_.end() && !it->second.empty()) {
-    SharedBuffer buffer = std::move(it->second.back());
+    StagingBuffer buffer = std::move(it->second.back());
     it->second.pop_back();
     return buffer;
   }
-  return comm_.allocate(size);
+  if (device.is_cpu()) return StagingBuffer(comm_.allocate(size));
+  at::Tensor memory = at::empty({static_cast<int64_t>(size)},
+                                at::TensorOptions().dtype(at::kByte).device(device));
+  DeviceRegistration registration = comm_.register_device(memory.data_ptr(), size);
+  return {std::move(memory), std::move(registration)};
 }
 
-void StagingPool::release(SharedBuffer buffer) {
-  auto& idle = idle_[buffer.size()];
+void StagingPool::release(StagingBuffer buffer) {
+  auto& idle = idle_[key_of(buffer.device(), buffer.size())];
   if (idle.size() < kIdlePerSize) idle.push_back(std::move(buffer));
 }
 

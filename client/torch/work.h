@@ -13,7 +13,8 @@ namespace gradsync::torch_backend {
 
 class GradsyncWork : public c10d::Work {
  public:
-  GradsyncWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs);
+  // `device`: where the outputs lie (the future of CUDA tensors must name their device).
+  GradsyncWork(int rank, c10d::OpType type, std::vector<at::Tensor> outputs, c10::Device device);
 
   // Called once, by the collective worker: wakes the waiters, then runs the future's callbacks.
   void complete();

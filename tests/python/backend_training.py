@@ -13,18 +13,19 @@ from ddp_worker import SmallCNN, batches, relative_error
 TOLERANCE = 1e-6
 
 
-def train(group, steps, zero):
+def train(group, steps, zero, device):
     rank = dist.get_rank()
     torch.manual_seed(42)
-    model = SmallCNN()
-    ddp = DDP(model, process_group=group, broadcast_buffers=False)
+    model = SmallCNN().to(device)
+    device_ids = [device.index] if device.type == "cuda" else None
+    ddp = DDP(model, device_ids=device_ids, process_group=group, broadcast_buffers=False)
     if zero:
         optimizer = ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.SGD,
                                             process_group=group, lr=0.05, momentum=0.9)
     else:
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     start = time.perf_counter()
-    for x, y in batches(rank, steps, 16, torch.device("cpu")):
+    for x, y in batches(rank, steps, 16, device):
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(ddp(x), y).backward()
         optimizer.step()
@@ -32,14 +33,16 @@ def train(group, steps, zero):
     return [p.detach().clone() for p in model.parameters()], elapsed
 
 
-def check_training(steps, expect):
+def check_training(steps, expect, device):
+    """On `device` (the host, or a GPU: there Gloo's run is on the GPU too)."""
     torch.set_default_dtype(torch.float64)
+    torch.backends.cudnn.deterministic = True
     gloo = dist.new_group(backend="gloo")
     rank = dist.get_rank()
     for zero in (False, True):
         name = "ZeroRedundancyOptimizer" if zero else "DDP"
-        ours, our_step = train(dist.group.WORLD, steps, zero)
-        theirs, their_step = train(gloo, steps, zero)
+        ours, our_step = train(dist.group.WORLD, steps, zero, device)
+        theirs, their_step = train(gloo, steps, zero, device)
         worst = max(relative_error(p, q) for p, q in zip(ours, theirs))
         print(f"rank {rank}: {name} over gradsync vs Gloo after {steps} steps: max relative "
               f"difference {worst:.1e}; {our_step * 1e3:.1f} ms a step (Gloo "

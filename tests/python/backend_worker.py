@@ -10,6 +10,8 @@ Run by tests/python/run_ranks.py. --check picks what to run:
   bad-input   mismatched shapes and dtypes, a tensor on an unsupported device, a subgroup with
               a rank outside the world, an unsupported op: a clear error on every rank, no hang
   dies        rank 1 exits in the middle of a collective: the others raise within 10 s
+--device cuda runs calls and ddp on CUDA tensors (each rank on GPU LOCAL_RANK % the GPUs), still
+checked against Gloo on the host (calls) or Gloo on the GPU (ddp).
 Exit status 0: as expected; 1: not; 3: the expected error reached this rank (--check dies).
 """
 import argparse
@@ -35,6 +37,16 @@ SIZES = [1, 7, 1000, 40_003]
 
 failures = []
 checked = [0]
+DEVICE = [torch.device("cpu")]  # where the gradsync side's tensors lie (--device)
+
+
+def on_device(tensor):
+    """A copy of `tensor` where the gradsync side's tensors lie."""
+    return tensor.to(DEVICE[0], copy=True)
+
+
+def empty(count, dtype):
+    return torch.empty(count, dtype=dtype, device=DEVICE[0])
 
 
 def expect(condition, what):
@@ -45,6 +57,7 @@ def expect(condition, what):
 
 
 def equal(a, b):
+    a, b = a.cpu(), b.cpu()
     return a.dtype == b.dtype and a.shape == b.shape and bool(torch.equal(a, b))
 
 
@@ -86,7 +99,7 @@ def check_calls(group, gloo, ranks, label):
             for dtype in REDUCED:
                 for op_name, op in OPS.items():
                     mine = values(ranks[rank], count, dtype)
-                    ours, theirs = mine.clone(), mine.clone()
+                    ours, theirs = on_device(mine), mine.clone()
                     run(dist.all_reduce, async_op, ours, op=op, group=group)
                     if dtype in REFERENCE_ONLY:
                         theirs = reduce_reference([values(r, count, dtype) for r in ranks], op_name)
@@ -94,8 +107,9 @@ def check_calls(group, gloo, ranks, label):
                         dist.all_reduce(theirs, op=op, group=gloo)
                     expect(equal(ours, theirs), f"{label} all_reduce {op_name} {dtype} {count} async={async_op}")
                 if dtype.is_floating_point:
-                    ours = values(ranks[rank], count, dtype)
+                    ours = on_device(values(ranks[rank], count, dtype))
                     dist.all_reduce(ours, op=dist.ReduceOp.AVG, group=group)
+                    ours = ours.cpu()
                     expected = reduce_reference([values(r, count, dtype) for r in ranks], "avg")
                     # Exact where the world is a power of two; otherwise within rounding.
                     tolerance = 2 * torch.finfo(dtype).eps
@@ -103,20 +117,20 @@ def check_calls(group, gloo, ranks, label):
                                           atol=tolerance), f"{label} all_reduce avg {dtype} {count}")
                 # reduce: the root's tensor is the sum.
                 root = world - 1
-                ours = values(ranks[rank], count, dtype)
+                ours = on_device(values(ranks[rank], count, dtype))
                 run(dist.reduce, async_op, ours, dst=ranks[root], group=group)
                 if rank == root:
                     expected = reduce_reference([values(r, count, dtype) for r in ranks], "sum")
                     expect(equal(ours, expected), f"{label} reduce {dtype} {count}")
                 # reduce_scatter (list and _base): block r of the sum.
-                blocks = [values(ranks[rank], count, dtype, salt=b) for b in range(world)]
+                blocks = [on_device(values(ranks[rank], count, dtype, salt=b)) for b in range(world)]
                 expected = reduce_reference(
                     [values(r, count, dtype, salt=rank) for r in ranks], "sum")
-                out = torch.empty(count, dtype=dtype)
+                out = empty(count, dtype)
                 run(dist.reduce_scatter, async_op, out, blocks, group=group)
                 expect(equal(out, expected), f"{label} reduce_scatter {dtype} {count}")
                 whole = torch.cat(blocks)
-                out = torch.empty(count, dtype=dtype)
+                out = empty(count, dtype)
                 run(dist._reduce_scatter_base, async_op, out, whole, group=group)
                 expect(equal(out, expected), f"{label} _reduce_scatter_base {dtype} {count}")
                 # In place: the output is this rank's own block of the input.
@@ -133,7 +147,7 @@ def check_movement(group, gloo, ranks, label, count, dtype, async_op):
     rank = dist.get_rank(group)
     world = len(ranks)
     everyone = [values(r, count, dtype) for r in ranks]
-    mine = everyone[rank]
+    mine = on_device(everyone[rank])
     gloo_moves = dtype not in (torch.bool, torch.complex64, torch.bfloat16, torch.int16)
     # broadcast from each root
     for root in range(world):
@@ -141,62 +155,62 @@ def check_movement(group, gloo, ranks, label, count, dtype, async_op):
         run(dist.broadcast, async_op, ours, src=ranks[root], group=group)
         expect(equal(ours, everyone[root]), f"{label} broadcast root {root} {dtype} {count}")
     # all_gather (list), checked against Gloo's where it takes the dtype
-    outs = [torch.empty(count, dtype=dtype) for _ in range(world)]
+    outs = [empty(count, dtype) for _ in range(world)]
     run(dist.all_gather, async_op, outs, mine, group=group)
     expect(all(equal(o, e) for o, e in zip(outs, everyone)), f"{label} all_gather {dtype} {count}")
     if gloo_moves:
         gloo_outs = [torch.empty(count, dtype=dtype) for _ in range(world)]
-        dist.all_gather(gloo_outs, mine, group=gloo)
+        dist.all_gather(gloo_outs, everyone[rank], group=gloo)
         expect(all(equal(o, g) for o, g in zip(outs, gloo_outs)), f"{label} all_gather vs Gloo {dtype}")
     # _all_gather_base, out of place and in place (the input is this rank's block)
-    out = torch.empty(world * count, dtype=dtype)
+    out = empty(world * count, dtype)
     run(dist._all_gather_base, async_op, out, mine, group=group)
     expect(equal(out, torch.cat(everyone)), f"{label} _all_gather_base {dtype} {count}")
-    out = torch.zeros(world * count, dtype=dtype)
+    out = torch.zeros(world * count, dtype=dtype, device=DEVICE[0])
     out[rank * count:(rank + 1) * count] = mine
     dist._all_gather_base(out, out[rank * count:(rank + 1) * count], group=group)
     expect(equal(out, torch.cat(everyone)), f"{label} _all_gather_base in place {dtype} {count}")
     # all_gather_coalesced
-    outs = [[torch.empty(count, dtype=dtype) for _ in range(world)] for _ in range(2)]
+    outs = [[empty(count, dtype) for _ in range(world)] for _ in range(2)]
     dist.all_gather_coalesced(outs, [mine, mine + 0 if dtype != torch.bool else mine.clone()],
                               group=group)
     expect(all(equal(o, e) for lst in outs for o, e in zip(lst, everyone)),
            f"{label} all_gather_coalesced {dtype} {count}")
     # gather and scatter to and from the last rank
     root = world - 1
-    gathered = [torch.empty(count, dtype=dtype) for _ in range(world)] if rank == root else None
+    gathered = [empty(count, dtype) for _ in range(world)] if rank == root else None
     run(dist.gather, async_op, mine, gather_list=gathered, dst=ranks[root], group=group)
     if rank == root:
         expect(all(equal(o, e) for o, e in zip(gathered, everyone)), f"{label} gather {dtype} {count}")
-    pieces = [values(ranks[root], count, dtype, salt=b) for b in range(world)]
-    out = torch.empty(count, dtype=dtype)
+    pieces = [on_device(values(ranks[root], count, dtype, salt=b)) for b in range(world)]
+    out = empty(count, dtype)
     run(dist.scatter, async_op, out, scatter_list=pieces if rank == root else None,
         src=ranks[root], group=group)
     expect(equal(out, pieces[rank]), f"{label} scatter {dtype} {count}")
     # all_to_all_single and all_to_all: block b of rank s's input lands as block s on rank b
     inputs = [values(r, world * count, dtype, salt=7) for r in ranks]
-    out = torch.empty(world * count, dtype=dtype)
-    run(dist.all_to_all_single, async_op, out, inputs[rank], group=group)
+    out = empty(world * count, dtype)
+    run(dist.all_to_all_single, async_op, out, on_device(inputs[rank]), group=group)
     expected = torch.cat([inputs[s][rank * count:(rank + 1) * count] for s in range(world)])
     expect(equal(out, expected), f"{label} all_to_all_single {dtype} {count}")
     if gloo_moves:
         gloo_out = torch.empty(world * count, dtype=dtype)
         dist.all_to_all_single(gloo_out, inputs[rank], group=gloo)
         expect(equal(out, gloo_out), f"{label} all_to_all_single vs Gloo {dtype} {count}")
-    outs = [torch.empty(count, dtype=dtype) for _ in range(world)]
-    run(dist.all_to_all, async_op, outs, list(inputs[rank].split(count)), group=group)
+    outs = [empty(count, dtype) for _ in range(world)]
+    run(dist.all_to_all, async_op, outs, list(on_device(inputs[rank]).split(count)), group=group)
     expect(equal(torch.cat(outs), expected), f"{label} all_to_all {dtype} {count}")
 
 
 def check_parameters(world):
     """Tensors that require grad are written beneath autograd, as Gloo writes them."""
     rank = dist.get_rank()
-    param = torch.nn.Parameter(torch.full((3,), float(rank)))
+    param = torch.nn.Parameter(torch.full((3,), float(rank), device=DEVICE[0]))
     dist.broadcast(param, src=world - 1)
-    expect(torch.equal(param.detach(), torch.full((3,), float(world - 1))),
+    expect(equal(param.detach(), torch.full((3,), float(world - 1))),
            "broadcast into a parameter that requires grad")
     dist.all_reduce(param)
-    expect(torch.equal(param.detach(), torch.full((3,), float(world * (world - 1)))),
+    expect(equal(param.detach(), torch.full((3,), float(world * (world - 1)))),
            "all_reduce of a parameter that requires grad")
 
 
@@ -213,15 +227,15 @@ def check_subgroups(world):
             label = f"subgroup {ranks}"
             for dtype in (torch.float32, torch.int64):
                 mine = values(dist.get_rank(), 1000, dtype)
-                ours, theirs = mine.clone(), mine.clone()
+                ours, theirs = on_device(mine), mine.clone()
                 dist.all_reduce(ours, group=group)
                 dist.all_reduce(theirs, group=gloo)
                 expect(equal(ours, theirs), f"{label} all_reduce {dtype}")
-                outs = [torch.empty(1000, dtype=dtype) for _ in ordered]
-                dist.all_gather(outs, mine, group=group)
+                outs = [empty(1000, dtype) for _ in ordered]
+                dist.all_gather(outs, on_device(mine), group=group)
                 expect(all(equal(o, values(r, 1000, dtype)) for o, r in zip(outs, ordered)),
                        f"{label} all_gather {dtype}")
-                ours = mine.clone()
+                ours = on_device(mine)
                 dist.broadcast(ours, src=ordered[-1], group=group)
                 expect(equal(ours, values(ordered[-1], 1000, dtype)), f"{label} broadcast {dtype}")
             if len(ranks) == world and ranks == list(range(world)):
@@ -234,6 +248,8 @@ def main():
     parser.add_argument("--init-file", required=True)
     parser.add_argument("--check", required=True, choices=["calls", "ddp", "bad-input", "dies"])
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="where the gradsync side's tensors lie")
     parser.add_argument("--no-job-name", action="store_true",
                         help="unset GRADSYNC_JOB: the ranks agree on a name through the store")
     args = parser.parse_args()
@@ -246,6 +262,13 @@ def main():
         os.environ.pop("GRADSYNC_JOB", None)
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     torch.set_num_threads(1)
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            print("skipped: no CUDA device PyTorch can use", flush=True)
+            return 77
+        local_rank = int(os.environ.get("LOCAL_RANK", rank))
+        DEVICE[0] = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(DEVICE[0])
     timeout = datetime.timedelta(seconds=60 if args.check != "dies" else 30)
     dist.init_process_group("gradsync", init_method=f"file://{args.init_file}", rank=rank,
                             world_size=world, timeout=timeout)
@@ -258,7 +281,7 @@ def main():
         status = 0
     elif args.check == "ddp":
         from backend_training import check_training
-        status = check_training(args.steps, expect)
+        status = check_training(args.steps, expect, DEVICE[0])
     elif args.check == "bad-input":
         from backend_faults import check_bad_input
         status = check_bad_input(expect)

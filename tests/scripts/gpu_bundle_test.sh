@@ -32,6 +32,22 @@ env LD_LIBRARY_PATH="$dir/bundle/py" /usr/bin/python3 "$source/tests/python/run_
   --build-dir "$dir/bundle/py" --ranks 1 --worker api_worker.py >"$dir/python.log" 2>&1 ||
   fail "the bundle's Python client: $(tail -20 "$dir/python.log")"
 
+# torch.distributed's backend built into that folder by scripts/build-torch-backend (as the
+# checks build it against a GPU host's PyTorch), loaded from there, every call checked.
+backend_status=0
+"$source/scripts/build-torch-backend" /usr/bin/python3 "$dir/bundle/py/libgradsync.so" \
+  >"$dir/backend_build.log" 2>&1 || backend_status=$?
+if [[ $backend_status -eq 0 ]]; then
+  found="$(env GRADSYNC_LIBRARY="$dir/bundle/py/libgradsync.so" PYTHONPATH="$source/client/python" \
+    /usr/bin/python3 -c 'import gradsync.torch; print(gradsync.torch._backend.load_extension().__file__)')"
+  [[ "$found" == "$dir/bundle/py/"* ]] || fail "the backend loaded from $found, not the bundle"
+  env LD_LIBRARY_PATH="$dir/bundle/py" /usr/bin/python3 "$source/tests/python/run_ranks.py" \
+    --build-dir "$dir/bundle/py" --ranks 2 --worker backend_worker.py --check calls \
+    >"$dir/backend.log" 2>&1 || fail "the backend built by the script: $(tail -20 "$dir/backend.log")"
+elif [[ $backend_status -ne 77 ]]; then
+  fail "scripts/build-torch-backend: $(tail -20 "$dir/backend_build.log")"
+fi
+
 status=0
 "$dir/bundle/run" "$dir/logs" >"$dir/run.log" 2>&1 || status=$?
 if [[ $status -eq 77 ]]; then

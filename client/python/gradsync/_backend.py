@@ -13,6 +13,7 @@ import ctypes
 import glob
 import importlib.machinery
 import importlib.util
+import inspect
 import os
 import secrets
 import socket
@@ -56,7 +57,10 @@ def register():
     import torch.distributed as dist
     if BACKEND.upper() in dist.Backend._plugins:
         return
-    dist.Backend.register_backend(BACKEND, _create_process_group, extended_api=True)
+    options = {"extended_api": True}
+    if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
+        options["devices"] = ["cpu", "cuda"]  # PyTorch 2 asks which devices a backend serves
+    dist.Backend.register_backend(BACKEND, _create_process_group, **options)
 
 
 def _environment():
