@@ -109,7 +109,7 @@ class CollectiveWorker {
   std::exception_ptr broken_;  // once a collective timed out, its successors cannot run
   int32_t priority_ = 0;       // the communicator's
   std::map<c10::DeviceIndex, c10::Stream> streams_;  // per GPU, from PyTorch's pool
-  std::thread thread_;         // last: starts once the rest is built
+  std::thread thread_;                               // last: starts once the rest is built
 };
 
 }  // namespace gradsync::torch_backend

@@ -193,7 +193,9 @@ at::Tensor staged_bytes(const std::byte* staging, size_t bytes, const at::Tensor
 }
 
 // A dense tensor's elements as bytes (a view of its memory).
-at::Tensor bytes_view(const at::Tensor& dense) { return dense.view({-1}).view(at::kByte); }
+at::Tensor bytes_view(const at::Tensor& dense) {
+  return dense.view({-1}).view(at::kByte);
+}
 
 // Lets `write` fill `tensor`'s bytes as dense memory: the tensor itself where it is dense,
 // else a dense copy written back.
@@ -276,6 +278,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allreduce_coalesced(
   const gradsync_op op = reduction_op(opts.reduceOp, "allreduce_coalesced");
   const c10::Device device = call_device("allreduce_coalesced", tensors);
   std::vector<Transfer> transfers;
+  transfers.reserve(tensors.size());
   for (const at::Tensor& tensor : tensors) {
     transfers.push_back(reduction_in_place(tensor, op, "allreduce_coalesced"));
   }

@@ -37,8 +37,8 @@ StagingBuffer StagingPool::acquire(size_t bytes, c10::Device device) {
     return buffer;
   }
   if (device.is_cpu()) return StagingBuffer(comm_.allocate(size));
-  at::Tensor memory = at::empty({static_cast<int64_t>(size)},
-                                at::TensorOptions().dtype(at::kByte).device(device));
+  at::Tensor memory =
+      at::empty({static_cast<int64_t>(size)}, at::TensorOptions().dtype(at::kByte).device(device));
   DeviceRegistration registration = comm_.register_device(memory.data_ptr(), size);
   return {std::move(memory), std::move(registration)};
 }
