@@ -4,8 +4,9 @@ where 1.13's Gloo has no such call, against the result every rank computes from 
 input (the inputs are a function of the rank).
 
 Run by tests/python/run_ranks.py. --check picks what to run:
-  calls       every call, every dtype, in place and not, synchronous and async_op, in the world
-              and in subgroups
+  calls       every call (all_gather_into_tensor and reduce_scatter_tensor: the process group's
+              _allgather_base and _reduce_scatter_base), every dtype, in place and not,
+              synchronous and async_op, in the world and in subgroups
   ddp         DDP with no hook, then ZeroRedundancyOptimizer: parameters equal to Gloo's run
   bad-input   mismatched shapes and dtypes, a tensor on an unsupported device, a subgroup with
               a rank outside the world, an unsupported op: a clear error on every rank, no hang
@@ -131,12 +132,12 @@ def check_calls(group, gloo, ranks, label):
                 expect(equal(out, expected), f"{label} reduce_scatter {dtype} {count}")
                 whole = torch.cat(blocks)
                 out = empty(count, dtype)
-                run(dist._reduce_scatter_base, async_op, out, whole, group=group)
+                run(dist.reduce_scatter_tensor, async_op, out, whole, group=group)
                 expect(equal(out, expected), f"{label} _reduce_scatter_base {dtype} {count}")
                 # In place: the output is this rank's own block of the input.
                 whole = torch.cat(blocks)
                 own = whole[rank * count:(rank + 1) * count]
-                dist._reduce_scatter_base(own, whole, group=group)
+                dist.reduce_scatter_tensor(own, whole, group=group)
                 expect(equal(own, expected), f"{label} _reduce_scatter_base in place {dtype} {count}")
             for dtype in MOVED:
                 check_movement(group, gloo, ranks, label, count, dtype, async_op)
@@ -164,11 +165,11 @@ def check_movement(group, gloo, ranks, label, count, dtype, async_op):
         expect(all(equal(o, g) for o, g in zip(outs, gloo_outs)), f"{label} all_gather vs Gloo {dtype}")
     # _all_gather_base, out of place and in place (the input is this rank's block)
     out = empty(world * count, dtype)
-    run(dist._all_gather_base, async_op, out, mine, group=group)
+    run(dist.all_gather_into_tensor, async_op, out, mine, group=group)
     expect(equal(out, torch.cat(everyone)), f"{label} _all_gather_base {dtype} {count}")
     out = torch.zeros(world * count, dtype=dtype, device=DEVICE[0])
     out[rank * count:(rank + 1) * count] = mine
-    dist._all_gather_base(out, out[rank * count:(rank + 1) * count], group=group)
+    dist.all_gather_into_tensor(out, out[rank * count:(rank + 1) * count], group=group)
     expect(equal(out, torch.cat(everyone)), f"{label} _all_gather_base in place {dtype} {count}")
     # all_gather_coalesced
     outs = [[empty(count, dtype) for _ in range(world)] for _ in range(2)]
