@@ -182,16 +182,18 @@ void CollectiveWorker::finish(InFlight& done) {
   const std::optional<c10::Stream> stream = stream_for(done.task.device);
   std::optional<c10::StreamGuard> on_stream;
   if (stream) on_stream.emplace(*stream);
-  if (!done.error) {
-    try {
+  try {
+    if (!done.error) {
       for (size_t i = 0; i < done.task.transfers.size(); ++i) {
         const Transfer& transfer = done.task.transfers[i];
         if (transfer.deliver) transfer.deliver(done.staging[i].data());
       }
-      if (stream) stream->synchronize();
-    } catch (const std::exception& error) {
-      done.error = call_error(done.task.call, error);
     }
+    // Also after a failure: a copy in that a failure cut short must not still read the
+    // caller's tensors once the task lets them go.
+    if (stream) stream->synchronize();
+  } catch (const std::exception& error) {
+    if (!done.error) done.error = call_error(done.task.call, error);
   }
   for (StagingBuffer& buffer : done.staging) staging_.release(std::move(buffer));
   done.staging.clear();
