@@ -187,7 +187,7 @@ Transfer word_broadcast(size_t bytes, int root, std::function<void(std::byte*)> 
 
 // `bytes` bytes of staging memory, on the device of the tensors they stage.
 at::Tensor staged_bytes(const std::byte* staging, size_t bytes, const at::Tensor& like) {
-  // from_blob takes a mutable pointer; the view is only written where the staging is.
+  // from_blob takes a mutable pointer; views of the receive region are only read.
   return at::from_blob(const_cast<std::byte*>(staging), {static_cast<int64_t>(bytes)},
                        like.options().dtype(at::kByte));
 }
@@ -197,16 +197,18 @@ at::Tensor bytes_view(const at::Tensor& dense) {
   return dense.view({-1}).view(at::kByte);
 }
 
-// Lets `write` fill `tensor`'s bytes as dense memory: the tensor itself where it is dense,
-// else a dense copy written back.
-void write_dense(const at::Tensor& tensor, const std::function<void(const at::Tensor&)>& write) {
-  if (tensor.is_contiguous()) {
-    write(bytes_view(tensor));
-    return;
+// Copies `world` blocks of `bytes` bytes, `stride` apart in staging, end to end into `output`
+// (any strides: through a dense copy where it is not dense).
+void unpack_blocks(const at::Tensor& output, const std::byte* staging, size_t bytes, size_t stride,
+                   int world) {
+  const bool dense = output.is_contiguous();
+  const at::Tensor target = dense ? output : at::empty(output.sizes(), output.options());
+  const at::Tensor target_bytes = bytes_view(target);
+  for (int r = 0; r < world; ++r) {
+    target_bytes.narrow(0, static_cast<int64_t>(r * bytes), static_cast<int64_t>(bytes))
+        .copy_(staged_bytes(staging + r * stride, bytes, output));
   }
-  at::Tensor dense = at::empty(tensor.sizes(), tensor.options());
-  write(bytes_view(dense));
-  tensor.copy_(dense);
+  if (!dense) output.copy_(target);
 }
 
 }  // namespace
@@ -349,12 +351,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_allgather_base(
   transfers.push_back(word_gather(
       bytes, size_, [input](std::byte* send) { copy_in(send, input); },
       [output, bytes, block, world](const std::byte* recv) {
-        write_dense(output, [&](const at::Tensor& dense) {
-          for (int r = 0; r < world; ++r) {
-            dense.narrow(0, static_cast<int64_t>(r * bytes), static_cast<int64_t>(bytes))
-                .copy_(staged_bytes(recv + r * block, bytes, output));
-          }
-        });
+        unpack_blocks(output, recv, bytes, block, world);
       }));
   return run("_allgather_base", OpType::_ALLGATHER_BASE, device, std::move(transfers), {output},
              bound(opts.timeout));
@@ -497,12 +494,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
         }
       },
       [output, block, stride, world](const std::byte* recv) {
-        write_dense(output, [&](const at::Tensor& dense) {
-          for (int s = 0; s < world; ++s) {
-            dense.narrow(0, static_cast<int64_t>(s * block), static_cast<int64_t>(block))
-                .copy_(staged_bytes(recv + s * stride, block, output));
-          }
-        });
+        unpack_blocks(output, recv, block, stride, world);
       }));
   return run("alltoall_base", OpType::ALLTOALL_BASE, device, std::move(transfers), {output},
              bound(opts.timeout));
