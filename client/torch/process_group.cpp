@@ -28,30 +28,31 @@ void check_tensor(const at::Tensor& tensor, const char* call) {
               " tensor; gradsync carries dense (strided) tensors");
 }
 
-void add_tensors(std::vector<const at::Tensor*>& into, const at::Tensor& tensor) {
-  into.push_back(&tensor);
+template <typename Visit>
+void for_each_tensor(const at::Tensor& tensor, const Visit& visit) {
+  visit(tensor);
 }
-void add_tensors(std::vector<const at::Tensor*>& into, const std::vector<at::Tensor>& tensors) {
-  for (const at::Tensor& tensor : tensors) into.push_back(&tensor);
+template <typename Visit>
+void for_each_tensor(const std::vector<at::Tensor>& tensors, const Visit& visit) {
+  for (const at::Tensor& tensor : tensors) visit(tensor);
 }
-void add_tensors(std::vector<const at::Tensor*>& into,
-                 const std::vector<std::vector<at::Tensor>>& lists) {
-  for (const std::vector<at::Tensor>& list : lists) add_tensors(into, list);
+template <typename Visit>
+void for_each_tensor(const std::vector<std::vector<at::Tensor>>& lists, const Visit& visit) {
+  for (const std::vector<at::Tensor>& list : lists) for_each_tensor(list, visit);
 }
 
 // The one device every tensor of a call lies on: the host, or one GPU (as NCCL, a process
 // group's collectives run where their tensors are, one device per call).
 template <typename... Tensors>
 c10::Device call_device(const char* call, const Tensors&... parts) {
-  std::vector<const at::Tensor*> tensors;
-  (add_tensors(tensors, parts), ...);
   std::optional<c10::Device> device;
-  for (const at::Tensor* tensor : tensors) {
-    check_tensor(*tensor, call);
-    if (!device) device = tensor->device();
-    TORCH_CHECK(tensor->device() == *device, "gradsync: ", call, " got tensors on ", *device,
-                " and on ", tensor->device(), "; a call's tensors must be on one device");
-  }
+  const auto check = [&](const at::Tensor& tensor) {
+    check_tensor(tensor, call);
+    if (!device) device = tensor.device();
+    TORCH_CHECK(tensor.device() == *device, "gradsync: ", call, " got tensors on ", *device,
+                " and on ", tensor.device(), "; a call's tensors must be on one device");
+  };
+  (for_each_tensor(parts, check), ...);
   return device.value_or(c10::Device(c10::kCPU));
 }
 

@@ -134,6 +134,10 @@ def check_calls(group, gloo, ranks, label):
                 out = empty(count, dtype)
                 run(dist.reduce_scatter_tensor, async_op, out, whole, group=group)
                 expect(equal(out, expected), f"{label} _reduce_scatter_base {dtype} {count}")
+                if not async_op:
+                    check_strided_output(
+                        lambda out: dist.reduce_scatter_tensor(out, torch.cat(blocks), group=group),
+                        expected, f"{label} _reduce_scatter_base strided {dtype} {count}")
                 # In place: the output is this rank's own block of the input.
                 whole = torch.cat(blocks)
                 own = whole[rank * count:(rank + 1) * count]
@@ -171,6 +175,14 @@ def check_movement(group, gloo, ranks, label, count, dtype, async_op):
     out[rank * count:(rank + 1) * count] = mine
     dist.all_gather_into_tensor(out, out[rank * count:(rank + 1) * count], group=group)
     expect(equal(out, torch.cat(everyone)), f"{label} _all_gather_base in place {dtype} {count}")
+    # _all_gather_base into a strided output (every other element of a longer buffer) and into
+    # the stacked form (world, count): the elements between stay as they were
+    if not async_op:
+        check_strided_output(lambda out: dist.all_gather_into_tensor(out, mine, group=group),
+                             torch.cat(everyone), f"{label} _all_gather_base strided {dtype} {count}")
+        out = empty(world * count, dtype).view(world, count)
+        dist.all_gather_into_tensor(out, mine, group=group)
+        expect(equal(out, torch.stack(everyone)), f"{label} _all_gather_base stacked {dtype} {count}")
     # all_gather_coalesced
     outs = [[empty(count, dtype) for _ in range(world)] for _ in range(2)]
     dist.all_gather_coalesced(outs, [mine, mine + 0 if dtype != torch.bool else mine.clone()],
@@ -198,9 +210,26 @@ def check_movement(group, gloo, ranks, label, count, dtype, async_op):
         gloo_out = torch.empty(world * count, dtype=dtype)
         dist.all_to_all_single(gloo_out, inputs[rank], group=gloo)
         expect(equal(out, gloo_out), f"{label} all_to_all_single vs Gloo {dtype} {count}")
+    if not async_op:
+        strided_input = torch.stack([on_device(inputs[rank]), empty(world * count, dtype)], 1)[:, 0]
+        check_strided_output(
+            lambda out: dist.all_to_all_single(out, strided_input, group=group), expected,
+            f"{label} all_to_all_single strided {dtype} {count}")
     outs = [empty(count, dtype) for _ in range(world)]
     run(dist.all_to_all, async_op, outs, list(on_device(inputs[rank]).split(count)), group=group)
     expect(equal(torch.cat(outs), expected), f"{label} all_to_all {dtype} {count}")
+
+
+def check_strided_output(call, expected, what):
+    """`call(out)` on an output that is every other element of a buffer twice its length: the
+    result in `out`, the elements between untouched."""
+    buffer = torch.zeros(2 * expected.numel(), dtype=expected.dtype, device=DEVICE[0])
+    between = values(99, expected.numel(), expected.dtype, salt=3)
+    buffer[1::2] = on_device(between)
+    out = buffer[0::2]
+    assert expected.numel() < 2 or not out.is_contiguous()
+    call(out)
+    expect(equal(out, expected) and equal(buffer[1::2], between), what)
 
 
 def check_parameters(world):
