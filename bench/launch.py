@@ -396,6 +396,43 @@ class Place:
         # 2^20 B/s), msg rates.
         return float(fields[3]), float(fields[5]) * (1 << 20)
 
+    def transport_rates(self, size, transfers, timeout=120):
+        """gradsync-transport-bench between node 0 and node 1 (the daemons' transport with their
+        settings, pieces as the ring's): GB/s one way, and a way when both send and receive at
+        once from one thread (as a daemon's engine) and from two. Node 0's received rates."""
+        port = 14500 + random.randrange(1000)
+        tool = os.path.join(self.build, "gradsync-transport-bench")
+        common = ["--bytes", str(size), "--transfers", str(transfers), "--json",
+                  "--piece", str(min(size, 4 << 20))]
+        rates = {}
+        for name, zero, one in (("one_way", ["--direction", "in"], ["--direction", "out"]),
+                                ("both_ways_one_thread", [], []),
+                                ("both_ways_two_threads", ["--threads", "2"], ["--threads", "2"])):
+            port += 2
+            sides = []
+            for node, own, peer, args in ((0, port, port + 1, zero), (1, port + 1, port, one)):
+                command = [tool, "--listen", f"{self.address(node)}:{own}",
+                           "--peer", f"{self.address(1 - node)}:{peer}"] + common + args
+                sides.append(subprocess.Popen(
+                    self.on_node(node, command, self.ucx_across_nodes()), env=self.env,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+            outputs = []
+            for side in sides:
+                try:
+                    out, err = side.communicate(timeout=timeout)
+                except subprocess.TimeoutExpired:
+                    side.kill()
+                    out, err = side.communicate()
+                if side.returncode != 0:
+                    for other in sides:
+                        if other.poll() is None:
+                            other.kill()
+                            other.wait()
+                    raise RunFailed(f"gradsync-transport-bench ({name}) failed: {err.strip()}")
+                outputs.append(json.loads(out))
+            rates[name] = outputs[0]["received_gbytes_per_s"]
+        return rates
+
 
 def log(message):
     print(message, file=sys.stderr, flush=True)

@@ -5,7 +5,8 @@
 #   libgradsync0       the client library
 #   libgradsync-dev    its headers, CMake package and pkg-config file
 #   python3-gradsync   the Python package and the torch.distributed backend
-#   gradsync-tools     gradsync-bench, gradsync-model, gradsync-netns-cluster
+#   gradsync-tools     gradsync-bench, gradsync-model, gradsync-transport-bench,
+#                      gradsync-netns-cluster
 # Dependencies on other packages come from the shared libraries each links (dpkg-shlibdeps).
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME gradsync)
@@ -62,6 +63,6 @@ set(CPACK_COMPONENT_PYTHON_DESCRIPTION
 set(CPACK_DEBIAN_TOOLS_PACKAGE_NAME gradsync-tools)
 set(CPACK_DEBIAN_TOOLS_PACKAGE_SECTION net)
 set(CPACK_COMPONENT_TOOLS_DESCRIPTION
-  "gradsync's benchmark and cost model\n gradsync-bench, gradsync-model and gradsync-netns-cluster.")
+  "gradsync's benchmarks and cost model\n gradsync-bench, gradsync-model, gradsync-transport-bench and\n gradsync-netns-cluster.")
 
 include(CPack)

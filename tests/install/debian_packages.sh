@@ -25,6 +25,7 @@ for package in $packages; do
   dpkg-query -W -f='${Status}\n' "$package" | grep -q "install ok installed" || fail "$package not installed"
 done
 for file in /usr/bin/gradsyncd /usr/bin/gradsyncctl /usr/bin/gradsync-bench /usr/bin/gradsync-model \
+    /usr/bin/gradsync-transport-bench \
     /usr/lib/systemd/system/gradsyncd.service /usr/lib/sysusers.d/gradsync.conf \
     /usr/lib/tmpfiles.d/gradsync.conf /etc/gradsync/gradsyncd.toml \
     /usr/share/gradsync/grafana/gradsync.json /usr/share/gradsync/prometheus.yml \

@@ -1,0 +1,162 @@
+#include "tools/transport_bench/transfers.h"
+
+#include <fmt/core.h>
+
+#include <algorithm>
+#include <deque>
+#include <memory>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+namespace gradsync::tools {
+namespace {
+
+using transport::Mesh;
+using transport::Operation;
+using transport::PeerId;
+
+constexpr uint64_t kExactTag = ~uint64_t{0};
+// A data tag is the transfer's number above 16 bits of piece number; these no data tag is.
+constexpr uint64_t kReceivedTag = uint64_t{1} << 63;
+constexpr uint64_t kLastWordTag = kReceivedTag | 1;
+constexpr uint64_t kMaxPieces = uint64_t{1} << 16;
+// As the ring allreduce sends its own chunk (daemon/collectives/internode/node_ring_allreduce.cpp).
+constexpr size_t kOwnPiecesAhead = 2;
+
+uint64_t data_tag(uint64_t transfer, uint64_t piece) {
+  return transfer << 16 | piece;
+}
+
+// What byte `offset` of every transfer holds: a period (251) no power-of-two piece divides, so
+// a piece landing in another's place shows.
+uint8_t pattern_byte(uint64_t offset) {
+  return static_cast<uint8_t>(offset % 251);
+}
+
+void check_deadline(Clock::time_point deadline, const std::string& what) {
+  if (Clock::now() > deadline) throw std::runtime_error(what + " within --timeout-s");
+}
+
+void check_status(const Operation& operation, const char* what) {
+  if (operation.status() != UCS_OK) {
+    throw std::runtime_error(
+        fmt::format("{} failed: {}", what, ucs_status_string(operation.status())));
+  }
+}
+
+// One transfer each way this side takes part in: `out` to `send_to`, `in` from the peer.
+void run_transfer(Mesh& mesh, std::optional<PeerId> send_to, const uint8_t* out, uint8_t* in,
+                  uint64_t transfer, const TransferSettings& settings) {
+  const uint64_t pieces = (settings.bytes + settings.piece_bytes - 1) / settings.piece_bytes;
+  const auto bytes_of = [&](uint64_t piece) {
+    return std::min(settings.piece_bytes, settings.bytes - piece * settings.piece_bytes);
+  };
+  std::vector<Operation> receives;
+  if (in != nullptr) {
+    receives.reserve(pieces);
+    for (uint64_t piece = 0; piece < pieces; ++piece) {
+      receives.push_back(mesh.receive(data_tag(transfer, piece), kExactTag,
+                                      in + piece * settings.piece_bytes, bytes_of(piece)));
+    }
+  }
+  std::deque<Operation> sends;
+  uint64_t next = send_to ? 0 : pieces;
+  size_t received = 0;
+  while (next < pieces || !sends.empty() || received < receives.size()) {
+    while (!sends.empty() && sends.front().done()) {
+      check_status(sends.front(), "a send");
+      sends.pop_front();
+    }
+    while (next < pieces && sends.size() < kOwnPiecesAhead) {
+      sends.push_back(mesh.send(*send_to, data_tag(transfer, next),
+                                out + next * settings.piece_bytes, bytes_of(next)));
+      ++next;
+    }
+    while (received < receives.size() && receives[received].done()) {
+      check_status(receives[received], "a receive");
+      ++received;
+    }
+    mesh.progress();
+    check_deadline(settings.deadline, fmt::format("transfer {} did not finish", transfer));
+  }
+}
+
+}  // namespace
+
+PeerId connect_to(Mesh& mesh, const std::string& address, Clock::time_point deadline) {
+  PeerId peer = mesh.connect(address);
+  while (!mesh.authenticated(peer)) {
+    mesh.progress();
+    for (const PeerId failed : mesh.take_failed_peers()) {
+      if (failed != peer) continue;
+      // The other side may not listen yet: it starts when it starts.
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      check_deadline(deadline, fmt::format("no connection to {} (last: {})", address,
+                                           mesh.failure(peer).empty() ? "refused or unreachable"
+                                                                      : mesh.failure(peer)));
+      peer = mesh.connect(address);
+    }
+    check_deadline(deadline, "no connection to " + address);
+  }
+  return peer;
+}
+
+SideResult run_side(Mesh& mesh, std::optional<PeerId> send_to, bool receives,
+                    const TransferSettings& settings) {
+  if (settings.bytes == 0 || settings.piece_bytes == 0 || settings.transfers == 0 ||
+      (settings.bytes + settings.piece_bytes - 1) / settings.piece_bytes > kMaxPieces) {
+    throw std::invalid_argument(fmt::format(
+        "a transfer needs bytes, a piece size that cuts it into at most {} pieces, and one "
+        "timed transfer at least",
+        kMaxPieces));
+  }
+  std::vector<uint8_t> out(send_to ? settings.bytes : 0);
+  std::vector<uint8_t> in(receives ? settings.bytes : 0);
+  for (uint64_t offset = 0; offset < out.size(); ++offset) out[offset] = pattern_byte(offset);
+  const uint32_t total = settings.warmup + settings.transfers;
+  Clock::time_point start = Clock::now();
+  for (uint32_t transfer = 0; transfer < total; ++transfer) {
+    if (transfer == settings.warmup) start = Clock::now();
+    // The check below sees the last transfer's bytes, not a copy left by an earlier one.
+    if (transfer + 1 == total) std::fill(in.begin(), in.end(), uint8_t{0});
+    run_transfer(mesh, send_to, out.data(), receives ? in.data() : nullptr, transfer, settings);
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  for (uint64_t offset = 0; offset < in.size(); ++offset) {
+    if (in[offset] != pattern_byte(offset)) {
+      throw std::runtime_error(fmt::format("byte {} of the last transfer received is {}, not {}",
+                                           offset, in[offset], pattern_byte(offset)));
+    }
+  }
+  return {seconds, uint64_t{settings.transfers} * settings.bytes};
+}
+
+void finish(Mesh& mesh, PeerId peer, Leaving leaving, bool sent, Clock::time_point deadline) {
+  const auto say = [&](uint64_t tag) {
+    mesh.post(peer, tag, std::make_shared<const std::vector<uint8_t>>(1, uint8_t{1}),
+              transport::Lane::kControl);
+  };
+  const auto wait_for = [&](uint64_t tag, const char* what) {
+    while (!mesh.poll_message(tag, kExactTag)) {
+      if (mesh.failed(peer)) {
+        throw std::runtime_error(
+            fmt::format("the peer went before {}: {}", what, mesh.failure(peer)));
+      }
+      mesh.progress();
+      check_deadline(deadline, fmt::format("the peer did not say {}", what));
+    }
+  };
+  if (leaving == Leaving::kFirst) {
+    say(kReceivedTag);
+    wait_for(kLastWordTag, "its last word");
+    // Handed to the network before the process ends.
+    while (mesh.unfinished_sends() > 0 && Clock::now() < deadline) mesh.progress();
+    return;
+  }
+  if (sent) wait_for(kReceivedTag, "it had everything");
+  say(kLastWordTag);
+  while (!mesh.failed(peer) && Clock::now() < deadline) mesh.progress();
+}
+
+}  // namespace gradsync::tools

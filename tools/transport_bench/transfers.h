@@ -1,0 +1,50 @@
+// Bulk transfers between two gradsync-transport-bench processes over the daemons' own transport
+// (transport/mesh.h), cut and paced as the ring allreduce sends its pieces: every receive of a
+// transfer posted at its start, at most two of its own pieces unfinished at a time.
+#pragma once
+
+#include "transport/mesh.h"
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace gradsync::tools {
+
+using Clock = std::chrono::steady_clock;
+
+struct TransferSettings {
+  uint64_t bytes = 64 << 20;  // per transfer and direction
+  uint64_t piece_bytes = 4 << 20;
+  uint32_t transfers = 10;     // timed
+  uint32_t warmup = 2;         // before them, not timed
+  Clock::time_point deadline;  // every wait ends here, with an error
+};
+
+// What one side (a mesh and the thread that drives it) did in its timed transfers.
+struct SideResult {
+  double seconds = 0;
+  uint64_t bytes = 0;  // sent or received, per direction
+};
+
+// The peer at `address`, accepted by it (retried while it is not listening yet).
+transport::PeerId connect_to(transport::Mesh& mesh, const std::string& address,
+                             Clock::time_point deadline);
+
+// Runs the transfers of one side on `mesh`: sends to `send_to` (if any) and receives from any
+// peer (with `receives`), each transfer both ways at once. Checks the last transfer's bytes.
+// Throws std::runtime_error on a failed operation, a wrong byte or the deadline.
+SideResult run_side(transport::Mesh& mesh, std::optional<transport::PeerId> send_to, bool receives,
+                    const TransferSettings& settings);
+
+// Ends a run without losing bytes in flight, over `mesh`'s connection to `peer`. One side
+// leaves first: it says it has everything (where it received) and waits for the other's last
+// word before it goes. The other stays: it waits for that (where it sent), says its last word
+// (it has everything too) and waits until the first has gone, so that no side goes while a
+// message to it is still on its way.
+enum class Leaving { kFirst, kLast };
+void finish(transport::Mesh& mesh, transport::PeerId peer, Leaving leaving, bool sent,
+            Clock::time_point deadline);
+
+}  // namespace gradsync::tools
