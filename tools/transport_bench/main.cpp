@@ -41,6 +41,7 @@ struct Options {
   int threads = 1;
   std::string bytes = "64M";
   std::string piece = "4M";
+  size_t pieces_ahead = 2;
   uint32_t transfers = 10;
   uint32_t warmup = 2;
   std::string bulk_protocol = "rendezvous";
@@ -82,6 +83,7 @@ int measure(const Options& o) {
   TransferSettings settings;
   settings.bytes = gradsync::tools::parse_size(o.bytes);
   settings.piece_bytes = gradsync::tools::parse_size(o.piece);
+  settings.pieces_ahead = o.pieces_ahead;
   settings.transfers = o.transfers;
   settings.warmup = o.warmup;
   settings.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -165,6 +167,9 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(1, 2));
   app.add_option("--bytes", o.bytes, "bytes per transfer and direction, K/M/G suffixes (64M)");
   app.add_option("--piece", o.piece, "bytes per message, as the ring's pieces (4M)");
+  app.add_option("--pieces-ahead", o.pieces_ahead,
+                 "sends unfinished at most (2, as the ring's own pieces)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--transfers", o.transfers, "timed transfers (10)")->check(CLI::PositiveNumber);
   app.add_option("--warmup", o.warmup, "transfers before them, not timed (2)");
   app.add_option("--bulk-protocol", o.bulk_protocol,

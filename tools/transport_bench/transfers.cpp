@@ -21,8 +21,6 @@ constexpr uint64_t kExactTag = ~uint64_t{0};
 constexpr uint64_t kReceivedTag = uint64_t{1} << 63;
 constexpr uint64_t kLastWordTag = kReceivedTag | 1;
 constexpr uint64_t kMaxPieces = uint64_t{1} << 16;
-// As the ring allreduce sends its own chunk (daemon/collectives/internode/node_ring_allreduce.cpp).
-constexpr size_t kOwnPiecesAhead = 2;
 
 uint64_t data_tag(uint64_t transfer, uint64_t piece) {
   return transfer << 16 | piece;
@@ -68,7 +66,7 @@ void run_transfer(Mesh& mesh, std::optional<PeerId> send_to, const uint8_t* out,
       check_status(sends.front(), "a send");
       sends.pop_front();
     }
-    while (next < pieces && sends.size() < kOwnPiecesAhead) {
+    while (next < pieces && sends.size() < settings.pieces_ahead) {
       sends.push_back(mesh.send(*send_to, data_tag(transfer, next),
                                 out + next * settings.piece_bytes, bytes_of(next)));
       ++next;

@@ -1,6 +1,7 @@
 // Bulk transfers between two gradsync-transport-bench processes over the daemons' own transport
 // (transport/mesh.h), cut and paced as the ring allreduce sends its pieces: every receive of a
-// transfer posted at its start, at most two of its own pieces unfinished at a time.
+// transfer posted at its start, at most two of its own pieces unfinished at a time (or as many
+// as asked).
 #pragma once
 
 #include "transport/mesh.h"
@@ -17,6 +18,9 @@ using Clock = std::chrono::steady_clock;
 struct TransferSettings {
   uint64_t bytes = 64 << 20;  // per transfer and direction
   uint64_t piece_bytes = 4 << 20;
+  // Sends unfinished at most: 2 as the ring sends its own chunk
+  // (daemon/collectives/internode/node_ring_allreduce.cpp).
+  size_t pieces_ahead = 2;
   uint32_t transfers = 10;     // timed
   uint32_t warmup = 2;         // before them, not timed
   Clock::time_point deadline;  // every wait ends here, with an error
