@@ -7,6 +7,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <chrono>
 #include <cstring>
@@ -87,6 +88,14 @@ in_addr_t client_host(ucp_conn_request_h request) {
   return address.sin_addr.s_addr;
 }
 
+std::string host_text(in_addr_t host) {
+  if (host == 0) return "an unknown host";
+  std::array<char, INET_ADDRSTRLEN> text{};
+  const in_addr address{host};
+  ::inet_ntop(AF_INET, &address, text.data(), text.size());
+  return text.data();
+}
+
 }  // namespace
 
 Mesh::Mesh(const MeshOptions& options)
@@ -132,14 +141,17 @@ Mesh::Mesh(const MeshOptions& options)
 Mesh::~Mesh() {
   say_goodbye();
   // Endpoints before the listener and the worker (members are destroyed after this body).
-  for (auto& peer : peers_) {
-    for (const Connection& connection : peer.lanes) {
-      if (connection.endpoint != nullptr) close_endpoint(connection.endpoint, true);
-    }
-  }
-  for (const Inbound& inbound : inbound_) close_endpoint(inbound.endpoint, true);
-  for (const Accepted& accepted : inbound_accepted_) close_endpoint(accepted.endpoint, true);
-  for (const Closing& closing : closing_) close_endpoint(closing.endpoint, true);
+  // Every one leaves the mesh before any is closed: a close progresses the worker, where a
+  // peer that goes at the same moment fails others, and their error callbacks must find
+  // nothing left to move (a list changing under its loop, or an endpoint closed twice, which
+  // UCX does not survive).
+  for (Peer& peer : peers_) close_lanes(peer);
+  for (const Inbound& inbound : inbound_) to_close_.push_back(inbound.endpoint);
+  for (const Accepted& accepted : inbound_accepted_) to_close_.push_back(accepted.endpoint);
+  for (const Closing& closing : closing_) to_close_.push_back(closing.endpoint);
+  inbound_.clear();
+  inbound_accepted_.clear();
+  closing_.clear();
   close_failed();
   // What came for jobs already over (a peer's last cycle, sent as the job ended here) is
   // received and dropped: UCX warns of every message still unmatched when its worker goes.
@@ -159,16 +171,22 @@ void Mesh::on_connection(ucp_conn_request_h request, void* arg) {
   // Before the endpoint is made: making it consumes the request.
   const in_addr_t host = client_host(request);
   ucp_ep_h endpoint = nullptr;
-  if (ucp_ep_create(mesh->worker_.get(), &params, &endpoint) == UCS_OK) {
-    context->endpoint = endpoint;
-    // It says nothing but the handshake until it has proved itself, within the timeout.
-    Inbound inbound{endpoint, std::chrono::steady_clock::now() + mesh->handshake_timeout_};
-    inbound.host = host;
-    mesh->inbound_.push_back(std::move(inbound));
-    mesh->error_contexts_.push_back(std::move(context));
-  } else {
-    ucp_listener_reject(mesh->listener_.get(), request);
+  const ucs_status_t status = ucp_ep_create(mesh->worker_.get(), &params, &endpoint);
+  if (status != UCS_OK) {
+    // The client went as it was accepted. UCX has released the request with the failed
+    // endpoint: rejecting it as well would touch freed memory.
+    mesh->outcomes_.push_back(
+        HandshakeOutcome{"(not named)", true, false,
+                         "the connection from " + host_text(host) +
+                             " failed as it was accepted: " + ucs_status_string(status)});
+    return;
   }
+  context->endpoint = endpoint;
+  // It says nothing but the handshake until it has proved itself, within the timeout.
+  Inbound inbound{endpoint, std::chrono::steady_clock::now() + mesh->handshake_timeout_};
+  inbound.host = host;
+  mesh->inbound_.push_back(std::move(inbound));
+  mesh->error_contexts_.push_back(std::move(context));
 }
 
 void Mesh::on_endpoint_error(void* arg, ucp_ep_h endpoint, ucs_status_t status) {

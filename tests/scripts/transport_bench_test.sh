@@ -8,7 +8,8 @@
 set -uo pipefail
 [[ $# -eq 1 ]] || { echo "usage: transport_bench_test.sh TOOL" >&2; exit 64; }
 tool=$1
-port=$((20000 + RANDOM % 20000))
+# Below the kernel's ephemeral ports (32768 and up), which other tests' connections take.
+port=$((20000 + RANDOM % 12000))
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
 failed=0

@@ -18,6 +18,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <thread>
 #include <vector>
 
 namespace gradsync::transport {
@@ -735,6 +736,61 @@ TEST(Handshake, SilentConnectionIsClosedAfterTheTimeout) {
   if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
     while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker.get());
     ucp_request_free(request);
+  }
+}
+
+// A client that goes away while its connection is being accepted (a peer daemon that exits
+// as it connects): the accept fails inside UCX, which then releases the request itself. The
+// server counts a refused connection and carries on; rejecting the request as well would
+// touch freed memory.
+TEST(Handshake, ConnectionGoneAsItIsAcceptedIsCountedAndLeftToUcx) {
+  Mesh server(MeshOptions{"127.0.0.1:0"});
+  struct sockaddr_in address = parse_host_port("127.0.0.1:" + std::to_string(server.port()));
+  {
+    Context context = create_context();
+    Worker worker = create_worker(context.get());
+    ucp_ep_params_t params{};
+    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+    params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&address);
+    params.sockaddr.addrlen = sizeof(address);
+    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    params.err_handler.cb = [](void*, ucp_ep_h, ucs_status_t) {};
+    ucp_ep_h endpoint = nullptr;
+    ASSERT_EQ(ucp_ep_create(worker.get(), &params, &endpoint), UCS_OK);
+    // The request reaches the server's listener (UCX's own thread takes it in); the server
+    // does not progress, so it is not accepted yet.
+    const auto until = Clock::now() + std::chrono::milliseconds(200);
+    while (Clock::now() < until) ucp_worker_progress(worker.get());
+    ucp_request_param_t close{};
+    close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    ucs_status_ptr_t request = ucp_ep_close_nbx(endpoint, &close);
+    if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+      while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker.get());
+      ucp_request_free(request);
+    }
+  }  // the client's worker and context go: its sockets close
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::vector<HandshakeOutcome> outcomes;
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (outcomes.empty()) {
+    server.progress();
+    for (auto& outcome : server.take_handshake_outcomes()) outcomes.push_back(outcome);
+    ASSERT_LT(Clock::now(), deadline) << "the connection that went was not counted";
+  }
+  ASSERT_EQ(outcomes.size(), 1u);
+  EXPECT_TRUE(outcomes[0].inbound);
+  EXPECT_FALSE(outcomes[0].accepted);
+  // Still serving: two meshes connect to it and exchange a message.
+  Mesh client(MeshOptions{"127.0.0.1:0"});
+  const PeerId to_server = client.connect("127.0.0.1:" + std::to_string(server.port()));
+  const PeerId to_client = server.connect("127.0.0.1:" + std::to_string(client.port()));
+  while (!client.authenticated(to_server) || !server.authenticated(to_client)) {
+    client.progress();
+    server.progress();
+    ASSERT_LT(Clock::now(), deadline) << "the server no longer accepts connections";
   }
 }
 

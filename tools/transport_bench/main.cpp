@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <vector>
 
 namespace {
 
@@ -96,8 +97,14 @@ int measure(const Options& o) {
   // mesh (on any port) sends from a thread of its own; it is kept until the run has ended, as
   // its bytes are safe only once the peer says it has them all.
   Mesh mesh(mesh_options(o, o.listen));
-  const PeerId peer = gradsync::tools::connect_to(mesh, o.peer, settings.deadline);
   std::optional<Mesh> sender;
+  std::vector<Mesh*> meshes{&mesh};
+  if (o.threads == 2) {
+    sender.emplace(mesh_options(o, o.listen.substr(0, o.listen.rfind(':')) + ":0"));
+    meshes.push_back(&*sender);
+  }
+  const std::vector<PeerId> peers = gradsync::tools::connect_all(meshes, o.peer, settings.deadline);
+  const PeerId peer = peers.front();
   std::optional<SideResult> sent;
   std::optional<SideResult> received;
   if (o.threads == 1) {
@@ -106,8 +113,7 @@ int measure(const Options& o) {
     if (sends) sent = side;
     if (receives) received = side;
   } else {
-    sender.emplace(mesh_options(o, o.listen.substr(0, o.listen.rfind(':')) + ":0"));
-    const PeerId sender_peer = gradsync::tools::connect_to(*sender, o.peer, settings.deadline);
+    const PeerId sender_peer = peers.back();
     std::exception_ptr failure;
     std::thread sending([&] {
       try {

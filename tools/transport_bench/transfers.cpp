@@ -82,22 +82,34 @@ void run_transfer(Mesh& mesh, std::optional<PeerId> send_to, const uint8_t* out,
 
 }  // namespace
 
-PeerId connect_to(Mesh& mesh, const std::string& address, Clock::time_point deadline) {
-  PeerId peer = mesh.connect(address);
-  while (!mesh.authenticated(peer)) {
-    mesh.progress();
-    for (const PeerId failed : mesh.take_failed_peers()) {
-      if (failed != peer) continue;
-      // The other side may not listen yet: it starts when it starts.
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      check_deadline(deadline, fmt::format("no connection to {} (last: {})", address,
-                                           mesh.failure(peer).empty() ? "refused or unreachable"
-                                                                      : mesh.failure(peer)));
-      peer = mesh.connect(address);
+std::vector<PeerId> connect_all(const std::vector<Mesh*>& meshes, const std::string& address,
+                                Clock::time_point deadline) {
+  std::vector<PeerId> peers;
+  peers.reserve(meshes.size());
+  for (Mesh* mesh : meshes) peers.push_back(mesh->connect(address));
+  const auto accepted = [&] {
+    for (size_t m = 0; m < meshes.size(); ++m) {
+      if (!meshes[m]->authenticated(peers[m])) return false;
+    }
+    return true;
+  };
+  while (!accepted()) {
+    for (size_t m = 0; m < meshes.size(); ++m) {
+      Mesh& mesh = *meshes[m];
+      mesh.progress();
+      for (const PeerId failed : mesh.take_failed_peers()) {
+        if (failed != peers[m]) continue;
+        // The other side may not listen yet: it starts when it starts.
+        check_deadline(deadline, fmt::format("no connection to {} (last: {})", address,
+                                             mesh.failure(failed).empty() ? "refused or unreachable"
+                                                                          : mesh.failure(failed)));
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        peers[m] = mesh.connect(address);
+      }
     }
     check_deadline(deadline, "no connection to " + address);
   }
-  return peer;
+  return peers;
 }
 
 SideResult run_side(Mesh& mesh, std::optional<PeerId> send_to, bool receives,

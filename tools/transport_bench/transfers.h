@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gradsync::tools {
 
@@ -32,9 +33,11 @@ struct SideResult {
   uint64_t bytes = 0;  // sent or received, per direction
 };
 
-// The peer at `address`, accepted by it (retried while it is not listening yet).
-transport::PeerId connect_to(transport::Mesh& mesh, const std::string& address,
-                             Clock::time_point deadline);
+// The peer at `address` as each of `meshes` reaches it, accepted by it (retried while it is
+// not listening yet). Every mesh is progressed meanwhile: a side's meshes answer the other
+// side's connections only as they are.
+std::vector<transport::PeerId> connect_all(const std::vector<transport::Mesh*>& meshes,
+                                           const std::string& address, Clock::time_point deadline);
 
 // Runs the transfers of one side on `mesh`: sends to `send_to` (if any) and receives from any
 // peer (with `receives`), each transfer both ways at once. Checks the last transfer's bytes.
