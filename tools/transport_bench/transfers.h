@@ -40,7 +40,8 @@ std::vector<transport::PeerId> connect_all(const std::vector<transport::Mesh*>& 
                                            const std::string& address, Clock::time_point deadline);
 
 // Runs the transfers of one side on `mesh`: sends to `send_to` (if any) and receives from any
-// peer (with `receives`), each transfer both ways at once. Checks the last transfer's bytes.
+// peer (with `receives`), each transfer both ways at once; after the timed ones, one more whose
+// bytes it checks.
 // Throws std::runtime_error on a failed operation, a wrong byte or the deadline.
 SideResult run_side(transport::Mesh& mesh, std::optional<transport::PeerId> send_to, bool receives,
                     const TransferSettings& settings);
