@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gradsync-transport-bench end to end on loopback, small sizes: one way, both ways from one
-# thread and from two, rendezvous and eager; each side checks the last transfer's bytes, and
+# thread and from two, rendezvous and eager; each side checks the bytes of a transfer it received, and
 # both sides must exit 0 and print their rates. A peer that never comes is an error within the
 # timeout. Not a measurement.
 #

@@ -144,7 +144,7 @@ SideResult run_side(Mesh& mesh, std::optional<PeerId> send_to, bool receives,
   }
   for (uint64_t offset = 0; offset < in.size(); ++offset) {
     if (in[offset] != pattern_byte(offset)) {
-      throw std::runtime_error(fmt::format("byte {} of the last transfer received is {}, not {}",
+      throw std::runtime_error(fmt::format("byte {} of the checked transfer is {}, not {}",
                                            offset, in[offset], pattern_byte(offset)));
     }
   }
