@@ -26,6 +26,36 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A client that speaks UCX without a mesh (no handshake, no goodbye): an endpoint to
+// `address`, with `on_error` told of its failure.
+ucp_ep_h connect_without_mesh(ucp_worker_h worker, const struct sockaddr_in& address,
+                              ucp_err_handler_cb_t on_error, void* arg) {
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+  params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&address);
+  params.sockaddr.addrlen = sizeof(address);
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = on_error;
+  params.err_handler.arg = arg;
+  ucp_ep_h endpoint = nullptr;
+  EXPECT_EQ(ucp_ep_create(worker, &params, &endpoint), UCS_OK);
+  return endpoint;
+}
+
+// Closes it at once, as a process that goes.
+void close_at_once(ucp_worker_h worker, ucp_ep_h endpoint) {
+  ucp_request_param_t close{};
+  close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  close.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  ucs_status_ptr_t request = ucp_ep_close_nbx(endpoint, &close);
+  if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+    while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker);
+    ucp_request_free(request);
+  }
+}
+
 class MeshTest : public ::testing::Test {
  protected:
   virtual MeshOptions options() const { return MeshOptions{"127.0.0.1:0"}; }
@@ -703,19 +733,10 @@ TEST(Handshake, SilentConnectionIsClosedAfterTheTimeout) {
   ASSERT_EQ(ucp_worker_set_am_recv_handler(worker.get(), &handler), UCS_OK);
   struct sockaddr_in address = parse_host_port("127.0.0.1:" + std::to_string(server.port()));
   bool closed = false;
-  ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                      UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-  params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&address);
-  params.sockaddr.addrlen = sizeof(address);
-  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  params.err_handler.cb = [](void* arg, ucp_ep_h, ucs_status_t) {
-    *static_cast<bool*>(arg) = true;
-  };
-  params.err_handler.arg = &closed;
-  ucp_ep_h endpoint = nullptr;
-  ASSERT_EQ(ucp_ep_create(worker.get(), &params, &endpoint), UCS_OK);
+  ucp_ep_h endpoint = connect_without_mesh(
+      worker.get(), address,
+      [](void* arg, ucp_ep_h, ucs_status_t) { *static_cast<bool*>(arg) = true; }, &closed);
+  ASSERT_NE(endpoint, nullptr);
   std::vector<HandshakeOutcome> outcomes;
   const auto deadline = Clock::now() + std::chrono::seconds(10);
   while (outcomes.empty() || !closed) {
@@ -729,14 +750,7 @@ TEST(Handshake, SilentConnectionIsClosedAfterTheTimeout) {
   EXPECT_FALSE(outcomes[0].accepted);
   EXPECT_THAT(outcomes[0].reason, ::testing::HasSubstr("within 300 ms"));
   EXPECT_FALSE(server.needs_service());
-  ucp_request_param_t close{};
-  close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  close.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  ucs_status_ptr_t request = ucp_ep_close_nbx(endpoint, &close);
-  if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
-    while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker.get());
-    ucp_request_free(request);
-  }
+  close_at_once(worker.get(), endpoint);
 }
 
 // A client that goes away while its connection is being accepted (a peer daemon that exits
@@ -749,28 +763,14 @@ TEST(Handshake, ConnectionGoneAsItIsAcceptedIsCountedAndLeftToUcx) {
   {
     Context context = create_context();
     Worker worker = create_worker(context.get());
-    ucp_ep_params_t params{};
-    params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |
-                        UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.flags = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
-    params.sockaddr.addr = reinterpret_cast<const struct sockaddr*>(&address);
-    params.sockaddr.addrlen = sizeof(address);
-    params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    params.err_handler.cb = [](void*, ucp_ep_h, ucs_status_t) {};
-    ucp_ep_h endpoint = nullptr;
-    ASSERT_EQ(ucp_ep_create(worker.get(), &params, &endpoint), UCS_OK);
+    ucp_ep_h endpoint = connect_without_mesh(
+        worker.get(), address, [](void*, ucp_ep_h, ucs_status_t) {}, nullptr);
+    ASSERT_NE(endpoint, nullptr);
     // The request reaches the server's listener (UCX's own thread takes it in); the server
     // does not progress, so it is not accepted yet.
     const auto until = Clock::now() + std::chrono::milliseconds(200);
     while (Clock::now() < until) ucp_worker_progress(worker.get());
-    ucp_request_param_t close{};
-    close.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-    close.flags = UCP_EP_CLOSE_FLAG_FORCE;
-    ucs_status_ptr_t request = ucp_ep_close_nbx(endpoint, &close);
-    if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
-      while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker.get());
-      ucp_request_free(request);
-    }
+    close_at_once(worker.get(), endpoint);
   }  // the client's worker and context go: its sockets close
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   std::vector<HandshakeOutcome> outcomes;

@@ -144,8 +144,8 @@ SideResult run_side(Mesh& mesh, std::optional<PeerId> send_to, bool receives,
   }
   for (uint64_t offset = 0; offset < in.size(); ++offset) {
     if (in[offset] != pattern_byte(offset)) {
-      throw std::runtime_error(fmt::format("byte {} of the checked transfer is {}, not {}",
-                                           offset, in[offset], pattern_byte(offset)));
+      throw std::runtime_error(fmt::format("byte {} of the checked transfer is {}, not {}", offset,
+                                           in[offset], pattern_byte(offset)));
     }
   }
   return {seconds, uint64_t{settings.transfers} * settings.bytes};
