@@ -14,15 +14,24 @@ size_t page_rounded(size_t bytes) {
 
 }  // namespace
 
-StagingBuffer::StagingBuffer(SharedBuffer host)
-    : host_(std::move(host)), data_(host_.as<std::byte>()), bytes_(host_.size()) {}
+StagingBuffer::StagingBuffer(SharedBuffer host) : host_(std::move(host)) {}
 
 StagingBuffer::StagingBuffer(at::Tensor device_memory, DeviceRegistration registration)
     : device_memory_(std::move(device_memory)),
-      registration_(std::make_unique<DeviceRegistration>(std::move(registration))),
-      data_(static_cast<std::byte*>(device_memory_.data_ptr())),
-      bytes_(static_cast<size_t>(device_memory_.numel())),
-      device_(device_memory_.device()) {}
+      registration_(std::make_unique<DeviceRegistration>(std::move(registration))) {}
+
+std::byte* StagingBuffer::data() const {
+  return device_memory_.defined() ? static_cast<std::byte*>(device_memory_.data_ptr())
+                                  : host_.as<std::byte>();
+}
+
+size_t StagingBuffer::size() const {
+  return device_memory_.defined() ? static_cast<size_t>(device_memory_.numel()) : host_.size();
+}
+
+c10::Device StagingBuffer::device() const {
+  return device_memory_.defined() ? device_memory_.device() : c10::Device(c10::kCPU);
+}
 
 StagingPool::Key StagingPool::key_of(c10::Device device, size_t bytes) {
   return {static_cast<int>(device.type()), static_cast<int>(device.index()), bytes};

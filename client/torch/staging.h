@@ -21,18 +21,15 @@ class StagingBuffer {
   explicit StagingBuffer(SharedBuffer host);
   StagingBuffer(at::Tensor device_memory, DeviceRegistration registration);
 
-  std::byte* data() const { return data_; }
-  size_t size() const { return bytes_; }
-  c10::Device device() const { return device_; }
+  std::byte* data() const;
+  size_t size() const;
+  c10::Device device() const;
 
  private:
-  SharedBuffer host_;
-  at::Tensor device_memory_;  // holds the GPU allocation
+  SharedBuffer host_;         // for the host
+  at::Tensor device_memory_;  // for a GPU: holds the allocation
   // Unregistered before the memory goes back to PyTorch's allocator (members end in reverse).
   std::unique_ptr<DeviceRegistration> registration_;
-  std::byte* data_ = nullptr;
-  size_t bytes_ = 0;
-  c10::Device device_{c10::kCPU};
 };
 
 class StagingPool {
