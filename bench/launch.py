@@ -399,7 +399,8 @@ class Place:
     def transport_rates(self, size, transfers, timeout=120):
         """gradsync-transport-bench between node 0 and node 1 (the daemons' transport with their
         settings, pieces as the ring's): GB/s one way, and a way when both send and receive at
-        once from one thread (as a daemon's engine) and from two. Node 0's received rates."""
+        once from one thread (as a daemon's engine) and from two; and one way from memory never
+        written, as ucx_perftest sends (its tag_bw's like). Node 0's received rates."""
         port = 14500 + random.randrange(1000)
         tool = os.path.join(self.build, "gradsync-transport-bench")
         common = ["--bytes", str(size), "--transfers", str(transfers), "--json",
@@ -407,7 +408,10 @@ class Place:
         rates = {}
         for name, zero, one in (("one_way", ["--direction", "in"], ["--direction", "out"]),
                                 ("both_ways_one_thread", [], []),
-                                ("both_ways_two_threads", ["--threads", "2"], ["--threads", "2"])):
+                                ("both_ways_two_threads", ["--threads", "2"], ["--threads", "2"]),
+                                ("one_way_untouched",
+                                 ["--direction", "in", "--send-memory", "untouched"],
+                                 ["--direction", "out", "--send-memory", "untouched"])):
             port += 2
             sides = []
             for node, own, peer, args in ((0, port, port + 1, zero), (1, port + 1, port, one)):

@@ -29,6 +29,14 @@ Mapping::Mapping(int fd, uint64_t offset, size_t bytes) : bytes_(bytes) {
   base_ = base;
 }
 
+Mapping Mapping::anonymous(size_t bytes) {
+  void* base = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    throw SystemError("mmap of " + std::to_string(bytes) + " anonymous bytes", errno);
+  }
+  return {base, bytes};
+}
+
 Mapping& Mapping::operator=(Mapping&& other) noexcept {
   if (this != &other) {
     unmap();

@@ -42,11 +42,14 @@ class UniqueFd {
   int fd_ = -1;
 };
 
-// A MAP_SHARED mapping of a file descriptor's range.
+// A MAP_SHARED mapping of a file descriptor's range, or private anonymous memory.
 class Mapping {
  public:
   Mapping() = default;
   Mapping(int fd, uint64_t offset, size_t bytes);  // offset must be page-aligned
+  // Private memory of this process. It reads as zeros, every page of it the kernel's one page
+  // of zeros until it is written.
+  static Mapping anonymous(size_t bytes);
   Mapping(Mapping&& other) noexcept
       : base_(std::exchange(other.base_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
   Mapping& operator=(Mapping&& other) noexcept;
@@ -58,6 +61,7 @@ class Mapping {
   size_t size() const { return bytes_; }
 
  private:
+  Mapping(void* base, size_t bytes) : base_(base), bytes_(bytes) {}
   void unmap();
   void* base_ = nullptr;
   size_t bytes_ = 0;

@@ -53,6 +53,9 @@ pair both_one_thread "$both" "$both" --threads 1 -- --threads 1
 pair both_two_threads "$both" "$both" --threads 2 -- --threads 2
 pair both_two_threads_eager "$both" "$both" --threads 2 --bulk-protocol eager -- \
   --threads 2 --bulk-protocol eager
+# Sent from memory never written: the receiver checks zeros.
+pair one_way_untouched 'sent +[0-9.]+ GB/s' 'received +[0-9.]+ GB/s' --direction out \
+  --send-memory untouched -- --direction in --send-memory untouched
 # Both sides' JSON carries both rates.
 pair json '"received_gbytes_per_s":[0-9.]+' '"sent_gbytes_per_s":[0-9.]+' --json -- --json
 
@@ -67,6 +70,23 @@ if [[ $status -ne 1 ]] || ! grep -q "no connection to 127.0.0.1:$((port + 11))" 
   failed=1
 else
   echo "ok no_peer: $output"
+fi
+# Sides told different memories: the receiver finds the bytes wrong and says what to check;
+# the sender, its peer gone, fails as well.
+port=$((port + 12))
+"$tool" --listen "127.0.0.1:$port" --peer "127.0.0.1:$((port + 1))" --bytes 1M --transfers 1 \
+  --timeout-s 10 --direction out --send-memory untouched >"$logs/mismatch.a" 2>&1 &
+mismatch_sender=$!
+output="$("$tool" --listen "127.0.0.1:$((port + 1))" --peer "127.0.0.1:$port" --bytes 1M \
+  --transfers 1 --timeout-s 10 --direction in 2>&1)"
+status=$?
+wait "$mismatch_sender"
+sender_status=$?
+if [[ $status -ne 1 ]] || ! grep -q "same --send-memory" <<<"$output" || [[ $sender_status -eq 0 ]]; then
+  echo "FAILED send_memory_mismatch: receiver exit $status, sender exit $sender_status: $output"
+  failed=1
+else
+  echo "ok send_memory_mismatch: $output"
 fi
 # Two threads need both directions: a usage error.
 output="$("$tool" --listen 127.0.0.1:1 --peer 127.0.0.1:2 --threads 2 --direction out 2>&1)"

@@ -47,6 +47,7 @@ struct Options {
   uint32_t warmup = 2;
   std::string bulk_protocol = "rendezvous";
   std::string rendezvous_min = "256K";
+  std::string send_memory = "written";
   double timeout_seconds = 60;
   bool json = false;
 };
@@ -87,6 +88,8 @@ int measure(const Options& o) {
   settings.pieces_ahead = o.pieces_ahead;
   settings.transfers = o.transfers;
   settings.warmup = o.warmup;
+  settings.send_memory = o.send_memory == "untouched" ? gradsync::tools::SendMemory::kUntouched
+                                                      : gradsync::tools::SendMemory::kWritten;
   settings.deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                          std::chrono::duration<double>(o.timeout_seconds));
   const bool sends = o.direction != "in";
@@ -136,21 +139,24 @@ int measure(const Options& o) {
   const std::string protocol =
       o.bulk_protocol == "eager" ? "eager" : "rendezvous from " + o.rendezvous_min;
   if (o.json) {
-    nlohmann::json out = {{"direction", o.direction},     {"threads", o.threads},
-                          {"bytes", settings.bytes},      {"piece_bytes", settings.piece_bytes},
-                          {"transfers", o.transfers},     {"bulk_protocol", protocol},
-                          {"sent_gbytes_per_s", nullptr}, {"received_gbytes_per_s", nullptr}};
+    nlohmann::json out = {{"direction", o.direction},        {"threads", o.threads},
+                          {"bytes", settings.bytes},         {"piece_bytes", settings.piece_bytes},
+                          {"transfers", o.transfers},        {"bulk_protocol", protocol},
+                          {"send_memory", o.send_memory},    {"sent_gbytes_per_s", nullptr},
+                          {"received_gbytes_per_s", nullptr}};
     if (sent) out["sent_gbytes_per_s"] = gbytes_per_second(sent);
     if (received) out["received_gbytes_per_s"] = gbytes_per_second(received);
     std::puts(out.dump().c_str());
     return 0;
   }
   fmt::print(
-      "gradsync-transport-bench: {} {}, {} thread{}: {} transfers of {} in pieces of {}, {}\n",
+      "gradsync-transport-bench: {} {}, {} thread{}: {} transfers of {} in pieces of {}, {}, "
+      "from {} memory\n",
       o.direction == "both"  ? "both ways with"
       : o.direction == "out" ? "sending to"
                              : "receiving from",
-      o.peer, o.threads, o.threads == 1 ? "" : "s", o.transfers, o.bytes, o.piece, protocol);
+      o.peer, o.threads, o.threads == 1 ? "" : "s", o.transfers, o.bytes, o.piece, protocol,
+      o.send_memory);
   if (sent) fmt::print("  sent      {:.3f} GB/s\n", gbytes_per_second(sent));
   if (received) fmt::print("  received  {:.3f} GB/s\n", gbytes_per_second(received));
   return 0;
@@ -183,6 +189,11 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"rendezvous", "eager"}));
   app.add_option("--rendezvous-min-bytes", o.rendezvous_min,
                  "with rendezvous: smaller messages go eagerly (256K, the daemon's default)");
+  app.add_option("--send-memory", o.send_memory,
+                 "written (default): data, as a daemon sends; untouched: memory never written, "
+                 "which the kernel reads from one page of zeros, as ucx_perftest sends (both "
+                 "sides alike)")
+      ->check(CLI::IsMember({"written", "untouched"}));
   app.add_option("--timeout-s", o.timeout_seconds, "every wait ends in an error after this (60)")
       ->check(CLI::PositiveNumber);
   app.add_flag("--json", o.json, "one line of JSON");

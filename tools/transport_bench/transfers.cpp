@@ -1,10 +1,13 @@
 #include "tools/transport_bench/transfers.h"
 
+#include "ipc/system.h"
+
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <deque>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -27,10 +30,10 @@ uint64_t data_tag(uint64_t transfer, uint64_t piece) {
   return transfer << 16 | piece;
 }
 
-// What byte `offset` of every transfer holds: a period (251) no power-of-two piece divides, so
-// a piece landing in another's place shows.
-uint8_t pattern_byte(uint64_t offset) {
-  return static_cast<uint8_t>(offset % 251);
+// What byte `offset` of every transfer holds: written, a period (251) no power-of-two piece
+// divides, so that a piece landing in another's place shows; untouched, zero.
+uint8_t expected_byte(uint64_t offset, SendMemory memory) {
+  return memory == SendMemory::kWritten ? static_cast<uint8_t>(offset % 251) : 0;
 }
 
 void check_deadline(Clock::time_point deadline, const std::string& what) {
@@ -126,9 +129,14 @@ SideResult run_side(Mesh& mesh, std::optional<PeerId> send_to, bool receives,
         "timed transfer at least",
         kMaxPieces));
   }
-  std::vector<uint8_t> out(send_to ? settings.bytes : 0);
+  const ipc::Mapping out_memory = ipc::Mapping::anonymous(send_to ? settings.bytes : 1);
+  const std::span out(static_cast<uint8_t*>(out_memory.data()), send_to ? settings.bytes : 0);
+  if (settings.send_memory == SendMemory::kWritten) {
+    for (uint64_t offset = 0; offset < out.size(); ++offset) {
+      out[offset] = expected_byte(offset, SendMemory::kWritten);
+    }
+  }
   std::vector<uint8_t> in(receives ? settings.bytes : 0);
-  for (uint64_t offset = 0; offset < out.size(); ++offset) out[offset] = pattern_byte(offset);
   // The warm-up transfers, the timed ones, then one more whose bytes are checked: the receive
   // buffer is cleared for it after the clock stops, so that the check sees its bytes only.
   const uint32_t timed_end = settings.warmup + settings.transfers;
@@ -143,9 +151,12 @@ SideResult run_side(Mesh& mesh, std::optional<PeerId> send_to, bool receives,
     run_transfer(mesh, send_to, out.data(), receives ? in.data() : nullptr, transfer, settings);
   }
   for (uint64_t offset = 0; offset < in.size(); ++offset) {
-    if (in[offset] != pattern_byte(offset)) {
-      throw std::runtime_error(fmt::format("byte {} of the checked transfer is {}, not {}", offset,
-                                           in[offset], pattern_byte(offset)));
+    const uint8_t expected = expected_byte(offset, settings.send_memory);
+    if (in[offset] != expected) {
+      throw std::runtime_error(fmt::format(
+          "byte {} of the checked transfer is {}, not {} (do both sides send from the same "
+          "--send-memory?)",
+          offset, in[offset], expected));
     }
   }
   return {seconds, uint64_t{settings.transfers} * settings.bytes};

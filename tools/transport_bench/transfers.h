@@ -16,14 +16,21 @@ namespace gradsync::tools {
 
 using Clock = std::chrono::steady_clock;
 
+// What the sending side sends from. Written: a pattern, every page its own, as a daemon sends
+// a job's data. Untouched: memory never written, every page of which the kernel maps to its one
+// page of zeros, so that its copies into the socket read from cache: what `ucx_perftest`
+// sends, for comparing with it. Both sides must be told the same (the receiver checks bytes).
+enum class SendMemory { kWritten, kUntouched };
+
 struct TransferSettings {
   uint64_t bytes = 64 << 20;  // per transfer and direction
   uint64_t piece_bytes = 4 << 20;
   // Sends unfinished at most: 2 as the ring sends its own chunk
   // (daemon/collectives/internode/node_ring_allreduce.cpp).
   size_t pieces_ahead = 2;
-  uint32_t transfers = 10;     // timed
-  uint32_t warmup = 2;         // before them, not timed
+  uint32_t transfers = 10;  // timed
+  uint32_t warmup = 2;      // before them, not timed
+  SendMemory send_memory = SendMemory::kWritten;
   Clock::time_point deadline;  // every wait ends here, with an error
 };
 
