@@ -198,6 +198,18 @@ at::Tensor bytes_view(const at::Tensor& dense) {
   return dense.view({-1}).view(at::kByte);
 }
 
+// Copies `input` (any strides), cut end to end into `world` blocks of `bytes` bytes, into
+// staging, `stride` apart: the inverse of unpack_blocks.
+void pack_blocks(const at::Tensor& input, std::byte* staging, size_t bytes, size_t stride,
+                 int world) {
+  const at::Tensor source_bytes = bytes_view(input.contiguous());
+  for (int r = 0; r < world; ++r) {
+    staged_bytes(staging + r * stride, bytes, input)
+        .copy_(
+            source_bytes.narrow(0, static_cast<int64_t>(r * bytes), static_cast<int64_t>(bytes)));
+  }
+}
+
 // Copies `world` blocks of `bytes` bytes, `stride` apart in staging, end to end into `output`
 // (any strides: through a dense copy where it is not dense).
 void unpack_blocks(const at::Tensor& output, const std::byte* staging, size_t bytes, size_t stride,
@@ -488,11 +500,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
   transfers.push_back(word_exchange(
       block, world,
       [input, block, stride, world](std::byte* send) {
-        const at::Tensor bytes = bytes_view(input.contiguous());
-        for (int r = 0; r < world; ++r) {
-          staged_bytes(send + r * stride, block, input)
-              .copy_(bytes.narrow(0, static_cast<int64_t>(r * block), static_cast<int64_t>(block)));
-        }
+        pack_blocks(input, send, block, stride, world);
       },
       [output, block, stride, world](const std::byte* recv) {
         unpack_blocks(output, recv, block, stride, world);
