@@ -107,7 +107,7 @@ const std::vector<Key>& keys() {
        "holds for a job",
        2, kMaxU32},
       {"reduce_threads", &C::reduce_threads, Reload::kRestart,
-       "local reduce threads; 0: one per online CPU", 0, 256},
+       "local reduce threads; 0: one per CPU the daemon may run on (its CPU affinity)", 0, 256},
       {"parallel_reduce_min_bytes", &C::parallel_reduce_min_bytes, Reload::kLive,
        "batches below this reduce on the engine thread alone", 4096, kMaxI64},
       {"job_formation_timeout_seconds", &C::job_formation_timeout_seconds, Reload::kLiveNewJobs,

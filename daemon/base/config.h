@@ -49,7 +49,7 @@ struct DaemonConfig {
   uint32_t engine_spin_us = 100;               // spin (yielding) before the engine blocks
   uint32_t negotiation_hold_us = 50;  // hold an empty part of a peer's cycle (<= engine_spin_us)
   uint32_t negotiation_relay_min_nodes = 8;         // jobs this large relay negotiation cycles
-  uint32_t reduce_threads = 0;                      // 0: one per online CPU
+  uint32_t reduce_threads = 0;                      // 0: one per CPU it may run on
   uint64_t parallel_reduce_min_bytes = 1ull << 20;  // smaller batches reduce on the engine thread
   uint32_t job_formation_timeout_seconds = 300;     // all local ranks must connect within this
   uint32_t peer_timeout_seconds = 60;   // a node daemon silent this long mid-collective fails it

@@ -1,9 +1,29 @@
 #include "daemon/engine/reduce_pool.h"
 
+#include <sched.h>
+
+#include <algorithm>
+
 namespace gradsync::daemon {
 
+namespace {
+
+// The CPUs this process may run on (its affinity: a service's CPUAffinity, a taskset), where
+// the machine's online CPUs would be too many: threads beyond them only take turns, and a
+// fork-join stage waits for the last part.
+unsigned usable_cpus() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  if (::sched_getaffinity(0, sizeof(cpus), &cpus) == 0) {
+    return std::max(1, CPU_COUNT(&cpus));
+  }
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace
+
 ReducePool::ReducePool(unsigned size) {
-  if (size == 0) size = std::max(1u, std::thread::hardware_concurrency());
+  if (size == 0) size = usable_cpus();
   for (unsigned i = 1; i < size; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 

@@ -13,7 +13,7 @@ namespace gradsync::daemon {
 
 class ReducePool {
  public:
-  explicit ReducePool(unsigned size);  // 0: one per online CPU
+  explicit ReducePool(unsigned size);  // 0: one per CPU this process may run on
   ~ReducePool();
   ReducePool(const ReducePool&) = delete;
   ReducePool& operator=(const ReducePool&) = delete;
