@@ -129,8 +129,9 @@ SideResult run_side(Mesh& mesh, std::optional<PeerId> send_to, bool receives,
         "timed transfer at least",
         kMaxPieces));
   }
-  const ipc::Mapping out_memory = ipc::Mapping::anonymous(send_to ? settings.bytes : 1);
-  const std::span out(static_cast<uint8_t*>(out_memory.data()), send_to ? settings.bytes : 0);
+  const ipc::Mapping out_memory =
+      send_to ? ipc::Mapping::anonymous(settings.bytes) : ipc::Mapping();
+  const std::span out(static_cast<uint8_t*>(out_memory.data()), out_memory.size());
   if (settings.send_memory == SendMemory::kWritten) {
     for (uint64_t offset = 0; offset < out.size(); ++offset) {
       out[offset] = expected_byte(offset, SendMemory::kWritten);
