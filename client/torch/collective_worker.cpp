@@ -84,6 +84,29 @@ void CollectiveWorker::start(Task task) {
   }
   InFlight flight;
   flight.deadline = std::chrono::steady_clock::now() + task.timeout;
+  flight.task = std::move(task);
+  submit(flight);
+  if (flight.task.then) {
+    // The first stage to its end here: the second one's transfers depend on its results.
+    while (!progress(flight)) {
+    }
+    deliver(flight);
+    if (!flight.error) {
+      try {
+        flight.task.transfers = flight.task.then();
+      } catch (const std::exception& error) {
+        flight.error = call_error(flight.task.call, error);
+      }
+    }
+    flight.requests.clear();
+    flight.finished = 0;
+    if (!flight.error) submit(flight);
+  }
+  in_flight_.push_back(std::move(flight));
+}
+
+void CollectiveWorker::submit(InFlight& flight) {
+  const Task& task = flight.task;
   bool grouping = false;  // between group_start and group_end
   try {
     if (task.priority != priority_) {
@@ -97,8 +120,9 @@ void CollectiveWorker::start(Task task) {
     if (stream) on_stream.emplace(*stream);
     if (stream && task.inputs_ready) task.inputs_ready->block(*stream);
     for (const Transfer& transfer : task.transfers) {
+      const c10::Device device = transfer.on_host ? c10::Device(c10::kCPU) : task.device;
       StagingBuffer& buffer = flight.staging.emplace_back(
-          staging_.acquire(transfer.recv_bytes + transfer.send_bytes, task.device));
+          staging_.acquire(transfer.recv_bytes + transfer.send_bytes, device));
       if (transfer.fill) transfer.fill(buffer.data() + transfer.recv_bytes);
     }
     if (stream) stream->synchronize();
@@ -145,8 +169,6 @@ void CollectiveWorker::start(Task task) {
     flight.error = call_error(task.call, error);
     if (grouping) gradsync_group_end(comm_.get());
   }
-  flight.task = std::move(task);
-  in_flight_.push_back(std::move(flight));
 }
 
 bool CollectiveWorker::progress(InFlight& oldest) {
@@ -176,7 +198,7 @@ bool CollectiveWorker::progress(InFlight& oldest) {
   return true;
 }
 
-void CollectiveWorker::finish(InFlight& done) {
+void CollectiveWorker::deliver(InFlight& done) {
   // On a GPU the copies out are finished before the Work completes (and its future records
   // its events on this stream, where nothing is left to wait for).
   const std::optional<c10::Stream> stream = stream_for(done.task.device);
@@ -197,6 +219,10 @@ void CollectiveWorker::finish(InFlight& done) {
   }
   for (StagingBuffer& buffer : done.staging) staging_.release(std::move(buffer));
   done.staging.clear();
+}
+
+void CollectiveWorker::finish(InFlight& done) {
+  deliver(done);
   if (done.error) {
     done.task.work->fail(done.error);
   } else {

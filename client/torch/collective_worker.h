@@ -11,7 +11,8 @@
 // switch between the processes' contexts without MPS: docs/cuda.md).
 //
 // The worker waits for the oldest task in short slices, looking for newly queued tasks between
-// them, so a call queued while another is in flight is submitted within one slice.
+// them, so a call queued while another is in flight is submitted within one slice. A task with
+// a second stage (Task::then) holds the worker until its first stage is over.
 #pragma once
 
 #include "client/torch/staging.h"
@@ -52,6 +53,8 @@ struct Transfer {
   int32_t root = 0;
   std::function<void(std::byte* send)> fill;           // copies the input in
   std::function<void(const std::byte* recv)> deliver;  // copies the result out
+  // Staged in host memory whatever the task's device (a table of sizes the host reads).
+  bool on_host = false;
 };
 
 struct Task {
@@ -65,6 +68,11 @@ struct Task {
   // caller's stream when the call was made.
   c10::Device device{c10::kCPU};
   std::unique_ptr<c10::Event> inputs_ready;
+  // A second stage, for a call whose sizes every rank must learn first (an all-to-all of uneven
+  // blocks): once `transfers` are delivered, the worker calls `then` and runs the transfers it
+  // returns as the task's own, before it starts any later task, so every rank submits them in
+  // the same place among its collectives. An exception from it fails the task.
+  std::function<std::vector<Transfer>()> then;
 };
 
 class CollectiveWorker {
@@ -89,6 +97,10 @@ class CollectiveWorker {
 
   void run();
   void start(Task task);
+  // Stages and submits `flight.task`'s transfers; a failure lands in flight.error.
+  void submit(InFlight& flight);
+  // Copies the results of a flight whose requests are over out of its staging, and releases it.
+  void deliver(InFlight& done);
   // Waits one slice for the oldest task: true once it is over.
   bool progress(InFlight& oldest);
   void finish(InFlight& done);

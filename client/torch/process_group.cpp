@@ -1,6 +1,8 @@
 #include "client/torch/process_group.h"
 
 #include "client/torch/tensor_types.h"
+#include "client/torch/transfers.h"
+#include "client/torch/uneven_alltoall.h"
 
 #include <Python.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
@@ -15,10 +17,6 @@ namespace gradsync::torch_backend {
 namespace {
 
 using c10d::OpType;
-
-size_t bytes_of(const at::Tensor& tensor) {
-  return static_cast<size_t>(tensor.numel()) * tensor.element_size();
-}
 
 void check_tensor(const at::Tensor& tensor, const char* call) {
   TORCH_CHECK(tensor.device().is_cpu() || tensor.device().is_cuda(), "gradsync: ", call,
@@ -69,23 +67,6 @@ void check_like(const at::Tensor& tensor, const at::Tensor& model, const char* c
               model.scalar_type(), " of ", model.numel());
 }
 
-// Copies between a tensor (any strides) and staging memory, which holds it densely, as
-// elements of `as` (converted where that is not the tensor's own type).
-void copy_in(std::byte* staging, const at::Tensor& tensor, at::ScalarType as) {
-  at::from_blob(staging, tensor.sizes(), tensor.options().dtype(as)).copy_(tensor);
-}
-void copy_in(std::byte* staging, const at::Tensor& tensor) {
-  copy_in(staging, tensor, tensor.scalar_type());
-}
-void copy_out(const std::byte* staging, const at::Tensor& tensor, at::ScalarType as) {
-  // from_blob takes a mutable pointer; the view is only read.
-  tensor.copy_(
-      at::from_blob(const_cast<std::byte*>(staging), tensor.sizes(), tensor.options().dtype(as)));
-}
-void copy_out(const std::byte* staging, const at::Tensor& tensor) {
-  copy_out(staging, tensor, tensor.scalar_type());
-}
-
 // Copies `blocks` end to end into staging, as `type`.
 std::function<void(std::byte*)> fill_with(std::vector<at::Tensor> blocks, ReducedType type) {
   return [blocks = std::move(blocks), type](std::byte* send) {
@@ -131,21 +112,6 @@ Transfer scatter_reduction(const std::vector<at::Tensor>& blocks, size_t block_e
   return transfer;
 }
 
-// An allgather of `block_bytes` bytes from each rank, as 4-byte words (any dtype): rank r's
-// block lands at r * padded_to_words(block_bytes) of the receive region.
-Transfer word_gather(size_t block_bytes, int world, std::function<void(std::byte*)> fill,
-                     std::function<void(const std::byte*)> deliver) {
-  Transfer transfer;
-  transfer.kind = TransferKind::kAllgather;
-  transfer.send_bytes = padded_to_words(block_bytes);
-  transfer.recv_bytes = transfer.send_bytes * static_cast<size_t>(world);
-  transfer.count = transfer.send_bytes / kWordBytes;
-  transfer.dtype = kWordDtype;
-  transfer.fill = std::move(fill);
-  transfer.deliver = std::move(deliver);
-  return transfer;
-}
-
 // An allgather of every rank's `input` into `targets` (rank r's into targets[r]; none where
 // `targets` is empty, as on a gather's other ranks).
 Transfer gather_into(const at::Tensor& input, std::vector<at::Tensor> targets, int world) {
@@ -155,35 +121,6 @@ Transfer gather_into(const at::Tensor& input, std::vector<at::Tensor> targets, i
       [targets = std::move(targets), block](const std::byte* recv) {
         for (size_t r = 0; r < targets.size(); ++r) copy_out(recv + r * block, targets[r]);
       });
-}
-
-// An all-to-all of blocks of `block_bytes` bytes, as 4-byte words (any dtype): the block for
-// (and from) rank r at r * padded_to_words(block_bytes) of the send (and receive) region.
-Transfer word_exchange(size_t block_bytes, int world, std::function<void(std::byte*)> fill,
-                       std::function<void(const std::byte*)> deliver) {
-  Transfer transfer;
-  transfer.kind = TransferKind::kAllToAll;
-  transfer.count = padded_to_words(block_bytes) / kWordBytes;
-  transfer.send_bytes = padded_to_words(block_bytes) * static_cast<size_t>(world);
-  transfer.recv_bytes = transfer.send_bytes;
-  transfer.dtype = kWordDtype;
-  transfer.fill = std::move(fill);
-  transfer.deliver = std::move(deliver);
-  return transfer;
-}
-
-// A broadcast of `bytes` bytes from `root`, as 4-byte words, in place.
-Transfer word_broadcast(size_t bytes, int root, std::function<void(std::byte*)> fill,
-                        std::function<void(const std::byte*)> deliver) {
-  Transfer transfer;
-  transfer.kind = TransferKind::kBroadcast;
-  transfer.send_bytes = padded_to_words(bytes);
-  transfer.count = transfer.send_bytes / kWordBytes;
-  transfer.dtype = kWordDtype;
-  transfer.root = root;
-  transfer.fill = std::move(fill);
-  transfer.deliver = std::move(deliver);
-  return transfer;
 }
 
 // `bytes` bytes of staging memory, on the device of the tensors they stage.
@@ -248,11 +185,10 @@ std::chrono::milliseconds ProcessGroupGradsync::bound(std::chrono::milliseconds 
   return requested == c10d::kUnsetTimeout ? timeout_ : requested;
 }
 
-c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::run(const char* call, c10d::OpType type,
-                                                         c10::Device device,
-                                                         std::vector<Transfer> transfers,
-                                                         std::vector<at::Tensor> outputs,
-                                                         std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::run(
+    const char* call, c10d::OpType type, c10::Device device, std::vector<Transfer> transfers,
+    std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
+    std::function<std::vector<Transfer>()> then) {
   auto work = c10::make_intrusive<GradsyncWork>(rank_, type, std::move(outputs), device);
   Task task;
   task.call = call;
@@ -270,6 +206,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::run(const char* call, c10d:
       task.transfers.push_back(std::move(transfer));
     }
   }
+  task.then = std::move(then);
   task.work = work;
   task.timeout = timeout;
   task.priority = priority_;
@@ -484,13 +421,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
   const c10::Device device = call_device("alltoall_base", input, output);
-  check_like(output, input, "alltoall_base");
-  for (const auto* splits : {&output_split_sizes, &input_split_sizes}) {
-    TORCH_CHECK(splits->empty() || std::adjacent_find(splits->begin(), splits->end(),
-                                                      std::not_equal_to<>()) == splits->end(),
-                "gradsync: alltoall_base with uneven split sizes is not supported (equal "
-                "splits are)");
+  if (!output_split_sizes.empty() || !input_split_sizes.empty()) {
+    UnevenExchange uneven =
+        uneven_alltoall_base(output, input, output_split_sizes, input_split_sizes, size_);
+    return run("alltoall_base", OpType::ALLTOALL_BASE, device, std::move(uneven.tables), {output},
+               bound(opts.timeout), std::move(uneven.then));
   }
+  check_like(output, input, "alltoall_base");
   TORCH_CHECK(input.dim() > 0 && input.size(0) % size_ == 0, "gradsync: alltoall_base needs a ",
               "first dimension divisible by the group's size ", size_);
   const size_t block = bytes_of(input) / static_cast<size_t>(size_);
@@ -515,27 +452,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall(std::vector<at::Te
   TORCH_CHECK(inputs.size() == static_cast<size_t>(size_) && outputs.size() == inputs.size(),
               "gradsync: alltoall needs ", size_, " input and ", size_, " output tensors");
   const c10::Device device = call_device("alltoall", inputs, outputs);
-  for (const at::Tensor& tensor : inputs) check_like(tensor, inputs.front(), "alltoall");
-  for (const at::Tensor& tensor : outputs) {
-    TORCH_CHECK(tensor.scalar_type() == inputs.front().scalar_type() &&
-                    tensor.numel() == inputs.front().numel(),
-                "gradsync: alltoall with tensors of uneven sizes is not supported (equal sizes ",
-                "are)");
-  }
-  const size_t stride = padded_to_words(bytes_of(inputs.front()));
-  const std::vector<at::Tensor> sources = inputs;
-  const std::vector<at::Tensor> targets = outputs;
-  std::vector<Transfer> transfers;
-  transfers.push_back(word_exchange(
-      bytes_of(inputs.front()), size_,
-      [sources, stride](std::byte* send) {
-        for (size_t r = 0; r < sources.size(); ++r) copy_in(send + r * stride, sources[r]);
-      },
-      [targets, stride](const std::byte* recv) {
-        for (size_t s = 0; s < targets.size(); ++s) copy_out(recv + s * stride, targets[s]);
-      }));
-  return run("alltoall", OpType::ALLTOALL, device, std::move(transfers), outputs,
-             bound(opts.timeout));
+  // Every rank learns every block's size first: the tensors may differ in size from rank to
+  // rank, which no rank can tell from its own.
+  UnevenExchange uneven = uneven_alltoall(outputs, inputs, size_);
+  return run("alltoall", OpType::ALLTOALL, device, std::move(uneven.tables), outputs,
+             bound(opts.timeout), std::move(uneven.then));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::barrier(const c10d::BarrierOptions& opts) {

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,11 +74,13 @@ class ProcessGroupGradsync : public c10d::ProcessGroup {
   int32_t priority() const { return priority_; }
 
  private:
-  // Queues the transfers as one call; its Work completes with `outputs`.
+  // Queues the transfers as one call, with a second stage where `then` is given (Task::then);
+  // its Work completes with `outputs`.
   c10::intrusive_ptr<c10d::Work> run(const char* call, c10d::OpType type, c10::Device device,
                                      std::vector<Transfer> transfers,
                                      std::vector<at::Tensor> outputs,
-                                     std::chrono::milliseconds timeout);
+                                     std::chrono::milliseconds timeout,
+                                     std::function<std::vector<Transfer>()> then = {});
   std::chrono::milliseconds bound(std::chrono::milliseconds requested) const;
 
   std::chrono::milliseconds timeout_;

@@ -42,10 +42,31 @@ def check_bad_input(expect):
     raises(expect, "an unsupported dtype", ["gradsync", "ComplexFloat"],
            lambda: dist._reduce_scatter_base(torch.empty(2, dtype=torch.complex64),
                                              torch.ones(2 * world, dtype=torch.complex64)))
-    raises(expect, "uneven all_to_all splits", ["gradsync", "uneven"],
-           lambda: dist.all_to_all_single(torch.empty(world + 1), torch.ones(world + 1),
-                                          output_split_sizes=[2] + [1] * (world - 1),
-                                          input_split_sizes=[2] + [1] * (world - 1)))
+    # All-to-all split sizes that do not match between ranks, or do not add up: every rank
+    # names the same rank, as every rank checks every rank's table.
+    last = world - 1
+    raises(expect, "all_to_all splits that do not match",
+           ["alltoall_base", f"rank {last} sends 1 row to rank 0, which expects 2 from it"],
+           lambda: dist.all_to_all_single(
+               torch.empty(world + (rank == 0)), torch.ones(world),
+               output_split_sizes=[1] * last + [1 + (rank == 0)], input_split_sizes=[1] * world))
+    raises(expect, "all_to_all splits that do not add up",
+           ["alltoall_base", f"rank {last}'s input split sizes add up to {world + 1} rows",
+            f"its input has {world}"],
+           lambda: dist.all_to_all_single(
+               torch.empty(world), torch.ones(world), output_split_sizes=[1] * world,
+               input_split_sizes=[1] * last + [1 + (rank == last)]))
+    raises(expect, "all_to_all with a split size short",
+           ["alltoall_base", f"rank 0 passed {world + 1} input split sizes for a group of {world}"],
+           lambda: dist.all_to_all_single(
+               torch.empty(world), torch.ones(world), output_split_sizes=[1] * world,
+               input_split_sizes=[1] * world + [0] * (rank == 0)))
+    raises(expect, "all_to_all splits in another dtype on one rank",
+           ["alltoall_base", f"rank {last}'s tensors are Double, rank 0's Float"],
+           lambda: dist.all_to_all_single(
+               torch.empty(world, dtype=torch.float64 if rank == last else torch.float32),
+               torch.ones(world, dtype=torch.float64 if rank == last else torch.float32),
+               output_split_sizes=[1] * world, input_split_sizes=[1] * world))
     raises(expect, "send", ["gradsync", "send"],
            lambda: dist.send(torch.ones(1), dst=(rank + 1) % world))
     raises(expect, "a subgroup naming a rank outside the world", ["rank"],

@@ -218,6 +218,24 @@ def check_movement(group, gloo, ranks, label, count, dtype, async_op):
     outs = [empty(count, dtype) for _ in range(world)]
     run(dist.all_to_all, async_op, outs, list(on_device(inputs[rank]).split(count)), group=group)
     expect(equal(torch.cat(outs), expected), f"{label} all_to_all {dtype} {count}")
+    # Uneven blocks: rows(s, t) rows of two columns from rank s to rank t (none for some pairs),
+    # through all_to_all_single's split sizes and all_to_all's tensors of uneven sizes.
+    sends = [[(count + 3 * s + 5 * t) % (count + 2) for t in range(world)] for s in range(world)]
+    receives = [sends[s][rank] for s in range(world)]
+    inputs = [values(r, 2 * sum(sends[s]), dtype, salt=11).view(-1, 2) for s, r in enumerate(ranks)]
+    expected = torch.cat([inputs[s].split(sends[s])[rank] for s in range(world)])
+    out = empty(2 * sum(receives), dtype).view(-1, 2)
+    run(dist.all_to_all_single, async_op, out, on_device(inputs[rank]), receives, sends[rank],
+        group=group)
+    expect(equal(out, expected), f"{label} all_to_all_single uneven {dtype} {count}")
+    if gloo_moves:
+        gloo_out = torch.empty(sum(receives), 2, dtype=dtype)
+        dist.all_to_all_single(gloo_out, inputs[rank], receives, sends[rank], group=gloo)
+        expect(equal(out, gloo_out), f"{label} all_to_all_single uneven vs Gloo {dtype} {count}")
+    outs = [empty(2 * n, dtype) for n in receives]
+    run(dist.all_to_all, async_op, outs,
+        [on_device(block.flatten()) for block in inputs[rank].split(sends[rank])], group=group)
+    expect(equal(torch.cat(outs), expected.flatten()), f"{label} all_to_all uneven {dtype} {count}")
 
 
 def check_strided_output(call, expected, what):
