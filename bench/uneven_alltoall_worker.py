@@ -1,0 +1,101 @@
+"""One rank of bench/uneven-alltoall: all_to_all_single with split sizes through the "gradsync"
+backend and through Gloo, in interleaved rounds in one process, each result compared with
+Gloo's. Rank 0 writes the JSON (--json): per size and skew, the median over rounds of each
+round's median time of the slowest rank.
+
+The splits: rank s sends rank t a block of size / world bytes times a factor drawn once from
+[1 - skew, 1 + skew] (the same on every rank), the factors scaled to a mean of 1; skew 0 gives
+equal blocks, passed as split sizes all the same. `equal` rows: all_to_all_single without split sizes, gradsync's one-stage
+path, for the cost of the split-size stage.
+"""
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "client", "python"))
+import gradsync.torch  # noqa: E402,F401  (registers the backend)
+
+ROW_FLOATS = 4  # a row of the exchanged tensors: 16 bytes
+
+
+def splits(world, size, skew, seed):
+    """Rows from each rank to each (a world x world list), `size` bytes per sender on average
+    whatever the skew, so that every skew moves the same bytes in all."""
+    generator = torch.Generator().manual_seed(seed)
+    factors = torch.rand(world, world, generator=generator) * 2 * skew + (1 - skew)
+    factors /= factors.mean()
+    mean_rows = size / (ROW_FLOATS * 4) / world
+    return (factors * mean_rows).round().long().tolist()
+
+
+def timed(call, gloo, iterations):
+    """The median over iterations of the slowest rank's time of `call` (seconds)."""
+    times = []
+    for _ in range(iterations):
+        dist.barrier(group=gloo)
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    slowest = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=gloo)
+    return statistics.median(slowest.tolist())
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="1M,16M,64M")
+    parser.add_argument("--skews", default="0,0.5,0.9")
+    parser.add_argument("--iterations", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", required=True)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    dist.init_process_group("gradsync", timeout=datetime.timedelta(seconds=120))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    gloo = dist.new_group(backend="gloo")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    rows = []
+    for text in args.sizes.split(","):
+        size = int(text[:-1]) * scale[text[-1]] if text[-1] in scale else int(text)
+        for skew in ["equal"] + [float(s) for s in args.skews.split(",")]:
+            matrix = splits(world, size, 0 if skew == "equal" else skew, seed=size)
+            if skew == "equal":
+                matrix = [[matrix[0][0]] * world for _ in range(world)]
+            sends = matrix[rank]
+            receives = [matrix[s][rank] for s in range(world)]
+            source = torch.randn(sum(sends), ROW_FLOATS)
+            ours = torch.empty(sum(receives), ROW_FLOATS)
+            theirs = torch.empty(sum(receives), ROW_FLOATS)
+            split_args = () if skew == "equal" else (receives, sends)
+            ways = {
+                "gradsync": lambda: dist.all_to_all_single(ours, source, *split_args),
+                "gloo": lambda: dist.all_to_all_single(theirs, source, *split_args, group=gloo),
+            }
+            times = {way: [] for way in ways}
+            for _ in range(args.rounds):
+                for way, call in ways.items():
+                    times[way].append(timed(call, gloo, args.iterations))
+            if not torch.equal(ours, theirs):
+                raise SystemExit(f"rank {rank}: gradsync's result differs from Gloo's "
+                                 f"({size} bytes, skew {skew})")
+            flat = [n for line in matrix for n in line]
+            row = {"bytes": size, "skew": skew, "ranks": world,
+                   "largest_over_mean_block": max(flat) / (sum(flat) / len(flat)),
+                   **{f"{way}_ms": statistics.median(t) * 1e3 for way, t in times.items()}}
+            row["gradsync_speedup"] = row["gloo_ms"] / row["gradsync_ms"]
+            rows.append(row)
+    if rank == 0:
+        with open(args.json, "w") as out:
+            json.dump({"rows": rows}, out, indent=2)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
