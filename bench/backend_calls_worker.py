@@ -1,8 +1,10 @@
-"""One rank of bench/uneven-alltoall: all_to_all_single with split sizes through the "gradsync"
-backend and through Gloo, in interleaved rounds in one process, each result compared with
-Gloo's. Rank 0 writes the JSON (--json): per size and skew, the median over rounds of each
-round's median time of the slowest rank.
+"""One rank of bench/backend-calls: torch.distributed calls through the "gradsync" backend and
+through Gloo, in interleaved rounds in one process, each result compared with Gloo's. Rank 0
+writes the JSON (--json): per call, size and skew, the median over rounds of each round's
+median time of the slowest rank.
 
+all_reduce: a float32 tensor of the size, summed in place.
+all_to_all_single with split sizes:
 The splits: rank s sends rank t a block of size / world bytes times a factor drawn once from
 [1 - skew, 1 + skew] (the same on every rank), the factors scaled to a mean of 1; skew 0 gives
 equal blocks, passed as split sizes all the same. `equal` rows: all_to_all_single without split sizes, gradsync's one-stage
@@ -48,8 +50,35 @@ def timed(call, gloo, iterations):
     return statistics.median(slowest.tolist())
 
 
+def with_speedup(row):
+    row["gradsync_speedup"] = row["gloo_ms"] / row["gradsync_ms"]
+    return row
+
+
+def allreduce_row(size, gloo, args):
+    """all_reduce of `size` bytes both ways, timed on zeros (the sums stay zero however many
+    times they run), then checked once on small integers (exact sums in any order)."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    tensor = torch.zeros(size // 4)
+    ways = {"gradsync": lambda: dist.all_reduce(tensor),
+            "gloo": lambda: dist.all_reduce(tensor, group=gloo)}
+    times = {way: [] for way in ways}
+    for _ in range(args.rounds):
+        for way, call in ways.items():
+            times[way].append(timed(call, gloo, args.iterations))
+    ours = torch.randint(-3, 4, (size // 4,), generator=torch.Generator().manual_seed(rank)).float()
+    theirs = ours.clone()
+    dist.all_reduce(ours)
+    dist.all_reduce(theirs, group=gloo)
+    if not torch.equal(ours, theirs):
+        raise SystemExit(f"rank {rank}: gradsync's all_reduce differs from Gloo's ({size} bytes)")
+    return with_speedup({"call": "all_reduce", "bytes": size, "skew": None, "ranks": world,
+                         **{f"{way}_ms": statistics.median(t) * 1e3 for way, t in times.items()}})
+
+
 def main():
     parser = argparse.ArgumentParser()
+    parser.add_argument("--calls", default="allreduce,alltoall")
     parser.add_argument("--sizes", default="1M,16M,64M")
     parser.add_argument("--skews", default="0,0.5,0.9")
     parser.add_argument("--iterations", type=int, default=8)
@@ -64,6 +93,10 @@ def main():
     rows = []
     for text in args.sizes.split(","):
         size = int(text[:-1]) * scale[text[-1]] if text[-1] in scale else int(text)
+        if "allreduce" in args.calls.split(","):
+            rows.append(allreduce_row(size, gloo, args))
+        if "alltoall" not in args.calls.split(","):
+            continue
         for skew in ["equal"] + [float(s) for s in args.skews.split(",")]:
             matrix = splits(world, size, 0 if skew == "equal" else skew, seed=size)
             if skew == "equal":
@@ -86,11 +119,10 @@ def main():
                 raise SystemExit(f"rank {rank}: gradsync's result differs from Gloo's "
                                  f"({size} bytes, skew {skew})")
             flat = [n for line in matrix for n in line]
-            row = {"bytes": size, "skew": skew, "ranks": world,
+            row = {"call": "all_to_all_single", "bytes": size, "skew": skew, "ranks": world,
                    "largest_over_mean_block": max(flat) / (sum(flat) / len(flat)),
                    **{f"{way}_ms": statistics.median(t) * 1e3 for way, t in times.items()}}
-            row["gradsync_speedup"] = row["gloo_ms"] / row["gradsync_ms"]
-            rows.append(row)
+            rows.append(with_speedup(row))
     if rank == 0:
         with open(args.json, "w") as out:
             json.dump({"rows": rows}, out, indent=2)
