@@ -198,8 +198,9 @@ GRADSYNC_EXPORT gradsync_result gradsync_unset_cuda_stream(gradsync_comm* comm);
 GRADSYNC_EXPORT gradsync_result gradsync_set_priority(gradsync_comm* comm, int32_t priority);
 
 /* Collectives. `name` identifies the tensor across ranks (ranks may submit in different
- * orders); NULL means "the n-th unnamed collective of this communicator". send == recv is
- * in place. All are asynchronous: wait on the returned request. */
+ * orders); NULL means "the n-th unnamed collective of this communicator", of whatever kind
+ * (ranks whose n-th differ in kind get GRADSYNC_ERR_MISMATCH). send == recv is in place. All are
+ * asynchronous: wait on the returned request. */
 GRADSYNC_EXPORT gradsync_result gradsync_allreduce(gradsync_comm* comm, const char* name,
                                                    const void* send, void* recv, size_t count,
                                                    gradsync_dtype dtype, gradsync_op op,

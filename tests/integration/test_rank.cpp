@@ -340,8 +340,9 @@ int scenario_grouped(Communicator& comm) {
   return 0;
 }
 
-// Ranks disagree on a tensor's count, then on another's priority: every rank gets the error,
-// naming the tensor and what differs; the job goes on working.
+// Ranks disagree on a tensor's count, then on another's priority, then on the kind of their
+// first unnamed collective: every rank gets the error, naming the tensor and what differs (at
+// once: unnamed collectives of every kind share one sequence); the job goes on working.
 int scenario_mismatch(Communicator& comm) {
   SharedBuffer buf = comm.allocate(4096);
   const size_t count = g_rank == g_ranks - 1 ? 101 : 100;
@@ -365,6 +366,17 @@ int scenario_mismatch(Communicator& comm) {
                      priority_message.find("priority") != std::string::npos,
                  "message does not name tensor and priority: %s", priority_message.c_str());
   comm.set_priority(0);
+  const gradsync_request u =
+      g_rank == g_ranks - 1
+          ? comm.broadcast(nullptr, buf.data(), buf.data(), 100, GRADSYNC_FLOAT32, 0)
+          : comm.allreduce(nullptr, buf.data(), buf.data(), 100, GRADSYNC_FLOAT32, GRADSYNC_SUM);
+  const gradsync_result unnamed_result = gradsync_wait(comm.get(), u);
+  const std::string unnamed_message = gradsync_last_error(comm.get());
+  EXPECT_OR_FAIL(unnamed_result == GRADSYNC_ERR_MISMATCH, "expected a mismatch, got %d (%s)",
+                 unnamed_result, unnamed_message.c_str());
+  EXPECT_OR_FAIL(unnamed_message.find("allreduce") != std::string::npos &&
+                     unnamed_message.find("broadcast") != std::string::npos,
+                 "message does not name both kinds: %s", unnamed_message.c_str());
   reference::fill_input(buf.data(), 100, GRADSYNC_FLOAT32, g_rank, GRADSYNC_SUM, 3);
   comm.wait(
       comm.allreduce("fine.tensor", buf.data(), buf.data(), 100, GRADSYNC_FLOAT32, GRADSYNC_SUM));

@@ -67,6 +67,14 @@ def check_bad_input(expect):
                torch.empty(world, dtype=torch.float64 if rank == last else torch.float32),
                torch.ones(world, dtype=torch.float64 if rank == last else torch.float32),
                output_split_sizes=[1] * world, input_split_sizes=[1] * world))
+    # Ranks whose calls differ: every rank is told at once, not at the timeout.
+    raises(expect, "split sizes on one rank only", ["alltoall_base", "disagree"],
+           lambda: dist.all_to_all_single(
+               torch.empty(world), torch.ones(world),
+               *(([1] * world, [1] * world) if rank == 0 else ())))
+    raises(expect, "a broadcast beside all_reduces", ["disagree", "broadcast", "allreduce"],
+           lambda: dist.broadcast(torch.ones(3), src=0) if rank == last
+           else dist.all_reduce(torch.ones(3)))
     raises(expect, "send", ["gradsync", "send"],
            lambda: dist.send(torch.ones(1), dst=(rank + 1) % world))
     raises(expect, "a subgroup naming a rank outside the world", ["rank"],
