@@ -170,8 +170,8 @@ UnevenExchange stages(RankSide side, int world) {
     const auto block = static_cast<size_t>(largest * (*gathered)[kUnitBytes]);
     if (block == 0) return {};  // nothing anywhere: every rank skips alike
     const size_t stride = padded_to_words(block);
-    std::vector<Transfer> exchange;
-    exchange.push_back(word_exchange(
+    std::vector<Transfer> padded;
+    padded.push_back(word_exchange(
         block, world,
         [sources, stride](std::byte* send) {
           for (size_t r = 0; r < sources.size(); ++r) {
@@ -183,7 +183,7 @@ UnevenExchange stages(RankSide side, int world) {
             if (targets[r].numel() > 0) copy_out(recv + r * stride, targets[r]);
           }
         }));
-    return exchange;
+    return padded;
   };
   return exchange;
 }
