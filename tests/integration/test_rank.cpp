@@ -340,43 +340,44 @@ int scenario_grouped(Communicator& comm) {
   return 0;
 }
 
+// Waits for `request`, which must fail as a mismatch whose message holds both words.
+int expect_mismatch(Communicator& comm, gradsync_request request, const char* first,
+                    const char* second) {
+  const gradsync_result result = gradsync_wait(comm.get(), request);
+  const std::string message = gradsync_last_error(comm.get());
+  EXPECT_OR_FAIL(result == GRADSYNC_ERR_MISMATCH, "expected a mismatch, got %d (%s)", result,
+                 message.c_str());
+  EXPECT_OR_FAIL(
+      message.find(first) != std::string::npos && message.find(second) != std::string::npos,
+      "message does not name %s and %s: %s", first, second, message.c_str());
+  return 0;
+}
+
 // Ranks disagree on a tensor's count, then on another's priority, then on the kind of their
 // first unnamed collective: every rank gets the error, naming the tensor and what differs (at
 // once: unnamed collectives of every kind share one sequence); the job goes on working.
 int scenario_mismatch(Communicator& comm) {
   SharedBuffer buf = comm.allocate(4096);
   const size_t count = g_rank == g_ranks - 1 ? 101 : 100;
-  const gradsync_request r = comm.allreduce("mismatched.tensor", buf.data(), buf.data(), count,
-                                            GRADSYNC_FLOAT32, GRADSYNC_SUM);
-  const gradsync_result result = gradsync_wait(comm.get(), r);
-  const std::string message = gradsync_last_error(comm.get());
-  EXPECT_OR_FAIL(result == GRADSYNC_ERR_MISMATCH, "expected a mismatch, got %d (%s)", result,
-                 message.c_str());
-  EXPECT_OR_FAIL(message.find("mismatched.tensor") != std::string::npos &&
-                     message.find("count") != std::string::npos,
-                 "message does not name tensor and field: %s", message.c_str());
+  if (expect_mismatch(comm,
+                      comm.allreduce("mismatched.tensor", buf.data(), buf.data(), count,
+                                     GRADSYNC_FLOAT32, GRADSYNC_SUM),
+                      "mismatched.tensor", "count") != 0) {
+    return 1;
+  }
   comm.set_priority(g_rank == g_ranks - 1 ? 3 : 0);
-  const gradsync_request p = comm.allreduce("prioritised.tensor", buf.data(), buf.data(), 100,
-                                            GRADSYNC_FLOAT32, GRADSYNC_SUM);
-  const gradsync_result priority_result = gradsync_wait(comm.get(), p);
-  const std::string priority_message = gradsync_last_error(comm.get());
-  EXPECT_OR_FAIL(priority_result == GRADSYNC_ERR_MISMATCH, "expected a mismatch, got %d (%s)",
-                 priority_result, priority_message.c_str());
-  EXPECT_OR_FAIL(priority_message.find("prioritised.tensor") != std::string::npos &&
-                     priority_message.find("priority") != std::string::npos,
-                 "message does not name tensor and priority: %s", priority_message.c_str());
+  if (expect_mismatch(comm,
+                      comm.allreduce("prioritised.tensor", buf.data(), buf.data(), 100,
+                                     GRADSYNC_FLOAT32, GRADSYNC_SUM),
+                      "prioritised.tensor", "priority") != 0) {
+    return 1;
+  }
   comm.set_priority(0);
-  const gradsync_request u =
+  const gradsync_request unnamed =
       g_rank == g_ranks - 1
           ? comm.broadcast(nullptr, buf.data(), buf.data(), 100, GRADSYNC_FLOAT32, 0)
           : comm.allreduce(nullptr, buf.data(), buf.data(), 100, GRADSYNC_FLOAT32, GRADSYNC_SUM);
-  const gradsync_result unnamed_result = gradsync_wait(comm.get(), u);
-  const std::string unnamed_message = gradsync_last_error(comm.get());
-  EXPECT_OR_FAIL(unnamed_result == GRADSYNC_ERR_MISMATCH, "expected a mismatch, got %d (%s)",
-                 unnamed_result, unnamed_message.c_str());
-  EXPECT_OR_FAIL(unnamed_message.find("allreduce") != std::string::npos &&
-                     unnamed_message.find("broadcast") != std::string::npos,
-                 "message does not name both kinds: %s", unnamed_message.c_str());
+  if (expect_mismatch(comm, unnamed, "allreduce", "broadcast") != 0) return 1;
   reference::fill_input(buf.data(), 100, GRADSYNC_FLOAT32, g_rank, GRADSYNC_SUM, 3);
   comm.wait(
       comm.allreduce("fine.tensor", buf.data(), buf.data(), 100, GRADSYNC_FLOAT32, GRADSYNC_SUM));
