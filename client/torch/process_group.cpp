@@ -8,7 +8,6 @@
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <c10/util/Exception.h>
 
-#include <algorithm>
 #include <functional>
 #include <optional>
 #include <utility>
