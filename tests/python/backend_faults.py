@@ -56,7 +56,7 @@ def check_bad_input(expect):
            lambda: dist.all_to_all_single(
                torch.empty(world), torch.ones(world), output_split_sizes=[1] * world,
                input_split_sizes=[1] * last + [1 + (rank == last)]))
-    raises(expect, "all_to_all with a split size short",
+    raises(expect, "all_to_all with one split size too many",
            ["alltoall_base", f"rank 0 passed {world + 1} input split sizes for a group of {world}"],
            lambda: dist.all_to_all_single(
                torch.empty(world), torch.ones(world), output_split_sizes=[1] * world,
