@@ -300,16 +300,58 @@ void Communicator::unregister(void* ptr) {
   round_trip(message);
 }
 
-const Communicator::Registered& Communicator::registered_range(const void* ptr, uint64_t bytes,
-                                                               const char* what) const {
+const Communicator::Registered* Communicator::registered_range(const void* ptr,
+                                                               uint64_t bytes) const {
   const auto address = reinterpret_cast<uintptr_t>(ptr);
   auto it = registered_.upper_bound(address);
-  if (it != registered_.begin()) {
-    const Registered& range = std::prev(it)->second;
-    if (address - std::prev(it)->first + bytes <= range.bytes) return range;
+  if (it == registered_.begin()) return nullptr;
+  const Registered& range = std::prev(it)->second;
+  return address - std::prev(it)->first + bytes <= range.bytes ? &range : nullptr;
+}
+
+const Communicator::Registered& Communicator::usable_range(const void* ptr, uint64_t bytes,
+                                                           const char* what) {
+  if (const Registered* range = registered_range(ptr, bytes)) return *range;
+  for (const AttachedHeap& attached : attached_heaps_) {
+    std::shared_ptr<const SharedHeap::Arena> arena = attached.heap->arena_of(ptr, bytes);
+    if (!arena) continue;
+    const int fd = arena->fd();
+    uint8_t* const base = arena->base();
+    send_registration(
+        base, arena->size(), 0, std::span<const int>(&fd, 1), false, {},
+        [](ipc::wire::RegisterBuffer::Builder request) { request.getMemory().setHost(); });
+    Registered& range = registered_.at(reinterpret_cast<uintptr_t>(base));
+    range.arena = std::move(arena);
+    return range;
   }
   throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
               std::string(what) + " range is not inside one registered buffer");
+}
+
+void Communicator::attach_heap(std::shared_ptr<SharedHeap> heap) {
+  if (!heap) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "attach heap: no heap");
+  for (const AttachedHeap& attached : attached_heaps_) {
+    if (attached.heap == heap) return;
+  }
+  const uint64_t releases = heap->releases();
+  attached_heaps_.push_back(AttachedHeap{std::move(heap), releases});
+}
+
+void Communicator::forget_released_arenas() {
+  bool any = false;
+  for (AttachedHeap& attached : attached_heaps_) {
+    const uint64_t releases = attached.heap->releases();
+    any = any || releases != attached.releases_seen;
+    attached.releases_seen = releases;
+  }
+  if (!any) return;
+  std::vector<void*> released;
+  for (const auto& [address, range] : registered_) {
+    if (range.arena && range.arena->released()) released.push_back(range.base);
+  }
+  // A collective in flight on one holds the daemon's mapping of it until it is over: the
+  // memory goes back once both sides have let go.
+  for (void* base : released) unregister(base);
 }
 
 gradsync_request Communicator::submit(const CollectiveArgs& args) {
@@ -345,8 +387,9 @@ gradsync_request Communicator::submit(const CollectiveArgs& args) {
     const auto range = ipc::checked_range_bytes(args.collective, args.count, args.dtype,
                                                 static_cast<uint64_t>(options_.world_size));
     if (!range) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "count overflows the byte size");
-    const Registered& send = registered_range(args.send, range->send, "send");
-    const Registered& recv = registered_range(args.recv, range->recv, "receive");
+    forget_released_arenas();
+    const Registered& send = usable_range(args.send, range->send, "send");
+    const Registered& recv = usable_range(args.recv, range->recv, "receive");
     entry.send_buffer = send.id;
     entry.send_offset = static_cast<const uint8_t*>(args.send) - send.base;
     entry.recv_buffer = recv.id;

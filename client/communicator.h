@@ -60,6 +60,9 @@ class Communicator {
   // submission (none: the caller's own handle, not checked).
   void register_device(void* ptr, size_t bytes, DeviceMemory memory);
   void unregister(void* ptr);
+  // Collectives may use memory of `heap` without registering it: the communicator registers
+  // each of its arenas whole on first use, and unregisters it once the heap lets it go.
+  void attach_heap(std::shared_ptr<SharedHeap> heap);
   // Collectives on device memory are ordered on `stream` from now on (nullptr: the legacy
   // default stream), or, after unset_stream, host-synchronous again.
   void set_stream(void* stream);
@@ -89,6 +92,12 @@ class Communicator {
     bool device = false;
     // Device memory: the driver's buffer ids when registered (DeviceMemory::allocation_ids).
     std::vector<std::pair<const uint8_t*, uint64_t>> allocation_ids;
+    // An attached heap's arena, registered whole: held so its address range is not reused.
+    std::shared_ptr<const SharedHeap::Arena> arena;
+  };
+  struct AttachedHeap {
+    std::shared_ptr<SharedHeap> heap;
+    uint64_t releases_seen = 0;  // SharedHeap::releases at the last look
   };
   // A stream-ordered request in flight: its event slot and the stream to order it on.
   struct Ordered {
@@ -117,7 +126,12 @@ class Communicator {
   uint32_t acquire_event_slot();
   // A completion of a stream-ordered request: its stream waits on the daemon's event.
   void order_completion(uint64_t request, gradsync_result& status, std::string& message);
-  const Registered& registered_range(const void* ptr, uint64_t bytes, const char* what) const;
+  // The registration [ptr, ptr + bytes) lies inside: an attached heap's arena is registered
+  // here on first use. Throws naming `what` where there is none.
+  const Registered& usable_range(const void* ptr, uint64_t bytes, const char* what);
+  const Registered* registered_range(const void* ptr, uint64_t bytes) const;
+  // Unregisters the arenas attached heaps have let go of since the last look.
+  void forget_released_arenas();
   gradsync_result take(gradsync_request request, std::string* message);
 
   gradsync_options options_;
@@ -149,6 +163,7 @@ class Communicator {
   bool daemon_gone_ = false;
   std::chrono::steady_clock::time_point last_liveness_check_{};
   std::string daemon_gone_reason_;
+  std::vector<AttachedHeap> attached_heaps_;
   SharedHeap heap_;  // last: buffers outlive nothing that points into them
 };
 

@@ -17,6 +17,11 @@
 #include <stdexcept>
 #include <string>
 
+struct gradsync_heap {
+  // Shared with the communicators it is attached to (gradsync_heap_destroy).
+  std::shared_ptr<gradsync::client::SharedHeap> heap;
+};
+
 struct gradsync_comm {
   std::unique_ptr<gradsync::client::Communicator> communicator;
   std::string last_error;
@@ -27,9 +32,9 @@ namespace {
 using gradsync::client::Communicator;
 using gradsync::client::Error;
 
-// The message of a failed gradsync_connect (no communicator exists to hold it), per thread
-// like errno.
-thread_local std::string connect_error;
+// The message of a failed call that has no communicator to hold it (gradsync_connect, the
+// heap's calls), per thread like errno.
+thread_local std::string error_without_comm;
 
 // A daemon answers a question about itself from its control thread, at once.
 constexpr int kNodeAddressTimeoutMs = 10'000;
@@ -110,7 +115,7 @@ extern "C" {
 
 gradsync_result gradsync_options_from_env(gradsync_options* options) {
   if (options == nullptr) return GRADSYNC_ERR_INVALID_ARGUMENT;
-  std::string& error = connect_error;
+  std::string& error = error_without_comm;
   *options = gradsync_options{};
   // Under srun without torchrun, Slurm's variables stand in for those left unset.
   std::optional<gradsync::client::slurm::TaskLayout> task;
@@ -184,14 +189,14 @@ gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings) 
   const char* codec = std::getenv("GRADSYNC_WIRE_CODEC");
   if (const gradsync_result r =
           copy_string("GRADSYNC_WIRE_CODEC", codec != nullptr ? codec : "", settings->wire_codec,
-                      sizeof(settings->wire_codec), connect_error);
+                      sizeof(settings->wire_codec), error_without_comm);
       r != GRADSYNC_OK) {
     return r;
   }
   const char* aggregators = std::getenv("GRADSYNC_AGGREGATORS");
   if (const gradsync_result r =
           copy_string("GRADSYNC_AGGREGATORS", aggregators != nullptr ? aggregators : "",
-                      settings->aggregators, sizeof(settings->aggregators), connect_error);
+                      settings->aggregators, sizeof(settings->aggregators), error_without_comm);
       r != GRADSYNC_OK) {
     return r;
   }
@@ -204,7 +209,7 @@ gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings) 
   } else if (value == "0") {
     settings->autotune = GRADSYNC_AUTOTUNE_OFF;
   } else {
-    connect_error = "GRADSYNC_AUTOTUNE must be 1 or 0, not '" + std::string(value) + "'";
+    error_without_comm = "GRADSYNC_AUTOTUNE must be 1 or 0, not '" + std::string(value) + "'";
     return GRADSYNC_ERR_INVALID_ARGUMENT;
   }
   return GRADSYNC_OK;
@@ -229,12 +234,12 @@ gradsync_result gradsync_connect_with(const gradsync_options* options,
     if (const gradsync_result r = gradsync_job_settings_from_env(&job); r != GRADSYNC_OK) return r;
   } else {
     if (settings->struct_bytes < sizeof(uint32_t)) {
-      connect_error = "gradsync_job_settings.struct_bytes is not set";
+      error_without_comm = "gradsync_job_settings.struct_bytes is not set";
       return GRADSYNC_ERR_INVALID_ARGUMENT;
     }
     std::memcpy(&job, settings, std::min<size_t>(settings->struct_bytes, sizeof(job)));
   }
-  return guarded(connect_error, [&] {
+  return guarded(error_without_comm, [&] {
     auto created = std::make_unique<gradsync_comm>();
     created->communicator = std::make_unique<Communicator>(*options, job);
     *comm = created.release();
@@ -257,6 +262,51 @@ gradsync_result gradsync_alloc(gradsync_comm* comm, size_t bytes, void** ptr) {
 gradsync_result gradsync_free(gradsync_comm* comm, void* ptr) {
   return with_comm(comm, [&](Communicator& c) {
     c.free(ptr);
+    return GRADSYNC_OK;
+  });
+}
+
+gradsync_result gradsync_heap_create(gradsync_heap** heap) {
+  return guarded(error_without_comm, [&] {
+    if (heap == nullptr) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "heap is NULL");
+    *heap = new gradsync_heap{std::make_shared<gradsync::client::SharedHeap>()};
+    return GRADSYNC_OK;
+  });
+}
+
+void gradsync_heap_destroy(gradsync_heap* heap) {
+  delete heap;
+}
+
+gradsync_result gradsync_heap_alloc(gradsync_heap* heap, size_t bytes, void** ptr) {
+  return guarded(error_without_comm, [&] {
+    if (heap == nullptr || ptr == nullptr) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "heap alloc: heap or ptr is NULL");
+    }
+    *ptr = heap->heap->allocate(bytes);
+    if (*ptr == nullptr) {
+      throw Error(GRADSYNC_ERR_OUT_OF_MEMORY,
+                  "cannot allocate " + std::to_string(bytes) + " bytes of shared memory");
+    }
+    return GRADSYNC_OK;
+  });
+}
+
+gradsync_result gradsync_heap_free(gradsync_heap* heap, void* ptr) {
+  return guarded(error_without_comm, [&] {
+    if (heap == nullptr) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "heap free: heap is NULL");
+    if (ptr != nullptr && !heap->heap->deallocate(ptr)) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                  "heap free: pointer was not returned by gradsync_heap_alloc of this heap");
+    }
+    return GRADSYNC_OK;
+  });
+}
+
+gradsync_result gradsync_attach_heap(gradsync_comm* comm, gradsync_heap* heap) {
+  return with_comm(comm, [&](Communicator& c) {
+    if (heap == nullptr) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "attach heap: heap is NULL");
+    c.attach_heap(heap->heap);
     return GRADSYNC_OK;
   });
 }
@@ -367,7 +417,7 @@ namespace {
 // A group's options from the job's by `derive` (groups.h), its errors the caller's to fix.
 gradsync_result derive_group(const gradsync_options* job, gradsync_options* group,
                              gradsync_options (*derive)(const gradsync_options&)) {
-  return guarded(connect_error, [&] {
+  return guarded(error_without_comm, [&] {
     if (job == nullptr || group == nullptr) {
       throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "job or group options are NULL");
     }
@@ -392,7 +442,7 @@ gradsync_result gradsync_options_across_nodes_group(const gradsync_options* job,
 }
 
 gradsync_result gradsync_node_address(const char* socket_path, char* address, size_t capacity) {
-  return guarded(connect_error, [&] {
+  return guarded(error_without_comm, [&] {
     if (address == nullptr || capacity == 0) {
       throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "no room for the address");
     }
@@ -451,7 +501,7 @@ gradsync_result gradsync_test(gradsync_comm* comm, gradsync_request request) {
 }
 
 const char* gradsync_last_error(const gradsync_comm* comm) {
-  if (comm == nullptr) return connect_error.c_str();
+  if (comm == nullptr) return error_without_comm.c_str();
   return comm->last_error.c_str();
 }
 

@@ -14,21 +14,26 @@ constexpr size_t kAlignment = 256;
 
 void* SharedHeap::allocate(size_t bytes) {
   if (bytes == 0) bytes = 1;
+  const std::lock_guard lock(mutex_);
   for (auto& arena : arenas_) {
-    if (void* p = arena->allocator.allocate_aligned(bytes, kAlignment, std::nothrow)) return p;
+    if (void* p = arena->allocator_.allocate_aligned(bytes, kAlignment, std::nothrow)) {
+      allocations_.insert(p);
+      return p;
+    }
   }
   // Room for the allocator's headers and alignment slack, rounded up to pages.
   const size_t page = ipc::page_size();
   const size_t wanted = std::max(kMinArenaBytes, bytes + bytes / 16 + (64u << 10));
   const size_t arena_bytes = (wanted + page - 1) & ~(page - 1);
   try {
-    auto arena = std::make_unique<Arena>();
-    arena->fd = ipc::create_sealed_memfd("gradsync-heap", arena_bytes);
-    arena->mapping = ipc::Mapping(arena->fd.get(), 0, arena_bytes);
-    arena->allocator =
-        bip::managed_external_buffer(bip::create_only, arena->mapping.data(), arena_bytes);
-    void* p = arena->allocator.allocate_aligned(bytes, kAlignment, std::nothrow);
+    auto arena = std::make_shared<Arena>();
+    arena->fd_ = ipc::create_sealed_memfd("gradsync-heap", arena_bytes);
+    arena->mapping_ = ipc::Mapping(arena->fd_.get(), 0, arena_bytes);
+    arena->allocator_ =
+        bip::managed_external_buffer(bip::create_only, arena->mapping_.data(), arena_bytes);
+    void* p = arena->allocator_.allocate_aligned(bytes, kAlignment, std::nothrow);
     arenas_.push_back(std::move(arena));
+    if (p != nullptr) allocations_.insert(p);
     return p;
   } catch (const std::exception&) {
     return nullptr;
@@ -36,26 +41,42 @@ void* SharedHeap::allocate(size_t bytes) {
 }
 
 bool SharedHeap::deallocate(void* ptr) {
+  const std::lock_guard lock(mutex_);
+  if (allocations_.erase(ptr) == 0) return false;
   for (auto it = arenas_.begin(); it != arenas_.end(); ++it) {
     Arena& arena = **it;
     if (!arena.contains(ptr)) continue;
-    arena.allocator.deallocate(ptr);
+    arena.allocator_.deallocate(ptr);
     // Give an arena back once it is empty, but keep one for the next allocation.
-    if (arena.allocator.all_memory_deallocated() && arenas_.size() > 1) arenas_.erase(it);
+    if (arena.allocator_.all_memory_deallocated() && arenas_.size() > 1) {
+      arena.released_.store(true, std::memory_order_release);
+      arenas_.erase(it);
+      releases_.fetch_add(1, std::memory_order_acq_rel);
+    }
     return true;
   }
   return false;
 }
 
-std::optional<SharedHeap::Location> SharedHeap::locate(const void* ptr, size_t bytes) const {
+std::shared_ptr<const SharedHeap::Arena> SharedHeap::arena_of(const void* ptr, size_t bytes) const {
+  const std::lock_guard lock(mutex_);
   for (const auto& arena : arenas_) {
     if (!arena->contains(ptr)) continue;
-    const auto* base = static_cast<const uint8_t*>(arena->mapping.data());
-    const auto offset = static_cast<uint64_t>(static_cast<const uint8_t*>(ptr) - base);
-    if (bytes > arena->mapping.size() - offset) return std::nullopt;
-    return Location{arena->fd.get(), offset, arena->mapping.size()};
+    const auto offset = static_cast<size_t>(static_cast<const uint8_t*>(ptr) - arena->base());
+    if (bytes > arena->size() - offset) return nullptr;
+    return arena;
   }
-  return std::nullopt;
+  return nullptr;
+}
+
+std::optional<SharedHeap::Location> SharedHeap::locate(const void* ptr, size_t bytes) const {
+  // The fd stays open past the lock: only the communicator that owns this heap calls this, on
+  // its own thread, and it frees nothing meanwhile.
+  const std::shared_ptr<const Arena> arena = arena_of(ptr, bytes);
+  if (!arena) return std::nullopt;
+  return Location{arena->fd(),
+                  static_cast<uint64_t>(static_cast<const uint8_t*>(ptr) - arena->base()),
+                  arena->size()};
 }
 
 }  // namespace gradsync::client

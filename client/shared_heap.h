@@ -1,22 +1,52 @@
 // Host memory the daemon can map: arenas of sealed memfds, carved up by a Boost.Interprocess
 // allocator whose bookkeeping lives inside the arena (the daemon never reads it: it maps only
 // registered ranges).
+//
+// A heap is thread-safe: a communicator's own heap is used by its thread only, but a heap a
+// framework allocates tensors from (gradsync_heap_create) is allocated from and freed on any
+// thread while the communicators attached to it look arenas up on theirs.
 #pragma once
 
 #include "ipc/system.h"
 
 #include <boost/interprocess/managed_external_buffer.hpp>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
+#include <unordered_set>
 #include <vector>
 
 namespace gradsync::client {
 
 class SharedHeap {
  public:
+  // One memfd, mapped here. Shared with the communicators that registered it whole with their
+  // daemon: while one holds it, its address range is not mapped again for another arena, so a
+  // registration by address never names memory it was not made for.
+  class Arena {
+   public:
+    int fd() const { return fd_.get(); }
+    uint8_t* base() const { return static_cast<uint8_t*>(mapping_.data()); }
+    size_t size() const { return mapping_.size(); }
+    // Once the heap has let go of it (every allocation in it freed): a communicator holding
+    // it unregisters it.
+    bool released() const { return released_.load(std::memory_order_acquire); }
+
+   private:
+    friend class SharedHeap;
+    bool contains(const void* p) const {
+      return p >= base() && static_cast<const uint8_t*>(p) < base() + size();
+    }
+    ipc::UniqueFd fd_;
+    ipc::Mapping mapping_;
+    boost::interprocess::managed_external_buffer allocator_;
+    std::atomic<bool> released_{false};
+  };
+
   struct Location {
     int fd;           // the arena's memfd
     uint64_t offset;  // of the address within the arena
@@ -29,18 +59,17 @@ class SharedHeap {
   bool deallocate(void* ptr);
   // Where [ptr, ptr + bytes) lives, if wholly inside one arena.
   std::optional<Location> locate(const void* ptr, size_t bytes) const;
+  // The arena [ptr, ptr + bytes) lies wholly inside; null if none.
+  std::shared_ptr<const Arena> arena_of(const void* ptr, size_t bytes) const;
+  // How many arenas the heap has let go of so far: a communicator that saw the same count
+  // last time has nothing to unregister.
+  uint64_t releases() const { return releases_.load(std::memory_order_acquire); }
 
  private:
-  struct Arena {
-    ipc::UniqueFd fd;
-    ipc::Mapping mapping;
-    boost::interprocess::managed_external_buffer allocator;
-    bool contains(const void* p) const {
-      const auto* base = static_cast<const uint8_t*>(mapping.data());
-      return p >= base && p < base + mapping.size();
-    }
-  };
-  std::vector<std::unique_ptr<Arena>> arenas_;
+  mutable std::mutex mutex_;
+  std::vector<std::shared_ptr<Arena>> arenas_;
+  std::unordered_set<const void*> allocations_;  // a free of anything else is refused
+  std::atomic<uint64_t> releases_{0};
 };
 
 }  // namespace gradsync::client

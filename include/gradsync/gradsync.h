@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define GRADSYNC_API_VERSION 9
+#define GRADSYNC_API_VERSION 10
 
 #if defined(__GNUC__)
 #define GRADSYNC_EXPORT __attribute__((visibility("default")))
@@ -158,6 +158,23 @@ GRADSYNC_EXPORT gradsync_result gradsync_free(gradsync_comm* comm, void* ptr);
  * may then use any range inside it. Registering an overlapping range twice is an error. */
 GRADSYNC_EXPORT gradsync_result gradsync_register(gradsync_comm* comm, void* ptr, size_t bytes);
 GRADSYNC_EXPORT gradsync_result gradsync_unregister(gradsync_comm* comm, void* ptr);
+
+/* A heap of shared host memory of the process rather than of one communicator (API version
+ * 10): for a framework that allocates its tensors from it, so that collectives run on them in
+ * place, with no copy into a buffer of gradsync_alloc. A heap is thread-safe. Collectives of a
+ * communicator the heap is attached to take its memory without gradsync_register: the
+ * communicator registers each arena of the heap whole on first use, and lets go of it once
+ * every allocation in it is freed. Errors of the heap's own calls are in gradsync_last_error(NULL).
+ * Memory of a heap is shared with the children the process forks, as any MAP_SHARED memory is. */
+typedef struct gradsync_heap gradsync_heap;
+GRADSYNC_EXPORT gradsync_result gradsync_heap_create(gradsync_heap** heap);
+/* Drops the caller's hold: memory still allocated stays valid while an attached communicator
+ * uses it, and goes when the last of them disconnects. */
+GRADSYNC_EXPORT void gradsync_heap_destroy(gradsync_heap* heap);
+GRADSYNC_EXPORT gradsync_result gradsync_heap_alloc(gradsync_heap* heap, size_t bytes, void** ptr);
+GRADSYNC_EXPORT gradsync_result gradsync_heap_free(gradsync_heap* heap, void* ptr);
+/* Lets comm's collectives use memory of heap (attaching one twice is no error). */
+GRADSYNC_EXPORT gradsync_result gradsync_attach_heap(gradsync_comm* comm, gradsync_heap* heap);
 
 /* Device memory (CUDA), API version 2. The daemon opens the allocation through CUDA IPC and
  * reduces on its own streams. gradsync_unregister releases it as for host memory. A daemon

@@ -98,6 +98,27 @@ class DeviceRegistration {
   void* ptr_ = nullptr;
 };
 
+// A heap of shared host memory of the process (gradsync_heap_create): thread-safe, usable by
+// every communicator it is attached to without registering.
+class Heap {
+ public:
+  Heap() { check(gradsync_heap_create(&heap_), nullptr); }
+  Heap(const Heap&) = delete;
+  Heap& operator=(const Heap&) = delete;
+  ~Heap() { gradsync_heap_destroy(heap_); }
+
+  gradsync_heap* get() const { return heap_; }
+  void* allocate(size_t bytes) {
+    void* ptr = nullptr;
+    check(gradsync_heap_alloc(heap_, bytes, &ptr), nullptr);
+    return ptr;
+  }
+  void free(void* ptr) { check(gradsync_heap_free(heap_, ptr), nullptr); }
+
+ private:
+  gradsync_heap* heap_ = nullptr;
+};
+
 class Communicator {
  public:
   // Connects with the identity from the environment (GRADSYNC_SOCKET, GRADSYNC_JOB, RANK, ...).
@@ -118,6 +139,8 @@ class Communicator {
   gradsync_comm* get() const { return comm_; }
 
   SharedBuffer allocate(size_t bytes) { return SharedBuffer(comm_, bytes); }
+  // Collectives may use `heap`'s memory from now on, without registering it.
+  void attach(const Heap& heap) { check(gradsync_attach_heap(comm_, heap.get()), comm_); }
   DeviceRegistration register_device(void* ptr, size_t bytes) {
     return DeviceRegistration(comm_, ptr, bytes);
   }

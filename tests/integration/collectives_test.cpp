@@ -119,6 +119,22 @@ TEST_F(MappingCacheTest, EvictedBuffersMapAgainAndStayRight) {
   expect_resources_return_to(baseline);
 }
 
+class HeapTest : public DaemonTest, public ::testing::WithParamInterface<int> {};
+
+// A heap of the process serves two communicators with no registration, every result right;
+// the arenas it lets go of are unregistered as they go (more of them than the daemon lets a
+// client hold at once), and what the daemon held for them goes with the ranks.
+TEST_P(HeapTest, TwoCommunicatorsShareItAndReleasedArenasAreUnregistered) {
+  start_daemon("max_buffers_per_client = 3");
+  const DaemonResources baseline = settled_resources_of(daemon().process().pid(), socket());
+  auto ranks = spawn_ranks("heap", GetParam(), {"heap", "6"});
+  expect_all_succeed(ranks);
+  expect_resources_return_to(baseline);
+}
+
+INSTANTIATE_TEST_SUITE_P(LocalRanks, HeapTest, ::testing::Values(1, 2, 3),
+                         [](const auto& info) { return std::to_string(info.param) + "ranks"; });
+
 class IsolationTest : public DaemonTest {
  protected:
   void SetUp() override {

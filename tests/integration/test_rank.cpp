@@ -850,6 +850,85 @@ int scenario_groups(const gradsync_options& job) {
   return 0;
 }
 
+// A heap of the process (gradsync_heap_create) serving two communicators of two jobs with no
+// registration: every kind of collective on its memory checked against the reference; memory of
+// neither refused with a clear error; then `cycles` times a block larger than an arena taken,
+// used and freed, so that the heap lets its arena go (run it with fewer buffers allowed a
+// client than cycles: the test holds only if each released arena is unregistered).
+int scenario_heap(const gradsync_options& job, int cycles) {
+  gradsync::Heap heap;
+  gradsync_options node{};
+  EXPECT_OR_FAIL(gradsync_options_node_group(&job, &node) == GRADSYNC_OK, "node group: %s",
+                 gradsync_last_error(nullptr));
+  Communicator comm(job);
+  Communicator node_comm(node);
+  comm.attach(heap);
+  node_comm.attach(heap);
+  node_comm.attach(heap);  // twice is no error
+  constexpr size_t kCount = 300007;
+  const size_t bytes = kCount * sizeof(float) * static_cast<size_t>(g_ranks);
+  auto* a = static_cast<uint8_t*>(heap.allocate(bytes));
+  auto* b = static_cast<uint8_t*>(heap.allocate(bytes));
+  uint64_t seed = 5000;
+  for (Communicator* c : {&comm, &node_comm}) {
+    for (const bool in_place : {false, true}) {
+      reference::fill_input(a, kCount, GRADSYNC_FLOAT32, g_rank, GRADSYNC_SUM, ++seed);
+      uint8_t* out = in_place ? a : b;
+      c->wait(c->allreduce("heap.ar", a, out, kCount, GRADSYNC_FLOAT32, GRADSYNC_SUM));
+      const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, out, kCount,
+                                                  GRADSYNC_FLOAT32, GRADSYNC_SUM, g_ranks, 0, seed);
+      EXPECT_OR_FAIL(wrong == 0, "allreduce on heap memory, in place %d: %zu wrong", in_place,
+                     wrong);
+    }
+    reference::fill_input(a, kCount, GRADSYNC_INT32, g_rank, GRADSYNC_SUM, ++seed);
+    c->wait(c->allgather("heap.ag", a, b, kCount, GRADSYNC_INT32));
+    size_t wrong = reference::count_wrong(reference::Kind::kAllgather, b, kCount, GRADSYNC_INT32,
+                                          GRADSYNC_SUM, g_ranks, 0, seed);
+    EXPECT_OR_FAIL(wrong == 0, "allgather on heap memory: %zu wrong", wrong);
+    reference::fill_input(a, kCount * static_cast<size_t>(g_ranks), GRADSYNC_FLOAT32, g_rank,
+                          GRADSYNC_MAX, ++seed);
+    c->wait(c->reduce_scatter("heap.rs", a, b, kCount, GRADSYNC_FLOAT32, GRADSYNC_MAX));
+    wrong = reference::count_wrong_reduce_scatter(b, kCount, GRADSYNC_FLOAT32, GRADSYNC_MAX,
+                                                  g_ranks, g_rank, seed);
+    EXPECT_OR_FAIL(wrong == 0, "reduce-scatter on heap memory: %zu wrong", wrong);
+    constexpr size_t kWide = kCount / 2;  // int64s: the same bytes
+    reference::fill_input(a, kWide * static_cast<size_t>(g_ranks), GRADSYNC_INT64, g_rank,
+                          GRADSYNC_SUM, ++seed);
+    c->wait(c->alltoall("heap.a2a", a, b, kWide, GRADSYNC_INT64));
+    wrong = reference::count_wrong_alltoall(b, kWide, GRADSYNC_INT64, GRADSYNC_SUM, g_ranks, g_rank,
+                                            seed);
+    EXPECT_OR_FAIL(wrong == 0, "all-to-all on heap memory: %zu wrong", wrong);
+  }
+  // Memory of neither the heap nor a registration: refused before it reaches the daemon.
+  std::vector<float> private_memory(64);
+  gradsync_request request = 0;
+  const gradsync_result refused =
+      gradsync_allreduce(comm.get(), "private", private_memory.data(), private_memory.data(),
+                         private_memory.size(), GRADSYNC_FLOAT32, GRADSYNC_SUM, &request);
+  EXPECT_OR_FAIL(refused == GRADSYNC_ERR_INVALID_ARGUMENT &&
+                     std::strstr(gradsync_last_error(comm.get()), "registered") != nullptr,
+                 "private memory: %s (%d)", gradsync_last_error(comm.get()), refused);
+  EXPECT_OR_FAIL(
+      gradsync_heap_free(heap.get(), private_memory.data()) == GRADSYNC_ERR_INVALID_ARGUMENT,
+      "freeing memory the heap did not allocate was not refused");
+  // Larger than an arena's least size: an arena of its own, let go of once freed.
+  constexpr size_t kArenaSized = 65ull << 20;
+  for (int cycle = 0; cycle < cycles; ++cycle) {
+    auto* big = static_cast<uint8_t*>(heap.allocate(kArenaSized));
+    uint8_t* end = big + kArenaSized - kCount * sizeof(float);  // the arena's far end
+    reference::fill_input(end, kCount, GRADSYNC_FLOAT32, g_rank, GRADSYNC_SUM, ++seed);
+    comm.wait(comm.allreduce("heap.big", end, end, kCount, GRADSYNC_FLOAT32, GRADSYNC_SUM));
+    const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, end, kCount,
+                                                GRADSYNC_FLOAT32, GRADSYNC_SUM, g_ranks, 0, seed);
+    EXPECT_OR_FAIL(wrong == 0, "cycle %d: allreduce in an arena of its own: %zu wrong", cycle,
+                   wrong);
+    heap.free(big);
+  }
+  heap.free(a);
+  heap.free(b);
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   // --as-uid N: become another user first (the tests run as root).
@@ -880,6 +959,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (scenario == "groups") return scenario_groups(options);
+    if (scenario == "heap") return scenario_heap(options, std::stoi(args.at(1)));
     Communicator comm(options);
     if (scenario == "collectives") return scenario_collectives(comm);
     if (scenario == "device_refused") return scenario_device_refused(comm);
