@@ -1,6 +1,7 @@
 // The Python module gradsync._torch_backend: the process group class the package's backend
 // creator (gradsync/torch.py) builds once the group's ranks have agreed on their job.
 #include "client/torch/process_group.h"
+#include "client/torch/shared_memory_allocator.h"
 
 #include <gradsync/gradsync.h>
 
@@ -69,5 +70,16 @@ PYBIND11_MODULE(_torch_backend, module) {
            py::call_guard<py::gil_scoped_release>())
       .def_property("priority", &ProcessGroupGradsync::priority,
                     &ProcessGroupGradsync::set_priority,
-                    "the priority of the collectives called from now on (higher first)");
+                    "the priority of the collectives called from now on (higher first)")
+      .def_property_readonly("staged_bytes", &ProcessGroupGradsync::staged_bytes,
+                             "bytes of staging memory this group's calls were copied through");
+  using gradsync::torch_backend::SharedMemoryAllocator;
+  module.def(
+      "use_shared_memory",
+      [](size_t min_bytes) { SharedMemoryAllocator::instance().serve_from(min_bytes); },
+      py::arg("min_bytes"),
+      "CPU tensors of at least min_bytes bytes allocated from now on live in gradsync's shared "
+      "memory (0: none)");
+  module.def("in_shared_memory", &SharedMemoryAllocator::holds, py::arg("tensor"),
+             "whether the tensor lies in gradsync's shared memory");
 }

@@ -23,8 +23,12 @@ std::exception_ptr call_error(const char* call, const std::exception& error) {
 }  // namespace
 
 CollectiveWorker::CollectiveWorker(const gradsync_options& options,
-                                   const gradsync_job_settings& settings)
-    : comm_(options, settings), staging_(comm_), thread_([this] { run(); }) {}
+                                   const gradsync_job_settings& settings,
+                                   const gradsync::Heap& tensor_heap)
+    : comm_(options, settings), staging_(comm_) {
+  comm_.attach(tensor_heap);
+  thread_ = std::thread([this] { run(); });
+}
 
 CollectiveWorker::~CollectiveWorker() {
   {
@@ -121,9 +125,13 @@ void CollectiveWorker::submit(InFlight& flight) {
     if (stream && task.inputs_ready) task.inputs_ready->block(*stream);
     for (const Transfer& transfer : task.transfers) {
       const c10::Device device = transfer.on_host ? c10::Device(c10::kCPU) : task.device;
+      const size_t staged = transfer.staged_bytes();
       StagingBuffer& buffer = flight.staging.emplace_back(
-          staging_.acquire(transfer.recv_bytes + transfer.send_bytes, device));
-      if (transfer.fill) transfer.fill(buffer.data() + transfer.recv_bytes);
+          staged == 0 ? StagingBuffer(SharedBuffer()) : staging_.acquire(staged, device));
+      staged_bytes_.fetch_add(staged, std::memory_order_relaxed);
+      if (transfer.fill) {
+        transfer.fill(buffer.data() + (transfer.direct_recv != nullptr ? 0 : transfer.recv_bytes));
+      }
     }
     if (stream) stream->synchronize();
     if (task.transfers.size() > 1) {
@@ -132,8 +140,13 @@ void CollectiveWorker::submit(InFlight& flight) {
     }
     for (size_t i = 0; i < task.transfers.size(); ++i) {
       const Transfer& transfer = task.transfers[i];
-      std::byte* recv = flight.staging[i].data();
-      std::byte* send = recv + transfer.recv_bytes;
+      std::byte* const staged = flight.staging[i].data();
+      const bool recv_staged = transfer.direct_recv == nullptr;
+      std::byte* const send = transfer.direct_send != nullptr
+                                  ? transfer.direct_send
+                                  : staged + (recv_staged ? transfer.recv_bytes : 0);
+      std::byte* const recv =
+          transfer.recv_bytes == 0 ? send : (recv_staged ? staged : transfer.direct_recv);
       switch (transfer.kind) {
         case TransferKind::kAllreduce:
           flight.requests.push_back(
@@ -217,7 +230,9 @@ void CollectiveWorker::deliver(InFlight& done) {
   } catch (const std::exception& error) {
     if (!done.error) done.error = call_error(done.task.call, error);
   }
-  for (StagingBuffer& buffer : done.staging) staging_.release(std::move(buffer));
+  for (StagingBuffer& buffer : done.staging) {
+    if (buffer.size() != 0) staging_.release(std::move(buffer));
+  }
   done.staging.clear();
 }
 

@@ -23,6 +23,7 @@
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -42,7 +43,9 @@ namespace gradsync::torch_backend {
 enum class TransferKind { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kAllToAll, kBarrier };
 
 // One gradsync collective of a task, on staging memory on the task's device: the receive region
-// first, then the send region (none when in place).
+// first, then the send region (none when in place). A region whose tensor already lies in memory
+// the communicator can use (gradsync's shared memory allocator) is not staged: the collective
+// runs on the tensor itself.
 struct Transfer {
   TransferKind kind = TransferKind::kBarrier;
   size_t send_bytes = 0;
@@ -55,6 +58,15 @@ struct Transfer {
   std::function<void(const std::byte* recv)> deliver;  // copies the result out
   // Staged in host memory whatever the task's device (a table of sizes the host reads).
   bool on_host = false;
+  // The tensors' own memory, where they are not staged: then `fill` (for the send region) or
+  // `deliver` (for the receive region; in place, for both) is left empty.
+  std::byte* direct_send = nullptr;
+  std::byte* direct_recv = nullptr;
+  std::vector<at::Tensor> direct_tensors;  // held until the collective is over
+  // Bytes of staging memory the transfer needs.
+  size_t staged_bytes() const {
+    return (direct_recv != nullptr ? 0 : recv_bytes) + (direct_send != nullptr ? 0 : send_bytes);
+  }
 };
 
 struct Task {
@@ -77,13 +89,18 @@ struct Task {
 
 class CollectiveWorker {
  public:
-  CollectiveWorker(const gradsync_options& options, const gradsync_job_settings& settings);
+  // Collectives may run on `tensor_heap`'s memory in place (Transfer::direct_send).
+  CollectiveWorker(const gradsync_options& options, const gradsync_job_settings& settings,
+                   const gradsync::Heap& tensor_heap);
   // Runs every queued task to its end, then disconnects.
   ~CollectiveWorker();
   CollectiveWorker(const CollectiveWorker&) = delete;
   CollectiveWorker& operator=(const CollectiveWorker&) = delete;
 
   void enqueue(Task task);
+  // Bytes of staging memory the calls so far were copied through (a diagnostic: a call whose
+  // tensors lie in gradsync's shared memory adds none).
+  uint64_t staged_bytes() const { return staged_bytes_.load(std::memory_order_relaxed); }
 
  private:
   struct InFlight {
@@ -121,7 +138,8 @@ class CollectiveWorker {
   std::exception_ptr broken_;  // once a collective timed out, its successors cannot run
   int32_t priority_ = 0;       // the communicator's
   std::map<c10::DeviceIndex, c10::Stream> streams_;  // per GPU, from PyTorch's pool
-  std::thread thread_;                               // last: starts once the rest is built
+  std::atomic<uint64_t> staged_bytes_{0};
+  std::thread thread_;  // last: starts once the rest is built
 };
 
 }  // namespace gradsync::torch_backend

@@ -1,5 +1,6 @@
 #include "client/torch/process_group.h"
 
+#include "client/torch/shared_memory_allocator.h"
 #include "client/torch/tensor_types.h"
 #include "client/torch/transfers.h"
 #include "client/torch/uneven_alltoall.h"
@@ -66,6 +67,39 @@ void check_like(const at::Tensor& tensor, const at::Tensor& model, const char* c
               model.scalar_type(), " of ", model.numel());
 }
 
+// A tensor's own memory, where a collective can run on it as it lies (dense, in gradsync's
+// shared memory); null where it must be staged.
+std::byte* direct_memory(const at::Tensor& tensor) {
+  if (!tensor.is_contiguous() || !SharedMemoryAllocator::holds(tensor)) return nullptr;
+  return static_cast<std::byte*>(tensor.data_ptr());
+}
+
+// The same, for a collective that moves the tensor's bytes as whole 4-byte words.
+std::byte* direct_words(const at::Tensor& tensor) {
+  return bytes_of(tensor) % kWordBytes == 0 ? direct_memory(tensor) : nullptr;
+}
+
+// The same, for a reduction of the tensor's elements as `type`.
+std::byte* direct_elements(const at::Tensor& tensor, ReducedType type) {
+  return type.scalar == tensor.scalar_type() ? direct_memory(tensor) : nullptr;
+}
+
+// Runs `transfer`'s send region on `send` and its receive region on `recv` where they are not
+// null (the tensors' own memory), dropping the copy in or out it no longer needs.
+void run_direct(Transfer& transfer, std::byte* send, std::byte* recv,
+                std::vector<at::Tensor> tensors) {
+  if (send == nullptr && recv == nullptr) return;
+  if (send != nullptr) {
+    transfer.direct_send = send;
+    transfer.fill = nullptr;
+  }
+  if (recv != nullptr) {
+    transfer.direct_recv = recv;
+    transfer.deliver = nullptr;
+  }
+  transfer.direct_tensors = std::move(tensors);
+}
+
 // Copies `blocks` end to end into staging, as `type`.
 std::function<void(std::byte*)> fill_with(std::vector<at::Tensor> blocks, ReducedType type) {
   return [blocks = std::move(blocks), type](std::byte* send) {
@@ -90,6 +124,10 @@ Transfer reduction_in_place(const at::Tensor& tensor, gradsync_op op, const char
   transfer.deliver = [tensor, type, keep](const std::byte* recv) {
     if (keep) copy_out(recv, tensor, type.scalar);
   };
+  // In place only where the result is kept: a reduce leaves its other ranks' tensors as they are.
+  if (std::byte* memory = keep ? direct_elements(tensor, type) : nullptr) {
+    run_direct(transfer, memory, memory, {tensor});
+  }
   return transfer;
 }
 
@@ -167,7 +205,8 @@ ProcessGroupGradsync::ProcessGroupGradsync(const gradsync_options& options,
                                            std::chrono::milliseconds timeout)
     : c10d::ProcessGroup(options.rank, options.world_size),
       timeout_(timeout),
-      worker_(std::make_unique<CollectiveWorker>(options, settings)) {}
+      worker_(std::make_unique<CollectiveWorker>(options, settings,
+                                                 SharedMemoryAllocator::instance().heap())) {}
 
 ProcessGroupGradsync::~ProcessGroupGradsync() {
   // Python drops the last reference to a group with the GIL held, and the worker may need the
@@ -267,6 +306,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::broadcast(std::vector<at::T
       [tensor, root](const std::byte* recv) {
         if (!root) copy_out(recv, tensor);
       }));
+  std::byte* memory = direct_words(tensor);
+  run_direct(transfers.back(), memory, memory, {tensor});
   return run("broadcast", OpType::BROADCAST, device, std::move(transfers), tensors,
              bound(opts.timeout));
 }
@@ -302,6 +343,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_allgather_base(
       [output, bytes, block, world](const std::byte* recv) {
         unpack_blocks(output, recv, bytes, block, world);
       }));
+  if (block == bytes) {  // the output's blocks lie as the collective lays them out
+    run_direct(transfers.back(), direct_memory(input), direct_memory(output), {input, output});
+  }
   return run("_allgather_base", OpType::_ALLGATHER_BASE, device, std::move(transfers), {output},
              bound(opts.timeout));
 }
@@ -408,10 +452,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(
       output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * size_,
       "gradsync: _reduce_scatter_base needs an input of the output's dtype and ", size_,
       " times its size");
+  const ReducedType type = reduced_type(input, "_reduce_scatter_base");
   std::vector<Transfer> transfers;
-  transfers.push_back(scatter_reduction(
-      {input}, static_cast<size_t>(output.numel()), reduced_type(input, "_reduce_scatter_base"),
-      reduction_op(opts.reduceOp, "_reduce_scatter_base"), output));
+  transfers.push_back(scatter_reduction({input}, static_cast<size_t>(output.numel()), type,
+                                        reduction_op(opts.reduceOp, "_reduce_scatter_base"),
+                                        output));
+  run_direct(transfers.back(), direct_elements(input, type), direct_elements(output, type),
+             {input, output});
   return run("_reduce_scatter_base", OpType::_REDUCE_SCATTER_BASE, device, std::move(transfers),
              {output}, bound(opts.timeout));
 }
@@ -441,6 +488,9 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
       [output, block, stride, world](const std::byte* recv) {
         unpack_blocks(output, recv, block, stride, world);
       }));
+  if (stride == block) {
+    run_direct(transfers.back(), direct_memory(input), direct_memory(output), {input, output});
+  }
   return run("alltoall_base", OpType::ALLTOALL_BASE, device, std::move(transfers), {output},
              bound(opts.timeout));
 }

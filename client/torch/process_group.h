@@ -72,6 +72,8 @@ class ProcessGroupGradsync : public c10d::ProcessGroup {
   // package's gradsync.torch.priority sets it around calls.
   void set_priority(int32_t priority) { priority_ = priority; }
   int32_t priority() const { return priority_; }
+  // Bytes of staging memory this group's calls were copied through so far.
+  uint64_t staged_bytes() const { return worker_->staged_bytes(); }
 
  private:
   // Queues the transfers as one call, with a second stage where `then` is given (Task::then);

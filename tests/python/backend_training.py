@@ -24,25 +24,40 @@ def train(group, steps, zero, device):
                                             process_group=group, lr=0.05, momentum=0.9)
     else:
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    staged = group_staged_bytes(group)
     start = time.perf_counter()
     for x, y in batches(rank, steps, 16, device):
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(ddp(x), y).backward()
         optimizer.step()
     elapsed = (time.perf_counter() - start) / steps
-    return [p.detach().clone() for p in model.parameters()], elapsed
+    if staged is not None:
+        staged = group_staged_bytes(group) - staged
+    return [p.detach().clone() for p in model.parameters()], elapsed, staged
 
 
-def check_training(steps, expect, device):
-    """On `device` (the host, or a GPU: there Gloo's run is on the GPU too)."""
+def group_staged_bytes(group):
+    """The bytes a gradsync process group staged so far; None for another backend's."""
+    if group is None or group == dist.group.WORLD:
+        group = dist.distributed_c10d._get_default_group()
+    return getattr(group, "staged_bytes", None)
+
+
+def check_training(steps, expect, device, in_shared_memory=False):
+    """On `device` (the host, or a GPU: there Gloo's run is on the GPU too). With
+    `in_shared_memory` (every tensor allocated in gradsync's shared memory), DDP's steps stage
+    nothing through gradsync: its buckets are reduced where they lie."""
     torch.set_default_dtype(torch.float64)
     torch.backends.cudnn.deterministic = True
     gloo = dist.new_group(backend="gloo")
     rank = dist.get_rank()
     for zero in (False, True):
         name = "ZeroRedundancyOptimizer" if zero else "DDP"
-        ours, our_step = train(dist.group.WORLD, steps, zero, device)
-        theirs, their_step = train(gloo, steps, zero, device)
+        ours, our_step, staged = train(dist.group.WORLD, steps, zero, device)
+        if in_shared_memory and not zero:
+            expect(staged == 0, f"DDP's steps staged {staged} bytes; their buckets are in "
+                   "shared memory")
+        theirs, their_step, _ = train(gloo, steps, zero, device)
         worst = max(relative_error(p, q) for p, q in zip(ours, theirs))
         print(f"rank {rank}: {name} over gradsync vs Gloo after {steps} steps: max relative "
               f"difference {worst:.1e}; {our_step * 1e3:.1f} ms a step (Gloo "

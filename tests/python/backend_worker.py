@@ -11,6 +11,9 @@ Run by tests/python/run_ranks.py. --check picks what to run:
   bad-input   mismatched shapes and dtypes, a tensor on an unsupported device, a subgroup with
               a rank outside the world, an unsupported op: a clear error on every rank, no hang
   dies        rank 1 exits in the middle of a collective: the others raise within 10 s
+--shared-memory N allocates CPU tensors of N bytes or more in gradsync's shared memory
+(gradsync.torch.use_shared_memory): calls then also checks that the calls on them run in place,
+and ddp that DDP's buckets do.
 --device cuda runs calls and ddp on CUDA tensors (each rank on GPU LOCAL_RANK % the GPUs), still
 checked against Gloo on the host (calls) or Gloo on the GPU (ddp).
 Exit status 0: as expected; 1: not; 3: the expected error reached this rank (--check dies).
@@ -298,6 +301,8 @@ def main():
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where the gradsync side's tensors lie")
+    parser.add_argument("--shared-memory", type=int, metavar="BYTES",
+                        help="CPU tensors of at least BYTES bytes in gradsync's shared memory")
     parser.add_argument("--no-job-name", action="store_true",
                         help="unset GRADSYNC_JOB: the ranks agree on a name through the store")
     args = parser.parse_args()
@@ -317,6 +322,8 @@ def main():
         local_rank = int(os.environ.get("LOCAL_RANK", rank))
         DEVICE[0] = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(DEVICE[0])
+    if args.shared_memory is not None:
+        gradsync.torch.use_shared_memory(args.shared_memory)
     timeout = datetime.timedelta(seconds=60 if args.check != "dies" else 30)
     dist.init_process_group("gradsync", init_method=f"file://{args.init_file}", rank=rank,
                             world_size=world, timeout=timeout)
@@ -326,10 +333,17 @@ def main():
         check_calls(dist.group.WORLD, gloo, list(range(world)), "world")
         check_parameters(world)
         check_subgroups(world)
+        if args.shared_memory is not None:
+            from backend_in_place import check_in_place
+            check_in_place(None, list(range(world)), "world", expect)
+            if world > 2:
+                subgroup = dist.new_group([0, 2])  # every rank creates it; its members use it
+                if rank in (0, 2):
+                    check_in_place(subgroup, [0, 2], "subgroup", expect)
         status = 0
     elif args.check == "ddp":
         from backend_training import check_training
-        status = check_training(args.steps, expect, DEVICE[0])
+        status = check_training(args.steps, expect, DEVICE[0], args.shared_memory is not None)
     elif args.check == "bad-input":
         from backend_faults import check_bad_input
         status = check_bad_input(expect)

@@ -10,6 +10,7 @@ GRADSYNC_NODES lists the nodes' daemons, each node's first rank asks its daemon 
 inter-node address and publishes it in the store, and every rank reads the list from there.
 """
 import ctypes
+import functools
 import glob
 import importlib.machinery
 import importlib.util
@@ -39,8 +40,9 @@ def _extension_candidates():
             yield from sorted(glob.glob(str(directory / f"_torch_backend{suffix}")))
 
 
+@functools.cache
 def load_extension():
-    """The extension module; libgradsync is loaded first, so that the extension links against
+    """The extension module (loaded once); libgradsync is loaded first, so that the extension links against
     the library the package chose."""
     _core.library()
     for path in _extension_candidates():

@@ -89,6 +89,23 @@ def priority(value, group=None):
         process_group.priority = before
 
 
+def use_shared_memory(min_bytes=1 << 20):
+    """CPU tensors of at least `min_bytes` bytes allocated from now on live in shared memory
+    gradsyncd maps, so that the gradsync backend's collectives run on them where they lie
+    instead of copying them into memory of its own and back (docs/python.md). Call it before
+    the model and DDP are built, so that DDP's buckets are among them; 0 stops (tensors already
+    allocated stay where they are). Children the process forks (DataLoader workers) share
+    these tensors' memory rather than copying it, as with Tensor.share_memory_()."""
+    if min_bytes < 0:
+        raise ValueError(f"gradsync.torch.use_shared_memory: min_bytes {min_bytes} is negative")
+    _backend.load_extension().use_shared_memory(int(min_bytes))
+
+
+def in_shared_memory(tensor):
+    """Whether `tensor` lies in gradsync's shared memory (use_shared_memory)."""
+    return _backend.load_extension().in_shared_memory(tensor)
+
+
 def _default_group_is_gradsync():
     import torch.distributed as dist
     return (dist.is_available() and dist.is_initialized() and

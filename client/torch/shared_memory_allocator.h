@@ -1,0 +1,52 @@
+// PyTorch's CPU allocator, once a process opts in (gradsync.torch.use_shared_memory): tensors
+// of at least a threshold are allocated from a gradsync heap of the process (gradsync_heap_create)
+// that every gradsync process group's communicator is attached to, so the backend's
+// collectives run on them where they lie instead of copying them into staging memory and back.
+// Smaller tensors, and any the heap cannot hold, come from PyTorch's own allocator.
+#pragma once
+
+#include <c10/core/Allocator.h>
+#include <gradsync/gradsync.hpp>
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <cstddef>
+#include <mutex>
+
+namespace gradsync::torch_backend {
+
+class SharedMemoryAllocator final : public c10::Allocator {
+ public:
+  // The process's one. c10 keeps a plain pointer to its CPU allocator for the life of the
+  // process, and tensors are freed until the very end of it (after static destructors run),
+  // so it is never destroyed.
+  static SharedMemoryAllocator& instance();
+
+  // Serves CPU tensors of `min_bytes` bytes or more from the heap from now on; 0 stops (the
+  // tensors already allocated stay where they are). The first call installs this allocator as
+  // PyTorch's CPU allocator; like any change of it, it belongs before the threads that
+  // allocate start (c10::SetAllocator is not thread-safe).
+  void serve_from(size_t min_bytes);
+
+  // The heap every process group's communicator attaches.
+  const gradsync::Heap& heap() const { return heap_; }
+
+  // Whether `tensor` lies in the heap's memory.
+  static bool holds(const at::Tensor& tensor);
+
+  c10::DataPtr allocate(size_t bytes) const override;
+  c10::DeleterFnPtr raw_deleter() const override { return &free_any; }
+
+ private:
+  SharedMemoryAllocator() = default;
+  // Frees memory of either kind: raw_allocate hands out both under one deleter.
+  static void free_any(void* ptr);
+
+  gradsync::Heap heap_;
+  c10::Allocator* fallback_ = nullptr;  // PyTorch's own, set once when installed
+  std::atomic<size_t> min_bytes_{0};    // 0: nothing from the heap
+  std::once_flag installed_;
+};
+
+}  // namespace gradsync::torch_backend
