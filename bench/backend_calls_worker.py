@@ -9,6 +9,10 @@ The splits: rank s sends rank t a block of size / world bytes times a factor dra
 [1 - skew, 1 + skew] (the same on every rank), the factors scaled to a mean of 1; skew 0 gives
 equal blocks, passed as split sizes all the same. `equal` rows: all_to_all_single without split sizes, gradsync's one-stage
 path, for the cost of the split-size stage.
+
+all_reduce and the `equal` rows run a third way: through gradsync on tensors allocated in its
+shared memory (gradsync.torch.use_shared_memory), which the backend reduces and exchanges where
+they lie instead of staging them (`gradsync_shared_ms`).
 """
 import argparse
 import datetime
@@ -52,7 +56,21 @@ def timed(call, gloo, iterations):
 
 def with_speedup(row):
     row["gradsync_speedup"] = row["gloo_ms"] / row["gradsync_ms"]
+    if "gradsync_shared_ms" in row:
+        row["gradsync_shared_speedup"] = row["gloo_ms"] / row["gradsync_shared_ms"]
     return row
+
+
+def in_shared_memory(make):
+    """A tensor `make` allocates in gradsync's shared memory."""
+    gradsync.torch.use_shared_memory(1)
+    try:
+        tensor = make()
+    finally:
+        gradsync.torch.use_shared_memory(0)
+    if not gradsync.torch.in_shared_memory(tensor):
+        raise SystemExit("a tensor meant for gradsync's shared memory is not there")
+    return tensor
 
 
 def allreduce_row(size, gloo, args):
@@ -60,7 +78,9 @@ def allreduce_row(size, gloo, args):
     times they run), then checked once on small integers (exact sums in any order)."""
     rank, world = dist.get_rank(), dist.get_world_size()
     tensor = torch.zeros(size // 4)
+    shared = in_shared_memory(lambda: torch.zeros(size // 4))
     ways = {"gradsync": lambda: dist.all_reduce(tensor),
+            "gradsync_shared": lambda: dist.all_reduce(shared),
             "gloo": lambda: dist.all_reduce(tensor, group=gloo)}
     times = {way: [] for way in ways}
     for _ in range(args.rounds):
@@ -68,9 +88,11 @@ def allreduce_row(size, gloo, args):
             times[way].append(timed(call, gloo, args.iterations))
     ours = torch.randint(-3, 4, (size // 4,), generator=torch.Generator().manual_seed(rank)).float()
     theirs = ours.clone()
+    shared.copy_(ours)
     dist.all_reduce(ours)
+    dist.all_reduce(shared)
     dist.all_reduce(theirs, group=gloo)
-    if not torch.equal(ours, theirs):
+    if not torch.equal(ours, theirs) or not torch.equal(shared, theirs):
         raise SystemExit(f"rank {rank}: gradsync's all_reduce differs from Gloo's ({size} bytes)")
     return with_speedup({"call": "all_reduce", "bytes": size, "skew": None, "ranks": world,
                          **{f"{way}_ms": statistics.median(t) * 1e3 for way, t in times.items()}})
@@ -111,11 +133,16 @@ def main():
                 "gradsync": lambda: dist.all_to_all_single(ours, source, *split_args),
                 "gloo": lambda: dist.all_to_all_single(theirs, source, *split_args, group=gloo),
             }
+            if skew == "equal":
+                shared_source = in_shared_memory(lambda: source.clone())
+                shared_out = in_shared_memory(lambda: torch.empty_like(ours))
+                ways["gradsync_shared"] = lambda: dist.all_to_all_single(shared_out, shared_source)
             times = {way: [] for way in ways}
             for _ in range(args.rounds):
                 for way, call in ways.items():
                     times[way].append(timed(call, gloo, args.iterations))
-            if not torch.equal(ours, theirs):
+            if not torch.equal(ours, theirs) or (skew == "equal" and
+                                                  not torch.equal(shared_out, theirs)):
                 raise SystemExit(f"rank {rank}: gradsync's result differs from Gloo's "
                                  f"({size} bytes, skew {skew})")
             flat = [n for line in matrix for n in line]
