@@ -8,6 +8,8 @@
 --backend gradsync (the default): torch.distributed's backend "gradsync", DDP unchanged.
 --backend hook: a Gloo process group, with gradsync's DDP communication hook.
 --backend gloo: no gradsync at all, for comparison.
+--shared-memory (with --backend gradsync): the model and DDP's buckets in gradsync's shared
+memory, where the backend reduces them in place (docs/python.md).
 
 The data set is synthetic and deterministic: 28x28 single-channel images whose label is which
 of ten fixed smooth patterns they correlate with most, so the loss goes down. The gradsync lines
@@ -71,7 +73,14 @@ def main():
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--backend", choices=["gradsync", "hook", "gloo"], default="gradsync")
+    parser.add_argument("--shared-memory", action="store_true",
+                        help="tensors of 64 KiB or more in gradsync's shared memory")
     args = parser.parse_args()
+    if args.shared_memory:
+        if args.backend != "gradsync":
+            parser.error("--shared-memory serves the backend gradsync only")
+        # gradsync: before the model and DDP allocate, so that DDP's buckets are reduced in place.
+        gradsync.torch.use_shared_memory(64 << 10)
 
     # gradsync: one word, and every collective of the process group runs in the node's daemon.
     dist.init_process_group("gradsync" if args.backend == "gradsync" else "gloo")

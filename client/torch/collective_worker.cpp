@@ -197,6 +197,12 @@ bool CollectiveWorker::progress(InFlight& oldest) {
           std::to_string(timeout) + " ms; this process group cannot run collectives any more"));
       for (StagingBuffer& buffer : oldest.staging) abandoned_.push_back(std::move(buffer));
       oldest.staging.clear();
+      // Tensors it ran on in place likewise: their memory must not serve another tensor.
+      for (Transfer& transfer : oldest.task.transfers) {
+        for (at::Tensor& tensor : transfer.direct_tensors) {
+          abandoned_tensors_.push_back(std::move(tensor));
+        }
+      }
       return true;
     }
     const auto slice = std::min<std::chrono::milliseconds>(

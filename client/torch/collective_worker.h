@@ -126,7 +126,9 @@ class CollectiveWorker {
 
   gradsync::Communicator comm_;
   StagingPool staging_;
-  std::vector<StagingBuffer> abandoned_;  // of timed-out collectives: the daemon may still write
+  // Of timed-out collectives, which the daemon may still write: kept to the end.
+  std::vector<StagingBuffer> abandoned_;
+  std::vector<at::Tensor> abandoned_tensors_;
 
   std::mutex mutex_;
   std::condition_variable queued_;
