@@ -294,6 +294,14 @@ TEST(Cluster, ANodesGroupThenItsAcrossNodesGroupMakeTheJobsAllreduce) {
   expect_all_succeed(ranks, cluster);
 }
 
+// A heap of the process serves a job across nodes and its node's group without registration,
+// and the arenas it lets go of are unregistered (HeapTest on one node).
+TEST(Cluster, AHeapOfTheProcessServesTheJobAcrossNodes) {
+  LoopbackCluster cluster(2);
+  auto ranks = cluster.spawn("heap", {2, 2}, {"heap", "3"});
+  expect_all_succeed(ranks, cluster);
+}
+
 // Hundreds of small tensors ready at once: more than one cycle message may carry (names and
 // contributions), so negotiation spreads them over several cycles.
 TEST(Cluster, HundredsOfSmallTensorsPerStep) {
