@@ -866,37 +866,43 @@ int scenario_heap(const gradsync_options& job, int cycles) {
   node_comm.attach(heap);
   node_comm.attach(heap);  // twice is no error
   constexpr size_t kCount = 300007;
-  const size_t bytes = kCount * sizeof(float) * static_cast<size_t>(g_ranks);
+  const size_t bytes = kCount * sizeof(float) * static_cast<size_t>(job.world_size);
   auto* a = static_cast<uint8_t*>(heap.allocate(bytes));
   auto* b = static_cast<uint8_t*>(heap.allocate(bytes));
   uint64_t seed = 5000;
-  for (Communicator* c : {&comm, &node_comm}) {
+  struct Member {
+    Communicator* comm;
+    int rank;
+    int ranks;
+  };
+  for (const auto& [c, rank, ranks] :
+       {Member{&comm, job.rank, job.world_size}, Member{&node_comm, node.rank, node.world_size}}) {
     for (const bool in_place : {false, true}) {
-      reference::fill_input(a, kCount, GRADSYNC_FLOAT32, g_rank, GRADSYNC_SUM, ++seed);
+      reference::fill_input(a, kCount, GRADSYNC_FLOAT32, rank, GRADSYNC_SUM, ++seed);
       uint8_t* out = in_place ? a : b;
       c->wait(c->allreduce("heap.ar", a, out, kCount, GRADSYNC_FLOAT32, GRADSYNC_SUM));
       const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, out, kCount,
-                                                  GRADSYNC_FLOAT32, GRADSYNC_SUM, g_ranks, 0, seed);
+                                                  GRADSYNC_FLOAT32, GRADSYNC_SUM, ranks, 0, seed);
       EXPECT_OR_FAIL(wrong == 0, "allreduce on heap memory, in place %d: %zu wrong", in_place,
                      wrong);
     }
-    reference::fill_input(a, kCount, GRADSYNC_INT32, g_rank, GRADSYNC_SUM, ++seed);
+    reference::fill_input(a, kCount, GRADSYNC_INT32, rank, GRADSYNC_SUM, ++seed);
     c->wait(c->allgather("heap.ag", a, b, kCount, GRADSYNC_INT32));
     size_t wrong = reference::count_wrong(reference::Kind::kAllgather, b, kCount, GRADSYNC_INT32,
-                                          GRADSYNC_SUM, g_ranks, 0, seed);
+                                          GRADSYNC_SUM, ranks, 0, seed);
     EXPECT_OR_FAIL(wrong == 0, "allgather on heap memory: %zu wrong", wrong);
-    reference::fill_input(a, kCount * static_cast<size_t>(g_ranks), GRADSYNC_FLOAT32, g_rank,
+    reference::fill_input(a, kCount * static_cast<size_t>(ranks), GRADSYNC_FLOAT32, rank,
                           GRADSYNC_MAX, ++seed);
     c->wait(c->reduce_scatter("heap.rs", a, b, kCount, GRADSYNC_FLOAT32, GRADSYNC_MAX));
-    wrong = reference::count_wrong_reduce_scatter(b, kCount, GRADSYNC_FLOAT32, GRADSYNC_MAX,
-                                                  g_ranks, g_rank, seed);
+    wrong = reference::count_wrong_reduce_scatter(b, kCount, GRADSYNC_FLOAT32, GRADSYNC_MAX, ranks,
+                                                  rank, seed);
     EXPECT_OR_FAIL(wrong == 0, "reduce-scatter on heap memory: %zu wrong", wrong);
     constexpr size_t kWide = kCount / 2;  // int64s: the same bytes
-    reference::fill_input(a, kWide * static_cast<size_t>(g_ranks), GRADSYNC_INT64, g_rank,
-                          GRADSYNC_SUM, ++seed);
+    reference::fill_input(a, kWide * static_cast<size_t>(ranks), GRADSYNC_INT64, rank, GRADSYNC_SUM,
+                          ++seed);
     c->wait(c->alltoall("heap.a2a", a, b, kWide, GRADSYNC_INT64));
-    wrong = reference::count_wrong_alltoall(b, kWide, GRADSYNC_INT64, GRADSYNC_SUM, g_ranks, g_rank,
-                                            seed);
+    wrong =
+        reference::count_wrong_alltoall(b, kWide, GRADSYNC_INT64, GRADSYNC_SUM, ranks, rank, seed);
     EXPECT_OR_FAIL(wrong == 0, "all-to-all on heap memory: %zu wrong", wrong);
   }
   // Memory of neither the heap nor a registration: refused before it reaches the daemon.
