@@ -283,6 +283,11 @@ gradsync_result gradsync_heap_alloc(gradsync_heap* heap, size_t bytes, void** pt
     if (heap == nullptr || ptr == nullptr) {
       throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "heap alloc: heap or ptr is NULL");
     }
+    if (!heap->heap->owned_here()) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                  "heap alloc: the heap serves the process that created it, not a child it "
+                  "forked (the children share its arenas but not its lock)");
+    }
     *ptr = heap->heap->allocate(bytes);
     if (*ptr == nullptr) {
       throw Error(GRADSYNC_ERR_OUT_OF_MEMORY,

@@ -1,5 +1,7 @@
 #include "client/shared_heap.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <new>
 
@@ -12,7 +14,14 @@ constexpr size_t kMinArenaBytes = 64ull << 20;
 constexpr size_t kAlignment = 256;
 }  // namespace
 
+SharedHeap::SharedHeap() : owner_(::getpid()) {}
+
+bool SharedHeap::owned_here() const {
+  return ::getpid() == owner_;
+}
+
 void* SharedHeap::allocate(size_t bytes) {
+  if (!owned_here()) return nullptr;
   if (bytes == 0) bytes = 1;
   const std::lock_guard lock(mutex_);
   for (auto& arena : arenas_) {
@@ -41,6 +50,11 @@ void* SharedHeap::allocate(size_t bytes) {
 }
 
 bool SharedHeap::deallocate(void* ptr) {
+  if (!owned_here()) {
+    // A child's copy of the set says whether the parent's memory was the heap's; it is read
+    // without the lock, whose copy another thread of the parent may have held as it forked.
+    return allocations_.contains(ptr);
+  }
   const std::lock_guard lock(mutex_);
   if (allocations_.erase(ptr) == 0) return false;
   for (auto it = arenas_.begin(); it != arenas_.end(); ++it) {

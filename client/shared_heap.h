@@ -5,9 +5,16 @@
 // A heap is thread-safe: a communicator's own heap is used by its thread only, but a heap a
 // framework allocates tensors from (gradsync_heap_create) is allocated from and freed on any
 // thread while the communicators attached to it look arenas up on theirs.
+//
+// The arenas are shared mappings, the allocator's bookkeeping inside them: a child the process
+// forks (a DataLoader's worker) sees the parent's arenas, but its own copy of the lock. So a
+// heap serves only the process that created it: in a child it allocates nothing, and a free
+// of what the parent allocated leaves the parent's memory alone.
 #pragma once
 
 #include "ipc/system.h"
+
+#include <sys/types.h>
 
 #include <boost/interprocess/managed_external_buffer.hpp>
 
@@ -47,16 +54,21 @@ class SharedHeap {
     std::atomic<bool> released_{false};
   };
 
+  SharedHeap();
+
   struct Location {
     int fd;           // the arena's memfd
     uint64_t offset;  // of the address within the arena
     uint64_t arena_bytes;
   };
 
-  // Returns nullptr when the memory cannot be had. 256-byte aligned.
+  // Returns nullptr when the memory cannot be had, or in a child of the creating process.
+  // 256-byte aligned.
   void* allocate(size_t bytes);
-  // False when `ptr` is not an allocation of this heap.
+  // False when `ptr` is not an allocation of this heap (in a child: was not when it forked).
   bool deallocate(void* ptr);
+  // Whether the calling process is the one that created the heap.
+  bool owned_here() const;
   // Where [ptr, ptr + bytes) lives, if wholly inside one arena.
   std::optional<Location> locate(const void* ptr, size_t bytes) const;
   // The arena [ptr, ptr + bytes) lies wholly inside; null if none.
@@ -66,6 +78,7 @@ class SharedHeap {
   uint64_t releases() const { return releases_.load(std::memory_order_acquire); }
 
  private:
+  const pid_t owner_;  // the process that created it
   mutable std::mutex mutex_;
   std::vector<std::shared_ptr<Arena>> arenas_;
   std::unordered_set<const void*> allocations_;  // a free of anything else is refused

@@ -21,7 +21,7 @@ void SharedMemoryAllocator::serve_from(size_t min_bytes) {
 
 bool SharedMemoryAllocator::holds(const at::Tensor& tensor) {
   return tensor.device().is_cpu() && tensor.has_storage() &&
-         tensor.storage().data_ptr().get_deleter() == &free_any;
+         tensor.storage().data_ptr().get_deleter() == &free_shared;
 }
 
 c10::DataPtr SharedMemoryAllocator::allocate(size_t bytes) const {
@@ -29,14 +29,19 @@ c10::DataPtr SharedMemoryAllocator::allocate(size_t bytes) const {
   if (min_bytes != 0 && bytes >= min_bytes) {
     void* ptr = nullptr;
     if (gradsync_heap_alloc(heap_.get(), bytes, &ptr) == GRADSYNC_OK) {
-      return {ptr, ptr, &free_any, c10::Device(c10::kCPU)};
+      return {ptr, ptr, &free_shared, c10::Device(c10::kCPU)};
     }
     // Out of shared memory: PyTorch's own memory serves, and its collectives are staged.
   }
   return fallback_->allocate(bytes);
 }
 
-void SharedMemoryAllocator::free_any(void* ptr) {
+void SharedMemoryAllocator::free_shared(void* ptr) {
+  // Fails only for memory the heap did not allocate, which this deleter is never given.
+  gradsync_heap_free(instance().heap_.get(), ptr);
+}
+
+void SharedMemoryAllocator::free_raw(void* ptr) {
   SharedMemoryAllocator& self = instance();
   if (gradsync_heap_free(self.heap_.get(), ptr) != GRADSYNC_OK) self.fallback_->raw_deleter()(ptr);
 }

@@ -36,12 +36,16 @@ class SharedMemoryAllocator final : public c10::Allocator {
   static bool holds(const at::Tensor& tensor);
 
   c10::DataPtr allocate(size_t bytes) const override;
-  c10::DeleterFnPtr raw_deleter() const override { return &free_any; }
+  c10::DeleterFnPtr raw_deleter() const override { return &free_raw; }
 
  private:
   SharedMemoryAllocator() = default;
-  // Frees memory of either kind: raw_allocate hands out both under one deleter.
-  static void free_any(void* ptr);
+  // The deleter of the heap's tensors. In a child the process forked (a DataLoader's worker)
+  // it leaves the parent's memory alone (shared_heap.h).
+  static void free_shared(void* ptr);
+  // raw_allocate's deleter (oneDNN's scratch memory comes that way), which hands out memory
+  // of either kind under one deleter, as does any allocation made before this allocator was.
+  static void free_raw(void* ptr);
 
   gradsync::Heap heap_;
   c10::Allocator* fallback_ = nullptr;  // PyTorch's own, set once when installed

@@ -165,7 +165,9 @@ GRADSYNC_EXPORT gradsync_result gradsync_unregister(gradsync_comm* comm, void* p
  * communicator the heap is attached to take its memory without gradsync_register: the
  * communicator registers each arena of the heap whole on first use, and lets go of it once
  * every allocation in it is freed. Errors of the heap's own calls are in gradsync_last_error(NULL).
- * Memory of a heap is shared with the children the process forks, as any MAP_SHARED memory is. */
+ * Memory of a heap is shared with the children the process forks, as any MAP_SHARED memory is;
+ * a heap serves only the process that created it: in a child, gradsync_heap_alloc fails and
+ * gradsync_heap_free of the parent's memory does nothing. */
 typedef struct gradsync_heap gradsync_heap;
 GRADSYNC_EXPORT gradsync_result gradsync_heap_create(gradsync_heap** heap);
 /* Drops the caller's hold: memory still allocated stays valid while an attached communicator

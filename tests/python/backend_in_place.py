@@ -4,6 +4,8 @@ lie there whole, dense and of a type gradsync reduces as it is runs on them in p
 nothing through staging memory, and its result equals exact arithmetic's; a call that must
 convert or pack its tensors is staged as before, with the same results. Every output is a view
 into a larger tensor whose other elements hold a sentinel: no call writes outside its output."""
+import os
+
 import torch
 import torch.distributed as dist
 
@@ -96,6 +98,26 @@ def check_in_place(group, ranks, label, expect):
                   torch.cat([inputs(r, block * world, dtype, salt=2)[rank * block:(rank + 1) * block]
                              for r in ranks]),
                   f"all_to_all_single {dtype} {block}", block_words)
+
+    # A child the process forks (a DataLoader's worker) allocates from PyTorch's own memory and
+    # leaves the parent's shared tensors alone when it lets go of them.
+    inherited = inputs(me, COUNT, torch.float32)
+    child = os.fork()
+    if child == 0:
+        fresh = torch.ones(COUNT)
+        own = not gradsync.torch.in_shared_memory(fresh) and float(fresh.sum()) == COUNT
+        del inherited, fresh
+        os._exit(0 if own else 1)
+    _, status = os.waitpid(child, 0)
+    expect(status == 0, f"{label} a forked child's tensors came from PyTorch's memory "
+           f"(status {status})")
+    later = torch.full((COUNT,), 2.0)
+    expect(gradsync.torch.in_shared_memory(later) and torch.equal(inherited, inputs(me, COUNT,
+           torch.float32)), f"{label} the parent's shared tensors are intact after the child")
+    before = process_group.staged_bytes
+    dist.all_reduce(later, group=group)
+    expect(process_group.staged_bytes == before and bool(torch.all(later == 2.0 * world)),
+           f"{label} all_reduce in place after a fork")
 
     # Staged all the same: a type reduced as another, a strided tensor.
     narrow = Guarded(COUNT, torch.int8, inputs(me, COUNT, torch.int8))

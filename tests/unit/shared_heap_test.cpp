@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <random>
 #include <thread>
@@ -45,6 +48,34 @@ TEST(SharedHeap, AnEmptyArenaIsLetGoButStaysMappedForItsHolder) {
   // The last arena is kept for the next allocation.
   EXPECT_TRUE(heap.deallocate(first));
   EXPECT_EQ(heap.releases(), 1u);
+}
+
+// A child the process forks shares the arenas but not the lock: it allocates nothing from the
+// heap, and a free of the parent's memory leaves it to the parent, whose heap goes on intact.
+TEST(SharedHeap, AForkedChildNeitherAllocatesNorFreesTheParentsMemory) {
+  SharedHeap heap;
+  auto* block = static_cast<uint8_t*>(heap.allocate(kMiB));
+  ASSERT_NE(block, nullptr);
+  std::memset(block, 5, kMiB);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int outside = 0;
+    const bool refused = heap.allocate(kMiB) == nullptr;
+    const bool left_alone = heap.deallocate(block);
+    const bool foreign_refused = !heap.deallocate(&outside);
+    ::_exit(refused && left_alone && foreign_refused ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_TRUE(heap.owned_here());
+  auto* next = static_cast<uint8_t*>(heap.allocate(kMiB));
+  ASSERT_NE(next, nullptr);
+  EXPECT_TRUE(next >= block + kMiB || next + kMiB <= block) << "the block is still allocated";
+  EXPECT_EQ(block[kMiB - 1], 5);
+  EXPECT_TRUE(heap.deallocate(block));
+  EXPECT_TRUE(heap.deallocate(next));
 }
 
 // Threads allocating, writing and freeing while another looks arenas up, as PyTorch's threads
