@@ -2,6 +2,8 @@
 
 #include <c10/core/CPUAllocator.h>
 
+#include <cstring>
+
 namespace gradsync::torch_backend {
 
 SharedMemoryAllocator& SharedMemoryAllocator::instance() {
@@ -34,6 +36,10 @@ c10::DataPtr SharedMemoryAllocator::allocate(size_t bytes) const {
     // Out of shared memory: PyTorch's own memory serves, and its collectives are staged.
   }
   return fallback_->allocate(bytes);
+}
+
+void SharedMemoryAllocator::copy_data(void* dest, const void* src, size_t count) const {
+  std::memcpy(dest, src, count);
 }
 
 void SharedMemoryAllocator::free_shared(void* ptr) {

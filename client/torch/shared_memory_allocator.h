@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstddef>
 #include <mutex>
+#include <utility>
 
 namespace gradsync::torch_backend {
 
@@ -35,7 +36,13 @@ class SharedMemoryAllocator final : public c10::Allocator {
   // Whether `tensor` lies in the heap's memory.
   static bool holds(const at::Tensor& tensor);
 
-  c10::DataPtr allocate(size_t bytes) const override;
+  // c10::Allocator's interface differs between PyTorch releases: 1.13 declares allocate const
+  // and has no copy_data; later releases make allocate non-const and copy_data pure. Both
+  // forms are defined, without `override`, so that whichever the headers declare is
+  // overridden (scripts/build-torch-backend builds against a GPU host's newer PyTorch).
+  c10::DataPtr allocate(size_t bytes) const;  // NOLINT(modernize-use-override): see above
+  c10::DataPtr allocate(size_t bytes) { return std::as_const(*this).allocate(bytes); }
+  void copy_data(void* dest, const void* src, size_t count) const;
   c10::DeleterFnPtr raw_deleter() const override { return &free_raw; }
 
  private:
