@@ -38,12 +38,15 @@ class SharedMemoryAllocator final : public c10::Allocator {
 
   // c10::Allocator's interface differs between PyTorch releases: 1.13 declares allocate const
   // and has no copy_data; later releases make allocate non-const and copy_data pure. Both
-  // forms are defined, without `override`, so that whichever the headers declare is
-  // overridden (scripts/build-torch-backend builds against a GPU host's newer PyTorch).
-  c10::DataPtr allocate(size_t bytes) const;  // NOLINT(modernize-use-override): see above
+  // forms are defined, and no member says `override` (one that did would make the compiler
+  // ask it of the others, which override in one release only), so that whichever the headers
+  // declare is overridden: scripts/build-torch-backend builds against a GPU host's PyTorch.
+  // NOLINTBEGIN(modernize-use-override)
+  c10::DataPtr allocate(size_t bytes) const;
   c10::DataPtr allocate(size_t bytes) { return std::as_const(*this).allocate(bytes); }
   void copy_data(void* dest, const void* src, size_t count) const;
-  c10::DeleterFnPtr raw_deleter() const override { return &free_raw; }
+  c10::DeleterFnPtr raw_deleter() const { return &free_raw; }
+  // NOLINTEND(modernize-use-override)
 
  private:
   SharedMemoryAllocator() = default;

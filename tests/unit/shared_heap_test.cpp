@@ -94,6 +94,7 @@ TEST(SharedHeap, ThreadsAllocateFreeAndLookUpTogether) {
     }
   });
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       std::mt19937 random(static_cast<unsigned>(t));
