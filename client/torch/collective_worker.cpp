@@ -129,9 +129,7 @@ void CollectiveWorker::submit(InFlight& flight) {
       StagingBuffer& buffer = flight.staging.emplace_back(
           staged == 0 ? StagingBuffer(SharedBuffer()) : staging_.acquire(staged, device));
       staged_bytes_.fetch_add(staged, std::memory_order_relaxed);
-      if (transfer.fill) {
-        transfer.fill(buffer.data() + (transfer.direct_recv != nullptr ? 0 : transfer.recv_bytes));
-      }
+      if (transfer.fill) transfer.fill(transfer.regions(buffer.data()).send);
     }
     if (stream) stream->synchronize();
     if (task.transfers.size() > 1) {
@@ -140,13 +138,7 @@ void CollectiveWorker::submit(InFlight& flight) {
     }
     for (size_t i = 0; i < task.transfers.size(); ++i) {
       const Transfer& transfer = task.transfers[i];
-      std::byte* const staged = flight.staging[i].data();
-      const bool recv_staged = transfer.direct_recv == nullptr;
-      std::byte* const send = transfer.direct_send != nullptr
-                                  ? transfer.direct_send
-                                  : staged + (recv_staged ? transfer.recv_bytes : 0);
-      std::byte* const recv =
-          transfer.recv_bytes == 0 ? send : (recv_staged ? staged : transfer.direct_recv);
+      const auto [send, recv] = transfer.regions(flight.staging[i].data());
       switch (transfer.kind) {
         case TransferKind::kAllreduce:
           flight.requests.push_back(
@@ -227,7 +219,7 @@ void CollectiveWorker::deliver(InFlight& done) {
     if (!done.error) {
       for (size_t i = 0; i < done.task.transfers.size(); ++i) {
         const Transfer& transfer = done.task.transfers[i];
-        if (transfer.deliver) transfer.deliver(done.staging[i].data());
+        if (transfer.deliver) transfer.deliver(transfer.regions(done.staging[i].data()).recv);
       }
     }
     // Also after a failure: a copy in that a failure cut short must not still read the

@@ -1,8 +1,9 @@
 // The thread that owns a process group's communicator. A gradsync communicator is used by one
 // thread at a time, and DDP needs its futures completed while the training thread goes on: so
 // the process group queues each call here as a Task; the worker stages its tensors into
-// registered memory (shared host memory, or device memory for CUDA tensors), submits it, waits
-// for it, copies the results out and completes its Work.
+// registered memory (shared host memory, or device memory for CUDA tensors) unless they lie in
+// gradsync's shared memory already, submits it, waits for it, copies the results out and
+// completes its Work.
 //
 // On a GPU the daemon's collectives are host-synchronous: the worker's copies in are finished
 // before it submits, the daemon's work is finished when the wait returns, and the copies out
@@ -66,6 +67,18 @@ struct Transfer {
   // Bytes of staging memory the transfer needs.
   size_t staged_bytes() const {
     return (direct_recv != nullptr ? 0 : recv_bytes) + (direct_send != nullptr ? 0 : send_bytes);
+  }
+  // Where the collective reads and writes, its staging memory at `staged`.
+  struct Regions {
+    std::byte* send;
+    std::byte* recv;
+  };
+  Regions regions(std::byte* staged) const {
+    std::byte* const send = direct_send != nullptr   ? direct_send
+                            : direct_recv != nullptr ? staged
+                                                     : staged + recv_bytes;
+    if (recv_bytes == 0) return {send, send};
+    return {send, direct_recv != nullptr ? direct_recv : staged};
   }
 };
 
