@@ -8,6 +8,9 @@ updates that shard. PyTorch 1.13's Gloo has neither call, and its FSDP does not 
     torchrun --nproc_per_node 4 examples/train_sharded.py            (with a gradsyncd running)
     torchrun --nproc_per_node 4 examples/train_sharded.py --check    (also trains with DDP and
                                                                        checks both end equal)
+
+--shared-memory puts the flat parameters and gradients in gradsync's shared memory, where the
+gathers and reductions run in place (docs/python.md).
 """
 import argparse
 import os
@@ -94,9 +97,14 @@ def main():
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--check", action="store_true",
                         help="train with DDP too (float64) and fail unless both end equal")
+    parser.add_argument("--shared-memory", action="store_true",
+                        help="tensors of 64 KiB or more in gradsync's shared memory")
     args = parser.parse_args()
     if args.check:
         torch.set_default_dtype(torch.float64)
+    if args.shared_memory:
+        # gradsync: before the model is built, so that its flat buffers are reduced in place.
+        gradsync.torch.use_shared_memory(64 << 10)
 
     dist.init_process_group("gradsync")
     rank = dist.get_rank()
