@@ -84,6 +84,16 @@ std::byte* direct_elements(const at::Tensor& tensor, ReducedType type) {
   return type.scalar == tensor.scalar_type() ? direct_memory(tensor) : nullptr;
 }
 
+// `recv`, unless its `recv_bytes` share memory with `send`'s `send_bytes` in any other way than
+// as the collective's in place layout (`in_place`: where recv would then lie; null for none):
+// gradsync refuses other overlaps, which staging the receive region resolves.
+std::byte* unless_aliased(const std::byte* send, size_t send_bytes, std::byte* recv,
+                          size_t recv_bytes, const std::byte* in_place) {
+  if (send == nullptr || recv == nullptr || recv == in_place) return recv;
+  const bool overlap = send < recv + recv_bytes && recv < send + send_bytes;
+  return overlap ? nullptr : recv;
+}
+
 // Runs `transfer`'s send region on `send` and its receive region on `recv` where they are not
 // null (the tensors' own memory), dropping the copy in or out it no longer needs.
 void run_direct(Transfer& transfer, std::byte* send, std::byte* recv,
@@ -344,7 +354,14 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_allgather_base(
         unpack_blocks(output, recv, bytes, block, world);
       }));
   if (block == bytes) {  // the output's blocks lie as the collective lays them out
-    run_direct(transfers.back(), direct_memory(input), direct_memory(output), {input, output});
+    std::byte* send = direct_memory(input);
+    std::byte* recv = direct_memory(output);
+    // In place: the input is this rank's block of the output.
+    const std::byte* in_place =
+        send != nullptr ? send - static_cast<size_t>(rank_) * block : nullptr;
+    run_direct(transfers.back(), send,
+               unless_aliased(send, bytes, recv, block * static_cast<size_t>(world), in_place),
+               {input, output});
   }
   return run("_allgather_base", OpType::_ALLGATHER_BASE, device, std::move(transfers), {output},
              bound(opts.timeout));
@@ -457,7 +474,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(
   transfers.push_back(scatter_reduction({input}, static_cast<size_t>(output.numel()), type,
                                         reduction_op(opts.reduceOp, "_reduce_scatter_base"),
                                         output));
-  run_direct(transfers.back(), direct_elements(input, type), direct_elements(output, type),
+  std::byte* send = direct_elements(input, type);
+  std::byte* recv = direct_elements(output, type);
+  const size_t block = bytes_of(output);
+  // In place: the output is this rank's block of the input.
+  const std::byte* in_place = send != nullptr ? send + static_cast<size_t>(rank_) * block : nullptr;
+  run_direct(transfers.back(), send,
+             unless_aliased(send, block * static_cast<size_t>(size_), recv, block, in_place),
              {input, output});
   return run("_reduce_scatter_base", OpType::_REDUCE_SCATTER_BASE, device, std::move(transfers),
              {output}, bound(opts.timeout));
@@ -489,7 +512,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
         unpack_blocks(output, recv, block, stride, world);
       }));
   if (stride == block) {
-    run_direct(transfers.back(), direct_memory(input), direct_memory(output), {input, output});
+    std::byte* send = direct_memory(input);
+    const size_t whole = block * static_cast<size_t>(world);
+    run_direct(transfers.back(), send,
+               unless_aliased(send, whole, direct_memory(output), whole, nullptr), {input, output});
   }
   return run("alltoall_base", OpType::ALLTOALL_BASE, device, std::move(transfers), {output},
              bound(opts.timeout));

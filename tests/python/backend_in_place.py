@@ -99,6 +99,22 @@ def check_in_place(group, ranks, label, expect):
                              for r in ranks]),
                   f"all_to_all_single {dtype} {block}", block_words)
 
+    # Outputs that overlap their inputs other than as the in place layouts gradsync knows:
+    # the receive side is staged, and the results are as if the input had been read first.
+    block = COUNT // world
+    both = inputs(me, block * world, torch.float32, salt=3)
+    expected = torch.cat([inputs(r, block * world, torch.float32, salt=3)[rank * block:
+                                                                          (rank + 1) * block]
+                          for r in ranks])
+    dist.all_to_all_single(both, both, group=group)
+    expect(torch.equal(both, expected), f"{label} all_to_all_single into its own input")
+    whole = inputs(me, block * world, torch.float32, salt=4)
+    other = (rank + 1) % world
+    out = whole[other * block:(other + 1) * block]  # another rank's block of the input
+    expected = total(ranks, block * world, torch.float32, salt=4)[rank * block:(rank + 1) * block]
+    dist.reduce_scatter_tensor(out, whole, group=group)
+    expect(torch.equal(out, expected), f"{label} _reduce_scatter_base into another rank's block")
+
     # A child the process forks (a DataLoader's worker) allocates from PyTorch's own memory and
     # leaves the parent's shared tensors alone when it lets go of them.
     inherited = inputs(me, COUNT, torch.float32)
