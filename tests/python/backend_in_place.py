@@ -135,6 +135,12 @@ def check_in_place(group, ranks, label, expect):
     expect(process_group.staged_bytes == before and bool(torch.all(later == 2.0 * world)),
            f"{label} all_reduce in place after a fork")
 
+    try:
+        gradsync.torch.use_shared_memory(-1)
+        expect(False, f"{label} use_shared_memory(-1) was taken")
+    except ValueError as error:
+        expect("negative" in str(error), f"{label} use_shared_memory(-1) says why: {error}")
+
     # Staged all the same: a type reduced as another, a strided tensor.
     narrow = Guarded(COUNT, torch.int8, inputs(me, COUNT, torch.int8))
     check(lambda: dist.all_reduce(narrow.view, group=group), narrow,
