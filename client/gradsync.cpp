@@ -316,6 +316,11 @@ gradsync_result gradsync_attach_heap(gradsync_comm* comm, gradsync_heap* heap) {
   });
 }
 
+int gradsync_heap_contains(const gradsync_heap* heap, const void* ptr, size_t bytes) {
+  if (heap == nullptr || ptr == nullptr) return 0;
+  return heap->heap->arena_of(ptr, bytes) != nullptr ? 1 : 0;
+}
+
 gradsync_result gradsync_register(gradsync_comm* comm, void* ptr, size_t bytes) {
   return with_comm(comm, [&](Communicator& c) {
     c.register_range(ptr, bytes);

@@ -82,4 +82,8 @@ PYBIND11_MODULE(_torch_backend, module) {
       "memory (0: none)");
   module.def("in_shared_memory", &SharedMemoryAllocator::holds, py::arg("tensor"),
              "whether the tensor lies in gradsync's shared memory");
+  module.def(
+      "shared_memory_heap",
+      [] { return reinterpret_cast<uintptr_t>(SharedMemoryAllocator::instance().heap().get()); },
+      "the address of the gradsync_heap the shared memory tensors come from");
 }

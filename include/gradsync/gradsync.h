@@ -177,6 +177,10 @@ GRADSYNC_EXPORT gradsync_result gradsync_heap_alloc(gradsync_heap* heap, size_t 
 GRADSYNC_EXPORT gradsync_result gradsync_heap_free(gradsync_heap* heap, void* ptr);
 /* Lets comm's collectives use memory of heap (attaching one twice is no error). */
 GRADSYNC_EXPORT gradsync_result gradsync_attach_heap(gradsync_comm* comm, gradsync_heap* heap);
+/* 1 where [ptr, ptr + bytes) lies inside memory of heap, which an attached communicator's
+ * collectives take as it is; 0 otherwise (a framework then copies into registered memory). */
+GRADSYNC_EXPORT int gradsync_heap_contains(const gradsync_heap* heap, const void* ptr,
+                                           size_t bytes);
 
 /* Device memory (CUDA), API version 2. The daemon opens the allocation through CUDA IPC and
  * reduces on its own streams. gradsync_unregister releases it as for host memory. A daemon

@@ -4,7 +4,7 @@ and with DDP + the gradsync hook, and checks that both end equal, step by step.
 Run by tests/python/run_ranks.py with RANK, WORLD_SIZE, GRADSYNC_* (or srun's variables) in the
 environment: the rank and world size are the ones gradsync takes from it.
 Exit status 0: equal; 1: not equal; 3: the expected exception (--raise-at) reached this rank;
-77: --cuda where PyTorch sees no CUDA device.
+77: --cuda where PyTorch sees no CUDA device, --shared-memory where the backend is not built.
 """
 import argparse
 import os
@@ -110,8 +110,17 @@ def main():
     # The model, data and gradients on a GPU (each rank on device LOCAL_RANK mod the count): the
     # hook hands the daemon CUDA buckets through IPC; Gloo's reference copies them to the host.
     parser.add_argument("--cuda", action="store_true")
+    # Every tensor in gradsync's shared memory (gradsync.torch.use_shared_memory): the hook
+    # reduces DDP's buckets where they lie, staging none.
+    parser.add_argument("--shared-memory", action="store_true")
     args = parser.parse_args()
 
+    if args.shared_memory:
+        try:
+            gradsync.torch.use_shared_memory(1)
+        except ImportError as error:
+            print(f"skipped: {error}", flush=True)
+            return SKIPPED
     comm = gradsync.init()
     rank, world = comm.rank, comm.size
     device = torch.device("cpu")
@@ -150,6 +159,10 @@ def main():
           f"from Gloo: parameters {worst_param:.2e}, loss {worst_loss:.2e}; "
           f"{rate:.0f} samples/s (Gloo {gloo_rate:.0f})", flush=True)
     ok = worst_param <= args.tolerance and worst_loss <= args.tolerance
+    if args.shared_memory and comm._staging_all:
+        print(f"rank {rank}: the hook staged through {len(comm._staging_all)} buffers; the "
+              "buckets are all in shared memory", flush=True)
+        ok = False
     gradsync.shutdown()
     dist.destroy_process_group()
     return 0 if ok else 1

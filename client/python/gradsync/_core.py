@@ -254,6 +254,7 @@ class Communicator:
         self._staging_free = {}  # nbytes -> [SharedBuffer]
         self._staging_all = []
         self._device_ranges = {}  # registered CUDA memory: address -> nbytes
+        self._heaps = []          # attached heaps (gradsync_heap* addresses): used in place
         self._stream = None       # the CUDA stream device collectives are ordered on
         self._priority = 0        # of the collectives submitted from now on (set_priority)
 
@@ -302,8 +303,17 @@ class Communicator:
     def _release_staging(self, buffer):
         self._staging_free.setdefault(buffer.nbytes, []).append(buffer)
 
+    def attach_heap(self, heap):
+        """Collectives use memory of the heap at address `heap` (a gradsync_heap*, such as the
+        torch backend's shared memory allocator's) in place, without staging it."""
+        if heap not in self._heaps:
+            self._check(library().gradsync_attach_heap(self._handle, heap))
+            self._heaps.append(heap)
+
     def _registered(self, address, nbytes):
-        return any(b.contains(address, nbytes) for b in self._buffers)
+        return (any(b.contains(address, nbytes) for b in self._buffers) or
+                any(library().gradsync_heap_contains(heap, address, nbytes)
+                    for heap in self._heaps))
 
     # -- collectives --------------------------------------------------------------------------
     def _check(self, code):

@@ -83,6 +83,8 @@ def _declare(lib):
         "gradsync_free": ([comm, c_void], c_int),
         "gradsync_register": ([comm, c_void, c_size], c_int),
         "gradsync_unregister": ([comm, c_void], c_int),
+        "gradsync_attach_heap": ([comm, c_void], c_int),
+        "gradsync_heap_contains": ([c_void, c_void, c_size], c_int),
         "gradsync_register_cuda_ipc": ([comm, c_void, c_size, ctypes.POINTER(CudaIpcMemory)],
                                        c_int),
         "gradsync_register_device": ([comm, c_void, c_size], c_int),
