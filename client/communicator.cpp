@@ -160,14 +160,19 @@ void Communicator::register_range(void* ptr, size_t bytes) {
   if (ptr == nullptr || bytes == 0) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "register: null pointer or zero bytes");
   }
-  const auto location = heap_.locate(ptr, bytes);
-  if (!location) {
+  const std::shared_ptr<const SharedHeap::Arena> arena = heap_.arena_of(ptr, bytes);
+  if (!arena) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
                 "register: memory must come from gradsync_alloc (one allocation arena)");
   }
-  const int fd = location->fd;
+  register_in_arena(ptr, bytes, *arena);
+}
+
+void Communicator::register_in_arena(void* ptr, size_t bytes, const SharedHeap::Arena& arena) {
+  const int fd = arena.fd();
   send_registration(
-      ptr, bytes, location->offset, std::span<const int>(&fd, 1), false, {},
+      ptr, bytes, static_cast<uint64_t>(static_cast<uint8_t*>(ptr) - arena.base()),
+      std::span<const int>(&fd, 1), false, {},
       [](ipc::wire::RegisterBuffer::Builder request) { request.getMemory().setHost(); });
 }
 
@@ -315,11 +320,8 @@ const Communicator::Registered& Communicator::usable_range(const void* ptr, uint
   for (const AttachedHeap& attached : attached_heaps_) {
     std::shared_ptr<const SharedHeap::Arena> arena = attached.heap->arena_of(ptr, bytes);
     if (!arena) continue;
-    const int fd = arena->fd();
     uint8_t* const base = arena->base();
-    send_registration(
-        base, arena->size(), 0, std::span<const int>(&fd, 1), false, {},
-        [](ipc::wire::RegisterBuffer::Builder request) { request.getMemory().setHost(); });
+    register_in_arena(base, arena->size(), *arena);
     Registered& range = registered_.at(reinterpret_cast<uintptr_t>(base));
     range.arena = std::move(arena);
     return range;

@@ -114,6 +114,8 @@ class Communicator {
                   std::optional<std::chrono::steady_clock::time_point> deadline = std::nullopt);
   void check_daemon_alive();
   void check_not_registered(const void* ptr, size_t bytes) const;
+  // Registers [ptr, ptr + bytes), which lies inside `arena`, as host memory.
+  void register_in_arena(void* ptr, size_t bytes, const SharedHeap::Arena& arena);
   // Registers [ptr, ptr + bytes) under a fresh id, `offset` into its memory, sending `fds` with
   // it; `set_memory` fills in which kind of memory it is.
   template <typename SetMemory>

@@ -283,12 +283,12 @@ gradsync_result gradsync_heap_alloc(gradsync_heap* heap, size_t bytes, void** pt
     if (heap == nullptr || ptr == nullptr) {
       throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "heap alloc: heap or ptr is NULL");
     }
-    if (!heap->heap->owned_here()) {
+    *ptr = heap->heap->allocate(bytes);
+    if (*ptr == nullptr && !heap->heap->owned_here()) {
       throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
                   "heap alloc: the heap serves the process that created it, not a child it "
                   "forked (the children share its arenas but not its lock)");
     }
-    *ptr = heap->heap->allocate(bytes);
     if (*ptr == nullptr) {
       throw Error(GRADSYNC_ERR_OUT_OF_MEMORY,
                   "cannot allocate " + std::to_string(bytes) + " bytes of shared memory");
@@ -318,7 +318,7 @@ gradsync_result gradsync_attach_heap(gradsync_comm* comm, gradsync_heap* heap) {
 
 int gradsync_heap_contains(const gradsync_heap* heap, const void* ptr, size_t bytes) {
   if (heap == nullptr || ptr == nullptr) return 0;
-  return heap->heap->arena_of(ptr, bytes) != nullptr ? 1 : 0;
+  return heap->heap->contains(ptr, bytes) ? 1 : 0;
 }
 
 gradsync_result gradsync_register(gradsync_comm* comm, void* ptr, size_t bytes) {

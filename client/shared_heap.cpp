@@ -72,25 +72,31 @@ bool SharedHeap::deallocate(void* ptr) {
   return false;
 }
 
-std::shared_ptr<const SharedHeap::Arena> SharedHeap::arena_of(const void* ptr, size_t bytes) const {
-  const std::lock_guard lock(mutex_);
-  for (const auto& arena : arenas_) {
+namespace {
+
+// The arena of `arenas` [ptr, ptr + bytes) lies wholly inside, or null.
+const std::shared_ptr<SharedHeap::Arena>* find_arena(
+    const std::vector<std::shared_ptr<SharedHeap::Arena>>& arenas, const void* ptr, size_t bytes) {
+  for (const auto& arena : arenas) {
     if (!arena->contains(ptr)) continue;
     const auto offset = static_cast<size_t>(static_cast<const uint8_t*>(ptr) - arena->base());
-    if (bytes > arena->size() - offset) return nullptr;
-    return arena;
+    return bytes <= arena->size() - offset ? &arena : nullptr;
   }
   return nullptr;
 }
 
-std::optional<SharedHeap::Location> SharedHeap::locate(const void* ptr, size_t bytes) const {
-  // The fd stays open past the lock: only the communicator that owns this heap calls this, on
-  // its own thread, and it frees nothing meanwhile.
-  const std::shared_ptr<const Arena> arena = arena_of(ptr, bytes);
-  if (!arena) return std::nullopt;
-  return Location{arena->fd(),
-                  static_cast<uint64_t>(static_cast<const uint8_t*>(ptr) - arena->base()),
-                  arena->size()};
+}  // namespace
+
+std::shared_ptr<const SharedHeap::Arena> SharedHeap::arena_of(const void* ptr, size_t bytes) const {
+  const std::lock_guard lock(mutex_);
+  const std::shared_ptr<Arena>* arena = find_arena(arenas_, ptr, bytes);
+  return arena != nullptr ? *arena : nullptr;
+}
+
+bool SharedHeap::contains(const void* ptr, size_t bytes) const {
+  if (!owned_here()) return find_arena(arenas_, ptr, bytes) != nullptr;
+  const std::lock_guard lock(mutex_);
+  return find_arena(arenas_, ptr, bytes) != nullptr;
 }
 
 }  // namespace gradsync::client

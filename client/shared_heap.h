@@ -23,7 +23,6 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <unordered_set>
 #include <vector>
 
@@ -42,12 +41,12 @@ class SharedHeap {
     // Once the heap has let go of it (every allocation in it freed): a communicator holding
     // it unregisters it.
     bool released() const { return released_.load(std::memory_order_acquire); }
-
-   private:
-    friend class SharedHeap;
     bool contains(const void* p) const {
       return p >= base() && static_cast<const uint8_t*>(p) < base() + size();
     }
+
+   private:
+    friend class SharedHeap;
     ipc::UniqueFd fd_;
     ipc::Mapping mapping_;
     boost::interprocess::managed_external_buffer allocator_;
@@ -56,12 +55,6 @@ class SharedHeap {
 
   SharedHeap();
 
-  struct Location {
-    int fd;           // the arena's memfd
-    uint64_t offset;  // of the address within the arena
-    uint64_t arena_bytes;
-  };
-
   // Returns nullptr when the memory cannot be had, or in a child of the creating process.
   // 256-byte aligned.
   void* allocate(size_t bytes);
@@ -69,10 +62,11 @@ class SharedHeap {
   bool deallocate(void* ptr);
   // Whether the calling process is the one that created the heap.
   bool owned_here() const;
-  // Where [ptr, ptr + bytes) lives, if wholly inside one arena.
-  std::optional<Location> locate(const void* ptr, size_t bytes) const;
   // The arena [ptr, ptr + bytes) lies wholly inside; null if none.
   std::shared_ptr<const Arena> arena_of(const void* ptr, size_t bytes) const;
+  // Whether [ptr, ptr + bytes) lies wholly inside one arena; in a child, of those there were
+  // when it forked (read without the lock, as deallocate reads).
+  bool contains(const void* ptr, size_t bytes) const;
   // How many arenas the heap has let go of so far: a communicator that saw the same count
   // last time has nothing to unregister.
   uint64_t releases() const { return releases_.load(std::memory_order_acquire); }

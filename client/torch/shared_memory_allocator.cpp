@@ -48,8 +48,14 @@ void SharedMemoryAllocator::free_shared(void* ptr) {
 }
 
 void SharedMemoryAllocator::free_raw(void* ptr) {
+  // Asked first rather than freed and failed: most raw allocations are small scratch memory
+  // of PyTorch's, and a refused free builds an error message.
   SharedMemoryAllocator& self = instance();
-  if (gradsync_heap_free(self.heap_.get(), ptr) != GRADSYNC_OK) self.fallback_->raw_deleter()(ptr);
+  if (gradsync_heap_contains(self.heap_.get(), ptr, 1) != 0) {
+    gradsync_heap_free(self.heap_.get(), ptr);
+  } else {
+    self.fallback_->raw_deleter()(ptr);
+  }
 }
 
 }  // namespace gradsync::torch_backend

@@ -42,8 +42,8 @@ def _extension_candidates():
 
 @functools.cache
 def load_extension():
-    """The extension module (loaded once); libgradsync is loaded first, so that the extension links against
-    the library the package chose."""
+    """The extension module, loaded once; libgradsync is loaded first, so that the extension
+    links against the library the package chose."""
     _core.library()
     for path in _extension_candidates():
         spec = importlib.util.spec_from_file_location("gradsync._torch_backend", path)

@@ -144,8 +144,8 @@ def _reduce_bucket(state, bucket, wire_dtype):
         state = _default_state
     buffer = bucket.buffer()
     name = f"{state.prefix}.bucket{bucket.index()}"
-    if _shared_memory_used and buffer.device.type == "cpu" and in_shared_memory(buffer):
-        # The bucket is in gradsync's shared memory (use_shared_memory): reduced in place.
+    if _shared_memory_used:
+        # Buckets in gradsync's shared memory (use_shared_memory) are reduced in place.
         state.comm.attach_heap(_backend.load_extension().shared_memory_heap())
     if wire_dtype is None or wire_dtype == buffer.dtype:
         handle = state.comm.allreduce(buffer, name=name, op="avg", async_op=True,
