@@ -296,6 +296,9 @@ void Mesh::open(PeerId id) {
   peer.failure.clear();
   const struct sockaddr_in socket_address = parse_host_port(peer.address);
   for (Connection& connection : peer.lanes) {
+    // The Hello can fail the peer inside its send (see send_handshake); the other connection
+    // is then not made.
+    if (peer.failed) return;
     auto context = std::make_unique<ErrorContext>(ErrorContext{this, id});
     ucp_ep_params_t params{};
     params.field_mask = UCP_EP_PARAM_FIELD_FLAGS | UCP_EP_PARAM_FIELD_SOCK_ADDR |

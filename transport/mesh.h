@@ -308,8 +308,9 @@ class Mesh final : public Transport {
   std::optional<std::pair<PeerId, Lane>> find_handshake(const Nonce& nonce) const;
   void on_challenge(PeerId peer, Lane lane, const HandshakeMessage& challenge);
   void on_result(PeerId peer, Lane lane, const HandshakeMessage& result);
-  // Sends the Result (accepted when `refusal` is empty); `inbound` leaves inbound_.
-  void answer_inbound(const Inbound& inbound, const std::string& refusal);
+  // Sends the Result (accepted when `refusal` is empty); `inbound` leaves inbound_. False when
+  // the send found the connection gone, which ended the handshake already.
+  bool answer_inbound(const Inbound& inbound, const std::string& refusal);
   // Both end the handshake: `inbound` leaves inbound_ (pass a copy).
   void accept_inbound(const Inbound& inbound);
   void refuse_inbound(const Inbound& inbound, const std::string& reason);

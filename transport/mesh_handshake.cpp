@@ -151,6 +151,9 @@ void Mesh::check_alive(PeerId id) {
   }
   const auto deadline = std::chrono::steady_clock::now() + liveness_timeout_;
   for (Connection& connection : peer.lanes) {
+    // A Ping on a connection already reset fails the peer inside the send (see
+    // send_handshake): the other connection is then closing, and the check moot.
+    if (peer.failed) break;
     // The handshake's nonce is spent: the check reuses the field, and a reconnection (which
     // draws a new one) makes a late answer to the old connection's check moot.
     connection.nonce = random_nonce();
@@ -160,6 +163,7 @@ void Mesh::check_alive(PeerId id) {
     send_handshake(connection.endpoint, ping);
     checks_.push_back(Check{id, connection.nonce, deadline});
   }
+  if (peer.failed) std::erase_if(checks_, [&](const Check& check) { return check.peer == id; });
 }
 
 void Mesh::on_liveness(const Delivery& delivery, const HandshakeMessage& message) {
@@ -189,7 +193,10 @@ void Mesh::say_goodbye() {
   std::vector<uint64_t> told;
   sends.reserve(inbound_accepted_.size());
   told.reserve(inbound_accepted_.size());
-  for (const Accepted& accepted : inbound_accepted_) {
+  // Over a copy: a send on a connection already reset drops it from inbound_accepted_ on the
+  // spot (see send_handshake). Its endpoint stays valid until close_failed().
+  const std::vector<Accepted> accepted_now = inbound_accepted_;
+  for (const Accepted& accepted : accepted_now) {
     sends.push_back(start_handshake_send(accepted.endpoint, *bytes, true));
     told.push_back(accepted.serial);
   }
@@ -245,6 +252,10 @@ void Mesh::send_handshake(ucp_ep_h endpoint, const HandshakeMessage& message) {
   // The client's messages say which connection they came on (REPLY): the server knows a
   // connection only by its endpoint. The server's answers name the handshake by the client's
   // nonce instead, so they need no reply endpoint.
+  //
+  // UCX runs the endpoint's error callback inside the send when the connection is already
+  // reset (a peer killed outright): on return, on_endpoint_error may have failed the peer and
+  // moved its endpoints, both connections, to to_close_. Callers look again before going on.
   const bool from_client = message.type == HandshakeType::kHello ||
                            message.type == HandshakeType::kProof ||
                            message.type == HandshakeType::kPing;
@@ -297,18 +308,21 @@ void Mesh::on_proof(Inbound& inbound, const HandshakeMessage& proof) {
   }
 }
 
-void Mesh::answer_inbound(const Inbound& inbound, const std::string& refusal) {
+bool Mesh::answer_inbound(const Inbound& inbound, const std::string& refusal) {
   HandshakeMessage result;
   result.type = HandshakeType::kResult;
   result.client_nonce = inbound.client_nonce;
   result.accepted = refusal.empty();
   result.reason = refusal;
   send_handshake(inbound.endpoint, result);
-  std::erase_if(inbound_, [&](const Inbound& i) { return i.endpoint == inbound.endpoint; });
+  // Gone already when the send found the connection reset: on_endpoint_error ended the
+  // handshake (its outcome counted, the endpoint to close).
+  return std::erase_if(inbound_, [&](const Inbound& i) { return i.endpoint == inbound.endpoint; }) >
+         0;
 }
 
 void Mesh::accept_inbound(const Inbound& inbound) {
-  answer_inbound(inbound, {});
+  if (!answer_inbound(inbound, {})) return;
   std::optional<struct sockaddr_in> daemon;
   try {
     daemon = parse_host_port(inbound.address);
@@ -322,7 +336,7 @@ void Mesh::accept_inbound(const Inbound& inbound) {
 }
 
 void Mesh::refuse_inbound(const Inbound& inbound, const std::string& reason) {
-  answer_inbound(inbound, reason);
+  if (!answer_inbound(inbound, reason)) return;
   closing_.push_back(Closing{inbound.endpoint, std::chrono::steady_clock::now() + kRefusalLinger});
   outcomes_.push_back(HandshakeOutcome{
       inbound.address.empty() ? std::string("(not named)") : inbound.address, true, false, reason});
