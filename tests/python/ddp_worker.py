@@ -115,13 +115,14 @@ def main():
     parser.add_argument("--shared-memory", action="store_true")
     args = parser.parse_args()
 
+    comm = gradsync.init()
     if args.shared_memory:
+        # After init: the communicator already open attaches the heap as well.
         try:
             gradsync.torch.use_shared_memory(1)
         except ImportError as error:
             print(f"skipped: {error}", flush=True)
             return SKIPPED
-    comm = gradsync.init()
     rank, world = comm.rank, comm.size
     device = torch.device("cpu")
     if args.cuda:
@@ -159,9 +160,19 @@ def main():
           f"from Gloo: parameters {worst_param:.2e}, loss {worst_loss:.2e}; "
           f"{rate:.0f} samples/s (Gloo {gloo_rate:.0f})", flush=True)
     ok = worst_param <= args.tolerance and worst_loss <= args.tolerance
+    if args.shared_memory:
+        # The package's own call on a tensor in shared memory runs in place too.
+        tensor = torch.full((1 << 16,), float(rank + 1))
+        gradsync.allreduce(tensor, name="package_call", op="sum")
+        expected = world * (world + 1) / 2
+        if not gradsync.torch.in_shared_memory(tensor) or not bool((tensor == expected).all()):
+            print(f"rank {rank}: gradsync.allreduce in shared memory: {tensor[:4].tolist()}, "
+                  f"expected {expected}", flush=True)
+            ok = False
     if args.shared_memory and comm._staging_all:
-        print(f"rank {rank}: the hook staged through {len(comm._staging_all)} buffers; the "
-              "buckets are all in shared memory", flush=True)
+        print(f"rank {rank}: the hook or the package's call staged through "
+              f"{len(comm._staging_all)} buffers; the tensors are all in shared memory",
+              flush=True)
         ok = False
     gradsync.shutdown()
     dist.destroy_process_group()

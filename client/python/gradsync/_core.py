@@ -12,6 +12,7 @@ device; wait() returns once the daemon's work is done, the stream waiting for th
 import contextlib
 import ctypes
 import threading
+import weakref
 
 from . import _library
 
@@ -71,6 +72,20 @@ _ERRORS = {ERR_INVALID_ARGUMENT: InvalidArgumentError, ERR_MISMATCH: MismatchErr
 
 _lib = None
 _lib_lock = threading.Lock()
+
+# Heaps every communicator of the process uses in place (gradsync.torch's shared memory
+# allocator's): attached to those open now and to each one that connects later.
+_process_heaps = []
+_open_communicators = weakref.WeakSet()
+
+
+def use_heap_everywhere(heap):
+    """Every communicator of the process, open or to come, uses the memory of the heap at
+    address `heap` (a gradsync_heap*) in place."""
+    if heap not in _process_heaps:
+        _process_heaps.append(heap)
+    for comm in list(_open_communicators):
+        comm.attach_heap(heap)
 
 
 def library():
@@ -257,6 +272,9 @@ class Communicator:
         self._heaps = []          # attached heaps (gradsync_heap* addresses): used in place
         self._stream = None       # the CUDA stream device collectives are ordered on
         self._priority = 0        # of the collectives submitted from now on (set_priority)
+        for heap in _process_heaps:
+            self.attach_heap(heap)
+        _open_communicators.add(self)
 
     # -- lifetime -----------------------------------------------------------------------------
     def close(self):
@@ -265,6 +283,7 @@ class Communicator:
                 buffer.free()
             library().gradsync_disconnect(self._handle)
             self._handle = None
+            _open_communicators.discard(self)
 
     def __enter__(self):
         return self

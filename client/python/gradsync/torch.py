@@ -89,9 +89,6 @@ def priority(value, group=None):
         process_group.priority = before
 
 
-_shared_memory_used = False  # use_shared_memory was called: tensors may be in the heap
-
-
 def use_shared_memory(min_bytes=1 << 20):
     """CPU tensors of at least `min_bytes` bytes allocated from now on live in shared memory
     gradsyncd maps, so that the gradsync backend's collectives run on them where they lie
@@ -99,11 +96,13 @@ def use_shared_memory(min_bytes=1 << 20):
     the model and DDP are built, so that DDP's buckets are among them; 0 stops (tensors already
     allocated stay where they are). Children the process forks (DataLoader workers) share
     these tensors' memory rather than copying it, as with Tensor.share_memory_()."""
-    global _shared_memory_used
     if min_bytes < 0:
         raise ValueError(f"gradsync.torch.use_shared_memory: min_bytes {min_bytes} is negative")
-    _backend.load_extension().use_shared_memory(int(min_bytes))
-    _shared_memory_used = True
+    extension = _backend.load_extension()
+    extension.use_shared_memory(int(min_bytes))
+    # The package's communicators too (gradsync.init(), the hooks' GradsyncState): their calls
+    # on these tensors run in place as well.
+    _core.use_heap_everywhere(extension.shared_memory_heap())
 
 
 def in_shared_memory(tensor):
@@ -144,9 +143,6 @@ def _reduce_bucket(state, bucket, wire_dtype):
         state = _default_state
     buffer = bucket.buffer()
     name = f"{state.prefix}.bucket{bucket.index()}"
-    if _shared_memory_used:
-        # Buckets in gradsync's shared memory (use_shared_memory) are reduced in place.
-        state.comm.attach_heap(_backend.load_extension().shared_memory_heap())
     if wire_dtype is None or wire_dtype == buffer.dtype:
         handle = state.comm.allreduce(buffer, name=name, op="avg", async_op=True,
                                       priority=bucket.index())
