@@ -134,25 +134,23 @@ void* Communicator::allocate(size_t bytes) {
     throw Error(GRADSYNC_ERR_OUT_OF_MEMORY,
                 "cannot allocate " + std::to_string(bytes) + " bytes of shared memory");
   }
-  allocations_.emplace(reinterpret_cast<uintptr_t>(p), bytes);
   return p;
 }
 
 void Communicator::free(void* ptr) {
   if (ptr == nullptr) return;
-  const auto allocation = allocations_.find(reinterpret_cast<uintptr_t>(ptr));
-  if (allocation == allocations_.end()) {
+  const std::optional<size_t> bytes = heap_.allocation_bytes(ptr);
+  if (!bytes) {
     throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "free: pointer was not returned by gradsync_alloc");
   }
   // Unregister what lies inside the allocation first, so the daemon lets go of it too.
-  const uintptr_t begin = allocation->first;
-  const uintptr_t end = begin + allocation->second;
+  const auto begin = reinterpret_cast<uintptr_t>(ptr);
+  const uintptr_t end = begin + *bytes;
   std::vector<void*> inside;
   for (auto it = registered_.lower_bound(begin); it != registered_.end() && it->first < end; ++it) {
     inside.push_back(it->second.base);
   }
   for (void* base : inside) unregister(base);
-  allocations_.erase(allocation);
   heap_.deallocate(ptr);
 }
 

@@ -152,7 +152,6 @@ class Communicator {
   uint64_t unnamed_sequence_ = 0;
   uint32_t next_buffer_id_ = 1;
   std::map<uintptr_t, Registered> registered_;  // by base address
-  std::map<uintptr_t, size_t> allocations_;     // from allocate(), by address
   RequestTable requests_;
   int32_t priority_ = 0;
   bool stream_ordered_ = false;

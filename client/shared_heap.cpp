@@ -26,7 +26,7 @@ void* SharedHeap::allocate(size_t bytes) {
   const std::lock_guard lock(mutex_);
   for (auto& arena : arenas_) {
     if (void* p = arena->allocator_.allocate_aligned(bytes, kAlignment, std::nothrow)) {
-      allocations_.insert(p);
+      allocations_.emplace(p, bytes);
       return p;
     }
   }
@@ -42,11 +42,18 @@ void* SharedHeap::allocate(size_t bytes) {
         bip::managed_external_buffer(bip::create_only, arena->mapping_.data(), arena_bytes);
     void* p = arena->allocator_.allocate_aligned(bytes, kAlignment, std::nothrow);
     arenas_.push_back(std::move(arena));
-    if (p != nullptr) allocations_.insert(p);
+    if (p != nullptr) allocations_.emplace(p, bytes);
     return p;
   } catch (const std::exception&) {
     return nullptr;
   }
+}
+
+std::optional<size_t> SharedHeap::allocation_bytes(const void* ptr) const {
+  const std::lock_guard lock(mutex_);
+  const auto allocation = allocations_.find(ptr);
+  if (allocation == allocations_.end()) return std::nullopt;
+  return allocation->second;
 }
 
 bool SharedHeap::deallocate(void* ptr) {

@@ -23,7 +23,8 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <unordered_set>
+#include <optional>
+#include <unordered_map>
 #include <vector>
 
 namespace gradsync::client {
@@ -60,6 +61,9 @@ class SharedHeap {
   void* allocate(size_t bytes);
   // False when `ptr` is not an allocation of this heap (in a child: was not when it forked).
   bool deallocate(void* ptr);
+  // The bytes asked for when `ptr` was allocated; none when it is not an allocation of this
+  // heap.
+  std::optional<size_t> allocation_bytes(const void* ptr) const;
   // Whether the calling process is the one that created the heap.
   bool owned_here() const;
   // The arena [ptr, ptr + bytes) lies wholly inside; null if none.
@@ -75,7 +79,8 @@ class SharedHeap {
   const pid_t owner_;  // the process that created it
   mutable std::mutex mutex_;
   std::vector<std::shared_ptr<Arena>> arenas_;
-  std::unordered_set<const void*> allocations_;  // a free of anything else is refused
+  // Their bytes, by address: a free of anything else is refused.
+  std::unordered_map<const void*, size_t> allocations_;
   std::atomic<uint64_t> releases_{0};
 };
 
