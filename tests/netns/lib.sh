@@ -5,9 +5,12 @@
 # say 1gbit), and tears it all down on exit.
 #
 #   start_cluster              namespaces, key, daemons; waits for every socket
+#   start_daemon n             node n's daemon (again, after it died: its log goes on)
 #   run_ranks JOB SCENARIO...  ranks_per_node ranks per node; returns their worst status
 #   node_log n                 node n's daemon log
 #   daemon_usage n             node n's daemon: fds, memfd mappings, resident KiB
+#   daemon_running n           whether node n's daemon runs
+#   wait_daemon_gone n         until it has exited (10 s at most)
 # Network namespaces need root: without it, skip (77, as ctest expects).
 if (( EUID != 0 )); then
   echo "skipped: the namespace cluster needs root (network namespaces)"
@@ -22,7 +25,7 @@ cluster_rate=${cluster_rate:-}
 
 cleanup() {
   for pid in "${daemons[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${daemons[@]}"; do wait "$pid" 2>/dev/null || true; done
+  for n in "${!daemons[@]}"; do wait_daemon_gone "$n"; done
   "$cluster" down "$nodes"
   rm -rf "$work"
 }
@@ -35,18 +38,23 @@ start_cluster() {
   done
   # The nodes authenticate each other with a shared cluster key, as in production.
   (umask 077 && head -c 32 /dev/urandom >"$work/cluster.key")
-  for ((n = 0; n < nodes; n++)); do
-    # Nodes share no memory: UCX must use TCP, on the node's veth.
-    "$cluster" exec "$n" env UCX_TLS=tcp UCX_NET_DEVICES=eth0 "$build/gradsyncd" \
-      --socket "$work/node$n.sock" --listen "$("$cluster" address "$n"):9478" \
-      --cluster-key-file "$work/cluster.key" --metrics-listen "" "${daemon_flags[@]}" \
-      >"$work/node$n.log" 2>&1 &
-    daemons+=($!)
-  done
-  for ((n = 0; n < nodes; n++)); do
-    for _ in $(seq 100); do [[ -S "$work/node$n.sock" ]] && break; sleep 0.1; done
-    [[ -S "$work/node$n.sock" ]] || { cat "$work/node$n.log"; echo "node $n's daemon did not start"; exit 1; }
-  done
+  for ((n = 0; n < nodes; n++)); do start_daemon "$n"; done
+}
+
+start_daemon() {
+  local n=$1
+  # A daemon killed outright leaves its socket file; the new one replaces it.
+  rm -f "$work/node$n.sock"
+  # Nodes share no memory: UCX must use TCP, on the node's veth.
+  "$cluster" exec "$n" env UCX_TLS=tcp UCX_NET_DEVICES=eth0 "$build/gradsyncd" \
+    --socket "$work/node$n.sock" --listen "$("$cluster" address "$n"):9478" \
+    --cluster-key-file "$work/cluster.key" --metrics-listen "" "${daemon_flags[@]}" \
+    >>"$work/node$n.log" 2>&1 &
+  daemons[n]=$!
+  # Not a job of this shell: one killed on purpose (scripts/soak) is not reported as killed.
+  disown "${daemons[n]}"
+  for _ in $(seq 100); do [[ -S "$work/node$n.sock" ]] && break; sleep 0.1; done
+  [[ -S "$work/node$n.sock" ]] || { cat "$work/node$n.log"; echo "node $n's daemon did not start"; exit 1; }
 }
 
 node_log() { cat "$work/node$1.log"; }
@@ -56,6 +64,16 @@ daemon_usage() {
   local pid=${daemons[$1]}
   echo "$(ls "/proc/$pid/fd" | wc -l) $(grep -c 'memfd:gradsync' "/proc/$pid/maps" || true)" \
     "$(awk '/^VmRSS/ {print $2}' "/proc/$pid/status")"
+}
+
+daemon_running() {
+  local state
+  state=$(awk '{print $3}' "/proc/${daemons[$1]}/stat" 2>/dev/null) || return 1
+  [[ -n "$state" && "$state" != Z ]]
+}
+
+wait_daemon_gone() {
+  for _ in $(seq 200); do daemon_running "$1" || return 0; sleep 0.05; done
 }
 
 # Prints the daemons' last lines and the reason, and exits.
