@@ -50,7 +50,9 @@ void* SharedHeap::allocate(size_t bytes) {
 }
 
 std::optional<size_t> SharedHeap::allocation_bytes(const void* ptr) const {
-  const std::lock_guard lock(mutex_);
+  // In a child, without the lock (see deallocate).
+  std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+  if (owned_here()) lock.lock();
   const auto allocation = allocations_.find(ptr);
   if (allocation == allocations_.end()) return std::nullopt;
   return allocation->second;

@@ -62,7 +62,7 @@ class SharedHeap {
   // False when `ptr` is not an allocation of this heap (in a child: was not when it forked).
   bool deallocate(void* ptr);
   // The bytes asked for when `ptr` was allocated; none when it is not an allocation of this
-  // heap.
+  // heap (in a child: was not when it forked).
   std::optional<size_t> allocation_bytes(const void* ptr) const;
   // Whether the calling process is the one that created the heap.
   bool owned_here() const;
