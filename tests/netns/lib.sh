@@ -38,10 +38,17 @@ start_cluster() {
   done
   # The nodes authenticate each other with a shared cluster key, as in production.
   (umask 077 && head -c 32 /dev/urandom >"$work/cluster.key")
-  for ((n = 0; n < nodes; n++)); do start_daemon "$n"; done
+  # All started first, then waited for: their start-ups overlap.
+  for ((n = 0; n < nodes; n++)); do launch_daemon "$n"; done
+  for ((n = 0; n < nodes; n++)); do wait_for_socket "$n"; done
 }
 
 start_daemon() {
+  launch_daemon "$1"
+  wait_for_socket "$1"
+}
+
+launch_daemon() {
   local n=$1
   # A daemon killed outright leaves its socket file; the new one replaces it.
   rm -f "$work/node$n.sock"
@@ -53,6 +60,10 @@ start_daemon() {
   daemons[n]=$!
   # Not a job of this shell: one killed on purpose (scripts/soak) is not reported as killed.
   disown "${daemons[n]}"
+}
+
+wait_for_socket() {
+  local n=$1
   for _ in $(seq 100); do [[ -S "$work/node$n.sock" ]] && break; sleep 0.1; done
   [[ -S "$work/node$n.sock" ]] || { cat "$work/node$n.log"; echo "node $n's daemon did not start"; exit 1; }
 }
