@@ -12,21 +12,32 @@
 namespace gradsync::torch_backend {
 namespace {
 
-// How long the worker waits for the oldest task before it looks for newly queued ones.
+// How long the worker waits for the oldest task before it looks for newly queued ones; with
+// several lanes busy, for each lane's oldest in turn, the shorter slice.
 constexpr std::chrono::milliseconds kWaitSlice{5};
+constexpr std::chrono::milliseconds kLaneWaitSlice{1};
 
-std::exception_ptr call_error(const char* call, const std::exception& error) {
+std::exception_ptr call_error(const std::string& call, const std::exception& error) {
   return std::make_exception_ptr(
       std::runtime_error(std::string("gradsync: ") + call + " failed: " + error.what()));
 }
 
 }  // namespace
 
+CollectiveWorker::Lane::Lane(const gradsync_options& options, const gradsync_job_settings& settings,
+                             const gradsync::Heap& tensor_heap)
+    : comm(options, settings), staging(comm) {
+  comm.attach(tensor_heap);
+}
+
 CollectiveWorker::CollectiveWorker(const gradsync_options& options,
-                                   const gradsync_job_settings& settings,
+                                   const gradsync_job_settings& settings, GroupLayout layout,
                                    const gradsync::Heap& tensor_heap)
-    : comm_(options, settings), staging_(comm_) {
-  comm_.attach(tensor_heap);
+    : options_(options),
+      settings_(settings),
+      layout_(std::move(layout)),
+      tensor_heap_(tensor_heap),
+      group_(options, settings, tensor_heap) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -51,22 +62,54 @@ void CollectiveWorker::run() {
   // Results are written into the caller's tensors as Gloo and NCCL write them, beneath
   // autograd: a parameter that requires grad may be broadcast into.
   const at::NoGradGuard no_grad;
+  std::vector<Lane*> busy;
   while (true) {
     std::deque<Task> fresh;
     {
       std::unique_lock lock(mutex_);
-      if (in_flight_.empty()) {
+      if (idle()) {
         queued_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
         if (queue_.empty()) return;  // stopping, and nothing left to do
       }
       fresh.swap(queue_);
     }
     for (Task& task : fresh) start(std::move(task));
-    if (!in_flight_.empty() && progress(in_flight_.front())) {
-      finish(in_flight_.front());
-      in_flight_.pop_front();
+    busy.clear();
+    if (!group_.in_flight.empty()) busy.push_back(&group_);
+    for (auto& [peer, lane] : pairs_) {
+      if (!lane->in_flight.empty()) busy.push_back(lane.get());
+    }
+    const std::chrono::milliseconds slice = busy.size() > 1 ? kLaneWaitSlice : kWaitSlice;
+    for (Lane* lane : busy) {
+      if (progress(*lane, lane->in_flight.front(), slice)) {
+        finish(*lane, lane->in_flight.front());
+        lane->in_flight.pop_front();
+      }
     }
   }
+}
+
+bool CollectiveWorker::idle() const {
+  return group_.in_flight.empty() &&
+         std::all_of(pairs_.begin(), pairs_.end(),
+                     [](const auto& pair) { return pair.second->in_flight.empty(); });
+}
+
+CollectiveWorker::Lane* CollectiveWorker::lane_for(Task& task) {
+  if (task.peer < 0) return &group_;
+  auto it = pairs_.find(task.peer);
+  if (it == pairs_.end()) {
+    try {
+      auto lane = std::make_unique<Lane>(pair_options(options_, layout_, task.peer), settings_,
+                                         tensor_heap_);
+      it = pairs_.emplace(task.peer, std::move(lane)).first;
+    } catch (const std::exception& error) {
+      task.work->fail(std::make_exception_ptr(std::runtime_error(
+          "gradsync: " + task.call + " cannot join the job of the pair: " + error.what())));
+      return nullptr;
+    }
+  }
+  return it->second.get();
 }
 
 std::optional<c10::Stream> CollectiveWorker::stream_for(c10::Device device) {
@@ -86,15 +129,17 @@ void CollectiveWorker::start(Task task) {
     task.work->fail(broken_);
     return;
   }
+  Lane* const lane = lane_for(task);
+  if (lane == nullptr) return;
   InFlight flight;
   flight.deadline = std::chrono::steady_clock::now() + task.timeout;
   flight.task = std::move(task);
-  submit(flight);
+  submit(*lane, flight);
   if (flight.task.then) {
     // The first stage to its end here: the second one's transfers depend on its results.
-    while (!progress(flight)) {
+    while (!progress(*lane, flight, kWaitSlice)) {
     }
-    deliver(flight);
+    deliver(*lane, flight);
     if (!flight.error) {
       try {
         flight.task.transfers = flight.task.then();
@@ -104,18 +149,19 @@ void CollectiveWorker::start(Task task) {
     }
     flight.requests.clear();
     flight.finished = 0;
-    if (!flight.error) submit(flight);
+    if (!flight.error) submit(*lane, flight);
   }
-  in_flight_.push_back(std::move(flight));
+  lane->in_flight.push_back(std::move(flight));
 }
 
-void CollectiveWorker::submit(InFlight& flight) {
+void CollectiveWorker::submit(Lane& lane, InFlight& flight) {
   const Task& task = flight.task;
   bool grouping = false;  // between group_start and group_end
   try {
-    if (task.priority != priority_) {
-      comm_.set_priority(task.priority);
-      priority_ = task.priority;
+    gradsync::Communicator& comm = lane.comm;
+    if (task.priority != lane.priority) {
+      comm.set_priority(task.priority);
+      lane.priority = task.priority;
     }
     // On a GPU: the copies in wait on the device for what the caller's stream was given before
     // the call, and are finished before the daemon reads them.
@@ -127,80 +173,81 @@ void CollectiveWorker::submit(InFlight& flight) {
       const c10::Device device = transfer.on_host ? c10::Device(c10::kCPU) : task.device;
       const size_t staged = transfer.staged_bytes();
       StagingBuffer& buffer = flight.staging.emplace_back(
-          staged == 0 ? StagingBuffer(SharedBuffer()) : staging_.acquire(staged, device));
+          staged == 0 ? StagingBuffer(SharedBuffer()) : lane.staging.acquire(staged, device));
       staged_bytes_.fetch_add(staged, std::memory_order_relaxed);
       if (transfer.fill) transfer.fill(transfer.regions(buffer.data()).send);
     }
     if (stream) stream->synchronize();
     if (task.transfers.size() > 1) {
-      comm_.group_start();
+      comm.group_start();
       grouping = true;
     }
     for (size_t i = 0; i < task.transfers.size(); ++i) {
       const Transfer& transfer = task.transfers[i];
       const auto [send, recv] = transfer.regions(flight.staging[i].data());
+      const char* const name = transfer.name.empty() ? nullptr : transfer.name.c_str();
       switch (transfer.kind) {
         case TransferKind::kAllreduce:
           flight.requests.push_back(
-              comm_.allreduce(nullptr, send, recv, transfer.count, transfer.dtype, transfer.op));
+              comm.allreduce(name, send, recv, transfer.count, transfer.dtype, transfer.op));
           break;
         case TransferKind::kBroadcast:
           flight.requests.push_back(
-              comm_.broadcast(nullptr, send, recv, transfer.count, transfer.dtype, transfer.root));
+              comm.broadcast(name, send, recv, transfer.count, transfer.dtype, transfer.root));
           break;
         case TransferKind::kAllgather:
           flight.requests.push_back(
-              comm_.allgather(nullptr, send, recv, transfer.count, transfer.dtype));
+              comm.allgather(name, send, recv, transfer.count, transfer.dtype));
           break;
         case TransferKind::kReduceScatter:
-          flight.requests.push_back(comm_.reduce_scatter(nullptr, send, recv, transfer.count,
-                                                         transfer.dtype, transfer.op));
+          flight.requests.push_back(
+              comm.reduce_scatter(name, send, recv, transfer.count, transfer.dtype, transfer.op));
           break;
         case TransferKind::kAllToAll:
           flight.requests.push_back(
-              comm_.alltoall(nullptr, send, recv, transfer.count, transfer.dtype));
+              comm.alltoall(name, send, recv, transfer.count, transfer.dtype));
           break;
         case TransferKind::kBarrier:
-          flight.requests.push_back(comm_.barrier_async());
+          flight.requests.push_back(comm.barrier_async());
           break;
       }
     }
     if (grouping) {
       grouping = false;
-      comm_.group_end();
+      comm.group_end();
     }
   } catch (const std::exception& error) {
     // Requests submitted before the failure are still waited for (their memory is in use).
     flight.error = call_error(task.call, error);
-    if (grouping) gradsync_group_end(comm_.get());
+    if (grouping) gradsync_group_end(lane.comm.get());
   }
 }
 
-bool CollectiveWorker::progress(InFlight& oldest) {
+bool CollectiveWorker::progress(Lane& lane, InFlight& oldest, std::chrono::milliseconds slice) {
   while (oldest.finished < oldest.requests.size()) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= oldest.deadline) {
       const auto timeout = oldest.task.timeout.count();
       oldest.error = std::make_exception_ptr(
-          std::runtime_error(std::string("gradsync: ") + oldest.task.call + " timed out after " +
+          std::runtime_error("gradsync: " + oldest.task.call + " timed out after " +
                              std::to_string(timeout) + " ms (the process group's timeout)"));
       broken_ = std::make_exception_ptr(std::runtime_error(
-          std::string("gradsync: an earlier ") + oldest.task.call + " timed out after " +
+          "gradsync: an earlier " + oldest.task.call + " timed out after " +
           std::to_string(timeout) + " ms; this process group cannot run collectives any more"));
-      for (StagingBuffer& buffer : oldest.staging) abandoned_.push_back(std::move(buffer));
+      for (StagingBuffer& buffer : oldest.staging) lane.abandoned.push_back(std::move(buffer));
       oldest.staging.clear();
       // Tensors it ran on in place likewise: their memory must not serve another tensor.
       for (Transfer& transfer : oldest.task.transfers) {
         for (at::Tensor& tensor : transfer.direct_tensors) {
-          abandoned_tensors_.push_back(std::move(tensor));
+          lane.abandoned_tensors.push_back(std::move(tensor));
         }
       }
       return true;
     }
-    const auto slice = std::min<std::chrono::milliseconds>(
-        kWaitSlice, std::chrono::ceil<std::chrono::milliseconds>(oldest.deadline - now));
+    const auto wait = std::min<std::chrono::milliseconds>(
+        slice, std::chrono::ceil<std::chrono::milliseconds>(oldest.deadline - now));
     try {
-      if (!comm_.wait_for(oldest.requests[oldest.finished], slice)) return false;
+      if (!lane.comm.wait_for(oldest.requests[oldest.finished], wait)) return false;
     } catch (const std::exception& error) {
       if (!oldest.error) oldest.error = call_error(oldest.task.call, error);
     }
@@ -209,7 +256,7 @@ bool CollectiveWorker::progress(InFlight& oldest) {
   return true;
 }
 
-void CollectiveWorker::deliver(InFlight& done) {
+void CollectiveWorker::deliver(Lane& lane, InFlight& done) {
   // On a GPU the copies out are finished before the Work completes (and its future records
   // its events on this stream, where nothing is left to wait for).
   const std::optional<c10::Stream> stream = stream_for(done.task.device);
@@ -229,13 +276,13 @@ void CollectiveWorker::deliver(InFlight& done) {
     if (!done.error) done.error = call_error(done.task.call, error);
   }
   for (StagingBuffer& buffer : done.staging) {
-    if (buffer.size() != 0) staging_.release(std::move(buffer));
+    if (buffer.size() != 0) lane.staging.release(std::move(buffer));
   }
   done.staging.clear();
 }
 
-void CollectiveWorker::finish(InFlight& done) {
-  deliver(done);
+void CollectiveWorker::finish(Lane& lane, InFlight& done) {
+  deliver(lane, done);
   if (done.error) {
     done.task.work->fail(done.error);
   } else {

@@ -11,11 +11,17 @@
 // stream, and the caller's stream never waits on another process's event (which costs a
 // switch between the processes' contexts without MPS: docs/cuda.md).
 //
-// The worker waits for the oldest task in short slices, looking for newly queued tasks between
-// them, so a call queued while another is in flight is submitted within one slice. A task with
-// a second stage (Task::then) holds the worker until its first stage is over.
+// Point-to-point calls run on communicators of their own, one per peer (point_to_point.h), each
+// a lane of the worker with its own tasks in flight: a receive that waits for its sender holds
+// up neither the group's collectives nor messages to and from other peers.
+//
+// The worker waits for the oldest task of each busy lane in short slices, looking for newly
+// queued tasks between them, so a call queued while another is in flight is submitted within
+// one slice. A task with a second stage (Task::then) holds the worker until its first stage is
+// over.
 #pragma once
 
+#include "client/torch/point_to_point.h"
 #include "client/torch/staging.h"
 #include "client/torch/work.h"
 
@@ -55,6 +61,9 @@ struct Transfer {
   gradsync_dtype dtype = GRADSYNC_INT32;
   gradsync_op op = GRADSYNC_SUM;
   int32_t root = 0;
+  // The name every rank submits it under (a point-to-point message's); empty: unnamed, matched
+  // by its place among the communicator's unnamed collectives.
+  std::string name;
   std::function<void(std::byte* send)> fill;           // copies the input in
   std::function<void(const std::byte* recv)> deliver;  // copies the result out
   // Staged in host memory whatever the task's device (a table of sizes the host reads).
@@ -83,11 +92,13 @@ struct Transfer {
 };
 
 struct Task {
-  const char* call = "";            // the ProcessGroup call, for errors
+  std::string call;                 // the ProcessGroup call (and its peer), for errors
   std::vector<Transfer> transfers;  // submitted as one group when more than one
   c10::intrusive_ptr<GradsyncWork> work;
   std::chrono::milliseconds timeout{0};
   int32_t priority = 0;  // gradsync_set_priority's
+  // The group rank a point-to-point call exchanges with; -1 for the group's collectives.
+  int peer = -1;
   // Where every tensor of the call lies: the host, or one GPU. On a GPU, the copies in and out
   // run on a stream of the worker's that first waits for `inputs_ready`, recorded on the
   // caller's stream when the call was made.
@@ -102,9 +113,10 @@ struct Task {
 
 class CollectiveWorker {
  public:
-  // Collectives may run on `tensor_heap`'s memory in place (Transfer::direct_send).
+  // Collectives may run on `tensor_heap`'s memory in place (Transfer::direct_send). `layout`
+  // says where the group's ranks run, for the jobs of point-to-point calls.
   CollectiveWorker(const gradsync_options& options, const gradsync_job_settings& settings,
-                   const gradsync::Heap& tensor_heap);
+                   GroupLayout layout, const gradsync::Heap& tensor_heap);
   // Runs every queued task to its end, then disconnects.
   ~CollectiveWorker();
   CollectiveWorker(const CollectiveWorker&) = delete;
@@ -125,23 +137,42 @@ class CollectiveWorker {
     std::exception_ptr error;
   };
 
+  // A communicator and what the worker runs on it: the group's own, or a pair job's.
+  struct Lane {
+    Lane(const gradsync_options& options, const gradsync_job_settings& settings,
+         const gradsync::Heap& tensor_heap);
+
+    gradsync::Communicator comm;
+    StagingPool staging;
+    std::deque<InFlight> in_flight;  // submitted, completed in order
+    int32_t priority = 0;            // the communicator's
+    // Of timed-out collectives, which the daemon may still write: kept to the end.
+    std::vector<StagingBuffer> abandoned;
+    std::vector<at::Tensor> abandoned_tensors;
+  };
+
   void run();
+  bool idle() const;
   void start(Task task);
+  // The lane a task runs on, connected on first use; null (and the task failed) where its pair
+  // job cannot be joined.
+  Lane* lane_for(Task& task);
   // Stages and submits `flight.task`'s transfers; a failure lands in flight.error.
-  void submit(InFlight& flight);
+  void submit(Lane& lane, InFlight& flight);
   // Copies the results of a flight whose requests are over out of its staging, and releases it.
-  void deliver(InFlight& done);
-  // Waits one slice for the oldest task: true once it is over.
-  bool progress(InFlight& oldest);
-  void finish(InFlight& done);
+  void deliver(Lane& lane, InFlight& done);
+  // Waits up to `slice` for the lane's oldest task: true once it is over.
+  bool progress(Lane& lane, InFlight& oldest, std::chrono::milliseconds slice);
+  void finish(Lane& lane, InFlight& done);
   // The stream the worker copies to and from `device` on (none for the host).
   std::optional<c10::Stream> stream_for(c10::Device device);
 
-  gradsync::Communicator comm_;
-  StagingPool staging_;
-  // Of timed-out collectives, which the daemon may still write: kept to the end.
-  std::vector<StagingBuffer> abandoned_;
-  std::vector<at::Tensor> abandoned_tensors_;
+  const gradsync_options options_;
+  const gradsync_job_settings settings_;
+  const GroupLayout layout_;
+  const gradsync::Heap& tensor_heap_;
+  Lane group_;
+  std::map<int, std::unique_ptr<Lane>> pairs_;  // by peer
 
   std::mutex mutex_;
   std::condition_variable queued_;
@@ -149,9 +180,7 @@ class CollectiveWorker {
   bool stopping_ = false;
 
   // The worker thread's own.
-  std::deque<InFlight> in_flight_;
   std::exception_ptr broken_;  // once a collective timed out, its successors cannot run
-  int32_t priority_ = 0;       // the communicator's
   std::map<c10::DeviceIndex, c10::Stream> streams_;  // per GPU, from PyTorch's pool
   std::atomic<uint64_t> staged_bytes_{0};
   std::thread thread_;  // last: starts once the rest is built

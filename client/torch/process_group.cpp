@@ -212,10 +212,10 @@ void unpack_blocks(const at::Tensor& output, const std::byte* staging, size_t by
 
 ProcessGroupGradsync::ProcessGroupGradsync(const gradsync_options& options,
                                            const gradsync_job_settings& settings,
-                                           std::chrono::milliseconds timeout)
+                                           GroupLayout layout, std::chrono::milliseconds timeout)
     : c10d::ProcessGroup(options.rank, options.world_size),
       timeout_(timeout),
-      worker_(std::make_unique<CollectiveWorker>(options, settings,
+      worker_(std::make_unique<CollectiveWorker>(options, settings, std::move(layout),
                                                  SharedMemoryAllocator::instance().heap())) {}
 
 ProcessGroupGradsync::~ProcessGroupGradsync() {
@@ -234,12 +234,12 @@ std::chrono::milliseconds ProcessGroupGradsync::bound(std::chrono::milliseconds 
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::run(
-    const char* call, c10d::OpType type, c10::Device device, std::vector<Transfer> transfers,
+    std::string call, c10d::OpType type, c10::Device device, std::vector<Transfer> transfers,
     std::vector<at::Tensor> outputs, std::chrono::milliseconds timeout,
-    std::function<std::vector<Transfer>()> then) {
+    std::function<std::vector<Transfer>()> then, int peer) {
   auto work = c10::make_intrusive<GradsyncWork>(rank_, type, std::move(outputs), device);
   Task task;
-  task.call = call;
+  task.call = std::move(call);
   task.device = device;
   if (!device.is_cpu()) {
     // The point on the caller's stream the inputs are written by (the worker's copies wait for
@@ -258,6 +258,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::run(
   task.work = work;
   task.timeout = timeout;
   task.priority = priority_;
+  task.peer = peer;
   worker_->enqueue(std::move(task));
   return work;
 }
@@ -539,6 +540,45 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::barrier(const c10d::Barrier
   transfers.front().kind = TransferKind::kBarrier;
   return run("barrier", OpType::BARRIER, c10::Device(c10::kCPU), std::move(transfers), {},
              bound(opts.timeout));
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::send(std::vector<at::Tensor>& tensors,
+                                                          int dstRank, int tag) {
+  return exchange("send", tensors, dstRank, tag, true);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::recv(std::vector<at::Tensor>& tensors,
+                                                          int srcRank, int tag) {
+  return exchange("recv", tensors, srcRank, tag, false);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::exchange(const char* call,
+                                                              std::vector<at::Tensor>& tensors,
+                                                              int peer, int tag, bool sending) {
+  const at::Tensor& tensor = only_tensor(tensors, call);
+  const c10::Device device = call_device(call, tensor);
+  TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "gradsync: ", call, " ",
+              sending ? "to" : "from", " rank ", peer, ": not another rank of this group of ",
+              size_);
+  // A broadcast from the sender in the pair's job, whose rank 0 is the lower group rank.
+  const int source = sending ? rank_ : peer;
+  const int target = sending ? peer : rank_;
+  const int root = source < target ? 0 : 1;
+  std::vector<Transfer> transfers;
+  transfers.push_back(word_broadcast(
+      bytes_of(tensor), root,
+      [tensor, sending](std::byte* send) {
+        if (sending) copy_in(send, tensor);
+      },
+      [tensor, sending](const std::byte* recv) {
+        if (!sending) copy_out(recv, tensor);
+      }));
+  transfers.back().name = message_name(source, target, tag);
+  std::byte* memory = direct_words(tensor);
+  run_direct(transfers.back(), memory, memory, {tensor});
+  return run(std::string(call) + (sending ? " to rank " : " from rank ") + std::to_string(peer),
+             sending ? OpType::SEND : OpType::RECV, device, std::move(transfers), tensors, timeout_,
+             {}, peer);
 }
 
 }  // namespace gradsync::torch_backend

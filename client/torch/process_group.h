@@ -22,9 +22,10 @@ namespace gradsync::torch_backend {
 
 class ProcessGroupGradsync : public c10d::ProcessGroup {
  public:
-  // Connects as `options.rank` of `options.job`; `timeout` bounds every collective.
+  // Connects as `options.rank` of `options.job`; `timeout` bounds every collective. `layout`
+  // says where the group's ranks run (for the jobs of point-to-point calls).
   ProcessGroupGradsync(const gradsync_options& options, const gradsync_job_settings& settings,
-                       std::chrono::milliseconds timeout);
+                       GroupLayout layout, std::chrono::milliseconds timeout);
   // Runs what is queued to its end, without the GIL (see the definition).
   ~ProcessGroupGradsync() override;
   ProcessGroupGradsync(const ProcessGroupGradsync&) = delete;
@@ -67,6 +68,11 @@ class ProcessGroupGradsync : public c10d::ProcessGroup {
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions& opts) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+  // Point-to-point (point_to_point.h); a receive names its source: no recvAnysource.
+  c10::intrusive_ptr<c10d::Work> send(std::vector<at::Tensor>& tensors, int dstRank,
+                                      int tag) override;
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<at::Tensor>& tensors, int srcRank,
+                                      int tag) override;
 
   // The priority of the collectives called from now on (gradsync_set_priority); the Python
   // package's gradsync.torch.priority sets it around calls.
@@ -78,11 +84,15 @@ class ProcessGroupGradsync : public c10d::ProcessGroup {
  private:
   // Queues the transfers as one call, with a second stage where `then` is given (Task::then);
   // its Work completes with `outputs`.
-  c10::intrusive_ptr<c10d::Work> run(const char* call, c10d::OpType type, c10::Device device,
+  c10::intrusive_ptr<c10d::Work> run(std::string call, c10d::OpType type, c10::Device device,
                                      std::vector<Transfer> transfers,
                                      std::vector<at::Tensor> outputs,
                                      std::chrono::milliseconds timeout,
-                                     std::function<std::vector<Transfer>()> then = {});
+                                     std::function<std::vector<Transfer>()> then = {},
+                                     int peer = -1);
+  // A send (`sending`) or receive of the one tensor of `tensors` between this rank and `peer`.
+  c10::intrusive_ptr<c10d::Work> exchange(const char* call, std::vector<at::Tensor>& tensors,
+                                          int peer, int tag, bool sending);
   std::chrono::milliseconds bound(std::chrono::milliseconds requested) const;
 
   std::chrono::milliseconds timeout_;

@@ -10,6 +10,7 @@ Run by tests/python/run_ranks.py. --check picks what to run:
   ddp         DDP with no hook, then ZeroRedundancyOptimizer: parameters equal to Gloo's run
   bad-input   mismatched shapes and dtypes, a tensor on an unsupported device, a subgroup with
               a rank outside the world, an unsupported op: a clear error on every rank, no hang
+  p2p         send, recv, isend, irecv, batch_isend_irecv (backend_point_to_point.py)
   dies        rank 1 exits in the middle of a collective: the others raise within 10 s
 --shared-memory N allocates CPU tensors of N bytes or more in gradsync's shared memory
 (gradsync.torch.use_shared_memory): calls then also checks that the calls on them run in place,
@@ -297,7 +298,7 @@ def check_subgroups(world):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--init-file", required=True)
-    parser.add_argument("--check", required=True, choices=["calls", "ddp", "bad-input", "dies"])
+    parser.add_argument("--check", required=True, choices=["calls", "ddp", "bad-input", "p2p", "dies"])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where the gradsync side's tensors lie")
@@ -344,6 +345,10 @@ def main():
     elif args.check == "ddp":
         from backend_training import check_training
         status = check_training(args.steps, expect, DEVICE[0], args.shared_memory is not None)
+    elif args.check == "p2p":
+        from backend_point_to_point import check_point_to_point
+        check_point_to_point(expect, DEVICE[0], args.shared_memory is not None)
+        status = 0
     elif args.check == "bad-input":
         from backend_faults import check_bad_input
         status = check_bad_input(expect)

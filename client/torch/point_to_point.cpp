@@ -1,0 +1,90 @@
+#include "client/torch/point_to_point.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+
+namespace gradsync::torch_backend {
+namespace {
+
+template <size_t N>
+std::string field(const char (&value)[N]) {
+  return {value, strnlen(value, N)};
+}
+
+template <size_t N>
+void set_field(char (&target)[N], const std::string& value) {
+  std::memset(target, 0, N);
+  std::memcpy(target, value.data(), std::min(value.size(), N - 1));
+}
+
+// FNV-1a: stable across processes and builds, as every rank of the pair must agree on it.
+uint32_t name_hash(const std::string& text) {
+  uint32_t hash = 2166136261U;
+  for (const char c : text) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 16777619U;
+  }
+  return hash;
+}
+
+}  // namespace
+
+std::string pair_job_name(const std::string& group_job, int low, int high) {
+  constexpr size_t kCapacity = sizeof(gradsync_options::job) - 1;
+  const std::string suffix = ".p2p." + std::to_string(low) + "." + std::to_string(high);
+  if (group_job.size() + suffix.size() <= kCapacity) return group_job + suffix;
+  char hash[10];
+  std::snprintf(hash, sizeof(hash), "~%08x", name_hash(group_job));
+  const size_t kept = kCapacity - suffix.size() - std::strlen(hash);
+  return group_job.substr(0, kept) + hash + suffix;
+}
+
+std::string message_name(int source, int target, int tag) {
+  return "p2p." + std::to_string(source) + ">" + std::to_string(target) + ".tag" +
+         std::to_string(tag);
+}
+
+gradsync_options pair_options(const gradsync_options& group, const GroupLayout& layout, int peer) {
+  const int self = group.rank;
+  const auto members = static_cast<int>(layout.member_nodes.size());
+  if (members != group.world_size) {
+    throw std::invalid_argument("the group's layout names " + std::to_string(members) +
+                                " ranks' nodes for a group of " + std::to_string(group.world_size));
+  }
+  if (peer < 0 || peer >= members || peer == self) {
+    throw std::invalid_argument("rank " + std::to_string(peer) +
+                                " is not another rank of this group of " + std::to_string(members));
+  }
+  const int low = std::min(self, peer);
+  const int high = std::max(self, peer);
+  gradsync_options pair = group;
+  set_field(pair.job, pair_job_name(field(group.job), low, high));
+  pair.rank = self == low ? 0 : 1;
+  pair.world_size = 2;
+  const int low_node = layout.member_nodes[static_cast<size_t>(low)];
+  const int high_node = layout.member_nodes[static_cast<size_t>(high)];
+  if (low_node == high_node) {
+    pair.local_rank = pair.rank;
+    pair.local_world_size = 2;
+    set_field(pair.nodes, "");
+    pair.node_rank = 0;
+    return pair;
+  }
+  const auto address = [&](int node) {
+    if (node < 0 || static_cast<size_t>(node) >= layout.node_addresses.size()) {
+      throw std::invalid_argument("the group's layout puts a rank on node " + std::to_string(node) +
+                                  " of " + std::to_string(layout.node_addresses.size()));
+    }
+    return layout.node_addresses[static_cast<size_t>(node)];
+  };
+  pair.local_rank = 0;
+  pair.local_world_size = 1;
+  set_field(pair.nodes, address(low_node) + "," + address(high_node));
+  pair.node_rank = pair.rank;
+  return pair;
+}
+
+}  // namespace gradsync::torch_backend
