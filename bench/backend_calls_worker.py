@@ -10,7 +10,10 @@ The splits: rank s sends rank t a block of size / world bytes times a factor dra
 equal blocks, passed as split sizes all the same. `equal` rows: all_to_all_single without split sizes, gradsync's one-stage
 path, for the cost of the split-size stage.
 
-all_reduce and the `equal` rows run a third way: through gradsync on tensors allocated in its
+send_recv: each rank and its partner (rank ^ 1) exchange a float32 tensor of the size, an
+isend and an irecv each way (an even world).
+
+all_reduce, send_recv and the `equal` rows run a third way: through gradsync on tensors allocated in its
 shared memory (gradsync.torch.use_shared_memory), which the backend reduces and exchanges where
 they lie instead of staging them (`gradsync_shared_ms`).
 """
@@ -98,6 +101,40 @@ def allreduce_row(size, gloo, args):
                          **{f"{way}_ms": statistics.median(t) * 1e3 for way, t in times.items()}})
 
 
+def send_recv_row(size, gloo, args):
+    """An exchange of `size` bytes with the partner rank both ways, timed, then checked once on
+    values that name the sender."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if world % 2:
+        raise SystemExit("send_recv pairs the ranks: it needs an even number of them")
+    partner = rank ^ 1
+    message, out = torch.full((size // 4,), float(rank)), torch.empty(size // 4)
+    shared_message = in_shared_memory(lambda: message.clone())
+    shared_out = in_shared_memory(lambda: torch.empty(size // 4))
+
+    def exchange(send, receive, group=None):
+        works = [dist.isend(send, partner, group=group), dist.irecv(receive, partner, group=group)]
+        for work in works:
+            work.wait()
+
+    ways = {"gradsync": lambda: exchange(message, out),
+            "gradsync_shared": lambda: exchange(shared_message, shared_out),
+            "gloo": lambda: exchange(message, out, gloo)}
+    expected = torch.full((size // 4,), float(partner))
+    for way, call in ways.items():
+        (out if way != "gradsync_shared" else shared_out).zero_()
+        call()
+        if not torch.equal(out if way != "gradsync_shared" else shared_out, expected):
+            raise SystemExit(f"rank {rank}: {way}'s send_recv delivered the wrong values "
+                             f"({size} bytes)")
+    times = {way: [] for way in ways}
+    for _ in range(args.rounds):
+        for way, call in ways.items():
+            times[way].append(timed(call, gloo, args.iterations))
+    return with_speedup({"call": "send_recv", "bytes": size, "skew": None, "ranks": world,
+                         **{f"{way}_ms": statistics.median(t) * 1e3 for way, t in times.items()}})
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", default="allreduce,alltoall")
@@ -117,6 +154,8 @@ def main():
         size = int(text[:-1]) * scale[text[-1]] if text[-1] in scale else int(text)
         if "allreduce" in args.calls.split(","):
             rows.append(allreduce_row(size, gloo, args))
+        if "sendrecv" in args.calls.split(","):
+            rows.append(send_recv_row(size, gloo, args))
         if "alltoall" not in args.calls.split(","):
             continue
         for skew in ["equal"] + [float(s) for s in args.skews.split(",")]:
