@@ -13,7 +13,7 @@ namespace gradsync::torch_backend {
 namespace {
 
 // How long the worker waits for the oldest task before it looks for newly queued ones; with
-// several lanes busy, for each lane's oldest in turn, the shorter slice.
+// several lanes busy, the shorter slice, on each lane's oldest in turn.
 constexpr std::chrono::milliseconds kWaitSlice{5};
 constexpr std::chrono::milliseconds kLaneWaitSlice{1};
 
@@ -63,6 +63,7 @@ void CollectiveWorker::run() {
   // autograd: a parameter that requires grad may be broadcast into.
   const at::NoGradGuard no_grad;
   std::vector<Lane*> busy;
+  size_t rounds = 0;
   while (true) {
     std::deque<Task> fresh;
     {
@@ -79,11 +80,16 @@ void CollectiveWorker::run() {
     for (auto& [peer, lane] : pairs_) {
       if (!lane->in_flight.empty()) busy.push_back(lane.get());
     }
+    // One wait of a slice a round, on each busy lane in turn; the others' oldest are only
+    // looked at, so that a round takes one slice however many peers are busy.
     const std::chrono::milliseconds slice = busy.size() > 1 ? kLaneWaitSlice : kWaitSlice;
-    for (Lane* lane : busy) {
-      if (progress(*lane, lane->in_flight.front(), slice)) {
-        finish(*lane, lane->in_flight.front());
-        lane->in_flight.pop_front();
+    const size_t waiting = busy.empty() ? 0 : rounds++ % busy.size();
+    for (size_t i = 0; i < busy.size(); ++i) {
+      Lane& lane = *busy[i];
+      if (progress(lane, lane.in_flight.front(),
+                   i == waiting ? slice : std::chrono::milliseconds(0))) {
+        finish(lane, lane.in_flight.front());
+        lane.in_flight.pop_front();
       }
     }
   }

@@ -95,6 +95,17 @@ def check_point_to_point(expect, device, shared_memory):
     expect(equal(outs[0], message(left, rank, 33, torch.float64))
            and equal(outs[1], message(right, rank, 33, torch.float64)), "batch_isend_irecv")
 
+    # Every rank with every other at once: a lane per peer busy together.
+    peers = [r for r in range(world) if r != rank]
+    outs = {peer: received(1000, torch.float32) for peer in peers}
+    operations = [dist.P2POp(dist.irecv, outs[peer], peer) for peer in peers]
+    operations += [dist.P2POp(dist.isend, message(rank, peer, 1000, torch.float32).to(device), peer)
+                   for peer in reversed(peers)]
+    for work in dist.batch_isend_irecv(operations):
+        work.wait()
+    expect(all(equal(outs[peer], message(peer, rank, 1000, torch.float32)) for peer in peers),
+           "every rank with every other")
+
     # Into a strided tensor (every other element of a longer one): the others untouched.
     buffer = torch.full((2 * 500,), -7.0, device=device)
     receiving = dist.irecv(buffer[0::2], src=left)
