@@ -120,3 +120,35 @@ def check_rank_dies():
             print(f"rank {rank}: the next job's allreduce is wrong: {tensor}", flush=True)
             return 1
     return 3
+
+
+def check_point_to_point_rank_dies():
+    """Rank 1 leaves while every other rank waits to receive from it (each having exchanged a
+    message with it before, so that their pair's job holds both): each receive must raise
+    within the bound. Exit 3: the expected error came."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == 1:
+        for peer in range(world):
+            if peer != 1:
+                dist.send(torch.full((4,), 1.0), dst=peer)
+        dist.barrier()
+        time.sleep(0.5)  # the others are in their receives
+        os._exit(9)
+    greeting = torch.zeros(4)
+    dist.recv(greeting, src=1)
+    if not torch.equal(greeting, torch.full((4,), 1.0)):
+        print(f"rank {rank}: the greeting from rank 1 is wrong: {greeting}", flush=True)
+        return 1
+    dist.barrier()
+    start = time.monotonic()
+    try:
+        dist.recv(torch.empty(1 << 20), src=1)
+    except RuntimeError as error:
+        waited = time.monotonic() - start
+        print(f"rank {rank}: raised after {waited:.1f} s: {error}", flush=True)
+        if waited > DEATH_BOUND_S or "recv from rank 1" not in str(error):
+            print(f"rank {rank}: slower than {DEATH_BOUND_S} s, or not naming the call", flush=True)
+            return 1
+        return 3
+    print(f"rank {rank}: no error although rank 1 died", flush=True)
+    return 1
