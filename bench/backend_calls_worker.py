@@ -13,7 +13,7 @@ path, for the cost of the split-size stage.
 send_recv: each rank and its partner (rank ^ 1) exchange a float32 tensor of the size, an
 isend and an irecv each way (an even world).
 
-all_reduce, send_recv and the `equal` rows run a third way: through gradsync on tensors allocated in its
+Every row runs a third way: through gradsync on tensors allocated in its
 shared memory (gradsync.torch.use_shared_memory), which the backend reduces and exchanges where
 they lie instead of staging them (`gradsync_shared_ms`).
 """
@@ -172,16 +172,15 @@ def main():
                 "gradsync": lambda: dist.all_to_all_single(ours, source, *split_args),
                 "gloo": lambda: dist.all_to_all_single(theirs, source, *split_args, group=gloo),
             }
-            if skew == "equal":
-                shared_source = in_shared_memory(lambda: source.clone())
-                shared_out = in_shared_memory(lambda: torch.empty_like(ours))
-                ways["gradsync_shared"] = lambda: dist.all_to_all_single(shared_out, shared_source)
+            shared_source = in_shared_memory(lambda: source.clone())
+            shared_out = in_shared_memory(lambda: torch.empty_like(ours))
+            ways["gradsync_shared"] = lambda: dist.all_to_all_single(shared_out, shared_source,
+                                                                     *split_args)
             times = {way: [] for way in ways}
             for _ in range(args.rounds):
                 for way, call in ways.items():
                     times[way].append(timed(call, gloo, args.iterations))
-            if not torch.equal(ours, theirs) or (skew == "equal" and
-                                                  not torch.equal(shared_out, theirs)):
+            if not torch.equal(ours, theirs) or not torch.equal(shared_out, theirs):
                 raise SystemExit(f"rank {rank}: gradsync's result differs from Gloo's "
                                  f"({size} bytes, skew {skew})")
             flat = [n for line in matrix for n in line]

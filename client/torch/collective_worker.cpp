@@ -103,19 +103,63 @@ bool CollectiveWorker::idle() const {
 
 CollectiveWorker::Lane* CollectiveWorker::lane_for(Task& task) {
   if (task.peer < 0) return &group_;
-  auto it = pairs_.find(task.peer);
+  try {
+    return &pair_lane(task.peer);
+  } catch (const std::exception& error) {
+    task.work->fail(std::make_exception_ptr(std::runtime_error(
+        "gradsync: " + task.call + " cannot join the job of the pair: " + error.what())));
+    return nullptr;
+  }
+}
+
+CollectiveWorker::Lane& CollectiveWorker::pair_lane(int peer) {
+  auto it = pairs_.find(peer);
   if (it == pairs_.end()) {
+    auto lane =
+        std::make_unique<Lane>(pair_options(options_, layout_, peer), settings_, tensor_heap_);
+    it = pairs_.emplace(peer, std::move(lane)).first;
+  }
+  return *it->second;
+}
+
+void CollectiveWorker::run_in_pairs(InFlight& flight) {
+  // One flight per message, each submitted alone: a send and a receive between the same two
+  // ranks are two names the daemon matches, never one group.
+  struct Part {
+    Lane* lane;
+    InFlight flight;
+  };
+  std::vector<Part> parts;
+  for (Transfer& transfer : flight.task.transfers) {
+    Part& part = parts.emplace_back();
+    part.flight.deadline = flight.deadline;
+    part.flight.task.call = flight.task.call;
+    part.flight.task.device = flight.task.device;
+    part.flight.task.timeout = flight.task.timeout;
+    part.flight.task.priority = flight.task.priority;
+    const int peer = transfer.peer;
+    part.flight.task.transfers.push_back(std::move(transfer));
     try {
-      auto lane = std::make_unique<Lane>(pair_options(options_, layout_, task.peer), settings_,
-                                         tensor_heap_);
-      it = pairs_.emplace(task.peer, std::move(lane)).first;
+      part.lane = peer < 0 ? &group_ : &pair_lane(peer);
     } catch (const std::exception& error) {
-      task.work->fail(std::make_exception_ptr(std::runtime_error(
-          "gradsync: " + task.call + " cannot join the job of the pair: " + error.what())));
-      return nullptr;
+      part.lane = nullptr;
+      part.flight.error = call_error(flight.task.call, error);
+      continue;
+    }
+    submit(*part.lane, part.flight);
+  }
+  flight.task.transfers.clear();
+  // Every message over before any result is written out: an output may overlap an input that
+  // a later message still reads.
+  for (Part& part : parts) {
+    if (part.lane == nullptr) continue;
+    while (!progress(*part.lane, part.flight, kWaitSlice)) {
     }
   }
-  return it->second.get();
+  for (Part& part : parts) {
+    if (part.lane != nullptr) deliver(*part.lane, part.flight);
+    if (part.flight.error && !flight.error) flight.error = part.flight.error;
+  }
 }
 
 std::optional<c10::Stream> CollectiveWorker::stream_for(c10::Device device) {
@@ -155,7 +199,15 @@ void CollectiveWorker::start(Task task) {
     }
     flight.requests.clear();
     flight.finished = 0;
-    if (!flight.error) submit(*lane, flight);
+    const bool in_pairs = std::any_of(flight.task.transfers.begin(), flight.task.transfers.end(),
+                                      [](const Transfer& transfer) { return transfer.peer >= 0; });
+    if (flight.error) {
+      flight.task.transfers.clear();
+    } else if (in_pairs) {
+      run_in_pairs(flight);  // over once it returns: the task completes in its turn below
+    } else {
+      submit(*lane, flight);
+    }
   }
   lane->in_flight.push_back(std::move(flight));
 }
@@ -216,6 +268,8 @@ void CollectiveWorker::submit(Lane& lane, InFlight& flight) {
         case TransferKind::kBarrier:
           flight.requests.push_back(comm.barrier_async());
           break;
+        case TransferKind::kLocal:
+          break;  // copied by its fill above
       }
     }
     if (grouping) {

@@ -47,7 +47,15 @@
 
 namespace gradsync::torch_backend {
 
-enum class TransferKind { kAllreduce, kBroadcast, kAllgather, kReduceScatter, kAllToAll, kBarrier };
+enum class TransferKind {
+  kAllreduce,
+  kBroadcast,
+  kAllgather,
+  kReduceScatter,
+  kAllToAll,
+  kBarrier,
+  kLocal,  // no collective: `fill` copies on this rank alone (its staging region unused)
+};
 
 // One gradsync collective of a task, on staging memory on the task's device: the receive region
 // first, then the send region (none when in place). A region whose tensor already lies in memory
@@ -64,6 +72,9 @@ struct Transfer {
   // The name every rank submits it under (a point-to-point message's); empty: unnamed, matched
   // by its place among the communicator's unnamed collectives.
   std::string name;
+  // In a task's second stage (Task::then): the group rank whose pair's job it runs in, as a
+  // message (point_to_point.h); -1: the task's own communicator.
+  int peer = -1;
   std::function<void(std::byte* send)> fill;           // copies the input in
   std::function<void(const std::byte* recv)> deliver;  // copies the result out
   // Staged in host memory whatever the task's device (a table of sizes the host reads).
@@ -107,7 +118,8 @@ struct Task {
   // A second stage, for a call whose sizes every rank must learn first (an all-to-all of uneven
   // blocks): once `transfers` are delivered, the worker calls `then` and runs the transfers it
   // returns as the task's own, before it starts any later task, so every rank submits them in
-  // the same place among its collectives. An exception from it fails the task.
+  // the same place among its collectives. An exception from it fails the task. Transfers it
+  // returns with a peer run as messages in their pairs' jobs, all waited for there and then.
   std::function<std::vector<Transfer>()> then;
 };
 
@@ -157,6 +169,13 @@ class CollectiveWorker {
   // The lane a task runs on, connected on first use; null (and the task failed) where its pair
   // job cannot be joined.
   Lane* lane_for(Task& task);
+  // The lane of the pair of this rank and `peer`, connected on first use (throws where it
+  // cannot be).
+  Lane& pair_lane(int peer);
+  // Runs the transfers of `flight`'s second stage that name a peer as messages in their pairs'
+  // jobs (and the others on the group's), and waits for all of them; failures land in
+  // flight.error.
+  void run_in_pairs(InFlight& flight);
   // Stages and submits `flight.task`'s transfers; a failure lands in flight.error.
   void submit(Lane& lane, InFlight& flight);
   // Copies the results of a flight whose requests are over out of its staging, and releases it.

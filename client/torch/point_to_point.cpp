@@ -47,6 +47,10 @@ std::string message_name(int source, int target, int tag) {
          std::to_string(tag);
 }
 
+std::string alltoall_block_name(int source, int target) {
+  return "alltoall." + std::to_string(source) + ">" + std::to_string(target);
+}
+
 gradsync_options pair_options(const gradsync_options& group, const GroupLayout& layout, int peer) {
   const int self = group.rank;
   const auto members = static_cast<int>(layout.member_nodes.size());

@@ -34,5 +34,8 @@ std::string pair_job_name(const std::string& group_job, int low, int high);
 
 // The name of the messages from group rank `source` to `target` with `tag`.
 std::string message_name(int source, int target, int tag);
+// The name of the blocks an uneven all-to-all of a group on one node sends from `source` to
+// `target` (uneven_alltoall.h).
+std::string alltoall_block_name(int source, int target);
 
 }  // namespace gradsync::torch_backend

@@ -67,18 +67,6 @@ void check_like(const at::Tensor& tensor, const at::Tensor& model, const char* c
               model.scalar_type(), " of ", model.numel());
 }
 
-// A tensor's own memory, where a collective can run on it as it lies (dense, in gradsync's
-// shared memory); null where it must be staged.
-std::byte* direct_memory(const at::Tensor& tensor) {
-  if (!tensor.is_contiguous() || !SharedMemoryAllocator::holds(tensor)) return nullptr;
-  return static_cast<std::byte*>(tensor.data_ptr());
-}
-
-// The same, for a collective that moves the tensor's bytes as whole 4-byte words.
-std::byte* direct_words(const at::Tensor& tensor) {
-  return bytes_of(tensor) % kWordBytes == 0 ? direct_memory(tensor) : nullptr;
-}
-
 // The same, for a reduction of the tensor's elements as `type`.
 std::byte* direct_elements(const at::Tensor& tensor, ReducedType type) {
   return type.scalar == tensor.scalar_type() ? direct_memory(tensor) : nullptr;
@@ -92,22 +80,6 @@ std::byte* unless_aliased(const std::byte* send, size_t send_bytes, std::byte* r
   if (send == nullptr || recv == nullptr || recv == in_place) return recv;
   const bool overlap = send < recv + recv_bytes && recv < send + send_bytes;
   return overlap ? nullptr : recv;
-}
-
-// Runs `transfer`'s send region on `send` and its receive region on `recv` where they are not
-// null (the tensors' own memory), dropping the copy in or out it no longer needs.
-void run_direct(Transfer& transfer, std::byte* send, std::byte* recv,
-                std::vector<at::Tensor> tensors) {
-  if (send == nullptr && recv == nullptr) return;
-  if (send != nullptr) {
-    transfer.direct_send = send;
-    transfer.fill = nullptr;
-  }
-  if (recv != nullptr) {
-    transfer.direct_recv = recv;
-    transfer.deliver = nullptr;
-  }
-  transfer.direct_tensors = std::move(tensors);
 }
 
 // Copies `blocks` end to end into staging, as `type`.
@@ -215,6 +187,7 @@ ProcessGroupGradsync::ProcessGroupGradsync(const gradsync_options& options,
                                            GroupLayout layout, std::chrono::milliseconds timeout)
     : c10d::ProcessGroup(options.rank, options.world_size),
       timeout_(timeout),
+      one_node_(layout.node_addresses.empty()),
       worker_(std::make_unique<CollectiveWorker>(options, settings, std::move(layout),
                                                  SharedMemoryAllocator::instance().heap())) {}
 
@@ -492,8 +465,8 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
   const c10::Device device = call_device("alltoall_base", input, output);
   if (!output_split_sizes.empty() || !input_split_sizes.empty()) {
-    UnevenExchange uneven =
-        uneven_alltoall_base(output, input, output_split_sizes, input_split_sizes, size_);
+    UnevenExchange uneven = uneven_alltoall_base(output, input, output_split_sizes,
+                                                 input_split_sizes, rank_, size_, one_node_);
     return run("alltoall_base", OpType::ALLTOALL_BASE, device, std::move(uneven.tables), {output},
                bound(opts.timeout), std::move(uneven.then));
   }
@@ -530,7 +503,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall(std::vector<at::Te
   const c10::Device device = call_device("alltoall", inputs, outputs);
   // Every rank learns every block's size first: the tensors may differ in size from rank to
   // rank, which no rank can tell from its own.
-  UnevenExchange uneven = uneven_alltoall(outputs, inputs, size_);
+  UnevenExchange uneven = uneven_alltoall(outputs, inputs, rank_, size_, one_node_);
   return run("alltoall", OpType::ALLTOALL, device, std::move(uneven.tables), outputs,
              bound(opts.timeout), std::move(uneven.then));
 }
@@ -560,22 +533,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::exchange(const char* call,
   TORCH_CHECK(peer >= 0 && peer < size_ && peer != rank_, "gradsync: ", call, " ",
               sending ? "to" : "from", " rank ", peer, ": not another rank of this group of ",
               size_);
-  // A broadcast from the sender in the pair's job, whose rank 0 is the lower group rank.
   const int source = sending ? rank_ : peer;
   const int target = sending ? peer : rank_;
-  const int root = source < target ? 0 : 1;
   std::vector<Transfer> transfers;
-  transfers.push_back(word_broadcast(
-      bytes_of(tensor), root,
-      [tensor, sending](std::byte* send) {
-        if (sending) copy_in(send, tensor);
-      },
-      [tensor, sending](const std::byte* recv) {
-        if (!sending) copy_out(recv, tensor);
-      }));
-  transfers.back().name = message_name(source, target, tag);
-  std::byte* memory = direct_words(tensor);
-  run_direct(transfers.back(), memory, memory, {tensor});
+  transfers.push_back(
+      pair_message(tensor, sending, source, target, message_name(source, target, tag)));
   return run(std::string(call) + (sending ? " to rank " : " from rank ") + std::to_string(peer),
              sending ? OpType::SEND : OpType::RECV, device, std::move(transfers), tensors, timeout_,
              {}, peer);

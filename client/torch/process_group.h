@@ -96,6 +96,9 @@ class ProcessGroupGradsync : public c10d::ProcessGroup {
   std::chrono::milliseconds bound(std::chrono::milliseconds requested) const;
 
   std::chrono::milliseconds timeout_;
+  // The group's ranks share one node: an uneven all-to-all sends its blocks as messages between
+  // pairs (uneven_alltoall.h).
+  bool one_node_;
   std::atomic<int32_t> priority_{0};
   std::unique_ptr<CollectiveWorker> worker_;
 };

@@ -1,5 +1,6 @@
 #include "client/torch/uneven_alltoall.h"
 
+#include "client/torch/point_to_point.h"
 #include "client/torch/tensor_types.h"
 #include "client/torch/transfers.h"
 
@@ -139,10 +140,39 @@ struct RankSide {
   std::vector<at::Tensor> sources;
   std::vector<at::Tensor> targets;
   std::string unit;
+  bool aliased = false;  // an output shares memory with an input
 };
 
+// The second stage on a group on one node: each block a message to its target in their pair's
+// job, of its own size, and this rank's own block copied across. Where this rank's output
+// overlaps its input (`aliased`), what it receives and its own block go through staging memory
+// and are written out once every message is over, after the input has been read: the messages
+// and their sizes stay those of the other ranks, which need not know.
+std::vector<Transfer> messages_between_pairs(const std::vector<at::Tensor>& sources,
+                                             const std::vector<at::Tensor>& targets, int rank,
+                                             bool aliased) {
+  std::vector<Transfer> messages;
+  for (int r = 0; r < static_cast<int>(sources.size()); ++r) {
+    const at::Tensor& source = sources[static_cast<size_t>(r)];
+    const at::Tensor& target = targets[static_cast<size_t>(r)];
+    if (r == rank) {
+      if (source.numel() > 0) messages.push_back(local_copy(source, target, aliased));
+      continue;
+    }
+    // The tables agree, so a block left out here is left out by its peer too.
+    if (source.numel() > 0) {
+      messages.push_back(pair_message(source, true, rank, r, alltoall_block_name(rank, r)));
+    }
+    if (target.numel() > 0) {
+      messages.push_back(
+          pair_message(target, false, r, rank, alltoall_block_name(r, rank), aliased));
+    }
+  }
+  return messages;
+}
+
 // Both stages, from this rank's side.
-UnevenExchange stages(RankSide side, int world) {
+UnevenExchange stages(RankSide side, int rank, int world, bool in_pairs) {
   auto gathered = std::make_shared<std::vector<int64_t>>(table_words(world) * world);
   const size_t table_bytes = side.table.size() * sizeof(int64_t);
   UnevenExchange exchange;
@@ -158,10 +188,12 @@ UnevenExchange stages(RankSide side, int world) {
         }
       }));
   tables.on_host = true;
-  exchange.then = [gathered, world, unit = std::move(side.unit), sources = std::move(side.sources),
+  exchange.then = [gathered, rank, world, in_pairs, aliased = side.aliased,
+                   unit = std::move(side.unit), sources = std::move(side.sources),
                    targets = std::move(side.targets)]() -> std::vector<Transfer> {
     const std::string problem = check_tables(*gathered, world, unit);
     if (!problem.empty()) throw std::runtime_error(problem);
+    if (in_pairs) return messages_between_pairs(sources, targets, rank, aliased);
     int64_t largest = 0;  // units
     for (int r = 0; r < world; ++r) {
       const Table t(gathered->data() + r * table_words(world), world);
@@ -227,9 +259,11 @@ std::vector<int64_t> resolve_splits(const std::vector<int64_t>& given, int64_t r
 
 UnevenExchange uneven_alltoall_base(const at::Tensor& output, const at::Tensor& input,
                                     const std::vector<int64_t>& output_splits,
-                                    const std::vector<int64_t>& input_splits, int world) {
+                                    const std::vector<int64_t>& input_splits, int rank, int world,
+                                    bool in_pairs) {
   RankSide side;
   side.unit = "rows";
+  side.aliased = output.is_alias_of(input);
   std::vector<int64_t>& table = side.table;
   table.assign(table_words(world), 0);
   table[kElementType] = static_cast<int64_t>(input.scalar_type());
@@ -260,13 +294,17 @@ UnevenExchange uneven_alltoall_base(const at::Tensor& output, const at::Tensor& 
     side.sources = cut_rows(input, sent);
     side.targets = cut_rows(output, received);
   }
-  return stages(std::move(side), world);
+  return stages(std::move(side), rank, world, in_pairs);
 }
 
 UnevenExchange uneven_alltoall(const std::vector<at::Tensor>& outputs,
-                               const std::vector<at::Tensor>& inputs, int world) {
+                               const std::vector<at::Tensor>& inputs, int rank, int world,
+                               bool in_pairs) {
   RankSide side;
   side.unit = "elements";
+  for (const at::Tensor& output : outputs) {
+    for (const at::Tensor& input : inputs) side.aliased = side.aliased || output.is_alias_of(input);
+  }
   std::vector<int64_t>& table = side.table;
   table.assign(table_words(world), 0);
   const at::ScalarType type = inputs.front().scalar_type();
@@ -285,7 +323,7 @@ UnevenExchange uneven_alltoall(const std::vector<at::Tensor>& outputs,
     side.sources = inputs;
     side.targets = outputs;
   }
-  return stages(std::move(side), world);
+  return stages(std::move(side), rank, world, in_pairs);
 }
 
 }  // namespace gradsync::torch_backend

@@ -108,6 +108,24 @@ def check_in_place(group, ranks, label, expect):
                           for r in ranks])
     dist.all_to_all_single(both, both, group=group)
     expect(torch.equal(both, expected), f"{label} all_to_all_single into its own input")
+    # The same with split sizes (the uneven path), blocks of a different size for each pair,
+    # into a guarded output and into its own input.
+    sizes = [[1000 + 37 * s + 11 * t for t in range(world)] for s in range(world)]
+    sent = [inputs(r, sum(sizes[s]), torch.float32, salt=5) for s, r in enumerate(ranks)]
+    expected = torch.cat([sent[s].split(sizes[s])[rank] for s in range(world)])
+    received = Guarded(expected.numel(), torch.float32)
+    dist.all_to_all_single(received.view, sent[rank], [sizes[s][rank] for s in range(world)],
+                           sizes[rank], group=group)
+    expect(torch.equal(received.view, expected) and received.untouched_around(),
+           f"{label} all_to_all_single with split sizes")
+    square = [[1000 + 37 * ((s - t) % world) for t in range(world)] for s in range(world)]
+    both = inputs(me, sum(square[rank]), torch.float32, salt=6)
+    expected = torch.cat([inputs(r, sum(square[s]), torch.float32, salt=6).split(square[s])[rank]
+                          for s, r in enumerate(ranks)])
+    dist.all_to_all_single(both, both, [square[s][rank] for s in range(world)], square[rank],
+                           group=group)
+    expect(torch.equal(both, expected), f"{label} all_to_all_single with split sizes into its "
+           "own input")
     whole = inputs(me, block * world, torch.float32, salt=4)
     other = (rank + 1) % world
     out = whole[other * block:(other + 1) * block]  # another rank's block of the input

@@ -241,6 +241,15 @@ def check_movement(group, gloo, ranks, label, count, dtype, async_op):
     run(dist.all_to_all, async_op, outs,
         [on_device(block.flatten()) for block in inputs[rank].split(sends[rank])], group=group)
     expect(equal(torch.cat(outs), expected.flatten()), f"{label} all_to_all uneven {dtype} {count}")
+    # Uneven blocks into the input itself: each rank sends and receives as many rows in all.
+    square = [[(count + 3 * ((s - t) % world)) % (count + 2) for t in range(world)]
+              for s in range(world)]
+    both = on_device(values(ranks[rank], 2 * sum(square[rank]), dtype, salt=13).view(-1, 2))
+    expected = torch.cat([values(r, 2 * sum(square[s]), dtype, salt=13).view(-1, 2)
+                          .split(square[s])[rank] for s, r in enumerate(ranks)])
+    run(dist.all_to_all_single, async_op, both, both, [square[s][rank] for s in range(world)],
+        square[rank], group=group)
+    expect(equal(both, expected), f"{label} all_to_all_single uneven into its input {dtype} {count}")
 
 
 def check_strided_output(call, expected, what):
