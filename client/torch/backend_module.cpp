@@ -84,6 +84,8 @@ PYBIND11_MODULE(_torch_backend, module) {
       .def_property("priority", &ProcessGroupGradsync::priority,
                     &ProcessGroupGradsync::set_priority,
                     "the priority of the collectives called from now on (higher first)")
+      .def("shutdown", &ProcessGroupGradsync::shutdown, py::call_guard<py::gil_scoped_release>(),
+           "runs what is queued to its end and stops the group's worker; later calls fail")
       .def_property_readonly("staged_bytes", &ProcessGroupGradsync::staged_bytes,
                              "bytes of staging memory this group's calls were copied through");
   using gradsync::torch_backend::SharedMemoryAllocator;

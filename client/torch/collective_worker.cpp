@@ -42,20 +42,29 @@ CollectiveWorker::CollectiveWorker(const gradsync_options& options,
 }
 
 CollectiveWorker::~CollectiveWorker() {
+  stop();
+}
+
+void CollectiveWorker::stop() {
   {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
   queued_.notify_one();
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
 }
 
 void CollectiveWorker::enqueue(Task task) {
   {
     std::lock_guard lock(mutex_);
-    queue_.push_back(std::move(task));
+    if (!stopping_) {
+      queue_.push_back(std::move(task));
+      queued_.notify_one();
+      return;
+    }
   }
-  queued_.notify_one();
+  task.work->fail(std::make_exception_ptr(std::runtime_error(
+      "gradsync: " + task.call + " after its process group was shut down (the process exits)")));
 }
 
 void CollectiveWorker::run() {

@@ -134,7 +134,11 @@ class CollectiveWorker {
   CollectiveWorker(const CollectiveWorker&) = delete;
   CollectiveWorker& operator=(const CollectiveWorker&) = delete;
 
+  // Queues a task; once the worker is stopping, fails it at once.
   void enqueue(Task task);
+  // Runs every queued task to its end and stops the thread (idempotent): what the process
+  // group runs before the interpreter shuts down, while the thread may still take the GIL.
+  void stop();
   // Bytes of staging memory the calls so far were copied through (a diagnostic: a call whose
   // tensors lie in gradsync's shared memory adds none).
   uint64_t staged_bytes() const { return staged_bytes_.load(std::memory_order_relaxed); }

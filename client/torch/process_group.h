@@ -78,6 +78,9 @@ class ProcessGroupGradsync : public c10d::ProcessGroup {
   // package's gradsync.torch.priority sets it around calls.
   void set_priority(int32_t priority) { priority_ = priority; }
   int32_t priority() const { return priority_; }
+  // Runs what is queued to its end and stops the worker; later calls fail. The Python package
+  // calls it as the interpreter exits, before the worker could no longer take the GIL.
+  void shutdown() { worker_->stop(); }
   // Bytes of staging memory this group's calls were copied through so far.
   uint64_t staged_bytes() const { return worker_->staged_bytes(); }
 

@@ -9,6 +9,7 @@ spans (a group on one node is a one-node job: it never touches the network). Whe
 GRADSYNC_NODES lists the nodes' daemons, each node's first rank asks its daemon for its
 inter-node address and publishes it in the store, and every rank reads the list from there.
 """
+import atexit
 import ctypes
 import functools
 import glob
@@ -18,12 +19,15 @@ import inspect
 import os
 import secrets
 import socket
+import weakref
 from pathlib import Path
 
 from . import _core, _library
 
 BACKEND = "gradsync"
 _JOB_NAME_BYTES = 63
+# The groups this process created, each stopped as the interpreter exits (_shut_down).
+_groups = weakref.WeakSet()
 
 
 def _extension_candidates():
@@ -63,6 +67,15 @@ def register():
     if "devices" in inspect.signature(dist.Backend.register_backend).parameters:
         options["devices"] = ["cpu", "cuda"]  # PyTorch 2 asks which devices a backend serves
     dist.Backend.register_backend(BACKEND, _create_process_group, **options)
+    atexit.register(_shut_down)
+
+
+def _shut_down():
+    """Runs every group's queued calls to their end before the interpreter finalizes: a group
+    left to be destroyed during finalization would have its worker thread, which takes the GIL
+    to complete a call's future, stopped by the interpreter in the middle of it."""
+    for group in list(_groups):
+        group.shutdown()
 
 
 def _environment():
@@ -150,7 +163,9 @@ def _create_process_group(options, pg_options):
     job = _job_name(store, rank, is_default_group, options.group_id)
     local_rank, local_size, job_nodes, member_nodes = _group_layout(
         store, rank, size, socket_path, nodes, node_rank, is_default_group)
-    return extension.ProcessGroupGradsync(
+    group = extension.ProcessGroupGradsync(
         rank=rank, size=size, local_rank=local_rank, local_size=local_size, job=job,
         socket=socket_path, nodes=job_nodes, node_rank=member_nodes[rank],
         member_nodes=member_nodes, timeout=options.timeout)
+    _groups.add(group)
+    return group
