@@ -31,7 +31,7 @@ void copy_field(char (&field)[N], const std::string& value, const char* what) {
 c10::intrusive_ptr<ProcessGroupGradsync> create(int rank, int size, int local_rank, int local_size,
                                                 const std::string& job, const std::string& socket,
                                                 const std::string& nodes, int node_rank,
-                                                std::vector<int> member_nodes,
+                                                std::vector<std::string> member_addresses,
                                                 std::chrono::milliseconds timeout) {
   // The rest (the inter-node algorithm, the wire codec) as the environment says.
   gradsync_options options{};
@@ -51,15 +51,10 @@ c10::intrusive_ptr<ProcessGroupGradsync> create(int rank, int size, int local_ra
   options.node_rank = node_rank;
   options.timeout_ms =
       static_cast<int32_t>(std::min<int64_t>(timeout.count(), std::numeric_limits<int32_t>::max()));
-  GroupLayout layout;
-  for (size_t begin = 0; begin < nodes.size();) {
-    const size_t end = std::min(nodes.find(',', begin), nodes.size());
-    layout.node_addresses.push_back(nodes.substr(begin, end - begin));
-    begin = end + 1;
-  }
-  layout.member_nodes = std::move(member_nodes);
-  TORCH_CHECK(layout.member_nodes.size() == static_cast<size_t>(size), "gradsync: the nodes of ",
-              layout.member_nodes.size(), " ranks for a group of ", size);
+  GroupLayout layout{std::move(member_addresses)};
+  TORCH_CHECK(layout.member_addresses.size() == static_cast<size_t>(size),
+              "gradsync: the nodes of ", layout.member_addresses.size(), " ranks for a group of ",
+              size);
   try {
     return c10::make_intrusive<ProcessGroupGradsync>(options, settings, std::move(layout), timeout);
   } catch (const gradsync::Error& error) {
@@ -79,7 +74,7 @@ PYBIND11_MODULE(_torch_backend, module) {
       module, "ProcessGroupGradsync", base)
       .def(py::init(&gradsync::torch_backend::create), py::arg("rank"), py::arg("size"),
            py::arg("local_rank"), py::arg("local_size"), py::arg("job"), py::arg("socket"),
-           py::arg("nodes"), py::arg("node_rank"), py::arg("member_nodes"), py::arg("timeout"),
+           py::arg("nodes"), py::arg("node_rank"), py::arg("member_addresses"), py::arg("timeout"),
            py::call_guard<py::gil_scoped_release>())
       .def_property("priority", &ProcessGroupGradsync::priority,
                     &ProcessGroupGradsync::set_priority,

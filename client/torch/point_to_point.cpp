@@ -53,7 +53,7 @@ std::string alltoall_block_name(int source, int target) {
 
 gradsync_options pair_options(const gradsync_options& group, const GroupLayout& layout, int peer) {
   const int self = group.rank;
-  const auto members = static_cast<int>(layout.member_nodes.size());
+  const auto members = static_cast<int>(layout.member_addresses.size());
   if (members != group.world_size) {
     throw std::invalid_argument("the group's layout names " + std::to_string(members) +
                                 " ranks' nodes for a group of " + std::to_string(group.world_size));
@@ -68,8 +68,8 @@ gradsync_options pair_options(const gradsync_options& group, const GroupLayout& 
   set_field(pair.job, pair_job_name(field(group.job), low, high));
   pair.rank = self == low ? 0 : 1;
   pair.world_size = 2;
-  const int low_node = layout.member_nodes[static_cast<size_t>(low)];
-  const int high_node = layout.member_nodes[static_cast<size_t>(high)];
+  const std::string& low_node = layout.member_addresses[static_cast<size_t>(low)];
+  const std::string& high_node = layout.member_addresses[static_cast<size_t>(high)];
   if (low_node == high_node) {
     pair.local_rank = pair.rank;
     pair.local_world_size = 2;
@@ -77,16 +77,14 @@ gradsync_options pair_options(const gradsync_options& group, const GroupLayout& 
     pair.node_rank = 0;
     return pair;
   }
-  const auto address = [&](int node) {
-    if (node < 0 || static_cast<size_t>(node) >= layout.node_addresses.size()) {
-      throw std::invalid_argument("the group's layout puts a rank on node " + std::to_string(node) +
-                                  " of " + std::to_string(layout.node_addresses.size()));
-    }
-    return layout.node_addresses[static_cast<size_t>(node)];
-  };
+  if (low_node.empty() || high_node.empty()) {
+    throw std::invalid_argument("the group's layout gives rank " +
+                                std::to_string(low_node.empty() ? low : high) +
+                                " no node address beside ranks on other nodes");
+  }
   pair.local_rank = 0;
   pair.local_world_size = 1;
-  set_field(pair.nodes, address(low_node) + "," + address(high_node));
+  set_field(pair.nodes, low_node + "," + high_node);
   pair.node_rank = pair.rank;
   return pair;
 }

@@ -11,16 +11,21 @@
 
 #include <gradsync/gradsync.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 namespace gradsync::torch_backend {
 
-// Where a group's ranks run: the inter-node addresses of the nodes it spans (none for a group
-// on one node) and each group rank's node, as an index into them.
+// Where a group's ranks run: each group rank's node, by the inter-node address of its daemon
+// (all empty for a group on one node).
 struct GroupLayout {
-  std::vector<std::string> node_addresses;
-  std::vector<int> member_nodes;
+  std::vector<std::string> member_addresses;
+
+  bool on_one_node() const {
+    return std::all_of(member_addresses.begin(), member_addresses.end(),
+                       [](const std::string& address) { return address.empty(); });
+  }
 };
 
 // The options the pair of `group`'s own rank and `peer` connect to their job with; `group` is

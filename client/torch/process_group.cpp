@@ -187,7 +187,7 @@ ProcessGroupGradsync::ProcessGroupGradsync(const gradsync_options& options,
                                            GroupLayout layout, std::chrono::milliseconds timeout)
     : c10d::ProcessGroup(options.rank, options.world_size),
       timeout_(timeout),
-      one_node_(layout.node_addresses.empty()),
+      one_node_(layout.on_one_node()),
       worker_(std::make_unique<CollectiveWorker>(options, settings, std::move(layout),
                                                  SharedMemoryAllocator::instance().heap())) {}
 

@@ -152,3 +152,30 @@ def check_point_to_point_rank_dies():
         return 3
     print(f"rank {rank}: no error although rank 1 died", flush=True)
     return 1
+
+
+def check_exit_with_a_call_in_flight():
+    """Rank 0 leaves the interpreter with a call in flight whose future has a Python callback:
+    the package's exit hook runs the call to its end first (the callback with it), and the
+    process exits as it asked, rather than aborting in the interpreter's finalization."""
+    rank, world = dist.get_rank(), dist.get_world_size()
+    dist.barrier()
+    if rank == 0:
+        tensor = torch.ones(1 << 16)
+        work = dist.all_reduce(tensor, async_op=True)
+
+        def check(future):
+            # The process's status comes from here: os._exit, as a callback cannot raise
+            # SystemExit.
+            correct = bool(torch.all(future.value()[0] == world))
+            print(f"rank 0: the callback ran; the sum is {'right' if correct else 'wrong'}",
+                  flush=True)
+            if not correct:
+                os._exit(1)
+
+        work.get_future().then(check)
+        return 0  # leaves with the allreduce in flight: the other ranks join it later
+    time.sleep(1.0)
+    tensor = torch.ones(1 << 16)
+    dist.all_reduce(tensor)
+    return 0 if bool(torch.all(tensor == world)) else 1

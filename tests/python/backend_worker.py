@@ -13,6 +13,8 @@ Run by tests/python/run_ranks.py. --check picks what to run:
   p2p         send, recv, isend, irecv, batch_isend_irecv (backend_point_to_point.py)
   dies        rank 1 exits in the middle of a collective: the others raise within 10 s
   p2p-dies    rank 1 exits while the others wait to receive from it: they raise within 10 s
+  exit        rank 0 leaves the interpreter with a call in flight whose future has a callback:
+              it runs, and every rank exits 0
 --shared-memory N allocates CPU tensors of N bytes or more in gradsync's shared memory
 (gradsync.torch.use_shared_memory): calls then also checks that the calls on them run in place,
 and ddp that DDP's buckets do.
@@ -308,7 +310,7 @@ def check_subgroups(world):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--init-file", required=True)
-    parser.add_argument("--check", required=True, choices=["calls", "ddp", "bad-input", "p2p", "dies", "p2p-dies"])
+    parser.add_argument("--check", required=True, choices=["calls", "ddp", "bad-input", "p2p", "dies", "p2p-dies", "exit"])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where the gradsync side's tensors lie")
@@ -335,7 +337,7 @@ def main():
         torch.cuda.set_device(DEVICE[0])
     if args.shared_memory is not None:
         gradsync.torch.use_shared_memory(args.shared_memory)
-    timeout = datetime.timedelta(seconds=30 if args.check.endswith("dies") else 60)
+    timeout = datetime.timedelta(seconds=30 if args.check in ("dies", "p2p-dies", "exit") else 60)
     dist.init_process_group("gradsync", init_method=f"file://{args.init_file}", rank=rank,
                             world_size=world, timeout=timeout)
     expect(dist.get_backend() == "gradsync", "the default group's backend is gradsync")
@@ -362,6 +364,9 @@ def main():
     elif args.check == "bad-input":
         from backend_faults import check_bad_input
         status = check_bad_input(expect)
+    elif args.check == "exit":
+        from backend_faults import check_exit_with_a_call_in_flight
+        return check_exit_with_a_call_in_flight()
     elif args.check == "dies":
         from backend_faults import check_rank_dies
         return check_rank_dies()

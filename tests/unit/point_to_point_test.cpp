@@ -29,7 +29,8 @@ gradsync_options group_options(int32_t rank) {
   return group;
 }
 
-const GroupLayout kLayout{{"198.18.0.1:9478", "198.18.0.2:9478"}, {0, 1, 0, 1}};
+const GroupLayout kLayout{
+    {"198.18.0.1:9478", "198.18.0.2:9478", "198.18.0.1:9478", "198.18.0.2:9478"}};
 
 TEST(PointToPoint, APairOnOneNodeIsAOneNodeJobOfTwoRanks) {
   const gradsync_options low = pair_options(group_options(0), kLayout, 2);
@@ -76,10 +77,19 @@ TEST(PointToPoint, APeerThatIsNoOtherRankOfTheGroupIsRefused) {
       EXPECT_THAT(error.what(), HasSubstr("is not another rank of this group of 4"));
     }
   }
-  const GroupLayout short_layout{{"198.18.0.1:9478"}, {0, 0, 0}};
+  const GroupLayout short_layout{{"198.18.0.1:9478", "198.18.0.1:9478", "198.18.0.1:9478"}};
   EXPECT_THROW(pair_options(group_options(0), short_layout, 1), std::invalid_argument);
-  const GroupLayout unknown_node{{"198.18.0.1:9478"}, {0, 1, 0, 1}};
+  const GroupLayout unknown_node{{"198.18.0.1:9478", "", "198.18.0.1:9478", ""}};
   EXPECT_THROW(pair_options(group_options(0), unknown_node, 1), std::invalid_argument);
+}
+
+TEST(PointToPoint, AGroupOnOneNodeGivesNoAddressesAndItsPairsNone) {
+  const GroupLayout one_node{{"", "", "", ""}};
+  EXPECT_TRUE(one_node.on_one_node());
+  EXPECT_FALSE(kLayout.on_one_node());
+  const gradsync_options pair = pair_options(group_options(0), one_node, 1);
+  EXPECT_STREQ(pair.nodes, "");
+  EXPECT_EQ(pair.local_world_size, 2);
 }
 
 TEST(PointToPoint, ALongGroupJobNameIsShortenedAlikeOnEveryRank) {

@@ -106,9 +106,9 @@ def _job_name(store, rank, is_default_group, group_id):
 
 
 def _group_layout(store, rank, size, socket_path, nodes, node_rank, is_default_group):
-    """This rank's local rank and its node's rank count, the group's node list, and each
-    member's node as an index into it (this rank's is its node rank in the job), from every
-    member's node as the store tells it."""
+    """This rank's local rank and its node's rank count, the inter-node addresses of the nodes
+    the group spans (none for a group on one node), and each member's node as an index into
+    them, from every member's node as the store tells it."""
     if nodes and node_rank >= 0:
         node = str(node_rank)
     else:
@@ -118,19 +118,18 @@ def _group_layout(store, rank, size, socket_path, nodes, node_rank, is_default_g
     local = [r for r in range(size) if members[r] == node]
     distinct = sorted(set(members), key=members.index)
     if len(distinct) == 1:
-        return local.index(rank), len(local), "", [0] * size
+        return local.index(rank), len(local), [], [0] * size
     if not nodes:
         addresses = _node_addresses(store, rank, members, distinct, node, socket_path)
-        member_nodes = [distinct.index(member) for member in members]
-        return local.index(rank), len(local), ",".join(addresses), member_nodes
+        return local.index(rank), len(local), addresses, [distinct.index(m) for m in members]
     if is_default_group:
-        return local.index(rank), len(local), ",".join(nodes), [int(m) for m in members]
+        return local.index(rank), len(local), nodes, [int(m) for m in members]
     if node_rank < 0:
         raise RuntimeError("gradsync: a process group across some of the nodes needs each "
                            "rank's node: set GRADSYNC_NODE_RANK (torchrun's GROUP_RANK serves "
                            "as well)")
     spanned = sorted(int(member) for member in distinct)
-    return (local.index(rank), len(local), ",".join(nodes[n] for n in spanned),
+    return (local.index(rank), len(local), [nodes[n] for n in spanned],
             [spanned.index(int(member)) for member in members])
 
 
@@ -161,11 +160,12 @@ def _create_process_group(options, pg_options):
     is_default_group = len(options.global_ranks_in_group) == 0
     socket_path, nodes, node_rank = _environment()
     job = _job_name(store, rank, is_default_group, options.group_id)
-    local_rank, local_size, job_nodes, member_nodes = _group_layout(
+    local_rank, local_size, addresses, member_nodes = _group_layout(
         store, rank, size, socket_path, nodes, node_rank, is_default_group)
     group = extension.ProcessGroupGradsync(
         rank=rank, size=size, local_rank=local_rank, local_size=local_size, job=job,
-        socket=socket_path, nodes=job_nodes, node_rank=member_nodes[rank],
-        member_nodes=member_nodes, timeout=options.timeout)
+        socket=socket_path, nodes=",".join(addresses), node_rank=member_nodes[rank],
+        member_addresses=[addresses[n] if addresses else "" for n in member_nodes],
+        timeout=options.timeout)
     _groups.add(group)
     return group
