@@ -9,10 +9,12 @@
 #include <sched.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <optional>
+#include <span>
 
 namespace gradsync::client {
 namespace {
@@ -54,6 +56,22 @@ Communicator::Communicator(const gradsync_options& options, const gradsync_job_s
   auto aggregator_builder = hello.initAggregators(static_cast<unsigned>(aggregators.size()));
   for (size_t i = 0; i < aggregators.size(); ++i) {
     aggregator_builder.set(static_cast<unsigned>(i), aggregators[i]);
+  }
+  const std::string parent_job(settings.parent_job,
+                               strnlen(settings.parent_job, sizeof(settings.parent_job)));
+  if (!parent_job.empty()) {
+    if (settings.parent_ranks == nullptr) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                  "gradsync_job_settings.parent_job is set but parent_ranks is NULL");
+    }
+    hello.setParentJob(parent_job);
+    // world_size entries (gradsync.h); the daemon checks the values.
+    const std::span<const int32_t> ranks(settings.parent_ranks,
+                                         static_cast<size_t>(std::max(options.world_size, 0)));
+    auto ranks_builder = hello.initParentRanks(static_cast<unsigned>(ranks.size()));
+    for (size_t i = 0; i < ranks.size(); ++i) {
+      ranks_builder.set(static_cast<unsigned>(i), ranks[i]);
+    }
   }
   switch (settings.autotune) {
     case GRADSYNC_AUTOTUNE_ON:

@@ -182,8 +182,9 @@ gradsync_result gradsync_options_from_env(gradsync_options* options) {
   return r;
 }
 
-gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings) {
-  if (settings == nullptr) return GRADSYNC_ERR_INVALID_ARGUMENT;
+namespace {
+
+gradsync_result job_settings_from_env(gradsync_job_settings* settings) {
   *settings = gradsync_job_settings{};
   settings->struct_bytes = sizeof(gradsync_job_settings);
   const char* codec = std::getenv("GRADSYNC_WIRE_CODEC");
@@ -215,6 +216,24 @@ gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings) 
   return GRADSYNC_OK;
 }
 
+}  // namespace
+
+gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings) {
+  if (settings == nullptr) return GRADSYNC_ERR_INVALID_ARGUMENT;
+  if (settings->struct_bytes < sizeof(uint32_t)) {
+    error_without_comm = "gradsync_job_settings.struct_bytes is not set";
+    return GRADSYNC_ERR_INVALID_ARGUMENT;
+  }
+  // The caller's struct may be older (smaller) than this library's: only what it has is
+  // written.
+  const uint32_t caller_bytes = settings->struct_bytes;
+  gradsync_job_settings full{};
+  if (const gradsync_result r = job_settings_from_env(&full); r != GRADSYNC_OK) return r;
+  std::memcpy(settings, &full, std::min<size_t>(caller_bytes, sizeof(full)));
+  settings->struct_bytes = caller_bytes;
+  return GRADSYNC_OK;
+}
+
 gradsync_result gradsync_connect(const gradsync_options* options, gradsync_comm** comm) {
   return gradsync_connect_with(options, nullptr, comm);
 }
@@ -231,7 +250,7 @@ gradsync_result gradsync_connect_with(const gradsync_options* options,
   // The caller's struct may be older (smaller) than this library's: take what it has.
   gradsync_job_settings job{};
   if (settings == nullptr) {
-    if (const gradsync_result r = gradsync_job_settings_from_env(&job); r != GRADSYNC_OK) return r;
+    if (const gradsync_result r = job_settings_from_env(&job); r != GRADSYNC_OK) return r;
   } else {
     if (settings->struct_bytes < sizeof(uint32_t)) {
       error_without_comm = "gradsync_job_settings.struct_bytes is not set";

@@ -28,6 +28,10 @@ struct Hello {
   autotune @10 :Autotune;
   # The aggregators the job sums through (HOST:PORT), empty for the daemon's default.
   aggregators @11 :List(Text);
+  # The job this one is a part of (empty: none), and each of this job's ranks' rank in it
+  # (worldSize entries): a rank that job loses to a fault fails this job too (gradsync.h).
+  parentJob @12 :Text;
+  parentRanks @13 :List(Int32);
 }
 
 enum Autotune {

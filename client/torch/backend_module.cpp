@@ -32,6 +32,8 @@ c10::intrusive_ptr<ProcessGroupGradsync> create(int rank, int size, int local_ra
                                                 const std::string& job, const std::string& socket,
                                                 const std::string& nodes, int node_rank,
                                                 std::vector<std::string> member_addresses,
+                                                const std::string& parent_job,
+                                                const std::vector<int32_t>& parent_ranks,
                                                 std::chrono::milliseconds timeout) {
   // The rest (the inter-node algorithm, the wire codec) as the environment says.
   gradsync_options options{};
@@ -49,6 +51,11 @@ c10::intrusive_ptr<ProcessGroupGradsync> create(int rank, int size, int local_ra
   if (!socket.empty()) copy_field(options.socket_path, socket, "socket path");
   copy_field(options.nodes, nodes, "node list");
   options.node_rank = node_rank;
+  copy_field(settings.parent_job, parent_job, "parent job name");
+  TORCH_CHECK(
+      parent_job.empty() ? parent_ranks.empty() : parent_ranks.size() == static_cast<size_t>(size),
+      "gradsync: ", parent_ranks.size(), " ranks in the parent job for a group of ", size);
+  settings.parent_ranks = parent_ranks.empty() ? nullptr : parent_ranks.data();
   options.timeout_ms =
       static_cast<int32_t>(std::min<int64_t>(timeout.count(), std::numeric_limits<int32_t>::max()));
   GroupLayout layout{std::move(member_addresses)};
@@ -74,7 +81,8 @@ PYBIND11_MODULE(_torch_backend, module) {
       module, "ProcessGroupGradsync", base)
       .def(py::init(&gradsync::torch_backend::create), py::arg("rank"), py::arg("size"),
            py::arg("local_rank"), py::arg("local_size"), py::arg("job"), py::arg("socket"),
-           py::arg("nodes"), py::arg("node_rank"), py::arg("member_addresses"), py::arg("timeout"),
+           py::arg("nodes"), py::arg("node_rank"), py::arg("member_addresses"),
+           py::arg("parent_job"), py::arg("parent_ranks"), py::arg("timeout"),
            py::call_guard<py::gil_scoped_release>())
       .def_property("priority", &ProcessGroupGradsync::priority,
                     &ProcessGroupGradsync::set_priority,

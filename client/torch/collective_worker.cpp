@@ -6,6 +6,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 
@@ -22,6 +23,14 @@ std::exception_ptr call_error(const std::string& call, const std::exception& err
       std::runtime_error(std::string("gradsync: ") + call + " failed: " + error.what()));
 }
 
+// The group's settings for its pairs' jobs, which name their own parent (pair_settings): the
+// caller's parent_ranks only live while the group connects.
+gradsync_job_settings without_parent(gradsync_job_settings settings) {
+  std::memset(settings.parent_job, 0, sizeof(settings.parent_job));
+  settings.parent_ranks = nullptr;
+  return settings;
+}
+
 }  // namespace
 
 CollectiveWorker::Lane::Lane(const gradsync_options& options, const gradsync_job_settings& settings,
@@ -34,7 +43,7 @@ CollectiveWorker::CollectiveWorker(const gradsync_options& options,
                                    const gradsync_job_settings& settings, GroupLayout layout,
                                    const gradsync::Heap& tensor_heap)
     : options_(options),
-      settings_(settings),
+      settings_(without_parent(settings)),
       layout_(std::move(layout)),
       tensor_heap_(tensor_heap),
       group_(options, settings, tensor_heap) {
@@ -124,8 +133,9 @@ CollectiveWorker::Lane* CollectiveWorker::lane_for(Task& task) {
 CollectiveWorker::Lane& CollectiveWorker::pair_lane(int peer) {
   auto it = pairs_.find(peer);
   if (it == pairs_.end()) {
-    auto lane =
-        std::make_unique<Lane>(pair_options(options_, layout_, peer), settings_, tensor_heap_);
+    const PairRanks ranks = pair_ranks(options_.rank, peer);
+    auto lane = std::make_unique<Lane>(pair_options(options_, layout_, peer),
+                                       pair_settings(settings_, options_, ranks), tensor_heap_);
     it = pairs_.emplace(peer, std::move(lane)).first;
   }
   return *it->second;

@@ -51,6 +51,21 @@ std::string alltoall_block_name(int source, int target) {
   return "alltoall." + std::to_string(source) + ">" + std::to_string(target);
 }
 
+static_assert(sizeof(gradsync_job_settings::parent_job) == sizeof(gradsync_options::job));
+
+PairRanks pair_ranks(int self, int peer) {
+  return {std::min(self, peer), std::max(self, peer)};
+}
+
+gradsync_job_settings pair_settings(const gradsync_job_settings& group,
+                                    const gradsync_options& group_options, const PairRanks& ranks) {
+  gradsync_job_settings pair = group;
+  pair.struct_bytes = sizeof(pair);
+  std::memcpy(pair.parent_job, group_options.job, sizeof(pair.parent_job));
+  pair.parent_ranks = ranks.data();
+  return pair;
+}
+
 gradsync_options pair_options(const gradsync_options& group, const GroupLayout& layout, int peer) {
   const int self = group.rank;
   const auto members = static_cast<int>(layout.member_addresses.size());

@@ -12,6 +12,8 @@
 #include <gradsync/gradsync.h>
 
 #include <algorithm>
+#include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,14 @@ struct GroupLayout {
 // this rank's options in the group's job. Throws std::invalid_argument where `peer` is not
 // another rank of the group or the layout does not describe the group.
 gradsync_options pair_options(const gradsync_options& group, const GroupLayout& layout, int peer);
+
+// The pair's job is a part of the group's (gradsync_job_settings.parent_job), its ranks 0 and 1
+// the group's `ranks` (low, high): a rank of the group that dies fails every pair holding it,
+// even one it never joined, so its peer's calls fail at once. `ranks` must outlive connecting.
+using PairRanks = std::array<int32_t, 2>;
+PairRanks pair_ranks(int self, int peer);
+gradsync_job_settings pair_settings(const gradsync_job_settings& group,
+                                    const gradsync_options& group_options, const PairRanks& ranks);
 
 // The pair job's name: "<group job>.p2p.<low>.<high>", the group job's name shortened to a
 // prefix and a hash of the whole where that would not fit a job name.

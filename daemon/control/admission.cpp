@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <vector>
 
 namespace gradsync::daemon {
 namespace {
@@ -125,6 +126,39 @@ void resolve_settings(ClientIdentity& who, ipc::wire::Hello::Reader hello,
   }
 }
 
+// The job this one is a part of: a name like any job's, other than this one's, and a distinct
+// rank in it for each of this job's ranks.
+void resolve_parent(ClientIdentity& who, ipc::wire::Hello::Reader hello) {
+  who.parent_job = hello.getParentJob().cStr();
+  const auto ranks = hello.getParentRanks();
+  if (who.parent_job.empty()) {
+    if (ranks.size() != 0) {
+      throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT, "parent ranks given without a parent job"};
+    }
+    return;
+  }
+  if (!valid_job_name(who.parent_job) || who.parent_job == who.job) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("parent job '{}' of job '{}' must be another job's name, 1-{} "
+                              "characters of [A-Za-z0-9._:-]",
+                              who.parent_job, who.job, ipc::kMaxJobNameBytes)};
+  }
+  if (ranks.size() != static_cast<size_t>(who.world_size)) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("job '{}' of {} ranks names {} ranks in its parent job '{}'", who.job,
+                              who.world_size, ranks.size(), who.parent_job)};
+  }
+  for (const int32_t rank : ranks) who.parent_ranks.push_back(rank);
+  std::vector<int32_t> sorted = who.parent_ranks;
+  std::sort(sorted.begin(), sorted.end());
+  if (sorted.front() < 0 || std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
+                  fmt::format("job '{}': its ranks in parent job '{}' must be distinct and not "
+                              "negative",
+                              who.job, who.parent_job)};
+  }
+}
+
 }  // namespace
 
 ClientIdentity validate_hello(ipc::wire::Hello::Reader hello, pid_t pid, uid_t uid,
@@ -163,6 +197,7 @@ ClientIdentity validate_hello(ipc::wire::Hello::Reader hello, pid_t pid, uid_t u
   }
   resolve_nodes(who, hello, rules);
   resolve_settings(who, hello, rules);
+  resolve_parent(who, hello);
   return who;
 }
 

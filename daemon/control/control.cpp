@@ -186,8 +186,10 @@ void ControlServer::serve(Client& client) {
       }
       if (result == ipc::FrameReader::ReadResult::kWouldBlock) return;
       if (result == ipc::FrameReader::ReadResult::kClosed) {
-        disconnect(id, fmt::format("local rank {} (pid {}) of job '{}' disconnected",
-                                   client.local_rank, client.credentials.pid, client.job));
+        disconnect(id,
+                   fmt::format("local rank {} (pid {}) of job '{}' disconnected", client.local_rank,
+                               client.credentials.pid, client.job),
+                   Departure::kLost);
         return;
       }
     }
@@ -195,11 +197,15 @@ void ControlServer::serve(Client& client) {
     // The stream cannot be trusted past a framing error: answer, then hang up.
     reply_error(client, GRADSYNC_ERR_PROTOCOL, e.what());
     metrics_.client_rejected("protocol");
-    disconnect(id, fmt::format("local rank {} (pid {}) of job '{}' sent a malformed message: {}",
-                               client.local_rank, client.credentials.pid, client.job, e.what()));
+    disconnect(id,
+               fmt::format("local rank {} (pid {}) of job '{}' sent a malformed message: {}",
+                           client.local_rank, client.credentials.pid, client.job, e.what()),
+               Departure::kLost);
   } catch (const std::exception& e) {
-    disconnect(id, fmt::format("local rank {} (pid {}) of job '{}' lost its connection: {}",
-                               client.local_rank, client.credentials.pid, client.job, e.what()));
+    disconnect(id,
+               fmt::format("local rank {} (pid {}) of job '{}' lost its connection: {}",
+                           client.local_rank, client.credentials.pid, client.job, e.what()),
+               Departure::kLost);
   }
 }
 
@@ -230,8 +236,10 @@ void ControlServer::handle_frame(Client& client, ipc::Frame& frame) {
         break;
       case ipc::wire::Request::GOODBYE:
         reply_ok(client);
-        disconnect(client.id, fmt::format("local rank {} (pid {}) of job '{}' left the job",
-                                          client.local_rank, client.credentials.pid, client.job));
+        disconnect(client.id,
+                   fmt::format("local rank {} (pid {}) of job '{}' left the job", client.local_rank,
+                               client.credentials.pid, client.job),
+                   Departure::kLeft);
         break;
       default:
         throw Refusal{GRADSYNC_ERR_PROTOCOL, "unknown request type"};
@@ -277,6 +285,12 @@ void ControlServer::handle_hello(Client& client, ipc::wire::Hello::Reader hello)
                                 "the job's first rank's",
                                 who.job)};
     }
+    if (job.parent_job != who.parent_job || job.parent_ranks != who.parent_ranks) {
+      throw Refusal{GRADSYNC_ERR_MISMATCH,
+                    fmt::format("job '{}': this rank's parent job or ranks in it differ from "
+                                "the job's first rank's",
+                                who.job)};
+    }
     if (job.local_world_size != who.local_world_size) {
       throw Refusal{GRADSYNC_ERR_MISMATCH,
                     fmt::format("job '{}' has {} local ranks; this rank says {}", who.job,
@@ -305,6 +319,8 @@ void ControlServer::handle_hello(Client& client, ipc::wire::Hello::Reader hello)
     job.local_world_size = who.local_world_size;
     job.nodes = who.nodes;
     job.node_rank = who.node_rank;
+    job.parent_job = who.parent_job;
+    job.parent_ranks = who.parent_ranks;
     job.client_by_rank.assign(static_cast<size_t>(who.local_world_size), 0);
   }
   job.client_by_rank[static_cast<size_t>(who.local_rank)] = client.id;
@@ -541,14 +557,14 @@ void ControlServer::reply_error(Client& client, gradsync_result code, const std:
   }
 }
 
-void ControlServer::disconnect(uint64_t client_id, const std::string& reason) {
+void ControlServer::disconnect(uint64_t client_id, const std::string& reason, Departure how) {
   const auto it = clients_.find(client_id);
   if (it == clients_.end()) return;
   Client& client = *it->second;
   ::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, client.socket.get(), nullptr);
   if (client.joined) {
     log_->info("client {}: {}", client_id, reason);
-    engine_.post(DetachSession{client_id, reason});
+    engine_.post(DetachSession{client_id, reason, how});
     auto job = jobs_.find(client.job);
     if (job != jobs_.end()) {
       JobRecord& record = job->second;

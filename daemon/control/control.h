@@ -63,6 +63,8 @@ class ControlServer {
     int32_t local_world_size = 0;
     std::vector<std::string> nodes;
     uint32_t node_rank = 0;
+    std::string parent_job;
+    std::vector<int32_t> parent_ranks;
     std::vector<uint64_t> client_by_rank;  // 0: free
     std::string failure;                   // non-empty once a rank left
   };
@@ -97,7 +99,8 @@ class ControlServer {
   // Where other nodes reach this daemon (transport::reachable_address), or why it cannot say.
   void reply_node_address(Client& client);
   void reply_error(Client& client, gradsync_result code, const std::string& message);
-  void disconnect(uint64_t client_id, const std::string& reason);
+  // `how`: whether the rank left the job (a goodbye) or its connection ended.
+  void disconnect(uint64_t client_id, const std::string& reason, Departure how);
   void feed_watchdog();
 
   DaemonConfig config_;  // as of the last reload

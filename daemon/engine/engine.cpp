@@ -205,6 +205,7 @@ void Engine::handle(AttachSession& command) {
         who.job, who.local_world_size,
         Clock::now() + std::chrono::seconds(config_.job_formation_timeout_seconds));
     job->qos().owner = who.uid;
+    job->set_parent(Job::Parent{who.parent_job, who.parent_ranks});
     apply_share(*job);
     if (!who.nodes.empty()) {
       ended_jobs_.erase(who.job);  // a new job of that name: its messages are wanted
@@ -254,6 +255,7 @@ void Engine::handle(AttachSession& command) {
     job->network()->on_local_formed(job->ranks());
     if (auto error = job->network()->form()) fail_job(*job, error->status, error->message, true);
   }
+  check_parent(*job);
   struct epoll_event event {};
   event.events = EPOLLIN;
   event.data.u64 = session.id();
@@ -315,6 +317,12 @@ void Engine::handle(DetachSession& command) {
     finish_local_batch(*job);  // its submissions complete to the sessions while they exist
     job->detach(session, command.reason);
     if (first_failure && job->network()) job->network()->broadcast_abort(command.reason);
+    if (command.how == Departure::kLost) {
+      const int32_t rank = session.identity().rank;
+      lose_ranks(*job, {&rank, 1}, command.reason);
+      // The other nodes' parts of this job hold it too, also where this job failed already.
+      if (job->network()) job->network()->broadcast_ranks_lost({&rank, 1}, command.reason);
+    }
     if (job->empty()) {
       log_autotune(*job);  // what the last second's sample has not logged
       if (job->network()) {
@@ -396,6 +404,34 @@ void Engine::fail_job(Job& job, gradsync_result status, const std::string& reaso
     // Whatever failed it, a connection of the job may be the cause and stay silently broken
     // (a cut link): peers that do not answer are disconnected, so the next job reconnects.
     job.network()->check_peers_alive();
+  }
+}
+
+void Engine::lose_ranks(Job& job, std::span<const int32_t> ranks, const std::string& reason) {
+  for (const int32_t rank : ranks) job.add_lost_rank(rank, reason);
+  for (auto& [name, part] : jobs_) {
+    if (part->parent().job == job.name()) check_parent(*part);
+  }
+}
+
+void Engine::check_parent(Job& part) {
+  if (part.parent().job.empty() || part.failure()) return;
+  const auto parent = jobs_.find(part.parent().job);
+  if (parent == jobs_.end()) return;
+  const auto& lost = parent->second->lost_ranks();
+  const std::vector<int32_t>& ranks = part.parent().ranks;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (const auto it = lost.find(ranks[i]); it != lost.end()) {
+      const std::string reason =
+          fmt::format("rank {} of job '{}', of which job '{}' is a part, is gone: {}", ranks[i],
+                      parent->first, part.name(), it->second);
+      fail_job(part, GRADSYNC_ERR_PEER_FAILED, reason, true);
+      // The part lost it too, for its own parts (a subgroup's pairs). Each job fails once, so
+      // this ends however the jobs name their parents.
+      const auto rank = static_cast<int32_t>(i);
+      lose_ranks(part, {&rank, 1}, reason);
+      return;
+    }
   }
 }
 

@@ -65,9 +65,13 @@ struct RemoveBuffer {
   uint64_t session;
   uint32_t buffer_id;
 };
+// How a rank leaves a job: with a goodbye, or by its connection ending (its process died, or
+// exited without leaving), which fails the jobs that are parts of its job and hold it.
+enum class Departure : uint8_t { kLeft, kLost };
 struct DetachSession {
   uint64_t session;
   std::string reason;
+  Departure how = Departure::kLost;
 };
 struct Shutdown {
   std::string reason;
@@ -142,6 +146,11 @@ class Engine {
   enum class JobFailure : uint8_t { kFault, kPeerEnded };
   void fail_job(Job& job, gradsync_result status, const std::string& reason, bool tell_peers,
                 JobFailure kind = JobFailure::kFault);
+  // Ranks of `job` lost (Departure::kLost) here or on another node: recorded, and every job
+  // here that is a part of it (Job::parent) and holds one of them fails.
+  void lose_ranks(Job& job, std::span<const int32_t> ranks, const std::string& reason);
+  // A part of a job that lost one of its ranks before this part came here fails at once.
+  void check_parent(Job& part);
   bool run_ready_batches();
   // Shares between jobs (engine_local.cpp, docs/qos.md). The host work of single-node jobs,
   // a piece at a time in weighted-fair order; true if any ran.

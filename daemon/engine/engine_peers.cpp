@@ -209,7 +209,7 @@ void Engine::handle_node_message(std::span<const uint8_t> payload, uint64_t tag)
       // An abort for a job not here: it ended here first (its ranks all left), or never began.
       // Kept, it would fail the next job of that name. Nor is anything else kept for a job
       // that ended here.
-      if (message.isAbort() || ended_jobs_.contains(name)) return;
+      if (message.isAbort() || message.isRanksLost() || ended_jobs_.contains(name)) return;
       keep_early();
       return;
     }
@@ -220,6 +220,16 @@ void Engine::handle_node_message(std::span<const uint8_t> payload, uint64_t tag)
         log_->debug("job '{}': dropped a message from node {} for an earlier instance", name,
                     message.getNode());
       }
+      return;
+    }
+    if (message.isRanksLost()) {
+      const auto lost = message.getRanksLost();
+      std::vector<int32_t> ranks;
+      for (const int32_t rank : lost.getRanks()) {
+        if (rank >= 0 && rank < job->second->world_size()) ranks.push_back(rank);
+      }
+      lose_ranks(*job->second, ranks,
+                 fmt::format("node {}: {}", message.getNode(), lost.getReason().cStr()));
       return;
     }
     if (message.isAbort()) {

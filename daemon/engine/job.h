@@ -15,10 +15,12 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace gradsync::daemon {
@@ -59,6 +61,19 @@ class Job {
   Clock::time_point formation_deadline() const { return formation_deadline_; }
   // Fails the job if it has not formed (on every node) by its deadline; true if it did so now.
   bool check_formation(Clock::time_point now);
+
+  // The job this one is a part of (gradsync_job_settings.parent_job; job empty: none), and
+  // each rank's rank in it: a rank lost there is lost here too (Engine::lose_ranks).
+  struct Parent {
+    std::string job;
+    std::vector<int32_t> ranks;  // by this job's rank
+  };
+  const Parent& parent() const { return parent_; }
+  void set_parent(Parent parent) { parent_ = std::move(parent); }
+  // The ranks (of this job, on any node) whose connection ended without leaving it, with why:
+  // a part of this job that forms here later and holds one fails at once.
+  const std::map<int32_t, std::string>& lost_ranks() const { return lost_ranks_; }
+  void add_lost_rank(int32_t rank, const std::string& reason) { lost_ranks_.emplace(rank, reason); }
 
   // Takes one rank's submission, taken off its ring at `taken_at`. Completes it at once with an
   // error if the job has failed.
@@ -151,6 +166,8 @@ class Job {
   Clock::time_point formation_deadline_;
   std::optional<std::string> failure_;
   gradsync_result failure_status_ = GRADSYNC_OK;
+  Parent parent_;
+  std::map<int32_t, std::string> lost_ranks_;
   std::unordered_map<std::string, PendingTensor> pending_;
   std::vector<PendingTensor*> last_submitted_;  // by local rank
   struct GroupAssembly {

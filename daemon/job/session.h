@@ -32,6 +32,10 @@ struct ClientIdentity {
   std::string wire_codec;                // what f32 allreduces send between nodes: none or bf16
   bool autotune = false;                 // the job's settings are tuned over its first steps
   std::vector<std::string> aggregators;  // multi-node jobs: HOST:PORT each (docs/aggregators.md)
+  // The job this one is a part of (empty: none), and each rank's rank in it: a rank that job
+  // loses to a fault fails this one too (Engine::lose_ranks).
+  std::string parent_job;
+  std::vector<int32_t> parent_ranks;
 };
 
 class Job;

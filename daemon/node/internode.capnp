@@ -108,6 +108,14 @@ struct CycleResponse {
   decisions @1 :List(Decision);
 }
 
+# Ranks of a job whose connections ended on the sender without leaving it (their processes
+# died): the receiver fails the jobs that are parts of this one (gradsync_job_settings
+# parent_job) and hold one of them, which may never have reached the sender.
+struct RanksLost {
+  ranks @0 :List(Int32);
+  reason @1 :Text;
+}
+
 struct NodeMessage {
   job @0 :Text;
   node @1 :UInt32;
@@ -117,6 +125,7 @@ struct NodeMessage {
     response @4 :CycleResponse;
     abort @5 :Text;   # the job failed on the sender: fail it here too
     relay @8 :List(RelayedCycle);   # the cycles of one number the sender knows and passes on
+    ranksLost @11 :RanksLost;   # ranks of the sender's ended without leaving the job
   }
   # With abort: the sender gave up collectives every node had agreed on and it had not finished
   # (the receiver cannot finish them either: fail at once). Without: it finished all it agreed

@@ -373,7 +373,8 @@ std::optional<NodeJobError> NodeJob::on_message(wire::NodeMessage::Reader messag
         }
         return std::nullopt;
       case wire::NodeMessage::ABORT:
-        return std::nullopt;  // handled by the engine, which fails the whole job
+      case wire::NodeMessage::RANKS_LOST:
+        return std::nullopt;  // handled by the engine, which fails jobs
     }
   } catch (const std::invalid_argument& e) {
     return std::string(e.what());
@@ -441,6 +442,15 @@ void NodeJob::broadcast_abort(const std::string& reason) {
   root.setAbortAfterCycle(negotiator_ ? negotiator_->completed_cycle() : 0);
   links_.send_control_to_all_live(message, [&](uint32_t node) { stamp(node, message); });
   leave_aggregators(reason);
+}
+
+void NodeJob::broadcast_ranks_lost(std::span<const int32_t> ranks, const std::string& reason) {
+  capnp::MallocMessageBuilder message;
+  auto lost = start_node_message(message, links_.job_name(), links_.me()).initRanksLost();
+  auto list = lost.initRanks(static_cast<unsigned>(ranks.size()));
+  for (size_t i = 0; i < ranks.size(); ++i) list.set(static_cast<unsigned>(i), ranks[i]);
+  lost.setReason(reason);
+  links_.send_control_to_all_live(message, [&](uint32_t node) { stamp(node, message); });
 }
 
 size_t NodeJob::fail_waiting(gradsync_result status, const std::string& message) {

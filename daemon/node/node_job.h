@@ -143,6 +143,8 @@ class NodeJob {
   // collectives (fail_waiting found some): see NodeMessage.abortAbandoned. And the job's
   // aggregators, which drop it.
   void broadcast_abort(const std::string& reason);
+  // Tells every other node that ranks of the job here ended without leaving it (RanksLost).
+  void broadcast_ranks_lost(std::span<const int32_t> ranks, const std::string& reason);
   // An aggregator of the job gave up on it (aggregation.capnp, error): an error naming it,
   // or nothing where the message was for another instance of the job.
   std::optional<std::string> on_aggregator_error(wire::AggregationMessage::Reader message) const;

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define GRADSYNC_API_VERSION 10
+#define GRADSYNC_API_VERSION 11
 
 #if defined(__GNUC__)
 #define GRADSYNC_EXPORT __attribute__((visibility("default")))
@@ -112,6 +112,15 @@ typedef struct gradsync_job_settings {
    * (docs/aggregators.md), HOST:PORT, comma-separated; "" for the daemon's configuration's.
    * Every node's ranks must name the same ones. */
   char aggregators[1024];
+  /* API version 11: the job this one is a part of ("" for none), such as the whole group of a
+   * subgroup or of a pair of ranks that exchange messages, and parent_ranks: world_size
+   * entries, each rank's rank in that job (read while connecting only). A rank of the parent
+   * job whose process ends without leaving it (it died), on any node, fails this job too where
+   * that rank is one of its own, even before that rank has joined it: its other ranks hear of
+   * it at once instead of waiting for a rank that will never come. Every rank of the job must
+   * name the same parent and ranks. */
+  char parent_job[64];
+  const int32_t* parent_ranks;
 } gradsync_job_settings;
 
 /* The two groups of a hierarchical scheme, as options to connect with (API version 6), for a
@@ -130,7 +139,9 @@ GRADSYNC_EXPORT gradsync_result gradsync_options_across_nodes_group(const gradsy
                                                                     gradsync_options* group);
 
 /* Fills settings from GRADSYNC_WIRE_CODEC (API version 3), GRADSYNC_AUTOTUNE (1 or 0; unset
- * or empty: the daemon decides; API version 8) and GRADSYNC_AGGREGATORS (API version 9). */
+ * or empty: the daemon decides; API version 8) and GRADSYNC_AGGREGATORS (API version 9); the
+ * other fields zero. Set settings->struct_bytes first (API version 11): only that many bytes
+ * are written. */
 GRADSYNC_EXPORT gradsync_result gradsync_job_settings_from_env(gradsync_job_settings* settings);
 
 /* Connects with the job settings of the environment (gradsync_job_settings_from_env). */

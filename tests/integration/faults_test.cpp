@@ -45,6 +45,23 @@ TEST_F(FaultsTest, JobCanFormAgainAfterAFailure) {
   expect_all_succeed(next);
 }
 
+// Jobs that are parts of another (gradsync_job_settings.parent_job): a rank lost to the whole
+// job fails each part holding it within a bound, also one it never joined and one formed after
+// it was lost, and a part of a part; the parts without it run on; and nothing stays behind.
+TEST_F(FaultsTest, ARankLostToAJobFailsThePartsOfItThatHoldIt) {
+  const DaemonResources baseline = resources_of(daemon().process().pid());
+  auto ranks = spawn_ranks("whole", 3, {"parts_rank_lost"});
+  expect_all_succeed(ranks, std::chrono::seconds(60));
+  expect_resources_return_to(baseline);
+}
+
+// A rank that leaves the whole job with a goodbye fails no part of it; a rank that names
+// another place in the whole job than the part's first rank did is refused.
+TEST_F(FaultsTest, ARankLeavingAJobFailsNoPartOfItAndPartsMustAgreeOnTheirPlace) {
+  auto ranks = spawn_ranks("whole", 2, {"parts_rank_left"});
+  expect_all_succeed(ranks, std::chrono::seconds(60));
+}
+
 TEST_F(FaultsTest, ClientsComingAndGoingLeaveNothingBehind) {
   const DaemonResources baseline = resources_of(daemon().process().pid());
   for (int round = 0; round < 5; ++round) {

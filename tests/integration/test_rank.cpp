@@ -1,6 +1,7 @@
 // gradsync-test-rank: one rank of an integration test, a real client process. Identity comes
 // from the environment, as for any rank. The scenario is argv[1]; the exit status is the result
 // (0: every check passed; for the fault scenarios, the gradsync_result the rank ended with).
+#include "tests/integration/parts_scenario.h"
 #include "tests/integration/topk_scenario.h"
 #include "tools/common/reference.h"
 
@@ -966,6 +967,8 @@ int main(int argc, char** argv) {
   try {
     if (scenario == "groups") return scenario_groups(options);
     if (scenario == "heap") return scenario_heap(options, std::stoi(args.at(1)));
+    if (scenario == "parts_rank_lost") return gradsync::testing::scenario_parts_rank_lost(options);
+    if (scenario == "parts_rank_left") return gradsync::testing::scenario_parts_rank_left(options);
     Communicator comm(options);
     if (scenario == "collectives") return scenario_collectives(comm);
     if (scenario == "device_refused") return scenario_device_refused(comm);

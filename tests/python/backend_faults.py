@@ -123,22 +123,23 @@ def check_rank_dies():
 
 
 def check_point_to_point_rank_dies():
-    """Rank 1 leaves while every other rank waits to receive from it (each having exchanged a
-    message with it before, so that their pair's job holds both): each receive must raise
-    within the bound. Exit 3: the expected error came."""
+    """Rank 1 leaves while every other rank waits to receive from it: each receive must raise
+    within the bound. Only the last rank exchanged a message with it before (their pair's job
+    holds both); the others' pairs with it never saw it, on its node and across nodes. Exit 3:
+    the expected error came."""
     rank, world = dist.get_rank(), dist.get_world_size()
+    greeted = world - 1
     if rank == 1:
-        for peer in range(world):
-            if peer != 1:
-                dist.send(torch.full((4,), 1.0), dst=peer)
+        dist.send(torch.full((4,), 1.0), dst=greeted)
         dist.barrier()
         time.sleep(0.5)  # the others are in their receives
         os._exit(9)
-    greeting = torch.zeros(4)
-    dist.recv(greeting, src=1)
-    if not torch.equal(greeting, torch.full((4,), 1.0)):
-        print(f"rank {rank}: the greeting from rank 1 is wrong: {greeting}", flush=True)
-        return 1
+    if rank == greeted:
+        greeting = torch.zeros(4)
+        dist.recv(greeting, src=1)
+        if not torch.equal(greeting, torch.full((4,), 1.0)):
+            print(f"rank {rank}: the greeting from rank 1 is wrong: {greeting}", flush=True)
+            return 1
     dist.barrier()
     start = time.monotonic()
     try:

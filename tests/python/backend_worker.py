@@ -12,7 +12,8 @@ Run by tests/python/run_ranks.py. --check picks what to run:
               a rank outside the world, an unsupported op: a clear error on every rank, no hang
   p2p         send, recv, isend, irecv, batch_isend_irecv (backend_point_to_point.py)
   dies        rank 1 exits in the middle of a collective: the others raise within 10 s
-  p2p-dies    rank 1 exits while the others wait to receive from it: they raise within 10 s
+  p2p-dies    rank 1 exits while the others wait to receive from it (only the last rank has
+              exchanged with it before): they raise within 10 s
   exit        rank 0 leaves the interpreter with a call in flight whose future has a callback:
               it runs, and every rank exits 0
 --shared-memory N allocates CPU tensors of N bytes or more in gradsync's shared memory

@@ -5,6 +5,8 @@
 #include <capnp/message.h>
 #include <gtest/gtest.h>
 
+#include <memory>
+
 namespace gradsync::daemon {
 namespace {
 
@@ -124,6 +126,44 @@ TEST(Admission, NodesAreCheckedAgainstThisDaemon) {
   EXPECT_EQ(fallback.admit({"10.0.0.1:9478", "auto", "bf16"}).wire_codec, "bf16");
   fallback.hello.setWireCodec("none");
   EXPECT_EQ(fallback.admit({"10.0.0.1:9478", "auto", "bf16"}).wire_codec, "none");
+}
+
+TEST(Admission, APartNamesAnotherJobAndADistinctRankInItForEachOfItsRanks) {
+  auto part = [](const char* parent, std::initializer_list<int32_t> ranks) {
+    auto h = std::make_unique<Hello>(0, 2, 0, 2);
+    h->hello.setParentJob(parent);
+    auto list = h->hello.initParentRanks(static_cast<unsigned>(ranks.size()));
+    unsigned i = 0;
+    for (const int32_t rank : ranks) list.set(i++, rank);
+    return h;
+  };
+  const ClientIdentity who = part("world", {3, 1})->admit();
+  EXPECT_EQ(who.parent_job, "world");
+  EXPECT_EQ(who.parent_ranks, (std::vector<int32_t>{3, 1}));
+  EXPECT_TRUE(Hello(0, 2, 0, 2).admit().parent_job.empty());
+
+  EXPECT_NE(refusal([&] { part("world", {3})->admit(); }).find("names 1 ranks"), std::string::npos);
+  EXPECT_NE(refusal([&] {
+              part("world", {3, 1, 2})->admit();
+            }).find("names 3 ranks"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] { part("world", {1, 1})->admit(); }).find("distinct"), std::string::npos);
+  EXPECT_NE(refusal([&] {
+              part("world", {-1, 1})->admit();
+            }).find("not negative"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] {
+              part("train", {0, 1})->admit();
+            }).find("another job's name"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] {
+              part("a b", {0, 1})->admit();
+            }).find("another job's name"),
+            std::string::npos);
+  EXPECT_NE(refusal([&] {
+              part("", {0, 1})->admit();
+            }).find("without a parent job"),
+            std::string::npos);
 }
 
 TEST(Admission, RangesMustLieInsideTheirMemory) {

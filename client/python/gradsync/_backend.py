@@ -28,6 +28,9 @@ BACKEND = "gradsync"
 _JOB_NAME_BYTES = 63
 # The groups this process created, each stopped as the interpreter exits (_shut_down).
 _groups = weakref.WeakSet()
+# The job of this process's default group, where it is a gradsync group: every later group's job
+# is a part of it (a rank that dies fails each group holding it, even one it never joined).
+_default_group_job = {"name": ""}
 
 
 def _extension_candidates():
@@ -162,10 +165,14 @@ def _create_process_group(options, pg_options):
     job = _job_name(store, rank, is_default_group, options.group_id)
     local_rank, local_size, addresses, member_nodes = _group_layout(
         store, rank, size, socket_path, nodes, node_rank, is_default_group)
+    if is_default_group:
+        _default_group_job["name"] = job
+    parent_job = "" if is_default_group else _default_group_job["name"]
     group = extension.ProcessGroupGradsync(
         rank=rank, size=size, local_rank=local_rank, local_size=local_size, job=job,
         socket=socket_path, nodes=",".join(addresses), node_rank=member_nodes[rank],
         member_addresses=[addresses[n] if addresses else "" for n in member_nodes],
+        parent_job=parent_job, parent_ranks=list(options.global_ranks_in_group) if parent_job else [],
         timeout=options.timeout)
     _groups.add(group)
     return group

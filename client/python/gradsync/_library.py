@@ -23,13 +23,18 @@ class Options(ctypes.Structure):
 
 
 class JobSettings(ctypes.Structure):
-    """gradsync_job_settings (include/gradsync/gradsync.h, API version 9)."""
+    """gradsync_job_settings (include/gradsync/gradsync.h, API version 9): struct_bytes says
+    how much of the library's struct this one holds."""
     _fields_ = [
         ("struct_bytes", ctypes.c_uint32),
         ("wire_codec", ctypes.c_char * 16),
         ("autotune", ctypes.c_int),  # gradsync_autotune: 0 the daemon decides, 1 on, 2 off
         ("aggregators", ctypes.c_char * 1024),  # HOST:PORT,...; b"": the daemon's default
     ]
+
+    def __init__(self):
+        super().__init__()
+        self.struct_bytes = ctypes.sizeof(self)
 
 
 class CudaIpcMemory(ctypes.Structure):

@@ -1,0 +1,196 @@
+#include "tests/integration/parts_scenario.h"
+
+#include <gradsync/gradsync.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gradsync::testing {
+namespace {
+
+// How long a part may take to fail once the rank it holds is gone: the engine fails it as the
+// rank's departure or the part's arrival is handled, so anything near this bound is a hang.
+constexpr std::chrono::seconds kFailureBound{10};
+
+// A single-node job named `name`, of which this process is rank `rank` of `ranks`, a part of
+// `parent` holding its ranks `parent_ranks` (kept alive by the caller while connecting).
+struct Part {
+  gradsync_options options;
+  gradsync_job_settings settings;
+};
+
+Part part_of(const gradsync_options& parent, const std::string& name, int rank,
+             const std::vector<int32_t>& parent_ranks) {
+  Part part{parent, gradsync_job_settings{}};
+  std::snprintf(part.options.job, sizeof(part.options.job), "%s", name.c_str());
+  part.options.rank = rank;
+  part.options.world_size = static_cast<int32_t>(parent_ranks.size());
+  part.options.local_rank = rank;
+  part.options.local_world_size = part.options.world_size;
+  part.settings.struct_bytes = sizeof(part.settings);
+  std::snprintf(part.settings.parent_job, sizeof(part.settings.parent_job), "%s", parent.job);
+  part.settings.parent_ranks = parent_ranks.data();
+  return part;
+}
+
+// Runs `call` (submits a collective and waits for it): "" when it failed as a lost rank makes
+// it fail (GRADSYNC_ERR_PEER_FAILED, naming `lost`, within the bound), else what happened.
+std::string expect_lost(const std::string& what, const std::string& lost,
+                        const std::function<bool(std::chrono::milliseconds)>& call) {
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    if (!call(kFailureBound)) return what + ": still waiting after the bound";
+    return what + ": completed although a rank it holds is gone";
+  } catch (const Error& error) {
+    const std::string message = error.what();
+    if (error.code() != GRADSYNC_ERR_PEER_FAILED || message.find(lost) == std::string::npos) {
+      return what + ": failed otherwise: " + message;
+    }
+    if (std::chrono::steady_clock::now() - start > kFailureBound) {
+      return what + ": failed after the bound";
+    }
+    return "";
+  }
+}
+
+float sum_of(Communicator& comm, const char* name, float value) {
+  SharedBuffer buffer = comm.allocate(sizeof(float));
+  auto* data = static_cast<float*>(buffer.data());
+  *data = value;
+  comm.wait(comm.allreduce(name, data, data, 1, GRADSYNC_FLOAT32, GRADSYNC_SUM));
+  return *data;
+}
+
+// A broadcast from rank 1 of `comm`'s job, which this rank (0) waits for.
+std::function<bool(std::chrono::milliseconds)> broadcast_from_rank_1(Communicator& comm,
+                                                                     SharedBuffer& buffer) {
+  return [&comm, &buffer](std::chrono::milliseconds bound) {
+    return comm.wait_for(
+        comm.broadcast("from-1", buffer.data(), buffer.data(), 4, GRADSYNC_FLOAT32, 1), bound);
+  };
+}
+
+int report(int rank, const std::vector<std::string>& problems) {
+  for (const std::string& problem : problems) {
+    if (!problem.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, problem.c_str());
+  }
+  for (const std::string& problem : problems) {
+    if (!problem.empty()) return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int scenario_parts_rank_lost(const gradsync_options& job) {
+  const int rank = job.rank;
+  const std::string name = job.job;
+  Communicator whole(job);
+  whole.barrier();
+  if (rank == 1) std::_Exit(0);  // its connection ends without a goodbye
+  std::vector<std::string> problems;
+  // The whole job fails as rank 1 goes: from here on its loss is known.
+  SharedBuffer one = whole.allocate(sizeof(float));
+  problems.push_back(expect_lost("the whole job", "disconnected", [&](auto bound) {
+    return whole.wait_for(
+        whole.allreduce("after", one.data(), one.data(), 1, GRADSYNC_FLOAT32, GRADSYNC_SUM), bound);
+  }));
+
+  // A part without rank 1 runs on.
+  const std::vector<int32_t> even_ranks = {0, 2};
+  const Part even = part_of(job, name + ".p02", rank == 0 ? 0 : 1, even_ranks);
+  Communicator even_comm(even.options, even.settings);
+  const float sum = sum_of(even_comm, "sum", static_cast<float>(rank + 1));
+  if (sum != 4.0F) problems.push_back("the part of ranks 0 and 2 summed " + std::to_string(sum));
+
+  // A part holding rank 1, which it never joined, formed after it was lost.
+  const std::vector<int32_t> first_ranks = {0, 1};
+  if (rank == 0) {
+    const Part pair = part_of(job, name + ".p01", 0, first_ranks);
+    Communicator comm(pair.options, pair.settings);
+    SharedBuffer buffer = comm.allocate(4 * sizeof(float));
+    problems.push_back(expect_lost("the part of ranks 0 and 1", "rank 1 of job '" + name + "'",
+                                   broadcast_from_rank_1(comm, buffer)));
+  }
+
+  // A subgroup of all three, and a part of it holding its rank 1: both fail.
+  const std::vector<int32_t> all_ranks = {0, 1, 2};
+  const std::string subgroup_name = name + ".all";
+  const Part subgroup = part_of(job, subgroup_name, rank, all_ranks);
+  Communicator subgroup_comm(subgroup.options, subgroup.settings);
+  SharedBuffer value = subgroup_comm.allocate(sizeof(float));
+  problems.push_back(expect_lost("the subgroup", "rank 1 of job '" + name + "'", [&](auto bound) {
+    return subgroup_comm.wait_for(subgroup_comm.allreduce("sum", value.data(), value.data(), 1,
+                                                          GRADSYNC_FLOAT32, GRADSYNC_SUM),
+                                  bound);
+  }));
+  if (rank == 0) {
+    const Part pair = part_of(subgroup.options, subgroup_name + ".p01", 0, first_ranks);
+    Communicator comm(pair.options, pair.settings);
+    SharedBuffer buffer = comm.allocate(4 * sizeof(float));
+    problems.push_back(expect_lost("the subgroup's part of its ranks 0 and 1",
+                                   "rank 1 of job '" + subgroup_name + "'",
+                                   broadcast_from_rank_1(comm, buffer)));
+  }
+  // Rank 2 holds the subgroup until rank 0's checks are over: then it is over for both.
+  if (sum_of(even_comm, "end", 1.0F) != 2.0F) problems.emplace_back("the last sum is wrong");
+  return report(rank, problems);
+}
+
+int scenario_parts_rank_left(const gradsync_options& job) {
+  const int rank = job.rank;
+  const std::string name = job.job;
+  const std::vector<int32_t> ranks = {0, 1};
+  const Part pair = part_of(job, name + ".pair", rank, ranks);
+  std::vector<std::string> problems;
+  Part without_ranks = part_of(job, name + ".unset", rank, ranks);
+  without_ranks.settings.parent_ranks = nullptr;
+  try {
+    const Communicator unset(without_ranks.options, without_ranks.settings);
+    problems.emplace_back("a parent job without its ranks was let in");
+  } catch (const Error& error) {
+    if (error.code() != GRADSYNC_ERR_INVALID_ARGUMENT) {
+      problems.push_back(std::string("a parent without ranks was refused otherwise: ") +
+                         error.what());
+    }
+  }
+  std::optional<Communicator> whole(std::in_place, job);
+  Communicator part(pair.options, pair.settings);
+  if (sum_of(part, "before", 1.0F) != 2.0F) problems.emplace_back("the sum before is wrong");
+
+  // A rank naming other ranks in the parent than the part's first rank did: refused.
+  const std::vector<int32_t> swapped = {1, 0};
+  if (rank == 0) {
+    const Part first = part_of(job, name + ".odd", 0, ranks);
+    const Communicator odd(first.options, first.settings);
+    whole->barrier();
+    whole->barrier();  // rank 1 has tried
+  } else {
+    whole->barrier();
+    const Part second = part_of(job, name + ".odd", 1, swapped);
+    try {
+      const Communicator odd(second.options, second.settings);
+      problems.emplace_back("a rank naming other ranks in the parent was let in");
+    } catch (const Error& error) {
+      if (error.code() != GRADSYNC_ERR_MISMATCH) {
+        problems.push_back(std::string("the mismatch was refused otherwise: ") + error.what());
+      }
+    }
+    whole->barrier();
+  }
+
+  // Rank 1 leaves the whole job with a goodbye and stays in the part, which runs on.
+  if (rank == 1) whole.reset();
+  for (int step = 0; step < 3; ++step) {
+    if (sum_of(part, "after", 1.0F) != 2.0F) problems.emplace_back("a sum after is wrong");
+  }
+  return report(rank, problems);
+}
+
+}  // namespace gradsync::testing

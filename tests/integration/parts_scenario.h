@@ -1,0 +1,24 @@
+// gradsync-test-rank's scenarios for jobs that are parts of another
+// (gradsync_job_settings.parent_job): subgroups and pairs of a job's ranks.
+#pragma once
+
+#include <gradsync/gradsync.h>
+
+namespace gradsync::testing {
+
+// Three ranks of one job (`job`'s options). Rank 1 dies (its connections end without a
+// goodbye) after a barrier; the others then check, each within a bound:
+//  - a part holding ranks 0 and 2 only runs an allreduce, right;
+//  - a part of ranks 0 and 1, formed after the loss by rank 0 alone, fails naming it;
+//  - a subgroup of all three ranks, formed by 0 and 2 after the loss, fails; and a part of
+//    that subgroup holding its rank 1, formed by rank 0, fails too (the loss passed down).
+// Rank 1's exit status is 0; the others' 0 when every check passed.
+int scenario_parts_rank_lost(const gradsync_options& job);
+
+// Two ranks of one job, and a part holding both. A rank that leaves the job with a goodbye
+// does not fail the part: both go on running allreduces in it. A rank that names other ranks
+// in the parent than the part's first rank is refused (GRADSYNC_ERR_MISMATCH), and a parent
+// without its ranks is an invalid argument.
+int scenario_parts_rank_left(const gradsync_options& job);
+
+}  // namespace gradsync::testing
