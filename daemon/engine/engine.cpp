@@ -396,8 +396,10 @@ void Engine::fail_job(Job& job, gradsync_result status, const std::string& reaso
   // is lost where nothing here still waited (the ranks here get the reason if they submit).
   if (job.fail(status, reason) > 0 || kind == JobFailure::kFault) {
     log_->warn("job '{}' failed: {}", job.name(), reason);
-  } else {
+  } else if (kind == JobFailure::kPeerEnded) {
     log_->info("job '{}' ended by another node, with nothing waiting here: {}", job.name(), reason);
+  } else {
+    log_->debug("job '{}' failed, with nothing waiting here: {}", job.name(), reason);
   }
   if (job.network() != nullptr) {
     if (tell_peers) job.network()->broadcast_abort(reason);
@@ -425,7 +427,7 @@ void Engine::check_parent(Job& part) {
       const std::string reason =
           fmt::format("rank {} of job '{}', of which job '{}' is a part, is gone: {}", ranks[i],
                       parent->first, part.name(), it->second);
-      fail_job(part, GRADSYNC_ERR_PEER_FAILED, reason, true);
+      fail_job(part, GRADSYNC_ERR_PEER_FAILED, reason, true, JobFailure::kRankGone);
       // The part lost it too, for its own parts (a subgroup's pairs). Each job fails once, so
       // this ends however the jobs name their parents.
       const auto rank = static_cast<int32_t>(i);

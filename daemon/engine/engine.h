@@ -142,8 +142,9 @@ class Engine {
   // Fails the jobs whose hashed name `tag` carries, naming its sending node: "node N <what>".
   void fail_jobs_of_tag(uint64_t tag, gradsync_result status, const std::string& what);
   // How a job's failure is logged: a fault as a warning; a peer that ended the job once the
-  // work it agreed to was done (its ranks left) as one only where work here still waited.
-  enum class JobFailure : uint8_t { kFault, kPeerEnded };
+  // work it agreed to was done (its ranks left), or a part's rank gone from its parent (as at
+  // the end of any program that exits without leaving), as one only where work here waited.
+  enum class JobFailure : uint8_t { kFault, kPeerEnded, kRankGone };
   void fail_job(Job& job, gradsync_result status, const std::string& reason, bool tell_peers,
                 JobFailure kind = JobFailure::kFault);
   // Ranks of `job` lost (Departure::kLost) here or on another node: recorded, and every job
