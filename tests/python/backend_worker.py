@@ -6,7 +6,7 @@ input (the inputs are a function of the rank).
 Run by tests/python/run_ranks.py. --check picks what to run:
   calls       every call (all_gather_into_tensor and reduce_scatter_tensor: the process group's
               _allgather_base and _reduce_scatter_base), every dtype, in place and not,
-              synchronous and async_op, in the world and in subgroups
+              synchronous and async_op, in the world and in subgroups; the object collectives
   ddp         DDP with no hook, then ZeroRedundancyOptimizer: parameters equal to Gloo's run
   bad-input   mismatched shapes and dtypes, a tensor on an unsupported device, a subgroup with
               a rank outside the world, an unsupported op: a clear error on every rank, no hang
@@ -279,6 +279,25 @@ def check_parameters(world):
            "all_reduce of a parameter that requires grad")
 
 
+def check_objects(world):
+    """The object collectives (pickled into byte tensors, their sizes gathered first), as
+    libraries use them for metrics and configuration."""
+    rank = dist.get_rank()
+    everyone = [{"rank": r, "name": "x" * r, "values": list(range(r))} for r in range(world)]
+    gathered = [None] * world
+    dist.all_gather_object(gathered, everyone[rank])
+    expect(gathered == everyone, "all_gather_object")
+    shared = [("root", world - 1), "a longer string " * 50] if rank == world - 1 else [None, None]
+    dist.broadcast_object_list(shared, src=world - 1)
+    expect(shared == [("root", world - 1), "a longer string " * 50], "broadcast_object_list")
+    at_root = [None] * world if rank == 0 else None
+    dist.gather_object(everyone[rank], at_root, dst=0)
+    expect(rank != 0 or at_root == everyone, "gather_object")
+    mine = [None]
+    dist.scatter_object_list(mine, everyone if rank == 0 else None, src=0)
+    expect(mine == [everyone[rank]], "scatter_object_list")
+
+
 def check_subgroups(world):
     # Every rank enters new_group; members run inside it, the others go on.
     layouts = [list(range(world)), [0], list(range(0, world, 2)), list(range(world - 1, -1, -1))]
@@ -346,6 +365,7 @@ def main():
         gloo = dist.new_group(backend="gloo")
         check_calls(dist.group.WORLD, gloo, list(range(world)), "world")
         check_parameters(world)
+        check_objects(world)
         check_subgroups(world)
         if args.shared_memory is not None:
             from backend_in_place import check_in_place
