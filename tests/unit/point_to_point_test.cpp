@@ -8,6 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace gradsync::torch_backend {
 namespace {
@@ -101,6 +102,21 @@ TEST(PointToPoint, ALongGroupJobNameIsShortenedAlikeOnEveryRank) {
   // Two long names that share their first characters still name different jobs.
   EXPECT_NE(name, pair_job_name(std::string(59, 'j') + "k", 1000, 1001));
   EXPECT_EQ(pair_job_name("train", 0, 1), "train.p2p.0.1");
+}
+
+TEST(PointToPoint, APairsJobIsAPartOfTheGroupsHoldingItsTwoRanksInOrder) {
+  gradsync_job_settings group{};
+  group.struct_bytes = sizeof(group);
+  std::strcpy(group.wire_codec, "bf16");
+  for (const auto& [self, peer] : {std::pair{3, 1}, std::pair{1, 3}}) {
+    const PairRanks ranks = pair_ranks(self, peer);
+    EXPECT_EQ(ranks, (PairRanks{1, 3}));
+    const gradsync_job_settings pair = pair_settings(group, group_options(self), ranks);
+    EXPECT_STREQ(pair.parent_job, "train");
+    EXPECT_EQ(pair.parent_ranks, ranks.data());
+    EXPECT_STREQ(pair.wire_codec, "bf16");  // the rest as the group's
+    EXPECT_EQ(pair.struct_bytes, sizeof(pair));
+  }
 }
 
 TEST(PointToPoint, MessagesAreNamedByDirectionAndTag) {

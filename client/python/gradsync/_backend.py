@@ -168,11 +168,11 @@ def _create_process_group(options, pg_options):
     if is_default_group:
         _default_group_job["name"] = job
     parent_job = "" if is_default_group else _default_group_job["name"]
+    parent_ranks = list(options.global_ranks_in_group) if parent_job else []
     group = extension.ProcessGroupGradsync(
         rank=rank, size=size, local_rank=local_rank, local_size=local_size, job=job,
         socket=socket_path, nodes=",".join(addresses), node_rank=member_nodes[rank],
         member_addresses=[addresses[n] if addresses else "" for n in member_nodes],
-        parent_job=parent_job, parent_ranks=list(options.global_ranks_in_group) if parent_job else [],
-        timeout=options.timeout)
+        parent_job=parent_job, parent_ranks=parent_ranks, timeout=options.timeout)
     _groups.add(group)
     return group
