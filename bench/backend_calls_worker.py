@@ -7,7 +7,8 @@ all_reduce: a float32 tensor of the size, summed in place.
 all_to_all_single with split sizes:
 The splits: rank s sends rank t a block of size / world bytes times a factor drawn once from
 [1 - skew, 1 + skew] (the same on every rank), the factors scaled to a mean of 1; skew 0 gives
-equal blocks, passed as split sizes all the same. `equal` rows: all_to_all_single without split sizes, gradsync's one-stage
+equal blocks, passed as split sizes all the same. Skew hotN: every rank sends rank 0 (a popular
+expert) N times what it sends each other rank, as mixture-of-experts routing does. `equal` rows: all_to_all_single without split sizes, gradsync's one-stage
 path, for the cost of the split-size stage.
 
 send_recv: each rank and its partner (rank ^ 1) exchange a float32 tensor of the size, an
@@ -42,6 +43,26 @@ def splits(world, size, skew, seed):
     factors /= factors.mean()
     mean_rows = size / (ROW_FLOATS * 4) / world
     return (factors * mean_rows).round().long().tolist()
+
+
+def hot_splits(world, size, heat):
+    """As splits, with every rank sending rank 0 (a popular expert) `heat` times what it sends
+    each other rank."""
+    factors = torch.ones(world, world)
+    factors[:, 0] = heat
+    factors /= factors.mean()
+    mean_rows = size / (ROW_FLOATS * 4) / world
+    return (factors * mean_rows).round().long().tolist()
+
+
+def split_matrix(world, size, skew):
+    """The rows from each rank to each for a --skews entry: "equal", a number, or hotN."""
+    if skew == "equal":
+        block = splits(world, size, 0, seed=size)[0][0]
+        return [[block] * world for _ in range(world)]
+    if skew.startswith("hot"):
+        return hot_splits(world, size, float(skew[3:]))
+    return splits(world, size, float(skew), seed=size)
 
 
 def timed(call, gloo, iterations):
@@ -158,10 +179,8 @@ def main():
             rows.append(send_recv_row(size, gloo, args))
         if "alltoall" not in args.calls.split(","):
             continue
-        for skew in ["equal"] + [float(s) for s in args.skews.split(",")]:
-            matrix = splits(world, size, 0 if skew == "equal" else skew, seed=size)
-            if skew == "equal":
-                matrix = [[matrix[0][0]] * world for _ in range(world)]
+        for skew in ["equal"] + args.skews.split(","):
+            matrix = split_matrix(world, size, skew)
             sends = matrix[rank]
             receives = [matrix[s][rank] for s in range(world)]
             source = torch.randn(sum(sends), ROW_FLOATS)
