@@ -657,6 +657,15 @@ TEST(Cluster, ARankKilledMidStepFailsEveryOtherRankOnEveryNode) {
   }
 }
 
+// A job that is a part of another (gradsync_job_settings.parent_job) across nodes: a rank the
+// whole job loses on one node fails the part on another node, where the lost rank never
+// joined it, within a bound.
+TEST(Cluster, ARankLostOnOneNodeFailsThePartsHoldingItOnAnother) {
+  LoopbackCluster cluster(2);
+  auto ranks = cluster.spawn("whole", {2, 1}, {"parts_rank_lost_across_nodes"});
+  expect_all_succeed(ranks, cluster);
+}
+
 // A node daemon restarted (SIGTERM, then started again on the same address) while its job's
 // ranks are connected: every rank of the job gets an error within a bound, a new job forms
 // across the same nodes (the survivor reconnects to the restarted daemon, which binds its

@@ -25,14 +25,21 @@ struct Part {
   gradsync_job_settings settings;
 };
 
+// With `one_per_node`, a part across the parent's nodes, each of its ranks on a node of its own
+// (the parent's node list, rank r on node r).
 Part part_of(const gradsync_options& parent, const std::string& name, int rank,
-             const std::vector<int32_t>& parent_ranks) {
+             const std::vector<int32_t>& parent_ranks, bool one_per_node = false) {
   Part part{parent, gradsync_job_settings{}};
   std::snprintf(part.options.job, sizeof(part.options.job), "%s", name.c_str());
   part.options.rank = rank;
   part.options.world_size = static_cast<int32_t>(parent_ranks.size());
-  part.options.local_rank = rank;
-  part.options.local_world_size = part.options.world_size;
+  part.options.local_rank = one_per_node ? 0 : rank;
+  part.options.local_world_size = one_per_node ? 1 : part.options.world_size;
+  if (one_per_node) {
+    part.options.node_rank = rank;
+  } else {
+    part.options.nodes[0] = '\0';
+  }
   part.settings.struct_bytes = sizeof(part.settings);
   std::snprintf(part.settings.parent_job, sizeof(part.settings.parent_job), "%s", parent.job);
   part.settings.parent_ranks = parent_ranks.data();
@@ -140,6 +147,35 @@ int scenario_parts_rank_lost(const gradsync_options& job) {
   }
   // Rank 2 holds the subgroup until rank 0's checks are over: then it is over for both.
   if (sum_of(even_comm, "end", 1.0F) != 2.0F) problems.emplace_back("the last sum is wrong");
+  return report(rank, problems);
+}
+
+int scenario_parts_rank_lost_across_nodes(const gradsync_options& job) {
+  const int rank = job.rank;
+  const std::string name = job.job;
+  Communicator whole(job);
+  whole.barrier();
+  if (rank == 1) std::_Exit(0);
+  std::vector<std::string> problems;
+  SharedBuffer one = whole.allocate(sizeof(float));
+  problems.push_back(expect_lost("the whole job", "disconnected", [&](auto bound) {
+    return whole.wait_for(
+        whole.allreduce("after", one.data(), one.data(), 1, GRADSYNC_FLOAT32, GRADSYNC_SUM), bound);
+  }));
+  if (rank == 2) {
+    // Rank 1's part with this rank, across the two nodes, which rank 1 never joined: its node
+    // has no such job, and tells this one of the loss through the whole job's messages.
+    const std::vector<int32_t> ranks = {1, 2};
+    const Part pair = part_of(job, name + ".p12", 1, ranks, true);
+    Communicator comm(pair.options, pair.settings);
+    SharedBuffer buffer = comm.allocate(4 * sizeof(float));
+    problems.push_back(
+        expect_lost("the part of ranks 1 and 2", "rank 1 of job '" + name + "'", [&](auto bound) {
+          return comm.wait_for(
+              comm.broadcast("from-1", buffer.data(), buffer.data(), 4, GRADSYNC_FLOAT32, 0),
+              bound);
+        }));
+  }
   return report(rank, problems);
 }
 

@@ -15,6 +15,11 @@ namespace gradsync::testing {
 // Rank 1's exit status is 0; the others' 0 when every check passed.
 int scenario_parts_rank_lost(const gradsync_options& job);
 
+// Three ranks of a job across two nodes, ranks 0 and 1 on node 0, rank 2 on node 1. Rank 1
+// dies after a barrier; rank 2 then forms a part of ranks 1 and 2 across the nodes, which
+// fails within the bound, node 0 having told node 1 of the loss.
+int scenario_parts_rank_lost_across_nodes(const gradsync_options& job);
+
 // Two ranks of one job, and a part holding both. A rank that leaves the job with a goodbye
 // does not fail the part: both go on running allreduces in it. A rank that names other ranks
 // in the parent than the part's first rank is refused (GRADSYNC_ERR_MISMATCH), and a parent

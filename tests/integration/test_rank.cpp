@@ -969,6 +969,9 @@ int main(int argc, char** argv) {
     if (scenario == "heap") return scenario_heap(options, std::stoi(args.at(1)));
     if (scenario == "parts_rank_lost") return gradsync::testing::scenario_parts_rank_lost(options);
     if (scenario == "parts_rank_left") return gradsync::testing::scenario_parts_rank_left(options);
+    if (scenario == "parts_rank_lost_across_nodes") {
+      return gradsync::testing::scenario_parts_rank_lost_across_nodes(options);
+    }
     Communicator comm(options);
     if (scenario == "collectives") return scenario_collectives(comm);
     if (scenario == "device_refused") return scenario_device_refused(comm);
