@@ -123,8 +123,8 @@ def check_rank_dies():
 
 
 def check_point_to_point_rank_dies():
-    """Rank 1 leaves while every other rank waits to receive from it: each receive must raise
-    within the bound. Only the last rank exchanged a message with it before (their pair's job
+    """Rank 1 leaves while every other rank waits to receive from it: each receive, and a send
+    to it after, must raise within the bound. Only the last rank exchanged a message with it before (their pair's job
     holds both); the others' pairs with it never saw it, on its node and across nodes. Exit 3:
     the expected error came."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -150,8 +150,20 @@ def check_point_to_point_rank_dies():
         if waited > DEATH_BOUND_S or "recv from rank 1" not in str(error):
             print(f"rank {rank}: slower than {DEATH_BOUND_S} s, or not naming the call", flush=True)
             return 1
+    else:
+        print(f"rank {rank}: no error although rank 1 died", flush=True)
+        return 1
+    # A send to it fails as well, also where the two never exchanged.
+    start = time.monotonic()
+    try:
+        dist.send(torch.ones(4), dst=1)
+    except RuntimeError as error:
+        waited = time.monotonic() - start
+        if waited > DEATH_BOUND_S or "send to rank 1" not in str(error):
+            print(f"rank {rank}: the send raised after {waited:.1f} s: {error}", flush=True)
+            return 1
         return 3
-    print(f"rank {rank}: no error although rank 1 died", flush=True)
+    print(f"rank {rank}: a send to rank 1 succeeded although it died", flush=True)
     return 1
 
 
