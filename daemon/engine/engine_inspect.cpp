@@ -47,6 +47,9 @@ void Engine::handle(InspectEngine& command) {
     view.world_size = job->world_size();
     view.stall_seconds = job->stall_seconds();
     view.traced = job->trace() != nullptr;
+    view.parent = job->parent().job;
+    view.parent_ranks = job->parent().ranks;
+    for (const auto& [rank, reason] : job->lost_ranks()) view.lost_ranks.push_back(rank);
     const Job::Qos& qos = job->qos();
     view.share = qos.share;
     view.engine_bytes = qos.engine_bytes;

@@ -44,6 +44,11 @@ struct JobView {
   std::string wire_codec;  // across nodes: none or bf16
   double stall_seconds = 0;
   bool traced = false;
+  // The job it is a part of (empty: none) and its ranks' ranks there; the ranks this job lost
+  // (their connections ended without a goodbye), which fail its parts.
+  std::string parent;
+  std::vector<int32_t> parent_ranks;
+  std::vector<int32_t> lost_ranks;
   // Its share of the node (docs/qos.md) and what it got of it.
   JobShare share;
   uint64_t engine_bytes = 0;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -115,6 +116,47 @@ TEST_F(CtlTest, ShowsClientsJobsAndConfigurationAsTablesAndJson) {
   const CommandResult peers = ctl("peers --json");
   ASSERT_EQ(peers.status, 0);
   EXPECT_EQ(Json::parse(peers.out), Json::array());
+}
+
+// A job that is a part of another shows which, and a job the ranks it lost; the part holding
+// one of them shows that it failed, and why.
+TEST_F(CtlTest, ShowsWhichJobAPartBelongsToAndTheRanksAJobLost) {
+  start_daemon();
+  RawClient first(socket());
+  RawClient second(socket());
+  RawClient part(socket());
+  ASSERT_EQ(first.hello("whole", 0, 2).first, 0u);
+  ASSERT_EQ(second.hello("whole", 1, 2).first, 0u);
+  ASSERT_EQ(part.hello("whole.pair", 0, 2, ipc::kProtocolVersion, "whole", {0, 1}).first, 0u);
+  const Json before = status_when([](const Json& s) { return s["jobs"].size() == 2; });
+  for (const Json& job : before["jobs"]) {
+    if (job["name"] == "whole.pair") {
+      EXPECT_EQ(job["parent"], (Json{{"job", "whole"}, {"ranks", {0, 1}}}));
+    } else {
+      EXPECT_TRUE(job["parent"].is_null());
+      EXPECT_EQ(job["lost_ranks"], Json::array());
+    }
+  }
+  ::shutdown(second.socket(), SHUT_RDWR);  // rank 1's connection ends without a goodbye
+  const Json after = status_when([](const Json& s) {
+    for (const Json& job : s["jobs"]) {
+      if (job["name"] == "whole.pair") return job["state"] == "failed";
+    }
+    return false;
+  });
+  ASSERT_EQ(after["jobs"].size(), 2u);
+  for (const Json& job : after["jobs"]) {
+    if (job["name"] == "whole") {
+      EXPECT_EQ(job["lost_ranks"], Json({1}));
+    } else {
+      EXPECT_NE(job["failure"].get<std::string>().find("rank 1 of job 'whole'"), std::string::npos)
+          << job["failure"];
+    }
+  }
+  const CommandResult jobs = ctl("jobs");
+  ASSERT_EQ(jobs.status, 0);
+  EXPECT_NE(jobs.out.find("part of whole"), std::string::npos) << jobs.out;
+  EXPECT_NE(jobs.out.find("lost ranks [1]"), std::string::npos) << jobs.out;
 }
 
 TEST_F(CtlTest, TraceRecordsTheAskedStepsAsAChromeTrace) {

@@ -301,7 +301,8 @@ bool RawClient::closed_by_daemon(int timeout_ms) {
 }
 
 std::pair<uint32_t, std::string> RawClient::hello(const std::string& job, int local_rank, int ranks,
-                                                  uint32_t version) {
+                                                  uint32_t version, const std::string& parent,
+                                                  const std::vector<int32_t>& parent_ranks) {
   capnp::MallocMessageBuilder message;
   auto hello = message.initRoot<ipc::wire::Request>().initHello();
   hello.setProtocolVersion(version);
@@ -310,6 +311,11 @@ std::pair<uint32_t, std::string> RawClient::hello(const std::string& job, int lo
   hello.setWorldSize(ranks);
   hello.setLocalRank(local_rank);
   hello.setLocalWorldSize(ranks);
+  hello.setParentJob(parent);
+  auto list = hello.initParentRanks(static_cast<unsigned>(parent_ranks.size()));
+  for (size_t i = 0; i < parent_ranks.size(); ++i) {
+    list.set(static_cast<unsigned>(i), parent_ranks[i]);
+  }
   send(message);
   ipc::Frame frame = receive();
   ipc::DecodedMessage decoded(frame.payload);

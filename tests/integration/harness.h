@@ -131,9 +131,12 @@ class RawClient {
   std::pair<uint32_t, std::string> receive_status(int timeout_ms = 10'000);
   bool closed_by_daemon(int timeout_ms = 5'000);
 
-  // hello + welcome; maps the segment.
+  // hello + welcome; maps the segment. A job of `ranks` on this node, `local_rank` its rank;
+  // a part of `parent` (none where empty) whose ranks are `parent_ranks` there.
   std::pair<uint32_t, std::string> hello(const std::string& job, int local_rank, int ranks,
-                                         uint32_t version = ipc::kProtocolVersion);
+                                         uint32_t version = ipc::kProtocolVersion,
+                                         const std::string& parent = "",
+                                         const std::vector<int32_t>& parent_ranks = {});
   std::pair<uint32_t, std::string> register_buffer(uint32_t id, int fd, uint64_t offset,
                                                    uint64_t bytes);
   // Device memory as a CUDA IPC handle and device UUID (any sizes, to test the checks).

@@ -152,6 +152,14 @@ void print_jobs(const nlohmann::json& status, std::ostream& out) {
     const auto& nodes = job["nodes"];
     std::string note = text(job["failure"]);
     if (job["traced"].get<bool>()) note = note.empty() ? "tracing" : "tracing; " + note;
+    if (!job["parent"].is_null()) {
+      const std::string part = "part of " + text(job["parent"]["job"]);
+      note = note.empty() ? part : part + "; " + note;
+    }
+    if (!job["lost_ranks"].empty()) {
+      const std::string lost = "lost ranks " + job["lost_ranks"].dump();
+      note = note.empty() ? lost : lost + "; " + note;
+    }
     if (job.contains("autotune")) {
       const std::string tune = autotune_note(job["autotune"]);
       note = note.empty() ? tune : tune + "; " + note;
