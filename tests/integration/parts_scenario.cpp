@@ -104,7 +104,7 @@ int scenario_parts_rank_lost(const gradsync_options& job) {
   std::vector<std::string> problems;
   // The whole job fails as rank 1 goes: from here on its loss is known.
   SharedBuffer one = whole.allocate(sizeof(float));
-  problems.push_back(expect_lost("the whole job", "disconnected", [&](auto bound) {
+  problems.push_back(expect_lost("the whole job", "local rank 1 (pid", [&](auto bound) {
     return whole.wait_for(
         whole.allreduce("after", one.data(), one.data(), 1, GRADSYNC_FLOAT32, GRADSYNC_SUM), bound);
   }));
@@ -158,7 +158,7 @@ int scenario_parts_rank_lost_across_nodes(const gradsync_options& job) {
   if (rank == 1) std::_Exit(0);
   std::vector<std::string> problems;
   SharedBuffer one = whole.allocate(sizeof(float));
-  problems.push_back(expect_lost("the whole job", "disconnected", [&](auto bound) {
+  problems.push_back(expect_lost("the whole job", "local rank 1 (pid", [&](auto bound) {
     return whole.wait_for(
         whole.allreduce("after", one.data(), one.data(), 1, GRADSYNC_FLOAT32, GRADSYNC_SUM), bound);
   }));
