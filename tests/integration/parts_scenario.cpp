@@ -46,10 +46,12 @@ Part part_of(const gradsync_options& parent, const std::string& name, int rank,
   return part;
 }
 
-// Runs `call` (submits a collective and waits for it): "" when it failed as a lost rank makes
-// it fail (GRADSYNC_ERR_PEER_FAILED, naming `lost`, within the bound), else what happened.
-std::string expect_lost(const std::string& what, const std::string& lost,
-                        const std::function<bool(std::chrono::milliseconds)>& call) {
+// Submits a collective and waits for it up to the bound: true once it completed.
+using Waited = std::function<bool(std::chrono::milliseconds)>;
+
+// Runs `call`: "" when it failed as a lost rank makes it fail (GRADSYNC_ERR_PEER_FAILED, naming
+// `lost`, within the bound), else what happened.
+std::string expect_lost(const std::string& what, const std::string& lost, const Waited& call) {
   const auto start = std::chrono::steady_clock::now();
   try {
     if (!call(kFailureBound)) return what + ": still waiting after the bound";
@@ -74,23 +76,30 @@ float sum_of(Communicator& comm, const char* name, float value) {
   return *data;
 }
 
-// A broadcast from rank 1 of `comm`'s job, which this rank (0) waits for.
-std::function<bool(std::chrono::milliseconds)> broadcast_from_rank_1(Communicator& comm,
-                                                                     SharedBuffer& buffer) {
+// A collective of `comm` submitted and waited for up to a bound, for expect_lost: a broadcast
+// from `root` of the 4 floats in `buffer`, or an allreduce of its first float.
+Waited broadcast_from(Communicator& comm, SharedBuffer& buffer, int root) {
+  return [&comm, &buffer, root](std::chrono::milliseconds bound) {
+    return comm.wait_for(
+        comm.broadcast("from", buffer.data(), buffer.data(), 4, GRADSYNC_FLOAT32, root), bound);
+  };
+}
+Waited sum_in(Communicator& comm, SharedBuffer& buffer) {
   return [&comm, &buffer](std::chrono::milliseconds bound) {
     return comm.wait_for(
-        comm.broadcast("from-1", buffer.data(), buffer.data(), 4, GRADSYNC_FLOAT32, 1), bound);
+        comm.allreduce("sum", buffer.data(), buffer.data(), 1, GRADSYNC_FLOAT32, GRADSYNC_SUM),
+        bound);
   };
 }
 
 int report(int rank, const std::vector<std::string>& problems) {
+  int status = 0;
   for (const std::string& problem : problems) {
-    if (!problem.empty()) std::fprintf(stderr, "rank %d: %s\n", rank, problem.c_str());
+    if (problem.empty()) continue;
+    std::fprintf(stderr, "rank %d: %s\n", rank, problem.c_str());
+    status = 1;
   }
-  for (const std::string& problem : problems) {
-    if (!problem.empty()) return 1;
-  }
-  return 0;
+  return status;
 }
 
 }  // namespace
@@ -104,10 +113,7 @@ int scenario_parts_rank_lost(const gradsync_options& job) {
   std::vector<std::string> problems;
   // The whole job fails as rank 1 goes: from here on its loss is known.
   SharedBuffer one = whole.allocate(sizeof(float));
-  problems.push_back(expect_lost("the whole job", "local rank 1 (pid", [&](auto bound) {
-    return whole.wait_for(
-        whole.allreduce("after", one.data(), one.data(), 1, GRADSYNC_FLOAT32, GRADSYNC_SUM), bound);
-  }));
+  problems.push_back(expect_lost("the whole job", "local rank 1 (pid", sum_in(whole, one)));
 
   // A part without rank 1 runs on.
   const std::vector<int32_t> even_ranks = {0, 2};
@@ -123,7 +129,7 @@ int scenario_parts_rank_lost(const gradsync_options& job) {
     Communicator comm(pair.options, pair.settings);
     SharedBuffer buffer = comm.allocate(4 * sizeof(float));
     problems.push_back(expect_lost("the part of ranks 0 and 1", "rank 1 of job '" + name + "'",
-                                   broadcast_from_rank_1(comm, buffer)));
+                                   broadcast_from(comm, buffer, 1)));
   }
 
   // A subgroup of all three, and a part of it holding its rank 1: both fail.
@@ -132,18 +138,15 @@ int scenario_parts_rank_lost(const gradsync_options& job) {
   const Part subgroup = part_of(job, subgroup_name, rank, all_ranks);
   Communicator subgroup_comm(subgroup.options, subgroup.settings);
   SharedBuffer value = subgroup_comm.allocate(sizeof(float));
-  problems.push_back(expect_lost("the subgroup", "rank 1 of job '" + name + "'", [&](auto bound) {
-    return subgroup_comm.wait_for(subgroup_comm.allreduce("sum", value.data(), value.data(), 1,
-                                                          GRADSYNC_FLOAT32, GRADSYNC_SUM),
-                                  bound);
-  }));
+  problems.push_back(
+      expect_lost("the subgroup", "rank 1 of job '" + name + "'", sum_in(subgroup_comm, value)));
   if (rank == 0) {
     const Part pair = part_of(subgroup.options, subgroup_name + ".p01", 0, first_ranks);
     Communicator comm(pair.options, pair.settings);
     SharedBuffer buffer = comm.allocate(4 * sizeof(float));
     problems.push_back(expect_lost("the subgroup's part of its ranks 0 and 1",
                                    "rank 1 of job '" + subgroup_name + "'",
-                                   broadcast_from_rank_1(comm, buffer)));
+                                   broadcast_from(comm, buffer, 1)));
   }
   // Rank 2 holds the subgroup until rank 0's checks are over: then it is over for both.
   if (sum_of(even_comm, "end", 1.0F) != 2.0F) problems.emplace_back("the last sum is wrong");
@@ -158,10 +161,7 @@ int scenario_parts_rank_lost_across_nodes(const gradsync_options& job) {
   if (rank == 1) std::_Exit(0);
   std::vector<std::string> problems;
   SharedBuffer one = whole.allocate(sizeof(float));
-  problems.push_back(expect_lost("the whole job", "local rank 1 (pid", [&](auto bound) {
-    return whole.wait_for(
-        whole.allreduce("after", one.data(), one.data(), 1, GRADSYNC_FLOAT32, GRADSYNC_SUM), bound);
-  }));
+  problems.push_back(expect_lost("the whole job", "local rank 1 (pid", sum_in(whole, one)));
   if (rank == 2) {
     // Rank 1's part with this rank, across the two nodes, which rank 1 never joined: its node
     // has no such job, and tells this one of the loss through the whole job's messages.
@@ -169,12 +169,8 @@ int scenario_parts_rank_lost_across_nodes(const gradsync_options& job) {
     const Part pair = part_of(job, name + ".p12", 1, ranks, true);
     Communicator comm(pair.options, pair.settings);
     SharedBuffer buffer = comm.allocate(4 * sizeof(float));
-    problems.push_back(
-        expect_lost("the part of ranks 1 and 2", "rank 1 of job '" + name + "'", [&](auto bound) {
-          return comm.wait_for(
-              comm.broadcast("from-1", buffer.data(), buffer.data(), 4, GRADSYNC_FLOAT32, 0),
-              bound);
-        }));
+    problems.push_back(expect_lost("the part of ranks 1 and 2", "rank 1 of job '" + name + "'",
+                                   broadcast_from(comm, buffer, 0)));
   }
   return report(rank, problems);
 }

@@ -129,7 +129,7 @@ TEST(Admission, NodesAreCheckedAgainstThisDaemon) {
 }
 
 TEST(Admission, APartNamesAnotherJobAndADistinctRankInItForEachOfItsRanks) {
-  auto part = [](const char* parent, std::initializer_list<int32_t> ranks) {
+  auto part = [](const char* parent, const std::vector<int32_t>& ranks) {
     auto h = std::make_unique<Hello>(0, 2, 0, 2);
     h->hello.setParentJob(parent);
     auto list = h->hello.initParentRanks(static_cast<unsigned>(ranks.size()));
@@ -142,28 +142,22 @@ TEST(Admission, APartNamesAnotherJobAndADistinctRankInItForEachOfItsRanks) {
   EXPECT_EQ(who.parent_ranks, (std::vector<int32_t>{3, 1}));
   EXPECT_TRUE(Hello(0, 2, 0, 2).admit().parent_job.empty());
 
-  EXPECT_NE(refusal([&] { part("world", {3})->admit(); }).find("names 1 ranks"), std::string::npos);
-  EXPECT_NE(refusal([&] {
-              part("world", {3, 1, 2})->admit();
-            }).find("names 3 ranks"),
-            std::string::npos);
-  EXPECT_NE(refusal([&] { part("world", {1, 1})->admit(); }).find("distinct"), std::string::npos);
-  EXPECT_NE(refusal([&] {
-              part("world", {-1, 1})->admit();
-            }).find("not negative"),
-            std::string::npos);
-  EXPECT_NE(refusal([&] {
-              part("train", {0, 1})->admit();
-            }).find("another job's name"),
-            std::string::npos);
-  EXPECT_NE(refusal([&] {
-              part("a b", {0, 1})->admit();
-            }).find("another job's name"),
-            std::string::npos);
-  EXPECT_NE(refusal([&] {
-              part("", {0, 1})->admit();
-            }).find("without a parent job"),
-            std::string::npos);
+  struct Refused {
+    const char* parent;
+    std::vector<int32_t> ranks;
+    const char* said;
+  };
+  for (const Refused& bad : std::vector<Refused>{{"world", {3}, "names 1 ranks"},
+                                                 {"world", {3, 1, 2}, "names 3 ranks"},
+                                                 {"world", {1, 1}, "distinct"},
+                                                 {"world", {-1, 1}, "not negative"},
+                                                 {"train", {0, 1}, "another job's name"},
+                                                 {"a b", {0, 1}, "another job's name"},
+                                                 {"", {0, 1}, "without a parent job"}}) {
+    EXPECT_NE(refusal([&] { part(bad.parent, bad.ranks)->admit(); }).find(bad.said),
+              std::string::npos)
+        << bad.parent << " " << bad.ranks.size();
+  }
 }
 
 TEST(Admission, RangesMustLieInsideTheirMemory) {

@@ -151,19 +151,14 @@ void print_jobs(const nlohmann::json& status, std::ostream& out) {
   for (const auto& job : status["jobs"]) {
     const auto& nodes = job["nodes"];
     std::string note = text(job["failure"]);
-    if (job["traced"].get<bool>()) note = note.empty() ? "tracing" : "tracing; " + note;
-    if (!job["parent"].is_null()) {
-      const std::string part = "part of " + text(job["parent"]["job"]);
-      note = note.empty() ? part : part + "; " + note;
-    }
-    if (!job["lost_ranks"].empty()) {
-      const std::string lost = "lost ranks " + job["lost_ranks"].dump();
-      note = note.empty() ? lost : lost + "; " + note;
-    }
-    if (job.contains("autotune")) {
-      const std::string tune = autotune_note(job["autotune"]);
-      note = note.empty() ? tune : tune + "; " + note;
-    }
+    // Each later clause goes first: the failure, the longest, last.
+    auto put_first = [&note](const std::string& clause) {
+      note = note.empty() ? clause : clause + "; " + note;
+    };
+    if (job["traced"].get<bool>()) put_first("tracing");
+    if (!job["parent"].is_null()) put_first("part of " + text(job["parent"]["job"]));
+    if (!job["lost_ranks"].empty()) put_first("lost ranks " + job["lost_ranks"].dump());
+    if (job.contains("autotune")) put_first(autotune_note(job["autotune"]));
     table.add({text(job["name"]), text(job["state"]),
                fmt::format("{}/{}", text(job["local_ranks"]), text(job["local_world_size"])),
                text(job["world_size"]),
