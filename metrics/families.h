@@ -44,7 +44,6 @@ enum class Family {
   kNegotiationCache,
   kNegotiationCycles,
   kNegotiationMessages,
-  kNegotiationAnswers,
   kInternodeAllreduces,
   kJobWeight,
   kJobCapBytesPerSecond,
@@ -163,15 +162,12 @@ inline constexpr std::array<FamilyDoc, static_cast<size_t>(Family::kCount)> kFam
      "included); the node behind is the one the others wait for"},
     {Family::kNegotiationCache, "gradsync_negotiation_cache_total", Type::kCounter, "result",
      "Collectives negotiated across nodes, by whether the response cache decided them (hit) or "
-     "node 0 did (miss)"},
+     "every node's report of them (miss)"},
     {Family::kNegotiationCycles, "gradsync_negotiation_cycles_total", Type::kCounter, "",
      "Negotiation cycles among node daemons"},
     {Family::kNegotiationMessages, "gradsync_negotiation_messages_total", Type::kCounter, "",
      "Messages with this node's parts of negotiation cycles (its own, and others' it relays) "
      "sent to other node daemons"},
-    {Family::kNegotiationAnswers, "gradsync_negotiation_answers_total", Type::kCounter, "",
-     "Messages with node 0's answers to negotiation cycles (the order of names new to the "
-     "response cache) sent to other node daemons: node 0's own, and those a node passes on"},
     {Family::kInternodeAllreduces, "gradsync_internode_allreduces_total", Type::kCounter,
      "algorithm", "Allreduces run across nodes, by algorithm"},
     {Family::kJobWeight, "gradsync_job_weight", Type::kGauge, "training_job",

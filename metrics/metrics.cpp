@@ -193,7 +193,6 @@ struct Metrics::Impl {
   prometheus::Counter* cache_misses = nullptr;
   prometheus::Counter* cycles = nullptr;
   prometheus::Counter* cycle_messages = nullptr;
-  prometheus::Counter* answer_messages = nullptr;
   prometheus::Family<prometheus::Counter>* internode_allreduces = nullptr;
   prometheus::Family<prometheus::Gauge>* config_info = nullptr;
   prometheus::Gauge* config_now = nullptr;
@@ -304,8 +303,6 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
   impl_->cycles = &family<prometheus::Counter>(registry, Family::kNegotiationCycles).Add({});
   impl_->cycle_messages =
       &family<prometheus::Counter>(registry, Family::kNegotiationMessages).Add({});
-  impl_->answer_messages =
-      &family<prometheus::Counter>(registry, Family::kNegotiationAnswers).Add({});
   impl_->internode_allreduces =
       &family<prometheus::Counter>(registry, Family::kInternodeAllreduces);
   for (const char* algorithm : {"ring", "rhd", "topk"}) {
@@ -576,7 +573,6 @@ void Metrics::negotiated(const Negotiated& since_last) {
   impl_->cache_misses->Increment(static_cast<double>(since_last.cache_misses));
   impl_->cycles->Increment(static_cast<double>(since_last.cycles));
   impl_->cycle_messages->Increment(static_cast<double>(since_last.cycle_messages));
-  impl_->answer_messages->Increment(static_cast<double>(since_last.answer_messages));
 }
 
 void Metrics::internode_allreduce(const char* algorithm) {

@@ -83,8 +83,7 @@ class Metrics {
     uint64_t cache_hits = 0;
     uint64_t cache_misses = 0;
     uint64_t cycles = 0;
-    uint64_t cycle_messages = 0;   // parts of cycles sent to other nodes, direct or relayed
-    uint64_t answer_messages = 0;  // the coordinator's answers sent (node 0's, or passed on)
+    uint64_t cycle_messages = 0;  // parts of cycles sent to other nodes, direct or relayed
   };
   void negotiated(const Negotiated& since_last);
   // "ring", "rhd", "aggregate", "split", "topk" or "negotiation"

@@ -141,8 +141,8 @@ const std::vector<Key>& keys() {
        "bulk data into messages of the largest power of two below it)",
        1, kMaxI64},
       {"response_cache_capacity", &C::response_cache_capacity, Reload::kLiveNewJobs,
-       "collectives per multi-node job whose negotiation is cached (a bit each); 0 sends every "
-       "one through node 0",
+       "collectives per multi-node job whose negotiation is cached (a bit each); 0: every one is "
+       "reported by name",
        0, 1 << 16},
       {"allreduce_algorithm", &C::allreduce_algorithm, Reload::kLiveNewJobs,
        "inter-node allreduce: `auto` (the cost model), `ring`, `rhd`, `aggregate` or `split` "

@@ -33,7 +33,8 @@ struct Joined {
 }
 
 # A collective (or a group, named by its first member) ready on the sending node and not in
-# the response cache: for the coordinator (node 0).
+# the response cache. Every node keeps the reports of a name's instance until every node has
+# made one, and then decides it alike (negotiator.h).
 struct Ready {
   key @0 :Text;
   collective @1 :UInt8;
@@ -45,6 +46,10 @@ struct Ready {
   ranks @7 :Text;   # the sending node's ranks, for error messages: "ranks 2, 3"
   onDevice @8 :Bool;   # on GPU memory: staged, fused only with its kind, never sent eagerly
   priority @9 :Int32;  # gradsync_set_priority's: every node queues it by it (docs/priority.md)
+  # A small collective's contribution comes with its report, as a cached one's comes with the
+  # cycle (Cycle.eagerData): when every node's came, it runs from them with no further messages.
+  piggybacks @10 :Bool;
+  eager @11 :Data;
 }
 
 # One node's part of a negotiation cycle, sent to every other node (or relayed: RelayedCycle).
@@ -60,7 +65,6 @@ struct Cycle {
   alphaSeconds @4 :Float64;
   betaSecondsPerByte @5 :Float64;
   gammaSecondsPerByte @6 :Float64;
-  eager @7 :List(Contribution);   # no longer sent: eagerBits, eagerSizes and eagerData
   # Small cached collectives piggyback on it: this node's contribution for some of the bits in
   # readyBits, by ascending bit (an allreduce's reduced over its ranks, an allgather's its
   # ranks' blocks, a broadcast's the root's data on the root's node and nothing, size 0,
@@ -69,12 +73,12 @@ struct Cycle {
   # after another, each starting at the next multiple of 16 bytes (the reduce kernels read
   # them in place as arrays of their dtype): one blob for the lot, where a list of blobs cost
   # a pointer and a copy per tensor on each side.
-  eagerBits @8 :List(UInt32);
-  eagerSizes @9 :List(UInt32);
-  eagerData @10 :Data;
+  eagerBits @7 :List(UInt32);
+  eagerSizes @8 :List(UInt32);
+  eagerData @9 :Data;
   # Node 0's part only, in a job that autotunes (docs/autotune.md): the settings every node
   # applies to what this cycle decides, and to the cycles after until node 0 sends others.
-  tuned @11 :TunedSettings;
+  tuned @10 :TunedSettings;
 }
 
 struct TunedSettings {
@@ -91,23 +95,6 @@ struct RelayedCycle {
   cycle @1 :Cycle;
 }
 
-struct Contribution {
-  bit @0 :UInt32;
-  data @1 :Data;
-}
-
-struct Decision {
-  key @0 :Text;
-  error @1 :Text;   # non-empty: the nodes disagree; fail it everywhere
-}
-
-# From the coordinator, for a cycle in which some node had uncached collectives: those that
-# every node has now reported, in the order they run (after the cycle's cached ones).
-struct CycleResponse {
-  number @0 :UInt64;
-  decisions @1 :List(Decision);
-}
-
 # Ranks of a job whose connections ended on the sender without leaving it (their processes
 # died): the receiver fails the jobs that are parts of this one (gradsync_job_settings
 # parent_job) and hold one of them, which may never have reached the sender.
@@ -122,25 +109,24 @@ struct NodeMessage {
   union {
     joined @2 :Joined;
     cycle @3 :Cycle;
-    response @4 :CycleResponse;
-    abort @5 :Text;   # the job failed on the sender: fail it here too
-    relay @8 :List(RelayedCycle);   # the cycles of one number the sender knows and passes on
-    ranksLost @11 :RanksLost;   # ranks of the sender's ended without leaving the job
+    abort @4 :Text;   # the job failed on the sender: fail it here too
+    relay @7 :List(RelayedCycle);   # the cycles of one number the sender knows and passes on
+    ranksLost @10 :RanksLost;   # ranks of the sender's ended without leaving the job
   }
   # With abort: the sender gave up collectives every node had agreed on and it had not finished
   # (the receiver cannot finish them either: fail at once). Without: it finished all it agreed
   # to (its ranks left after their last step), and the receiver finishes those first.
-  abortAbandoned @6 :Bool;
+  abortAbandoned @5 :Bool;
   # With abort: the last negotiation cycle the sender completed. The receiver completes it too
   # before it fails the job, and runs what it decided: the sender may have finished its part
   # of a collective decided in it (and its ranks left), while the other nodes' messages that
   # decide it here are still on their way, on connections of their own.
-  abortAfterCycle @7 :UInt64;
+  abortAfterCycle @6 :UInt64;
   # A job's name may be taken again at once (an elastic restart, a script's next run): each
   # node's instance of a job has a random number of its own, which every message carries, with
   # the receiver's as the sender learnt it from the receiver's join (0: not yet). A node's
   # next instance of a job joins with a new number; a message that names another instance of
   # the receiver's job was meant for an earlier one.
-  incarnation @9 :UInt64;
-  peerIncarnation @10 :UInt64;
+  incarnation @8 :UInt64;
+  peerIncarnation @9 :UInt64;
 }

@@ -60,6 +60,9 @@ Proposal read_proposal(wire::Ready::Reader ready) {
   p.signature.on_device = ready.getOnDevice();
   p.signature.priority = ready.getPriority();
   p.ranks = ready.getRanks();
+  p.piggybacks = ready.getPiggybacks();
+  const auto eager = ready.getEager();
+  p.eager.assign(eager.begin(), eager.end());
   return p;
 }
 
@@ -74,6 +77,8 @@ void write_proposal(const Proposal& p, const std::string& ranks, wire::Ready::Bu
   ready.setOnDevice(p.signature.on_device);
   ready.setPriority(p.signature.priority);
   ready.setRanks(ranks);
+  ready.setPiggybacks(p.piggybacks);
+  if (p.piggybacks) ready.setEager(kj::arrayPtr(p.eager.data(), p.eager.size()));
 }
 
 }  // namespace
@@ -89,7 +94,7 @@ wire::NodeMessage::Builder start_node_message(capnp::MessageBuilder& message,
 std::span<const std::span<const uint8_t>> CycleDecisions::contributions_of(
     const Decision& decision) const {
   if (decision.contributions == Decision::kNoContributions) return {};
-  return std::span(contributions).subspan(decision.contributions, eager_bytes.size());
+  return std::span(contributions).subspan(decision.contributions, nodes);
 }
 
 void Negotiator::EagerSet::add(uint32_t bit, std::span<const uint8_t> data) {
@@ -253,7 +258,7 @@ void Negotiator::take_part(uint32_t node, wire::Cycle::Reader cycle) {
     throw std::invalid_argument(
         fmt::format("job '{}': node {} sent cycle {} twice", job_, node, number));
   }
-  // A peer reports at most this many names a cycle: more would cost the coordinator time
+  // A peer reports at most this many names a cycle: more would cost every node time
   // quadratic in their number (tests/fuzz found a message of a few hundred bytes that lists
   // millions of empty reports).
   if (cycle.getUncached().size() > kMaxUncachedPerCycle) {
@@ -265,7 +270,18 @@ void Negotiator::take_part(uint32_t node, wire::Cycle::Reader cycle) {
   NodeCycle from;
   from.ready_bits = read_bits(cycle.getReadyBits());
   from.invalid_bits = read_bits(cycle.getInvalidBits());
-  for (auto ready : cycle.getUncached()) from.uncached.push_back(read_proposal(ready));
+  size_t report_bytes = 0;
+  for (auto ready : cycle.getUncached()) {
+    from.uncached.push_back(read_proposal(ready));
+    report_bytes += from.uncached.back().eager.size();
+  }
+  // Kept until every node has reported the same name: no more than a node sends a cycle.
+  if (report_bytes > kEagerMaxTotalBytes) {
+    throw std::invalid_argument(
+        fmt::format("job '{}': node {} sent {} bytes of contributions with its reports in "
+                    "cycle {}, more than the {} a node sends",
+                    job_, node, report_bytes, number, kEagerMaxTotalBytes));
+  }
   from.link = {cycle.getAlphaSeconds(), cycle.getBetaSecondsPerByte(),
                cycle.getGammaSecondsPerByte()};
   read_eager(cycle, from.eager, node, number);
@@ -301,23 +317,6 @@ void Negotiator::read_eager(wire::Cycle::Reader cycle, EagerSet& eager, uint32_t
   eager.bytes.assign(data.begin(), data.end());
 }
 
-void Negotiator::on_response(uint32_t node, wire::CycleResponse::Reader response) {
-  const uint64_t number = response.getNumber();
-  if (me_ == 0 || node != response_sender() || !in_cycle_ || number != cycle_) {
-    throw std::invalid_argument(
-        fmt::format("job '{}': unexpected response to cycle {} from node {}", job_, number, node));
-  }
-  if (route_ == CycleRoute::kRelayed) {
-    capnp::MallocMessageBuilder message;
-    start_node_message(message, job_, me_).setResponse(response);
-    send_response(message);
-  }
-  std::vector<Ruling> rulings;
-  for (auto d : response.getDecisions()) rulings.push_back({d.getKey(), d.getError()});
-  cycle_state(number).response = std::move(rulings);
-  advance();
-}
-
 void Negotiator::advance() {
   while (in_cycle_ ? complete_cycle() : start_cycle_if_due()) {
   }
@@ -331,7 +330,7 @@ Negotiator::NodeCycle Negotiator::own_state() const {
   size_t eager_count = 0;
   for (const NameId id : active_) {
     const PendingName& name = names_[id];
-    if (name.reported) continue;  // its oldest instance waits for the coordinator
+    if (name.reported) continue;  // its oldest instance waits for every node's report
     if (name.cache_generation != cache_.generation()) {
       const auto cached = cache_.find(name.key);
       name.cache_bit = cached ? cached->bit : PendingName::kNoBit;
@@ -356,6 +355,11 @@ Negotiator::NodeCycle Negotiator::own_state() const {
       Proposal& report = state.uncached.emplace_back();
       report.key = name.key;
       report.signature = oldest.signature;
+      if (oldest.piggybacks && eager_bytes + oldest.eager.size() <= eager_bytes_per_part_) {
+        eager_bytes += oldest.eager.size();
+        report.piggybacks = true;
+        report.eager = oldest.eager;  // the instance keeps its own: this state may go unsent
+      }
       state.uncached_names.push_back(id);
     }
   }
@@ -453,38 +457,24 @@ bool Negotiator::complete_cycle() {
   // What this node passes on goes before the cycle's parts are used up (apply).
   if (route_ == CycleRoute::kRelayed) relay(state);
   if (state.received < nodes_) return false;
-  const bool any_uncached = std::any_of(state.from.begin(), state.from.end(),
-                                        [](const auto& n) { return !n->uncached.empty(); });
-  if (any_uncached && !state.response) {
-    if (me_ != 0) return false;  // the coordinator's answer is on its way
-    state.response = coordinate(state);
-    capnp::MallocMessageBuilder message;
-    auto response = start_node_message(message, job_, me_).initResponse();
-    response.setNumber(cycle_);
-    auto decisions = response.initDecisions(static_cast<unsigned>(state.response->size()));
-    for (unsigned i = 0; i < decisions.size(); ++i) {
-      decisions[i].setKey((*state.response)[i].key);
-      decisions[i].setError((*state.response)[i].error);
-    }
-    send_response(message);
-  }
+  state.rulings = rule_on_reports(state);
   apply(state);
   cycles_.erase(cycle_);
   in_cycle_ = false;
   return true;
 }
 
-std::vector<Negotiator::Ruling> Negotiator::coordinate(const CycleState& state) {
+std::vector<Negotiator::Ruling> Negotiator::rule_on_reports(CycleState& state) {
   std::vector<Ruling> decisions;
   for (uint32_t node = 0; node < nodes_; ++node) {
-    for (const Proposal& p : state.from[node]->uncached) {
-      auto& entries = coordinator_[p.key];
+    for (Proposal& p : state.from[node]->uncached) {
+      auto& entries = reports_[p.key];
       // The first entry this node has not reported yet: every node reports a name's
       // instances in order.
       auto entry = std::find_if(entries.begin(), entries.end(),
-                                [node](const CoordinatorEntry& e) { return !e.reported[node]; });
+                                [node](const Reports& e) { return !e.reported[node]; });
       if (entry == entries.end()) {
-        entries.push_back(CoordinatorEntry{std::vector<bool>(nodes_), 0, {}, 0, {}, {}});
+        entries.emplace_back(nodes_);
         entry = std::prev(entries.end());
       }
       const std::string& ranks = node == me_ ? ranks_ : p.ranks;
@@ -500,11 +490,18 @@ std::vector<Negotiator::Ruling> Negotiator::coordinate(const CycleState& state) 
       }
       entry->reported[node] = true;
       ++entry->count;
+      if (p.piggybacks) {
+        entry->contributions[node] = std::move(p.eager);
+        ++entry->piggybacked;
+      }
       while (!entries.empty() && entries.front().count == nodes_) {
-        decisions.push_back({p.key, entries.front().mismatch});
+        Reports& complete = entries.front();
+        decisions.push_back({p.key, std::move(complete.mismatch),
+                             complete.piggybacked == nodes_ ? std::move(complete.contributions)
+                                                            : std::vector<std::vector<uint8_t>>{}});
         entries.pop_front();
       }
-      if (entries.empty()) coordinator_.erase(p.key);
+      if (entries.empty()) reports_.erase(p.key);
     }
   }
   return decisions;
@@ -536,8 +533,8 @@ void Negotiator::apply(CycleState& state) {
   for (uint32_t node = 0; node < nodes_; ++node) {
     peer_ready_bits_[node] = state.from[node]->ready_bits;
   }
-  CycleDecisions decided{cycle_, agreed_link_, state.from[0]->tuned, {}, {}, {}};
-  size_t ready_count = state.response ? state.response->size() : 0;
+  CycleDecisions decided{cycle_, nodes_, agreed_link_, state.from[0]->tuned, {}, {}, {}};
+  size_t ready_count = state.rulings.size();
   for (const uint64_t word : all_ready)
     ready_count += static_cast<size_t>(__builtin_popcountll(word));
   decided.decisions.reserve(ready_count);
@@ -593,25 +590,28 @@ void Negotiator::apply(CycleState& state) {
   }
   // Compared with later states, which carry no trailing empty words.
   while (!last_ready_bits_.empty() && last_ready_bits_.back() == 0) last_ready_bits_.pop_back();
-  // Then what the coordinator decided, in its order; agreed ones join the cache.
-  if (state.response) {
-    for (Ruling& ruling : *state.response) {
-      const auto it = ids_.find(ruling.key);
-      if (it == ids_.end() || !names_[it->second].reported) {
-        throw std::invalid_argument(
-            fmt::format("job '{}': the coordinator decided '{}', which this node did not report",
-                        job_, ruling.key));
+  // Then the names every node has now reported, in the order of their last reports; agreed
+  // ones join the cache, but for one-off names. Each needed this node's report, so each is
+  // this node's oldest instance of its name.
+  for (Ruling& ruling : state.rulings) {
+    const NameId id = ids_.at(ruling.key);
+    PendingName& name = names_[id];
+    const bool agreed = ruling.error.empty();
+    if (agreed && cache_.capacity() > 0 && !ruling.key.starts_with(kOneOffPrefix)) {
+      cache_.put(ruling.key, name.instances.front().signature);
+    }
+    name.reported = false;
+    --reported_count_;
+    const uint64_t cookie = take_front(id).cookie;
+    Decision& decision = decided.decisions.emplace_back(
+        Decision{id, std::move(ruling.error), Decision::kNoContributions, cookie});
+    if (agreed && !ruling.contributions.empty()) {
+      decision.contributions = decided.contributions.size();
+      for (std::vector<uint8_t>& bytes : ruling.contributions) {
+        // The buffer moves into `decided` below and keeps its storage.
+        decided.contributions.emplace_back(bytes.data(), bytes.size());
+        decided.eager_bytes.push_back(std::move(bytes));
       }
-      const NameId id = it->second;
-      PendingName& name = names_[id];
-      if (ruling.error.empty() && cache_.capacity() > 0) {
-        cache_.put(ruling.key, name.instances.front().signature);
-      }
-      name.reported = false;
-      --reported_count_;
-      const uint64_t cookie = take_front(id).cookie;
-      decided.decisions.push_back(
-          Decision{id, std::move(ruling.error), Decision::kNoContributions, cookie});
     }
   }
   if (!decided.decisions.empty()) decided_.push_back(std::move(decided));
@@ -628,8 +628,8 @@ std::vector<uint32_t> Negotiator::nodes_without(const std::string& key) const {
                        ((peer_ready_bits_[node][bit / 64] >> (bit % 64)) & 1) != 0;
       if (!has) missing.push_back(node);
     }
-  } else if (const auto it = coordinator_.find(key); it != coordinator_.end()) {
-    const CoordinatorEntry& oldest = it->second.front();
+  } else if (const auto it = reports_.find(key); it != reports_.end()) {
+    const Reports& oldest = it->second.front();
     for (uint32_t node = 0; node < nodes_; ++node) {
       if (node != me_ && !oldest.reported[node]) missing.push_back(node);
     }

@@ -2,16 +2,23 @@
 //
 // Negotiation runs in cycles. A node starts cycle c when its state changed since its last
 // cycle (a collective became ready here, or a decision made another one eligible), and joins
-// it when a peer's message for c arrives; every node sends every other node one Cycle message:
+// it when a peer's message for c arrives; every node's part of the cycle reaches every node:
 //  - for each ready collective in the response cache, its bit (the AND over nodes runs it);
 //  - for a cached name that is ready here with another signature, its bit as invalid (the OR
 //    over nodes evicts it everywhere, and the collective is renegotiated);
-//  - the ready collectives not in the cache, which node 0 (the coordinator) collects until
-//    every node has reported them. In a cycle where any node had such a collective, node 0
-//    answers with a CycleResponse: the ones complete now, in order, or a mismatch error.
-// A cycle's decisions are its cached collectives by ascending bit, then the coordinator's, and
-// every node applies them, and with them every change to the cache, in the same order: so the
-// caches stay identical and a warm cache needs no coordinator round trip.
+//  - the ready collectives not in the cache, reported. Every node keeps each name's reports
+//    until every node has reported it, and then rules on it: it runs, or fails with a
+//    mismatch error where the nodes' signatures differ.
+// A cycle's decisions are its cached collectives by ascending bit, then the names whose last
+// report came in it, in the order of the reports, and every node applies them, and with them
+// every change to the cache, in the same order: so the caches and the reports kept stay
+// identical, and nothing waits for a round trip to one node (as a coordinator's answer would):
+// a collective is decided in the cycle in which the last node proposes it. A small one's data
+// comes with its bit or its report alike.
+//
+// Names that begin with kOneOffPrefix are never cached: the client names each unnamed
+// collective so ("~<sequence>"), and each such name is used once, so a cache entry would only
+// lengthen every cycle's bit vectors and push out the names that come back every step.
 //
 // Only the oldest ready instance of a name takes part (ranks may be a step ahead), so the
 // instances of a name are decided in order. Pure logic over messages: the caller sends them.
@@ -22,9 +29,7 @@
 // a hop with every part it knows so far; each of the n-p other nodes hands its part to a node
 // of the p first and gets every other part back from it at the end (two hops more); it hears
 // of a cycle another node started from that node only, which sends it its own part first. Every
-// node ends with every node's part, as by the direct route, and decides alike. The
-// coordinator's answer goes the same way: from node 0 to every node, or relayed down a
-// binomial tree rooted at node 0 (ceil(log2 n) hops; a node sends it on at most log2 n times).
+// node ends with every node's part, as by the direct route, and decides alike.
 //
 // Holding a join. A node with nothing at all to propose that joins a peer's cycle at once
 // makes that cycle decide nothing; its own proposal, a moment later, then needs a cycle of its
@@ -79,6 +84,9 @@ struct Proposal {
   uint64_t cookie = 0;
 };
 
+// The first character of the names the client gives unnamed collectives (communicator.cpp).
+inline constexpr char kOneOffPrefix = '~';
+
 // A name as the negotiator knows it: Negotiator::name() gives it back.
 using NameId = uint32_t;
 
@@ -97,12 +105,15 @@ struct Decision {
 // be fused (a node may have applied the next one before another).
 struct CycleDecisions {
   uint64_t cycle = 0;
+  uint32_t nodes = 0;            // the job's: each decision with contributions has one per node
   cost_model::LinkFigures link;  // agreed as of this cycle, for choices every node must make alike
   // Node 0's tuned settings, in a job that autotunes: from this cycle on (autotune.h).
   std::optional<TuningAnnouncement> tuned;
   std::vector<Decision> decisions;
   std::vector<std::span<const uint8_t>> contributions;  // into eager_bytes
-  std::vector<std::vector<uint8_t>> eager_bytes;        // by node: what piggybacked on the cycle
+  // What the contributions point into: what piggybacked on the cycle's parts, one buffer per
+  // node, and those that came with reports, one per node and name.
+  std::vector<std::vector<uint8_t>> eager_bytes;
 
   // Every node's contribution to `decision`, in node order; empty when they did not all come.
   std::span<const std::span<const uint8_t>> contributions_of(const Decision& decision) const;
@@ -130,7 +141,7 @@ class Negotiator {
  public:
   using SendFn = std::function<void(uint32_t node, capnp::MessageBuilder& message)>;
 
-  // `ranks`: this node's ranks in words ("ranks 2, 3"), for the coordinator's errors.
+  // `ranks`: this node's ranks in words ("ranks 2, 3"), for mismatch errors.
   Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string ranks,
              uint32_t cache_capacity, cost_model::LinkFigures own_link, SendFn send,
              bool hold_empty_joins = false, CycleRoute route = CycleRoute::kDirect);
@@ -151,7 +162,6 @@ class Negotiator {
   void on_cycle(uint32_t node, wire::Cycle::Reader cycle);
   // Node `node` passes on the parts it knows of one cycle (CycleRoute::kRelayed).
   void on_relay(uint32_t node, capnp::List<wire::RelayedCycle>::Reader parts);
-  void on_response(uint32_t node, wire::CycleResponse::Reader response);
 
   // A peer's cycle waits for this node, which holds back its (empty) part: see above.
   bool holding() const { return holding_; }
@@ -178,10 +188,9 @@ class Negotiator {
 
   struct Counters {
     uint64_t cache_hits = 0;    // decided through the bit vector
-    uint64_t cache_misses = 0;  // reported to the coordinator
+    uint64_t cache_misses = 0;  // reported, for every node to rule on
     uint64_t cycles = 0;
-    uint64_t cycle_messages = 0;   // sent with parts of cycles (not the coordinator's answers)
-    uint64_t answer_messages = 0;  // sent with the coordinator's answers (its own, or passed on)
+    uint64_t cycle_messages = 0;  // sent with parts of cycles
     bool operator==(const Counters&) const = default;
   };
   const Counters& counters() const { return counters_; }
@@ -191,8 +200,8 @@ class Negotiator {
   uint64_t completed_cycle() const { return in_cycle_ ? cycle_ - 1 : cycle_; }
 
   // The other nodes that, as far as this node can tell, have not proposed `key`'s oldest
-  // instance: for a cached name, those whose last cycle did not have its bit; for a name
-  // reported to the coordinator, those node 0 has no report from (known on node 0 only).
+  // instance: for a cached name, those whose last cycle did not have its bit; for a reported
+  // name, those with no report of it yet.
   std::vector<uint32_t> nodes_without(const std::string& key) const;
 
  private:
@@ -226,27 +235,33 @@ class Negotiator {
     EagerSet eager;
     std::optional<TuningAnnouncement> tuned;  // node 0's only
   };
-  // The coordinator's answer for a name reported to it.
+  // What every node rules on a name every node has now reported.
   struct Ruling {
     std::string key;
     std::string error;  // non-empty: a mismatch
+    // By node, the contributions that came with the reports; empty unless every node's came.
+    std::vector<std::vector<uint8_t>> contributions;
   };
   struct CycleState {
     std::vector<std::optional<NodeCycle>> from;  // by node
     size_t received = 0;
-    std::optional<std::vector<Ruling>> response;
+    std::vector<Ruling> rulings;
     // CycleRoute::kRelayed: the hops this node has sent its parts on, and whether it told the
     // node past p that hands its part to it of the cycle (with its own part).
     uint32_t relays_sent = 0;
     bool told_handed_in = false;
   };
-  struct CoordinatorEntry {
+  // The reports of one instance of a name, until every node has made one.
+  struct Reports {
+    explicit Reports(uint32_t nodes) : reported(nodes), contributions(nodes) {}
     std::vector<bool> reported;  // by node
     size_t count = 0;
     Signature signature;  // of the first report, to compare the others with
     uint32_t first_node = 0;
     std::string first_ranks;
     std::string mismatch;
+    std::vector<std::vector<uint8_t>> contributions;  // by node, where it came with the report
+    uint32_t piggybacked = 0;                         // reports that brought one
   };
   // A name's instances ready on this node, oldest first (only the oldest takes part in a
   // cycle). Names are interned: a name's state is found by its id, without hashing the name
@@ -260,7 +275,7 @@ class Negotiator {
     mutable uint64_t cache_generation = UINT64_MAX;
     mutable uint32_t cache_bit = kNoBit;
     size_t active_slot = kInactive;  // where it is in active_, while it has instances
-    bool reported = false;           // its oldest instance waits for the coordinator
+    bool reported = false;           // its oldest instance waits for every node's report
     // The name proposed after this one last time (kNoName: none yet): intern's guess.
     NameId proposed_next = kNoName;
     static constexpr uint32_t kNoBit = UINT32_MAX;
@@ -279,8 +294,8 @@ class Negotiator {
   void take_part(uint32_t node, wire::Cycle::Reader cycle);
   void write_part(uint32_t origin, const NodeCycle& part, uint64_t number,
                   wire::Cycle::Builder cycle) const;
-  // Routes (negotiator_routes.cpp, through send_response). Sends this node's part of the
-  // cycle it just started, `own`, by the job's route.
+  // Routes (negotiator_routes.cpp). Sends this node's part of the cycle it just started,
+  // `own`, by the job's route.
   void send_own_part(CycleState& own);
   // CycleRoute::kRelayed: sends on what `state`'s cycle has ready to go (see Routes above).
   void relay(CycleState& state);
@@ -296,22 +311,16 @@ class Negotiator {
   // a node past p hands in its own part only, to its partner among the p first; that partner
   // gives it every other part; and hop h brings the sender's block of 2^h nodes.
   bool relays_through(uint32_t sender, uint32_t origin) const;
-  // Sends on the coordinator's answer (node 0's, or one this node received): to every node
-  // (CycleRoute::kDirect, node 0 only), or to this node's children in a binomial tree rooted at
-  // node 0 (kRelayed).
-  void send_response(capnp::MessageBuilder& message);
-  // The node this one hears the coordinator's answer from (not node 0 itself): node 0, or
-  // relayed, its parent in that tree.
-  uint32_t response_sender() const {
-    return route_ == CycleRoute::kRelayed ? me_ - std::bit_floor(me_) : 0;
-  }
   // Runs cycles for as long as there is something to do without waiting for a peer.
   void advance();
   bool start_cycle_if_due();
   bool complete_cycle();
   NodeCycle own_state() const;
   CycleState& cycle_state(uint64_t number);
-  std::vector<Ruling> coordinate(const CycleState& state);
+  // Adds the cycle's reports to those kept, and rules on the instances every node has now
+  // reported, in the order of their last reports.
+  // Moves the reports' contributions out of the cycle's parts.
+  std::vector<Ruling> rule_on_reports(CycleState& state);
   void apply(CycleState& state);  // moves the contributions out
   // The id of `key`, interned now if it is new. A step proposes its names in the same order
   // as the step before, so the name proposed after the last one then is nearly always the one
@@ -339,7 +348,7 @@ class Negotiator {
   std::vector<NameId> active_;  // the names with instances, in no particular order
   NameId last_interned_ = kNoName;
   size_t pending_count_ = 0;   // proposals in names_
-  size_t reported_count_ = 0;  // names whose oldest instance went to the coordinator
+  size_t reported_count_ = 0;  // names whose oldest instance is reported and not ruled on
   // By cache bit: the name this node last proposed under it (apply's lookup), written by
   // own_state.
   mutable std::vector<NameId> bit_names_;  // kNoName where it proposed none
@@ -367,7 +376,8 @@ class Negotiator {
   std::map<uint64_t, CycleState> cycles_;               // the current one and, at most, the next
   std::deque<CycleDecisions> decided_;
   Counters counters_;
-  std::unordered_map<std::string, std::deque<CoordinatorEntry>> coordinator_;  // node 0 only
+  // By name: the reports of its instances that not every node has made yet, oldest first.
+  std::unordered_map<std::string, std::deque<Reports>> reports_;
 };
 
 }  // namespace gradsync::daemon

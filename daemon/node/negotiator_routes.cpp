@@ -1,5 +1,5 @@
-// How a cycle's parts and the coordinator's answer travel between the nodes (negotiator.h,
-// "Routes"): straight to every node, or relayed.
+// How a cycle's parts travel between the nodes (negotiator.h, "Routes"): straight to every
+// node, or relayed.
 #include "daemon/node/negotiator.h"
 
 #include <bit>
@@ -85,22 +85,6 @@ bool Negotiator::relays_through(uint32_t sender, uint32_t origin) const {
   if (!std::has_single_bit(distance)) return false;
   const int hop = std::countr_zero(distance);
   return (relay_slot(origin) >> hop) == (sender >> hop);
-}
-
-void Negotiator::send_response(capnp::MessageBuilder& message) {
-  if (route_ == CycleRoute::kDirect) {
-    for (uint32_t node = 1; node < nodes_; ++node) send_(node, message);
-    counters_.answer_messages += nodes_ - 1;
-    return;
-  }
-  // Down a binomial tree from node 0: node m passes it to m + 2^k for every 2^k above m, so
-  // every node hears it within ceil(log2 n) hops from the one node that differs from it in
-  // its highest bit.
-  const uint32_t first = me_ == 0 ? 1 : std::bit_floor(me_) << 1;
-  for (uint32_t step = first; step != 0 && me_ + step < nodes_; step <<= 1) {
-    send_(me_ + step, message);
-    ++counters_.answer_messages;
-  }
 }
 
 }  // namespace gradsync::daemon

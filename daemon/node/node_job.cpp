@@ -358,7 +358,6 @@ std::optional<NodeJobError> NodeJob::on_message(wire::NodeMessage::Reader messag
         return form();
       case wire::NodeMessage::CYCLE:
       case wire::NodeMessage::RELAY:
-      case wire::NodeMessage::RESPONSE:
         if (!negotiator_) {
           // A node that formed first has started negotiating: keep it for when we have.
           auto copy = std::make_unique<capnp::MallocMessageBuilder>();
@@ -366,10 +365,8 @@ std::optional<NodeJobError> NodeJob::on_message(wire::NodeMessage::Reader messag
           early_.push_back(std::move(copy));
         } else if (message.isCycle()) {
           negotiator_->on_cycle(node, message.getCycle());
-        } else if (message.isRelay()) {
-          negotiator_->on_relay(node, message.getRelay());
         } else {
-          negotiator_->on_response(node, message.getResponse());
+          negotiator_->on_relay(node, message.getRelay());
         }
         return std::nullopt;
       case wire::NodeMessage::ABORT:

@@ -67,8 +67,7 @@ void NodeJob::report_negotiation() {
   metrics_.negotiated({.cache_hits = counters.cache_hits - last.cache_hits,
                        .cache_misses = counters.cache_misses - last.cache_misses,
                        .cycles = counters.cycles - last.cycles,
-                       .cycle_messages = counters.cycle_messages - last.cycle_messages,
-                       .answer_messages = counters.answer_messages - last.answer_messages});
+                       .cycle_messages = counters.cycle_messages - last.cycle_messages});
   reported_counters_ = counters;
 }
 

@@ -48,7 +48,6 @@ std::unique_ptr<Negotiator> make_node(const NegotiationShape& shape, uint32_t me
 void dispatch(Negotiator& node, uint32_t from, daemon::wire::NodeMessage::Reader message) {
   if (message.isCycle()) node.on_cycle(from, message.getCycle());
   if (message.isRelay()) node.on_relay(from, message.getRelay());
-  if (message.isResponse()) node.on_response(from, message.getResponse());
 }
 
 void append_frame(std::vector<uint8_t>& frames, const std::vector<uint8_t>& bytes) {

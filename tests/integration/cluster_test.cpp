@@ -242,8 +242,7 @@ INSTANTIATE_TEST_SUITE_P(Capacities, ResponseCacheTest, ::testing::Values(1024, 
 // Negotiation cycles relayed by recursive doubling (forced from 2 nodes; jobs of 8 and more
 // relay by default): every collective on a node count that is a power of two and one that is
 // not (node 4 hands its part to node 0 and gets the rest back), and many steps with a cache
-// small enough to evict and renegotiate all the time, through the coordinator (whose answers
-// reach node 3 through node 1).
+// small enough to evict and renegotiate all the time, by every node's reports.
 TEST(Cluster, EveryCollectiveIsRightWithRelayedNegotiation) {
   for (const Shape shape : {Shape{4, 1}, Shape{5, 1}}) {
     SCOPED_TRACE(shape.nodes);
@@ -267,8 +266,8 @@ TEST(Cluster, EveryCollectiveIsRightWithRelayedNegotiation) {
 }
 
 // The default configuration relays from 8 nodes (negotiation_relay_min_nodes): node 0 of 8
-// sends its part on 3 hops a cycle (to nodes 1, 2 and 4), not to 7 nodes, and its answers to
-// the cycles with new names to the same 3 nodes, which pass them on.
+// sends its part on 3 hops a cycle (to nodes 1, 2 and 4), not to 7 nodes, and nothing more for
+// the cycles with names new to the response cache.
 TEST(Cluster, JobsOfEightNodesRelayTheirCyclesByDefault) {
   LoopbackCluster cluster(8, "", true);
   auto ranks = cluster.spawn("eight_nodes", std::vector<int>(8, 1), {"steps", "5", "8", "4096"});
@@ -279,11 +278,9 @@ TEST(Cluster, JobsOfEightNodesRelayTheirCyclesByDefault) {
   EXPECT_GT(cycles, 4) << text;
   EXPECT_LE(messages, 3 * cycles);
   EXPECT_GE(messages, 3 * cycles - 3);  // the job's last cycle may end before all three hops
-  // The first step's names go through node 0; the later steps' come from the cache.
-  const double answers = sample(text, "gradsync_negotiation_answers_total");
-  EXPECT_GE(answers, 3);
-  EXPECT_LT(answers, 3 * cycles);
-  EXPECT_EQ(std::fmod(answers, 3), 0);
+  // The first step's names were new; the later steps' come from the cache.
+  EXPECT_GT(sample(text, "gradsync_negotiation_cache_total{result=\"miss\"}"), 0);
+  EXPECT_GT(sample(text, "gradsync_negotiation_cache_total{result=\"hit\"}"), 0);
 }
 
 // A job's two groups, each a job of its own: the node's (one node) and, per local rank, the one
@@ -392,71 +389,79 @@ TEST(Cluster, MetricsShowTheMeasuredLinkTheCacheAndTheAlgorithms) {
   EXPECT_EQ(completed, 10 * 24);
 }
 
-// A small allgather piggybacks on the negotiation once its name is cached: each node's blocks go
-// with its part of the cycle, and every node places them by the rank map (here with ranks
-// per node that differ, so node 0's part holds two blocks); a large one goes over the
-// network. Every result is checked; node 0 counts each kind by how it ran.
-TEST(Cluster, SmallAllgathersRideWithTheNegotiation) {
+// Node 0's count of collectives of `op` completed by `algorithm` (0 where none went that way).
+double completed_by(const std::string& metrics, const std::string& algorithm,
+                    const std::string& op) {
+  return std::max(0.0, sample(metrics, "gradsync_collectives_completed_total{algorithm=\"" +
+                                           algorithm + "\",op=\"" + op + "\"}"));
+}
+
+// Runs `scenario` for `steps` steps on 3 nodes with ranks per node that differ (`ranks`: the
+// node with two reduces or packs two ranks' blocks before anything leaves, the others send
+// straight from their one rank's buffer), every result checked by the ranks, named or (with
+// `unnamed`) not; returns node 0's metrics.
+std::string run_small_and_large(const std::string& scenario, const std::vector<int>& ranks_per_node,
+                                int steps, bool unnamed) {
   LoopbackCluster cluster(3, "", true);
+  std::vector<std::string> args = {scenario, std::to_string(steps)};
+  if (unnamed) args.emplace_back("unnamed");
+  auto ranks = cluster.spawn(scenario, ranks_per_node, args);
+  expect_all_succeed(ranks, cluster);
+  return scrape(cluster.metrics_port());
+}
+
+// A small collective piggybacks on the negotiation from its first step on: its data comes with
+// its name's report where the name is new to the response cache (every step, unnamed: the
+// client's names for unnamed collectives are never cached), with its bit once it is cached.
+class SmallCollectives : public ::testing::TestWithParam<bool> {
+ protected:
+  static bool unnamed() { return GetParam(); }
+};
+
+// A small allgather's blocks: each node's with its part of the cycle, every node placing them
+// by the rank map (node 0's part holds two blocks); the large ones go over the network.
+TEST_P(SmallCollectives, AllgathersRideWithTheNegotiation) {
   constexpr int kSteps = 6;
-  auto ranks = cluster.spawn("allgathers", {2, 1, 1}, {"allgathers", std::to_string(kSteps)});
-  expect_all_succeed(ranks, cluster);
-  const std::string text = scrape(cluster.metrics_port());
-  auto completed = [&](const char* algorithm) {
-    return sample(text, std::string("gradsync_collectives_completed_total{algorithm=\"") +
-                            algorithm + "\",op=\"allgather\"}");
-  };
-  // The first step's two small ones go through node 0, and then over the network; the two
-  // large ones (out of place and in place) always.
-  EXPECT_EQ(completed("negotiation"), 2 * (kSteps - 1)) << text;
-  EXPECT_EQ(completed("direct"), 2 * kSteps + 2);
+  const std::string text = run_small_and_large("allgathers", {2, 1, 1}, kSteps, unnamed());
+  // Two small ones a step, and two large (out of place and in place) over the network.
+  EXPECT_EQ(completed_by(text, "negotiation", "allgather"), 2 * kSteps) << text;
+  EXPECT_EQ(completed_by(text, "direct", "allgather"), 2 * kSteps);
+  EXPECT_EQ(sample(text, "gradsync_negotiation_cache_total{result=\"hit\"}"),
+            unnamed() ? 0 : 4 * (kSteps - 1));
 }
 
-// Runs `scenario` for 4 steps on 3 nodes with ranks per node that differ ({2, 1, 1}: node 0
-// reduces or packs two ranks' blocks before anything leaves, the others send straight from
-// their one rank's buffer), every result checked by the ranks; then node 0's count of `op`
-// by algorithm: the small one piggybacks on the negotiation once its name is cached (every
-// step but the first), the large ones (`large` a step) go direct between the nodes.
-void expect_small_piggybacked_large_direct(const char* scenario, const char* op, int large) {
-  LoopbackCluster cluster(3, "", true);
+// One small reduce-scatter or all-to-all a step, with the cycle; `large` a step direct between
+// the nodes.
+void expect_small_piggybacked_large_direct(const char* scenario, const char* op, int large,
+                                           bool unnamed) {
   constexpr int kSteps = 4;
-  auto ranks = cluster.spawn(scenario, {2, 1, 1}, {scenario, std::to_string(kSteps)});
-  expect_all_succeed(ranks, cluster);
-  const std::string text = scrape(cluster.metrics_port());
-  auto completed = [&](const char* algorithm) {
-    return sample(text, std::string("gradsync_collectives_completed_total{algorithm=\"") +
-                            algorithm + "\",op=\"" + op + "\"}");
-  };
-  EXPECT_EQ(completed("negotiation"), kSteps - 1) << text;
-  EXPECT_EQ(completed("direct"), large * kSteps + 1) << text;
+  const std::string text = run_small_and_large(scenario, {2, 1, 1}, kSteps, unnamed);
+  EXPECT_EQ(completed_by(text, "negotiation", op), kSteps) << text;
+  EXPECT_EQ(completed_by(text, "direct", op), large * kSteps) << text;
 }
 
-TEST(Cluster, ReduceScattersAreRightWithUnevenRanksPerNode) {
-  expect_small_piggybacked_large_direct("reduce_scatters", "reduce_scatter", 2);
+TEST_P(SmallCollectives, ReduceScattersAreRightWithUnevenRanksPerNode) {
+  expect_small_piggybacked_large_direct("reduce_scatters", "reduce_scatter", 2, unnamed());
 }
 
-TEST(Cluster, AllToAllsAreRightWithUnevenRanksPerNode) {
+TEST_P(SmallCollectives, AllToAllsAreRightWithUnevenRanksPerNode) {
   // The empty one goes the network's way too (it moves nothing).
-  expect_small_piggybacked_large_direct("alltoalls", "alltoall", 2);
+  expect_small_piggybacked_large_direct("alltoalls", "alltoall", 2, unnamed());
 }
 
-// Small broadcasts from every root: the root's data with its node's part of the cycle, after
-// a first step through node 0; the large ones over the network.
-TEST(Cluster, SmallBroadcastsRideWithTheNegotiation) {
-  LoopbackCluster cluster(3, "", true);
+// Small broadcasts from every root: the root's data with its node's part of the cycle; the
+// large ones over the network.
+TEST_P(SmallCollectives, BroadcastsRideWithTheNegotiation) {
   constexpr int kSteps = 4;
   constexpr int kRanks = 4;
-  auto ranks = cluster.spawn("broadcasts", {1, 2, 1}, {"small_broadcasts", std::to_string(kSteps)});
-  expect_all_succeed(ranks, cluster);
-  const std::string text = scrape(cluster.metrics_port());
-  auto completed = [&](const char* algorithm) {  // 0 where no broadcast went that way
-    return std::max(0.0, sample(text, std::string("gradsync_collectives_completed_total{"
-                                                  "algorithm=\"") +
-                                          algorithm + "\",op=\"broadcast\"}"));
-  };
-  EXPECT_EQ(completed("negotiation"), 2 * kRanks * (kSteps - 1)) << text;
-  EXPECT_EQ(completed("direct") + completed("chain"), kRanks * kSteps + 2 * kRanks);
+  const std::string text = run_small_and_large("small_broadcasts", {1, 2, 1}, kSteps, unnamed());
+  EXPECT_EQ(completed_by(text, "negotiation", "broadcast"), 2 * kRanks * kSteps) << text;
+  EXPECT_EQ(completed_by(text, "direct", "broadcast") + completed_by(text, "chain", "broadcast"),
+            kRanks * kSteps);
 }
+
+INSTANTIATE_TEST_SUITE_P(Names, SmallCollectives, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Unnamed" : "Named"; });
 
 TEST(Cluster, AControlMessageThatCannotBeReadFailsItsJob) {
   LoopbackCluster cluster(2);
@@ -701,8 +706,8 @@ TEST(Cluster, ADaemonRestartedUnderItsRanksFailsTheJobAndANewOneForms) {
   EXPECT_EQ(resources_of(survivor).memfd_mappings, baseline.memfd_mappings);
 }
 
-// Node 1's rank withholds a tensor node 0's rank has submitted: node 0 (the coordinator, which
-// knows who has reported what) names node 1, and fails the job after stall_shutdown_seconds.
+// Node 1's rank withholds a tensor node 0's rank has submitted: node 0 (which knows who has
+// reported what) names node 1, and fails the job after stall_shutdown_seconds.
 TEST(Cluster, AStallAcrossNodesNamesTheMissingNode) {
   LoopbackCluster cluster(2, "stall_warning_seconds = 1\nstall_shutdown_seconds = 2");
   auto ranks = cluster.spawn("stall", {1, 1}, {"withhold", "node(s) 1 (" + cluster.address(1)});

@@ -31,6 +31,13 @@ namespace reference = gradsync::reference;
 
 int g_rank = 0;
 int g_ranks = 1;
+// The scenarios of small and large collectives of one kind take "unnamed" after their step
+// count: they then submit without names, as the torch.distributed backend does.
+bool g_unnamed = false;
+
+const char* name_or_none(const char* name) {
+  return g_unnamed ? nullptr : name;
+}
 
 #define EXPECT_OR_FAIL(cond, ...)                                           \
   do {                                                                      \
@@ -507,8 +514,8 @@ int scenario_steps(Communicator& comm, int steps, size_t tensors, size_t max_cou
   return 0;
 }
 
-// `steps` steps of the same allgathers: two small ones (which, once their names are cached,
-// piggyback on the negotiation) and a large one (over the network), out of place and in place,
+// `steps` steps of the same allgathers: two small ones (which piggyback on the
+// negotiation) and a large one (over the network), out of place and in place,
 // each checked against the reference.
 int scenario_allgathers(Communicator& comm, int steps) {
   struct Gathered {
@@ -533,7 +540,7 @@ int scenario_allgathers(Communicator& comm, int steps) {
       uint8_t* send =
           g.in_place ? recv + static_cast<size_t>(g_rank) * block : send_buffer.as<uint8_t>();
       reference::fill_input(send, g.count, g.dtype, g_rank, GRADSYNC_SUM, seed);
-      comm.wait(comm.allgather(g.name, send, recv, g.count, g.dtype));
+      comm.wait(comm.allgather(name_or_none(g.name), send, recv, g.count, g.dtype));
       const size_t wrong = reference::count_wrong(reference::Kind::kAllgather, recv, g.count,
                                                   g.dtype, GRADSYNC_SUM, g_ranks, 0, seed);
       EXPECT_OR_FAIL(wrong == 0, "step %d allgather %s: %zu wrong", step, g.name, wrong);
@@ -542,8 +549,8 @@ int scenario_allgathers(Communicator& comm, int steps) {
   return 0;
 }
 
-// `steps` steps of the same reduce-scatters: a small one (which, once its name is cached,
-// piggybacks on the negotiation) and large ones (over the network, in pipelined pieces, with a
+// `steps` steps of the same reduce-scatters: a small one (which piggybacks on the
+// negotiation) and large ones (over the network, in pipelined pieces, with a
 // count no piece size divides), out of place and in place, sum and average, each checked
 // against the reference.
 int scenario_reduce_scatters(Communicator& comm, int steps) {
@@ -571,7 +578,7 @@ int scenario_reduce_scatters(Communicator& comm, int steps) {
           r.in_place ? send + static_cast<size_t>(g_rank) * block : recv_buffer.as<uint8_t>();
       reference::fill_input(send, r.count * static_cast<size_t>(g_ranks), r.dtype, g_rank, r.op,
                             seed);
-      comm.wait(comm.reduce_scatter(r.name, send, recv, r.count, r.dtype, r.op));
+      comm.wait(comm.reduce_scatter(name_or_none(r.name), send, recv, r.count, r.dtype, r.op));
       const size_t wrong = reference::count_wrong_reduce_scatter(recv, r.count, r.dtype, r.op,
                                                                  g_ranks, g_rank, seed);
       EXPECT_OR_FAIL(wrong == 0, "step %d reduce-scatter %s: %zu wrong", step, r.name, wrong);
@@ -580,8 +587,8 @@ int scenario_reduce_scatters(Communicator& comm, int steps) {
   return 0;
 }
 
-// `steps` steps of the same all-to-alls: a small one (which, once its name is cached,
-// piggybacks on the negotiation), a large one (one message between each pair of nodes) and an
+// `steps` steps of the same all-to-alls: a small one (which piggybacks on the
+// negotiation), a large one (one message between each pair of nodes) and an
 // empty one, each checked against the reference.
 int scenario_alltoalls(Communicator& comm, int steps) {
   struct Exchanged {
@@ -601,7 +608,8 @@ int scenario_alltoalls(Communicator& comm, int steps) {
       ++seed;
       reference::fill_input(send_buffer.data(), x.count * static_cast<size_t>(g_ranks), x.dtype,
                             g_rank, GRADSYNC_SUM, seed);
-      comm.wait(comm.alltoall(x.name, send_buffer.data(), recv_buffer.data(), x.count, x.dtype));
+      comm.wait(comm.alltoall(name_or_none(x.name), send_buffer.data(), recv_buffer.data(), x.count,
+                              x.dtype));
       const size_t wrong = reference::count_wrong_alltoall(recv_buffer.data(), x.count, x.dtype,
                                                            GRADSYNC_SUM, g_ranks, g_rank, seed);
       EXPECT_OR_FAIL(wrong == 0, "step %d all-to-all %s: %zu wrong", step, x.name, wrong);
@@ -679,7 +687,8 @@ int scenario_small_broadcasts(Communicator& comm, int steps) {
         const std::string name = std::string(bc.name) + ".from" + std::to_string(root);
         reference::fill_input(a.data(), bc.count, bc.dtype, g_rank, GRADSYNC_SUM, seed);
         void* out = bc.in_place && g_rank == root ? a.data() : b.data();
-        comm.wait(comm.broadcast(name.c_str(), a.data(), out, bc.count, bc.dtype, root));
+        comm.wait(
+            comm.broadcast(name_or_none(name.c_str()), a.data(), out, bc.count, bc.dtype, root));
         const size_t wrong = reference::count_wrong(reference::Kind::kBroadcast, out, bc.count,
                                                     bc.dtype, GRADSYNC_SUM, g_ranks, root, seed);
         EXPECT_OR_FAIL(wrong == 0, "step %d broadcast %s: %zu wrong", step, name.c_str(), wrong);
@@ -972,6 +981,7 @@ int main(int argc, char** argv) {
     if (scenario == "parts_rank_lost_across_nodes") {
       return gradsync::testing::scenario_parts_rank_lost_across_nodes(options);
     }
+    g_unnamed = args.size() > 2 && args[2] == "unnamed";
     Communicator comm(options);
     if (scenario == "collectives") return scenario_collectives(comm);
     if (scenario == "device_refused") return scenario_device_refused(comm);

@@ -38,7 +38,7 @@ class Network {
   Network(uint32_t nodes, uint32_t capacity, uint64_t seed, bool hold = false,
           const std::function<cost_model::LinkFigures(uint32_t)>& link_of = {},
           CycleRoute route = CycleRoute::kDirect)
-      : random_(seed), sent_(nodes, 0), responses_sent_(nodes, 0) {
+      : random_(seed), sent_(nodes, 0) {
     for (uint32_t n = 0; n < nodes; ++n) {
       negotiators_.push_back(std::make_unique<Negotiator>(
           "job", nodes, n, "ranks " + std::to_string(n), capacity,
@@ -47,12 +47,7 @@ class Network {
             EXPECT_NE(to, n) << "a node sent itself a message";
             measure(message.getRoot<wire::NodeMessage>().asReader());
             queues_[{n, to}].push_back(ipc::encode(message));
-            if (message.getRoot<wire::NodeMessage>().isResponse()) {
-              ++responses_;
-              ++responses_sent_[n];
-            } else {
-              ++sent_[n];
-            }
+            ++sent_[n];
           },
           hold, route));
     }
@@ -60,9 +55,6 @@ class Network {
 
   Negotiator& node(uint32_t n) { return *negotiators_[n]; }
   uint32_t nodes() const { return static_cast<uint32_t>(negotiators_.size()); }
-  uint64_t responses() const { return responses_; }
-  // The coordinator's answers node `n` has sent (node 0's own, or passed on).
-  uint64_t responses_sent(uint32_t n) const { return responses_sent_[n]; }
   // The cycle messages (direct or relayed) node `n` has sent.
   uint64_t cycle_messages_sent(uint32_t n) const { return sent_[n]; }
   // The most reports of uncached names, and bytes of contributions, one message carried.
@@ -147,15 +139,12 @@ class Network {
     const auto message = decoded.root<wire::NodeMessage>();
     if (message.isCycle()) node(to).on_cycle(from, message.getCycle());
     if (message.isRelay()) node(to).on_relay(from, message.getRelay());
-    if (message.isResponse()) node(to).on_response(from, message.getResponse());
   }
 
   std::mt19937_64 random_;
   std::vector<std::unique_ptr<Negotiator>> negotiators_;
   std::map<std::pair<uint32_t, uint32_t>, std::deque<std::vector<uint8_t>>> queues_;
-  uint64_t responses_ = 0;
-  std::vector<uint64_t> sent_;            // by node
-  std::vector<uint64_t> responses_sent_;  // by node
+  std::vector<uint64_t> sent_;  // by node
   size_t most_reports_ = 0;
   size_t most_eager_bytes_ = 0;
 };
@@ -208,14 +197,12 @@ class NegotiatorTest : public ::testing::TestWithParam<std::tuple<uint32_t, bool
   static CycleRoute route() { return std::get<2>(GetParam()); }
 };
 
-TEST_P(NegotiatorTest, FirstStepThroughTheCoordinatorLaterStepsFromTheCache) {
+TEST_P(NegotiatorTest, FirstStepByReportsLaterStepsFromTheCache) {
   std::mt19937_64 random(nodes());
   Network net(nodes(), 1024, nodes(), hold(), {}, route());
   const auto names = tensor_names(40);
   auto first = run_step(net, names, random);
   ASSERT_EQ(first.size(), names.size());
-  EXPECT_GT(net.responses(), 0u);
-  const uint64_t responses_after_first = net.responses();
   for (int step = 0; step < 5; ++step) {
     auto decided = run_step(net, names, random);
     auto sorted = keys(decided);
@@ -224,8 +211,6 @@ TEST_P(NegotiatorTest, FirstStepThroughTheCoordinatorLaterStepsFromTheCache) {
     std::sort(expected.begin(), expected.end());
     EXPECT_EQ(sorted, expected);
   }
-  // A warm cache needs no coordinator round trip.
-  EXPECT_EQ(net.responses(), responses_after_first);
   EXPECT_EQ(net.node(0).counters().cache_hits, 5u * names.size());
   EXPECT_EQ(net.node(0).counters().cache_misses, names.size());
   // Every node agrees on the largest link figures.
@@ -374,55 +359,85 @@ std::vector<uint8_t> bytes_of(std::span<const uint8_t> contribution) {
   return {contribution.begin(), contribution.end()};
 }
 
+// With the reports of names new to the cache, and then with the cached names' bits.
 TEST_P(NegotiatorTest, SmallContributionsRideAlongInNodeOrderAligned) {
-  std::mt19937_64 random(nodes());
   Network net(nodes(), 1024, nodes(), hold(), {}, route());
   const auto names = tensor_names(6);
-  run_step(net, names, random);  // through the coordinator: no data piggybacks yet
   auto make = [](uint32_t n, const std::string& name) {
     Proposal p = allreduce(name, 100);
     p.piggybacks = true;
     p.eager.assign(3, static_cast<uint8_t>(n + 1));  // this node's part: its number, +1
     return p;
   };
-  expect_contributions(
-      net, names, make, [&](uint32_t, Contributions contributions, const std::string& name) {
-        ASSERT_EQ(contributions.size(), net.nodes()) << name;
-        for (uint32_t from = 0; from < net.nodes(); ++from) {
-          EXPECT_EQ(bytes_of(contributions[from]),
-                    std::vector<uint8_t>(3, static_cast<uint8_t>(from + 1)));
-          // Kernels read each as an array of its dtype: 3-byte parts must not
-          // misalign the next.
-          EXPECT_EQ(reinterpret_cast<uintptr_t>(contributions[from].data()) % alignof(double), 0u);
-        }
-      });
+  for (const bool cached : {false, true}) {
+    SCOPED_TRACE(cached ? "cached" : "new");
+    expect_contributions(
+        net, names, make, [&](uint32_t, Contributions contributions, const std::string& name) {
+          ASSERT_EQ(contributions.size(), net.nodes()) << name;
+          for (uint32_t from = 0; from < net.nodes(); ++from) {
+            EXPECT_EQ(bytes_of(contributions[from]),
+                      std::vector<uint8_t>(3, static_cast<uint8_t>(from + 1)));
+            // Kernels read each as an array of its dtype: 3-byte parts must not
+            // misalign the next.
+            EXPECT_EQ(reinterpret_cast<uintptr_t>(contributions[from].data()) % alignof(double),
+                      0u);
+          }
+        });
+    EXPECT_EQ(net.node(0).counters().cache_hits, cached ? names.size() : 0U);
+  }
 }
 
 // A broadcast's way: node 0 sends its data, every other node an empty contribution, and the
 // decision still comes with every node's. Where one node sends none, none piggyback.
+// New names and cached ones alike.
 TEST_P(NegotiatorTest, EmptyContributionsRideAlongAndOneNodeWithoutDataStopsTheRide) {
-  std::mt19937_64 random(nodes());
   Network net(nodes(), 1024, nodes(), hold(), {}, route());
-  const auto names = tensor_names(4);
-  run_step(net, names, random);  // through the coordinator: no data piggybacks yet
   for (const uint32_t without : {nodes(), nodes() - 1}) {  // nodes(): every node piggybacks
+    std::vector<std::string> names;
+    for (int i = 0; i < 4; ++i) names.push_back(std::to_string(without) + "." + std::to_string(i));
     auto make = [without](uint32_t n, const std::string& name) {
       Proposal p = allreduce(name, 100);
       p.piggybacks = n != without;
       if (n == 0) p.eager.assign(5, 7);
       return p;
     };
-    expect_contributions(net, names, make,
-                         [&](uint32_t, Contributions contributions, const std::string& name) {
-                           if (without < nodes()) {
-                             EXPECT_TRUE(contributions.empty()) << name;
-                             return;
-                           }
-                           ASSERT_EQ(contributions.size(), net.nodes()) << name;
-                           EXPECT_EQ(bytes_of(contributions[0]), std::vector<uint8_t>(5, 7));
-                           for (uint32_t from = 1; from < net.nodes(); ++from)
-                             EXPECT_TRUE(contributions[from].empty()) << from;
-                         });
+    for (const bool cached : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "without " << without << (cached ? ", cached" : ", new"));
+      expect_contributions(net, names, make,
+                           [&](uint32_t, Contributions contributions, const std::string& name) {
+                             if (without < nodes()) {
+                               EXPECT_TRUE(contributions.empty()) << name;
+                               return;
+                             }
+                             ASSERT_EQ(contributions.size(), net.nodes()) << name;
+                             EXPECT_EQ(bytes_of(contributions[0]), std::vector<uint8_t>(5, 7));
+                             for (uint32_t from = 1; from < net.nodes(); ++from)
+                               EXPECT_TRUE(contributions[from].empty()) << from;
+                           });
+    }
+  }
+}
+
+// The client's names for unnamed collectives are used once: they are decided, data and all, but
+// never take a place in the cache.
+TEST_P(NegotiatorTest, OneOffNamesAreNeverCached) {
+  Network net(nodes(), 1024, nodes(), hold(), {}, route());
+  std::vector<std::string> names;
+  for (int i = 0; i < 5; ++i) names.push_back(kOneOffPrefix + std::to_string(i));
+  names.emplace_back("named");
+  auto make = [](uint32_t n, const std::string& name) {
+    Proposal p = allreduce(name, 1);
+    p.piggybacks = true;
+    p.eager.assign(4, static_cast<uint8_t>(n));
+    return p;
+  };
+  expect_contributions(net, names, make,
+                       [&](uint32_t, Contributions contributions, const std::string& name) {
+                         EXPECT_EQ(contributions.size(), net.nodes()) << name;
+                       });
+  for (uint32_t n = 0; n < net.nodes(); ++n) {
+    EXPECT_EQ(net.node(n).cache().size(), 1U);
+    EXPECT_TRUE(net.node(n).cache().find("named"));
   }
 }
 
@@ -454,7 +469,7 @@ void expect_own_cookies(Network& net, const std::vector<std::string>& order, uin
 TEST_P(NegotiatorTest, DecisionsHandBackEachNodesOwnCookie) {
   Network net(nodes(), 1024, nodes(), hold(), {}, route());
   const auto names = tensor_names(5);
-  // Step 0 goes through the coordinator, step 1 through the cache.
+  // Step 0 goes by reports, step 1 through the cache.
   for (uint64_t step = 0; step < 2; ++step) expect_own_cookies(net, names, step);
 }
 
@@ -516,71 +531,68 @@ INSTANTIATE_TEST_SUITE_P(Nodes, NegotiatorTest,
 // One cycle's messages per node: n-1 sent straight to every node; relayed, one per hop of
 // recursive doubling among the p = bit_floor(n) first nodes, two more for each of those that
 // takes the part of a node past them (it tells that node of the cycle, and sends it the rest),
-// one for each such node.
+// one for each such node. A name new to the cache costs the same as a cached one: every node
+// rules on the reports itself, with no answer to wait for.
 TEST(Negotiator, RelayedCyclesCostEachNodeAMessageAHop) {
   for (const uint32_t nodes : {2u, 3u, 4u, 6u, 8u, 13u, 16u}) {
     for (const CycleRoute route : {CycleRoute::kDirect, CycleRoute::kRelayed}) {
       Network net(nodes, 1024, nodes, false, {}, route);
-      for (uint32_t n = 0; n < nodes; ++n) net.node(n).propose(allreduce("w", 2));
-      net.deliver_all();  // through the coordinator: "w" is cached now
-      ASSERT_EQ(net.take_decisions()[0].size(), 1U);
-      std::vector<uint64_t> before(nodes);
-      for (uint32_t n = 0; n < nodes; ++n) before[n] = net.cycle_messages_sent(n);
-      const uint64_t cycles = net.node(0).counters().cycles;
-      // Every node proposes before any message moves: one cycle decides it.
-      for (uint32_t n = 0; n < nodes; ++n) net.node(n).propose(allreduce("w", 2));
-      net.deliver_all();
-      const auto decided = net.take_decisions();
-      const uint32_t p = std::bit_floor(nodes);
-      const auto hops = static_cast<uint64_t>(std::countr_zero(p));
-      for (uint32_t n = 0; n < nodes; ++n) {
-        SCOPED_TRACE(testing::Message() << nodes << " nodes, node " << n << ", "
-                                        << (route == CycleRoute::kRelayed ? "relayed" : "direct"));
-        EXPECT_EQ(keys(decided[n]), std::vector<std::string>{"w"});
-        EXPECT_EQ(net.node(n).counters().cycles - cycles, 1U);
-        uint64_t expected = nodes - 1;
-        if (route == CycleRoute::kRelayed) expected = n >= p ? 1 : hops + (n + p < nodes ? 2 : 0);
-        EXPECT_EQ(net.cycle_messages_sent(n) - before[n], expected);
-        EXPECT_EQ(net.node(n).counters().cycle_messages, net.cycle_messages_sent(n));
+      for (const bool cached : {false, true}) {
+        std::vector<uint64_t> before(nodes);
+        for (uint32_t n = 0; n < nodes; ++n) before[n] = net.cycle_messages_sent(n);
+        const uint64_t cycles = net.node(0).counters().cycles;
+        // Every node proposes before any message moves: one cycle decides it.
+        for (uint32_t n = 0; n < nodes; ++n) net.node(n).propose(allreduce("w", 2));
+        net.deliver_all();
+        const auto decided = net.take_decisions();
+        const uint32_t p = std::bit_floor(nodes);
+        const auto hops = static_cast<uint64_t>(std::countr_zero(p));
+        for (uint32_t n = 0; n < nodes; ++n) {
+          SCOPED_TRACE(testing::Message() << nodes << " nodes, node " << n << ", "
+                                          << (route == CycleRoute::kRelayed ? "relayed" : "direct")
+                                          << (cached ? ", cached" : ", new"));
+          EXPECT_EQ(keys(decided[n]), std::vector<std::string>{"w"});
+          EXPECT_EQ(net.node(n).counters().cycles - cycles, 1U);
+          uint64_t expected = nodes - 1;
+          if (route == CycleRoute::kRelayed) {
+            expected = n >= p ? 1 : hops + (n + p < nodes ? 2 : 0);
+          }
+          EXPECT_EQ(net.cycle_messages_sent(n) - before[n], expected);
+          EXPECT_EQ(net.node(n).counters().cycle_messages, net.cycle_messages_sent(n));
+          EXPECT_EQ(net.node(n).counters().cache_hits, cached ? 1U : 0U);
+        }
       }
     }
   }
 }
 
-// The coordinator's answer: node 0 sends it to every node directly; relayed, node c hears it
-// from node c - bit_floor(c) (the node that differs in c's highest bit), which passes it on.
-TEST(Negotiator, RelayedAnswersGoDownABinomialTreeFromTheCoordinator) {
-  for (const uint32_t nodes : {2u, 3u, 5u, 8u, 13u, 16u}) {
+// A new name reported by the nodes in different cycles is decided in the cycle of the last
+// report, by every node alike; a node's stall attribution names the nodes with no report yet.
+TEST(Negotiator, ReportsFromDifferentCyclesAreDecidedWithTheLastOne) {
+  for (const uint32_t nodes : {2u, 3u, 5u}) {
     for (const CycleRoute route : {CycleRoute::kDirect, CycleRoute::kRelayed}) {
+      SCOPED_TRACE(testing::Message() << nodes << " nodes, "
+                                      << (route == CycleRoute::kRelayed ? "relayed" : "direct"));
       Network net(nodes, 1024, nodes, false, {}, route);
-      for (uint32_t n = 0; n < nodes; ++n) net.node(n).propose(allreduce("w", 2));
+      for (uint32_t n = 0; n + 1 < nodes; ++n) net.node(n).propose(allreduce("w", 2));
       net.deliver_all();
-      const auto decided = net.take_decisions();
-      std::vector<uint64_t> expected(nodes, 0);
-      for (uint32_t c = 1; c < nodes; ++c) {
-        ++expected[route == CycleRoute::kRelayed ? c - std::bit_floor(c) : 0];
-      }
+      for (const auto& decided : net.take_decisions()) EXPECT_TRUE(decided.empty());
       for (uint32_t n = 0; n < nodes; ++n) {
-        SCOPED_TRACE(testing::Message() << nodes << " nodes, node " << n << ", "
-                                        << (route == CycleRoute::kRelayed ? "relayed" : "direct"));
-        EXPECT_EQ(keys(decided[n]), std::vector<std::string>{"w"});
-        EXPECT_EQ(net.responses_sent(n), expected[n]);
-        EXPECT_EQ(net.node(n).counters().answer_messages, net.responses_sent(n));
-        if (route == CycleRoute::kRelayed) {
-          EXPECT_LE(net.responses_sent(n), static_cast<uint64_t>(std::bit_width(nodes - 1)));
-        }
+        const std::vector<uint32_t> last{nodes - 1};
+        EXPECT_EQ(net.node(n).nodes_without("w"), n == nodes - 1 ? std::vector<uint32_t>{} : last);
+      }
+      net.node(nodes - 1).propose(allreduce("w", 2));
+      net.deliver_all();
+      const auto cycles = net.take_cycles();
+      for (uint32_t n = 0; n < nodes; ++n) {
+        ASSERT_EQ(cycles[n].size(), 1U);
+        EXPECT_EQ(cycles[n][0].cycle, cycles[0][0].cycle);
+        ASSERT_EQ(cycles[n][0].decisions.size(), 1U);
+        EXPECT_EQ(net.node(n).name(cycles[n][0].decisions[0].name), "w");
+        EXPECT_EQ(cycles[n][0].decisions[0].error, "");
       }
     }
   }
-  // Relayed, an answer from any node but the parent is refused.
-  auto ignore = [](uint32_t, capnp::MessageBuilder&) {};
-  Negotiator node3("job", 4, 3, "ranks 3", 16, {}, ignore, false, CycleRoute::kRelayed);
-  node3.propose(allreduce("x", 1));  // starts cycle 1, reporting x
-  capnp::MallocMessageBuilder reply;
-  auto response = reply.initRoot<wire::NodeMessage>().initResponse();
-  response.setNumber(1);
-  EXPECT_THROW(node3.on_response(0, response.asReader()), std::invalid_argument);
-  EXPECT_NO_THROW(node3.on_response(1, response.asReader()));
 }
 
 // Relayed cycles under many interleavings, on node counts with nodes past p (which hear of a
@@ -729,7 +741,7 @@ TEST(Negotiator, ANodeWithNothingToProposeHoldsItsPartOfAPeersCycle) {
   for (const bool hold : {false, true}) {
     Network net(2, 16, 1, hold);
     for (uint32_t n = 0; n < 2; ++n) net.node(n).propose(allreduce("x", 100));
-    net.deliver_all();  // through the coordinator: "x" is cached now
+    net.deliver_all();  // by reports: "x" is cached now
     ASSERT_EQ(net.take_decisions()[1].size(), 1U);
     const uint64_t cycles = net.node(1).counters().cycles;
 
@@ -812,27 +824,14 @@ TEST(ResponseCache, DisabledCacheRefusesEntries) {
 
 TEST(Negotiator, RejectsMessagesNoCorrectPeerSends) {
   auto ignore = [](uint32_t, capnp::MessageBuilder&) {};
-  Negotiator coordinator("job", 2, 0, "ranks 0", 16, {}, ignore);
+  Negotiator node0("job", 2, 0, "ranks 0", 16, {}, ignore);
   capnp::MallocMessageBuilder message;
   auto cycle = message.initRoot<wire::NodeMessage>().initCycle();
   cycle.setNumber(5);  // this node is at cycle 0
-  EXPECT_THROW(coordinator.on_cycle(1, cycle.asReader()), std::invalid_argument);
+  EXPECT_THROW(node0.on_cycle(1, cycle.asReader()), std::invalid_argument);
   cycle.setNumber(1);
-  coordinator.on_cycle(1, cycle.asReader());  // joined and completed at once
-  EXPECT_THROW(coordinator.on_cycle(1, cycle.asReader()), std::invalid_argument);  // again
-  capnp::MallocMessageBuilder reply;
-  auto response = reply.initRoot<wire::NodeMessage>().initResponse();
-  response.setNumber(1);
-  EXPECT_THROW(coordinator.on_response(1, response.asReader()), std::invalid_argument);
-
-  // A coordinator's decision on a name this node never reported.
-  Negotiator node1("job", 2, 1, "ranks 1", 16, {}, ignore);
-  node1.propose(allreduce("x", 1));  // starts cycle 1, reporting x
-  cycle.setNumber(1);
-  node1.on_cycle(0, cycle.asReader());
-  auto decisions = response.initDecisions(1);
-  decisions[0].setKey("y");
-  EXPECT_THROW(node1.on_response(0, response.asReader()), std::invalid_argument);
+  node0.on_cycle(1, cycle.asReader());  // joined and completed at once
+  EXPECT_THROW(node0.on_cycle(1, cycle.asReader()), std::invalid_argument);  // again
 }
 
 // The contributions piggybacking on a cycle: one blob, laid out as the sender's EagerSet lays it
@@ -880,7 +879,7 @@ TEST(Negotiator, RejectsReportsOutsideTheEnumsAndTooManyOfThem) {
   auto ignore = [](uint32_t, capnp::MessageBuilder&) {};
   for (const auto& [collective, dtype, op] :
        std::vector<std::array<uint8_t, 3>>{{9, 0, 0}, {0, 248, 0}, {0, 0, 77}}) {
-    Negotiator coordinator("job", 2, 0, "ranks 0", 16, {}, ignore);
+    Negotiator node0("job", 2, 0, "ranks 0", 16, {}, ignore);
     capnp::MallocMessageBuilder message;
     auto cycle = message.initRoot<wire::NodeMessage>().initCycle();
     cycle.setNumber(1);
@@ -889,14 +888,26 @@ TEST(Negotiator, RejectsReportsOutsideTheEnumsAndTooManyOfThem) {
     ready.setCollective(collective);
     ready.setDtype(dtype);
     ready.setOp(op);
-    EXPECT_THROW(coordinator.on_cycle(1, cycle.asReader()), std::invalid_argument);
+    EXPECT_THROW(node0.on_cycle(1, cycle.asReader()), std::invalid_argument);
   }
-  Negotiator coordinator("job", 2, 0, "ranks 0", 16, {}, ignore);
+  Negotiator node0("job", 2, 0, "ranks 0", 16, {}, ignore);
   capnp::MallocMessageBuilder message;
   auto cycle = message.initRoot<wire::NodeMessage>().initCycle();
   cycle.setNumber(1);
   cycle.initUncached(kMaxUncachedPerCycle + 1);
-  EXPECT_THROW(coordinator.on_cycle(1, cycle.asReader()), std::invalid_argument);
+  EXPECT_THROW(node0.on_cycle(1, cycle.asReader()), std::invalid_argument);
+  // Contributions with reports are kept until every node reports the same: no more than a node
+  // sends in a cycle.
+  const std::vector<uint8_t> data(kEagerMaxTotalBytes / 2 + 1, 3);
+  auto reports = cycle.initUncached(2);
+  for (auto report : reports) {
+    report.setKey("w");
+    report.setPiggybacks(true);
+    report.setEager(kj::arrayPtr(data.data(), data.size()));
+  }
+  EXPECT_THROW(node0.on_cycle(1, cycle.asReader()), std::invalid_argument);
+  reports[1].setEager(kj::arrayPtr(data.data(), 1));
+  EXPECT_NO_THROW(node0.on_cycle(1, cycle.asReader()));
 }
 
 }  // namespace

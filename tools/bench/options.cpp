@@ -57,6 +57,7 @@ std::string usage() {
          "  --device   the sweep's buffers on the rank's GPU (LOCAL_RANK mod devices)\n"
          "  --stream   with --device: ordered on a CUDA stream, timed to the stream's end\n"
          "  --in-place   broadcast: one buffer, the root's input and every rank's result\n"
+         "  --unnamed   the sweep's collectives without names (as torch.distributed's)\n"
          "  --model resnet50 [--fused | --names-only] [--steps N] [--no-progress]\n"
          "  --calibrate FILE   measure gradsync-model's figures (large size: -e)\n"
          "  --daemon-config FILE   configuration of the daemons --spawn-daemon or --cluster start\n"
@@ -155,6 +156,9 @@ BenchOptions parse_options(int argc, char** argv) {
     } else if (flag == "--in-place") {
       o.in_place = true;
       o.rank_argv.push_back(flag);
+    } else if (flag == "--unnamed") {
+      o.unnamed = true;
+      o.rank_argv.push_back(flag);
     } else if (flag == "--check" || flag == "-z") {
       o.check = true;
       o.rank_argv.push_back("--check");
@@ -194,6 +198,8 @@ BenchOptions parse_options(int argc, char** argv) {
   if (o.device && (!o.model.empty() || !o.calibrate_path.empty()))
     throw std::invalid_argument("--device is for the size sweep, not --model or --calibrate");
   if (o.stream && !o.device) throw std::invalid_argument("--stream orders --device collectives");
+  if (o.unnamed && (!o.model.empty() || !o.calibrate_path.empty()))
+    throw std::invalid_argument("--unnamed is for the size sweep, not --model or --calibrate");
   if (o.in_place && (o.collective != ipc::Collective::kBroadcast || !o.model.empty() ||
                      !o.calibrate_path.empty())) {
     throw std::invalid_argument(

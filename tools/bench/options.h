@@ -37,6 +37,9 @@ struct BenchOptions {
   // --in-place: a broadcast's one buffer is the root's input and every rank's result, as in
   // MPI_Bcast and torch.distributed.broadcast (out of place, the root copies its input too).
   bool in_place = false;
+  // --unnamed: the sweep's collectives submitted without names, as the torch.distributed
+  // backend and C programs that pass NULL submit theirs (the client names each afresh).
+  bool unnamed = false;
   std::string json_path;
   std::string model;        // "resnet50": the gradient set of a training step instead of a sweep
   bool fused = false;       // model mode: one tensor of the model's total size

@@ -55,7 +55,8 @@ void write_json(const BenchOptions& o, int ranks, const char* memory,
   std::ofstream out(o.json_path);
   out << "{\n  \"collective\": \"" << ipc::collective_name(o.collective) << "\",\n  \"memory\": \""
       << memory << "\",\n  \"stream_ordered\": " << (o.stream ? "true" : "false")
-      << ",\n  \"in_place\": " << (o.in_place ? "true" : "false") << ",\n  \"ranks\": " << ranks
+      << ",\n  \"in_place\": " << (o.in_place ? "true" : "false")
+      << ",\n  \"unnamed\": " << (o.unnamed ? "true" : "false") << ",\n  \"ranks\": " << ranks
       << ",\n  \"dtype\": \"" << dtype_flag_name(o.dtype) << "\",\n  \"op\": \""
       << op_flag_name(o.op) << "\",\n  \"iterations\": " << o.iterations
       << ",\n  \"warmup\": " << o.warmup << ",\n  \"rows\": [\n";
@@ -93,10 +94,10 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
   SharedBuffer scratch = comm.allocate(sizeof(double) * (o.iterations + 1));
   if (rank == 0) {
     std::printf(
-        "# gradsync-bench: %s, %d ranks, %s, %s, %s memory%s%s, %d iterations (%d warm-up)\n",
+        "# gradsync-bench: %s, %d ranks, %s, %s, %s memory%s%s%s, %d iterations (%d warm-up)\n",
         ipc::collective_name(o.collective), ranks, dtype_flag_name(o.dtype), op_flag_name(o.op),
         buffers->memory(), o.stream ? " (stream-ordered)" : "", o.in_place ? ", in place" : "",
-        o.iterations, o.warmup);
+        o.unnamed ? ", unnamed" : "", o.iterations, o.warmup);
     std::printf("# time: median over iterations of the slowest rank; busbw as nccl-tests\n");
     std::printf("# %10s %12s %8s %6s %6s %10s %8s %8s %7s\n", "size", "count", "type", "redop",
                 "root", "time", "algbw", "busbw", "#wrong");
@@ -114,23 +115,24 @@ uint64_t run_sweep(const BenchOptions& o, Communicator& comm, const gradsync_opt
     const uint64_t inputs = sends_blocks ? count * blocks : count;
     reference::fill_input(buffers->staged_input(), inputs, o.dtype, rank, o.op, bytes);
     buffers->upload(inputs * element);
-    const std::string name = "bench." + std::to_string(bytes);
+    const std::string named = "bench." + std::to_string(bytes);
+    const char* name = o.unnamed ? nullptr : named.c_str();
     auto once = [&] {
       switch (o.collective) {
         case ipc::Collective::kAllreduce:
-          comm.wait(comm.allreduce(name.c_str(), send, recv, count, o.dtype, o.op));
+          comm.wait(comm.allreduce(name, send, recv, count, o.dtype, o.op));
           break;
         case ipc::Collective::kBroadcast:
-          comm.wait(comm.broadcast(name.c_str(), send, recv, count, o.dtype, o.root));
+          comm.wait(comm.broadcast(name, send, recv, count, o.dtype, o.root));
           break;
         case ipc::Collective::kAllgather:
-          comm.wait(comm.allgather(name.c_str(), send, recv, count, o.dtype));
+          comm.wait(comm.allgather(name, send, recv, count, o.dtype));
           break;
         case ipc::Collective::kReduceScatter:
-          comm.wait(comm.reduce_scatter(name.c_str(), send, recv, count, o.dtype, o.op));
+          comm.wait(comm.reduce_scatter(name, send, recv, count, o.dtype, o.op));
           break;
         case ipc::Collective::kAllToAll:
-          comm.wait(comm.alltoall(name.c_str(), send, recv, count, o.dtype));
+          comm.wait(comm.alltoall(name, send, recv, count, o.dtype));
           break;
         case ipc::Collective::kBarrier:
           comm.barrier();
