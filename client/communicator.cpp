@@ -388,7 +388,7 @@ gradsync_request Communicator::submit(const CollectiveArgs& args) {
     // One sequence for every kind: ranks whose n-th unnamed collectives differ in kind meet
     // under one name, and the daemon fails it with both kinds named, instead of each waiting
     // for the others' under names of its own.
-    generated = "~" + std::to_string(unnamed_sequence_++);
+    generated = ipc::kUnnamedPrefix + std::to_string(unnamed_sequence_++);
     name = generated.c_str();
   }
   const size_t name_length = std::strlen(name);

@@ -30,6 +30,9 @@ inline constexpr size_t kMaxJobNameBytes = 63;
 inline constexpr int32_t kMaxLocalRanks = 256;
 // Tensor names longer than this (bytes, without the terminating NUL) are rejected.
 inline constexpr size_t kMaxTensorNameBytes = 159;
+// The client names each unnamed collective this, then its sequence number ("~17"): such a name
+// is used once, so the daemons never cache its negotiation.
+inline constexpr char kUnnamedPrefix = '~';
 inline constexpr size_t kMaxErrorMessageBytes = 223;
 
 enum class Collective : uint8_t {

@@ -591,13 +591,13 @@ void Negotiator::apply(CycleState& state) {
   // Compared with later states, which carry no trailing empty words.
   while (!last_ready_bits_.empty() && last_ready_bits_.back() == 0) last_ready_bits_.pop_back();
   // Then the names every node has now reported, in the order of their last reports; agreed
-  // ones join the cache, but for one-off names. Each needed this node's report, so each is
-  // this node's oldest instance of its name.
+  // ones join the cache, but for the client's names of unnamed ones. Each needed this node's
+  // report, so each is this node's oldest instance of its name.
   for (Ruling& ruling : state.rulings) {
     const NameId id = ids_.at(ruling.key);
     PendingName& name = names_[id];
     const bool agreed = ruling.error.empty();
-    if (agreed && cache_.capacity() > 0 && !ruling.key.starts_with(kOneOffPrefix)) {
+    if (agreed && cache_.capacity() > 0 && !ruling.key.starts_with(ipc::kUnnamedPrefix)) {
       cache_.put(ruling.key, name.instances.front().signature);
     }
     name.reported = false;

@@ -16,9 +16,9 @@
 // a collective is decided in the cycle in which the last node proposes it. A small one's data
 // comes with its bit or its report alike.
 //
-// Names that begin with kOneOffPrefix are never cached: the client names each unnamed
-// collective so ("~<sequence>"), and each such name is used once, so a cache entry would only
-// lengthen every cycle's bit vectors and push out the names that come back every step.
+// Names that begin with ipc::kUnnamedPrefix are never cached: the client names each unnamed
+// collective so, and each such name is used once, so a cache entry would only lengthen every
+// cycle's bit vectors and push out the names that come back every step.
 //
 // Only the oldest ready instance of a name takes part (ranks may be a step ahead), so the
 // instances of a name are decided in order. Pure logic over messages: the caller sends them.
@@ -83,9 +83,6 @@ struct Proposal {
   // The proposer's handle for what it proposed, handed back in the Decision.
   uint64_t cookie = 0;
 };
-
-// The first character of the names the client gives unnamed collectives (communicator.cpp).
-inline constexpr char kOneOffPrefix = '~';
 
 // A name as the negotiator knows it: Negotiator::name() gives it back.
 using NameId = uint32_t;

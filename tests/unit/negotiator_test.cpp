@@ -420,10 +420,10 @@ TEST_P(NegotiatorTest, EmptyContributionsRideAlongAndOneNodeWithoutDataStopsTheR
 
 // The client's names for unnamed collectives are used once: they are decided, data and all, but
 // never take a place in the cache.
-TEST_P(NegotiatorTest, OneOffNamesAreNeverCached) {
+TEST_P(NegotiatorTest, NamesOfUnnamedCollectivesAreNeverCached) {
   Network net(nodes(), 1024, nodes(), hold(), {}, route());
   std::vector<std::string> names;
-  for (int i = 0; i < 5; ++i) names.push_back(kOneOffPrefix + std::to_string(i));
+  for (int i = 0; i < 5; ++i) names.push_back(ipc::kUnnamedPrefix + std::to_string(i));
   names.emplace_back("named");
   auto make = [](uint32_t n, const std::string& name) {
     Proposal p = allreduce(name, 1);
