@@ -121,7 +121,7 @@ Negotiator::Negotiator(std::string job, uint32_t nodes, uint32_t me, std::string
       ranks_(std::move(ranks)),
       own_link_(own_link),
       agreed_link_(own_link),
-      agreed_eager_max_bytes_(cost_model::eager_max_bytes(own_link, nodes)),
+      agreed_eager_max_bytes_(cost_model::kEagerMinBytes),
       send_(std::move(send)),
       cache_(cache_capacity),
       hold_empty_joins_(hold_empty_joins),
@@ -553,13 +553,8 @@ void Negotiator::apply(CycleState& state) {
       ++counters_.cache_hits;
       const NameId id = bit_names_[bit];
       bit_names_[bit] = kNoName;
-      Proposal taken = take_front(id);
       Decision& decision = decided.decisions.emplace_back(
-          Decision{id, {}, Decision::kNoContributions, taken.cookie});
-      if (taken.eager.capacity() > 0 && spare_eager_.size() < kMaxSpareEager) {
-        taken.eager.clear();
-        spare_eager_.push_back(std::move(taken.eager));
-      }
+          Decision{id, {}, Decision::kNoContributions, take_front(id)});
       bool everyone_sent_data = true;
       for (uint32_t node = 0; node < nodes_; ++node) {
         eager[node] = state.from[node]->eager.seek(bit, eager_cursors[node]);
@@ -602,13 +597,12 @@ void Negotiator::apply(CycleState& state) {
     }
     name.reported = false;
     --reported_count_;
-    const uint64_t cookie = take_front(id).cookie;
     Decision& decision = decided.decisions.emplace_back(
-        Decision{id, std::move(ruling.error), Decision::kNoContributions, cookie});
+        Decision{id, std::move(ruling.error), Decision::kNoContributions, take_front(id)});
     if (agreed && !ruling.contributions.empty()) {
       decision.contributions = decided.contributions.size();
       for (std::vector<uint8_t>& bytes : ruling.contributions) {
-        // The buffer moves into `decided` below and keeps its storage.
+        // A vector moved keeps its storage: the span stays good.
         decided.contributions.emplace_back(bytes.data(), bytes.size());
         decided.eager_bytes.push_back(std::move(bytes));
       }
@@ -637,10 +631,14 @@ std::vector<uint32_t> Negotiator::nodes_without(const std::string& key) const {
   return missing;
 }
 
-Proposal Negotiator::take_front(NameId id) {
+uint64_t Negotiator::take_front(NameId id) {
   PendingName& name = names_[id];
   Proposal taken = std::move(name.instances.front());
   name.instances.pop_front();
+  if (taken.eager.capacity() > 0 && spare_eager_.size() < kMaxSpareEager) {
+    taken.eager.clear();
+    spare_eager_.push_back(std::move(taken.eager));
+  }
   --pending_count_;
   if (name.instances.empty()) {
     // Out of active_: the last one takes its place.
@@ -650,7 +648,7 @@ Proposal Negotiator::take_front(NameId id) {
     active_.pop_back();
     name.active_slot = PendingName::kInactive;
   }
-  return taken;
+  return taken.cookie;
 }
 
 }  // namespace gradsync::daemon

@@ -179,7 +179,9 @@ class Negotiator {
   void set_own_link(const cost_model::LinkFigures& link) { own_link_ = link; }
   // Every node's largest figures, as of the last cycle: the same on every node.
   const cost_model::LinkFigures& agreed_link() const { return agreed_link_; }
-  // eager_max_bytes() (cost_model.h) of the agreed figures, worked out once a cycle.
+  // eager_max_bytes() (cost_model.h) of the agreed figures, worked out once a cycle; before
+  // the first, the least it can be on every node alike (each node's own figures would have
+  // the nodes decide differently whether a collective's data goes with its proposal).
   uint64_t agreed_eager_max_bytes() const { return agreed_eager_max_bytes_; }
   const ResponseCache& cache() const { return cache_; }
 
@@ -325,8 +327,9 @@ class Negotiator {
   NameId intern(std::string_view key);
   // Frees the ids of names with nothing pending, once there are too many of them.
   void sweep_idle_names();
-  // Removes and returns the oldest proposal of `name`.
-  Proposal take_front(NameId name);
+  // Removes the oldest proposal of `name`, keeps its contribution's storage for the next
+  // (eager_storage), and returns its cookie.
+  uint64_t take_front(NameId name);
 
   std::string job_;
   std::vector<uint64_t> last_cycles_;

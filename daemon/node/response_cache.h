@@ -1,6 +1,6 @@
 // The response cache of a multi-node job (Horovod's scheme, among node daemons): a collective
 // the nodes have agreed on once gets a bit; from then on one bit-vector exchange per cycle
-// decides whether it runs, with no coordinator round trip.
+// decides whether it runs, with no names on the wire.
 //
 // Every node keeps its own copy, and the copies stay identical because every change (put,
 // touch, erase) happens while applying a negotiation cycle, in the same order on every node.
@@ -21,7 +21,7 @@ namespace gradsync::daemon {
 
 class ResponseCache {
  public:
-  // capacity 0 disables the cache: every collective is negotiated through the coordinator.
+  // capacity 0 disables the cache: every collective is reported by name (negotiator.h).
   explicit ResponseCache(uint32_t capacity) : capacity_(capacity) {}
 
   uint32_t capacity() const { return capacity_; }

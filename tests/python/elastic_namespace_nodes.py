@@ -4,7 +4,8 @@ name, daemon and gradsync.run agent (`--nnodes 2:3`, one worker each), training
 examples/train_elastic.py. Node 2 dies mid-training (agent, worker and daemon SIGKILLed): the
 job re-forms on nodes 0 and 1 from the last checkpoint. Node 2 comes back and is admitted: the
 job re-forms on all three. Training ends at the step count asked for, and its parameters equal
-those of a reference that replays the same membership without any failure: one plain run per
+(to the last bits of a float's sums) those of a reference that replays the same membership
+without any failure: one plain run per
 membership, each from the checkpoint the one before left, for the steps the elastic run
 trained with it.
 
@@ -34,7 +35,7 @@ def digest(agents):
              for m in [DIGEST.search(line)] if m]
     if len(found) != 1:
         raise RuntimeError(f"expected one final digest, found {found}")
-    return found[0]
+    return float(found[0])
 
 
 def segments(starts, steps):
@@ -116,7 +117,11 @@ def main():
     if codes != [0, 0, 0] or worlds[-2:] != [2, 3]:
         print("the job did not re-form on two nodes and then on three")
         return 1
-    if elastic_digest != reference_digest:
+    # An allreduce across nodes adds the nodes' sums in the order of the path it takes (with
+    # the negotiation, or the ring's or halving-doubling's, as the measured link figures
+    # choose), so two runs may differ in the last bits; a step lost or taken twice moves the
+    # digest by thousands of times this much.
+    if abs(elastic_digest - reference_digest) > 1e-6 * abs(reference_digest):
         print("the parameters differ from the reference's")
         return 1
     return 0

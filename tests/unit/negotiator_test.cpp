@@ -305,7 +305,7 @@ TEST_P(NegotiatorTest, ASmallCacheEvictsAndStaysConsistent) {
   }
 }
 
-TEST_P(NegotiatorTest, NoCacheSendsEverythingThroughTheCoordinator) {
+TEST_P(NegotiatorTest, WithoutACacheEveryCollectiveIsReportedByName) {
   std::mt19937_64 random(nodes());
   Network net(nodes(), 0, nodes(), hold(), {}, route());
   const auto names = tensor_names(12);
@@ -721,19 +721,26 @@ TEST(Negotiator, RejectsPartsByTheOtherRoute) {
 // Node 0's rank is a step ahead: its cycle reaches node 1 before node 1's rank submits.
 // Joining at once, node 1 makes that cycle decide nothing and the collective needs a second;
 // holding, node 1 joins with the collective and one cycle decides it.
-// What piggybacks follows the agreed figures, not a node's own: node 0 reduces slowly (large
-// γ), so piggybacking pays only for small tensors, and node 1, which alone would let 16 KiB
-// piggyback, takes node 0's limit once a cycle has told it the figures.
+// What piggybacks follows the agreed figures, not a node's own. Before a cycle has told the
+// nodes each other's figures, each takes the least limit, so that all decide alike; then, where
+// node 0 reduces slowly (large γ), piggybacking pays only for small tensors, and node 1, which
+// alone would let 32 KiB piggyback, takes node 0's limit; where both are fast, both take 32 KiB.
 TEST(Negotiator, TheEagerLimitFollowsTheAgreedFigures) {
-  Network net(2, 1024, 1, false, [](uint32_t n) {
-    return cost_model::LinkFigures{1e-5, 1e-9, n == 0 ? 1e-8 : 1e-10};
-  });
-  ASSERT_EQ(net.node(1).agreed_eager_max_bytes(), cost_model::kEagerCapBytes) << "its own figures";
-  ASSERT_EQ(net.node(0).agreed_eager_max_bytes(), cost_model::kEagerMinBytes) << "its own figures";
-  std::mt19937_64 random(1);
-  run_step(net, tensor_names(3), random);
-  for (uint32_t n = 0; n < 2; ++n) {
-    EXPECT_EQ(net.node(n).agreed_eager_max_bytes(), cost_model::kEagerMinBytes) << "node " << n;
+  for (const double node0_gamma : {1e-8, 1e-10}) {
+    SCOPED_TRACE(node0_gamma);
+    Network net(2, 1024, 1, false, [node0_gamma](uint32_t n) {
+      return cost_model::LinkFigures{1e-5, 1e-9, n == 0 ? node0_gamma : 1e-10};
+    });
+    for (uint32_t n = 0; n < 2; ++n) {
+      ASSERT_EQ(net.node(n).agreed_eager_max_bytes(), cost_model::kEagerMinBytes) << "node " << n;
+    }
+    std::mt19937_64 random(1);
+    run_step(net, tensor_names(3), random);
+    const uint64_t agreed =
+        node0_gamma > 1e-10 ? cost_model::kEagerMinBytes : cost_model::kEagerCapBytes;
+    for (uint32_t n = 0; n < 2; ++n) {
+      EXPECT_EQ(net.node(n).agreed_eager_max_bytes(), agreed) << "node " << n;
+    }
   }
 }
 
