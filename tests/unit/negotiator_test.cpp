@@ -394,6 +394,7 @@ TEST_P(NegotiatorTest, EmptyContributionsRideAlongAndOneNodeWithoutDataStopsTheR
   Network net(nodes(), 1024, nodes(), hold(), {}, route());
   for (const uint32_t without : {nodes(), nodes() - 1}) {  // nodes(): every node piggybacks
     std::vector<std::string> names;
+    names.reserve(4);
     for (int i = 0; i < 4; ++i) names.push_back(std::to_string(without) + "." + std::to_string(i));
     auto make = [without](uint32_t n, const std::string& name) {
       Proposal p = allreduce(name, 100);
@@ -423,6 +424,7 @@ TEST_P(NegotiatorTest, EmptyContributionsRideAlongAndOneNodeWithoutDataStopsTheR
 TEST_P(NegotiatorTest, NamesOfUnnamedCollectivesAreNeverCached) {
   Network net(nodes(), 1024, nodes(), hold(), {}, route());
   std::vector<std::string> names;
+  names.reserve(6);
   for (int i = 0; i < 5; ++i) names.push_back(ipc::kUnnamedPrefix + std::to_string(i));
   names.emplace_back("named");
   auto make = [](uint32_t n, const std::string& name) {
