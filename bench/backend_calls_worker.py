@@ -17,6 +17,10 @@ isend and an irecv each way (an even world).
 Every row runs a third way: through gradsync on tensors allocated in its
 shared memory (gradsync.torch.use_shared_memory), which the backend reduces and exchanges where
 they lie instead of staging them (`gradsync_shared_ms`).
+
+Below 1 MiB each timed iteration runs the call back to back enough times to fill about 1 MiB
+(200 at most), and a call's time is the iteration's over that count: one call of a few bytes
+takes less time than the ranks take to leave the barrier before it together.
 """
 import argparse
 import datetime
@@ -65,14 +69,22 @@ def split_matrix(world, size, skew):
     return splits(world, size, float(skew), seed=size)
 
 
-def timed(call, gloo, iterations):
-    """The median over iterations of the slowest rank's time of `call` (seconds)."""
+def repeats_for(size):
+    """How many calls of `size` bytes one timed iteration runs (see the module's words)."""
+    return max(1, min(200, (1 << 20) // max(size, 1)))
+
+
+def timed(call, gloo, iterations, size):
+    """The median over iterations of the slowest rank's time of one `call` of `size` bytes
+    (seconds)."""
+    repeats = repeats_for(size)
     times = []
     for _ in range(iterations):
         dist.barrier(group=gloo)
         start = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - start)
+        for _ in range(repeats):
+            call()
+        times.append((time.perf_counter() - start) / repeats)
     slowest = torch.tensor(times, dtype=torch.float64)
     dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=gloo)
     return statistics.median(slowest.tolist())
@@ -109,7 +121,7 @@ def allreduce_row(size, gloo, args):
     times = {way: [] for way in ways}
     for _ in range(args.rounds):
         for way, call in ways.items():
-            times[way].append(timed(call, gloo, args.iterations))
+            times[way].append(timed(call, gloo, args.iterations, size))
     ours = torch.randint(-3, 4, (size // 4,), generator=torch.Generator().manual_seed(rank)).float()
     theirs = ours.clone()
     shared.copy_(ours)
@@ -151,7 +163,7 @@ def send_recv_row(size, gloo, args):
     times = {way: [] for way in ways}
     for _ in range(args.rounds):
         for way, call in ways.items():
-            times[way].append(timed(call, gloo, args.iterations))
+            times[way].append(timed(call, gloo, args.iterations, size))
     return with_speedup({"call": "send_recv", "bytes": size, "skew": None, "ranks": world,
                          **{f"{way}_ms": statistics.median(t) * 1e3 for way, t in times.items()}})
 
@@ -198,7 +210,7 @@ def main():
             times = {way: [] for way in ways}
             for _ in range(args.rounds):
                 for way, call in ways.items():
-                    times[way].append(timed(call, gloo, args.iterations))
+                    times[way].append(timed(call, gloo, args.iterations, size))
             if not torch.equal(ours, theirs) or not torch.equal(shared_out, theirs):
                 raise SystemExit(f"rank {rank}: gradsync's result differs from Gloo's "
                                  f"({size} bytes, skew {skew})")
