@@ -410,7 +410,7 @@ std::optional<Stall> NodeJob::oldest_stall(std::chrono::steady_clock::time_point
     return fmt::format("job '{}': tensor '{}' is ready on node {} and has waited {} s for {}",
                        links_.job_name(), name, links_.me(),
                        std::chrono::duration_cast<std::chrono::seconds>(waited).count(),
-                       nodes.empty() ? std::string("the other nodes (node 0 knows which)")
+                       nodes.empty() ? std::string("the other nodes")
                                      : "node(s) " + nodes + ", which have not submitted it");
   };
   size_t oldest_slot = units_.size();

@@ -717,6 +717,25 @@ TEST(Cluster, AStallAcrossNodesNamesTheMissingNode) {
   ranks[1].signal(SIGKILL);
 }
 
+// Every node keeps every node's reports of a new name: node 1, too, names node 2 as the one
+// whose rank has not submitted it (in its log, and in its rank's error).
+TEST(Cluster, EveryNodeNamesTheNodeAStallWaitsFor) {
+  LoopbackCluster cluster(3, "stall_warning_seconds = 1\nstall_shutdown_seconds = 3");
+  const std::string missing = "node(s) 2 (" + cluster.address(2);
+  auto ranks = cluster.spawn("stall", {1, 1, 1}, {"withhold", missing, "2"});
+  for (const int submitter : {0, 1}) {
+    const auto status = ranks[static_cast<size_t>(submitter)].wait_for(std::chrono::seconds(30));
+    ASSERT_TRUE(status) << "rank " << submitter << " was never released";
+    EXPECT_EQ(*status, 0) << "rank " << submitter << " did not get the stall naming node 2";
+  }
+  const std::string log = cluster.log(1);
+  const size_t warning = log.find("tensor 'withheld.tensor' is ready on node 1 and has waited");
+  ASSERT_NE(warning, std::string::npos) << log;
+  EXPECT_NE(log.substr(warning, log.find('\n', warning) - warning).find(missing), std::string::npos)
+      << log;
+  ranks[2].signal(SIGKILL);
+}
+
 // One rank on each of `nodes` (daemons of the cluster), as a job of its own over them.
 std::vector<tools::ChildProcess> spawn_over(LoopbackCluster& cluster, const std::string& job,
                                             const std::vector<int>& nodes,

@@ -291,12 +291,13 @@ int scenario_fused_sizes(Communicator& comm, int rounds) {
   return 0;
 }
 
-// Rank 0 submits a tensor the other ranks withhold (they sleep until killed): the daemon's stall
-// inspector must name it and them, and with stall_shutdown_seconds fail the job with that
-// message (rank 0 then exits 0 if it got a timeout naming the tensor and `missing`).
-int scenario_withhold(Communicator& comm, const std::string& missing) {
+// The first `submitters` ranks submit a tensor the other ranks withhold (they sleep until
+// killed): the daemon's stall inspector must name it and them, and with stall_shutdown_seconds
+// fail the job with that message (a submitter then exits 0 if it got a timeout naming the
+// tensor and `missing`).
+int scenario_withhold(Communicator& comm, const std::string& missing, int submitters) {
   SharedBuffer buf = comm.allocate(4096);
-  if (g_rank != 0) {
+  if (g_rank >= submitters) {
     std::this_thread::sleep_for(std::chrono::seconds(120));
     return 0;
   }
@@ -305,8 +306,10 @@ int scenario_withhold(Communicator& comm, const std::string& missing) {
   const gradsync_result result = gradsync_wait(comm.get(), r);
   const std::string message = gradsync_last_error(comm.get());
   std::printf("%d %s\n", result, message.c_str());
-  EXPECT_OR_FAIL(result == GRADSYNC_ERR_TIMEOUT, "expected a timeout, got %d (%s)", result,
-                 message.c_str());
+  // With several nodes submitting, the first to give up fails the job on the others too.
+  EXPECT_OR_FAIL(
+      result == GRADSYNC_ERR_TIMEOUT || (submitters > 1 && result == GRADSYNC_ERR_PEER_FAILED),
+      "expected a timeout, got %d (%s)", result, message.c_str());
   EXPECT_OR_FAIL(message.find("withheld.tensor") != std::string::npos &&
                      message.find(missing) != std::string::npos,
                  "the message does not name the tensor and '%s': %s", missing.c_str(),
@@ -994,7 +997,8 @@ int main(int argc, char** argv) {
       return scenario_fused_sizes(comm, args.size() > 1 ? std::stoi(args[1]) : 1);
     }
     if (scenario == "withhold") {
-      return scenario_withhold(comm, args.size() > 1 ? args[1] : "local rank(s) 1");
+      return scenario_withhold(comm, args.size() > 1 ? args[1] : "local rank(s) 1",
+                               args.size() > 2 ? std::stoi(args[2]) : 1);
     }
     if (scenario == "mismatch") return scenario_mismatch(comm);
     if (scenario == "cluster") return scenario_cluster(comm);
