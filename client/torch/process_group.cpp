@@ -18,6 +18,11 @@ namespace {
 
 using c10d::OpType;
 
+// From this many bytes a rank, an equal all-to-all of host tensors to be staged goes on one node
+// as a message between each pair of ranks, as uneven ones do: each block staged as it goes,
+// instead of the whole input in and the whole output out around one exchange (decision 0026).
+constexpr size_t kPairedAllToAllMinBytes = 256 << 10;
+
 void check_tensor(const at::Tensor& tensor, const char* call) {
   TORCH_CHECK(tensor.device().is_cpu() || tensor.device().is_cuda(), "gradsync: ", call,
               " got a tensor on ", tensor.device(),
@@ -473,6 +478,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
   check_like(output, input, "alltoall_base");
   TORCH_CHECK(input.dim() > 0 && input.size(0) % size_ == 0, "gradsync: alltoall_base needs a ",
               "first dimension divisible by the group's size ", size_);
+  if (one_node_ && device.is_cpu() && bytes_of(input) >= kPairedAllToAllMinBytes &&
+      direct_memory(input) == nullptr) {
+    const std::vector<int64_t> rows(static_cast<size_t>(size_), input.size(0) / size_);
+    UnevenExchange paired = uneven_alltoall_base(output, input, rows, rows, rank_, size_, true);
+    return run("alltoall_base", OpType::ALLTOALL_BASE, device, std::move(paired.tables), {output},
+               bound(opts.timeout), std::move(paired.then));
+  }
   const size_t block = bytes_of(input) / static_cast<size_t>(size_);
   const size_t stride = padded_to_words(block);
   const int world = size_;
