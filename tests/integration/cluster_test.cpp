@@ -11,7 +11,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -396,10 +395,10 @@ double completed_by(const std::string& metrics, const std::string& algorithm,
                                            algorithm + "\",op=\"" + op + "\"}"));
 }
 
-// Runs `scenario` for `steps` steps on 3 nodes with ranks per node that differ (`ranks`: the
-// node with two reduces or packs two ranks' blocks before anything leaves, the others send
-// straight from their one rank's buffer), every result checked by the ranks, named or (with
-// `unnamed`) not; returns node 0's metrics.
+// Runs `scenario` for `steps` steps on 3 nodes with ranks per node that differ (the node with
+// two reduces or packs two ranks' blocks before anything leaves, the others send straight from
+// their one rank's buffer), every result checked by the ranks, named or (with `unnamed`) not;
+// returns node 0's metrics.
 std::string run_small_and_large(const std::string& scenario, const std::vector<int>& ranks_per_node,
                                 int steps, bool unnamed) {
   LoopbackCluster cluster(3, "", true);
