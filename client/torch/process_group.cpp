@@ -469,11 +469,15 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
     at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_split_sizes,
     std::vector<int64_t>& input_split_sizes, const c10d::AllToAllOptions& opts) {
   const c10::Device device = call_device("alltoall_base", input, output);
-  if (!output_split_sizes.empty() || !input_split_sizes.empty()) {
-    UnevenExchange uneven = uneven_alltoall_base(output, input, output_split_sizes,
-                                                 input_split_sizes, rank_, size_, one_node_);
+  auto in_two_steps = [&](const std::vector<int64_t>& output_rows,
+                          const std::vector<int64_t>& input_rows) {
+    UnevenExchange uneven =
+        uneven_alltoall_base(output, input, output_rows, input_rows, rank_, size_, one_node_);
     return run("alltoall_base", OpType::ALLTOALL_BASE, device, std::move(uneven.tables), {output},
                bound(opts.timeout), std::move(uneven.then));
+  };
+  if (!output_split_sizes.empty() || !input_split_sizes.empty()) {
+    return in_two_steps(output_split_sizes, input_split_sizes);
   }
   check_like(output, input, "alltoall_base");
   TORCH_CHECK(input.dim() > 0 && input.size(0) % size_ == 0, "gradsync: alltoall_base needs a ",
@@ -481,9 +485,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::alltoall_base(
   if (one_node_ && device.is_cpu() && bytes_of(input) >= kPairedAllToAllMinBytes &&
       direct_memory(input) == nullptr) {
     const std::vector<int64_t> rows(static_cast<size_t>(size_), input.size(0) / size_);
-    UnevenExchange paired = uneven_alltoall_base(output, input, rows, rows, rank_, size_, true);
-    return run("alltoall_base", OpType::ALLTOALL_BASE, device, std::move(paired.tables), {output},
-               bound(opts.timeout), std::move(paired.then));
+    return in_two_steps(rows, rows);
   }
   const size_t block = bytes_of(input) / static_cast<size_t>(size_);
   const size_t stride = padded_to_words(block);

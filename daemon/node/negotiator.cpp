@@ -457,8 +457,7 @@ bool Negotiator::complete_cycle() {
   // What this node passes on goes before the cycle's parts are used up (apply).
   if (route_ == CycleRoute::kRelayed) relay(state);
   if (state.received < nodes_) return false;
-  state.rulings = rule_on_reports(state);
-  apply(state);
+  apply(state, rule_on_reports(state));
   cycles_.erase(cycle_);
   in_cycle_ = false;
   return true;
@@ -507,7 +506,7 @@ std::vector<Negotiator::Ruling> Negotiator::rule_on_reports(CycleState& state) {
   return decisions;
 }
 
-void Negotiator::apply(CycleState& state) {
+void Negotiator::apply(CycleState& state, std::vector<Ruling> rulings) {
   // Cached collectives every node has ready, by ascending bit.
   std::vector<uint64_t> all_ready = state.from[0]->ready_bits;
   std::vector<uint64_t> any_invalid;
@@ -534,7 +533,7 @@ void Negotiator::apply(CycleState& state) {
     peer_ready_bits_[node] = state.from[node]->ready_bits;
   }
   CycleDecisions decided{cycle_, nodes_, agreed_link_, state.from[0]->tuned, {}, {}, {}};
-  size_t ready_count = state.rulings.size();
+  size_t ready_count = rulings.size();
   for (const uint64_t word : all_ready)
     ready_count += static_cast<size_t>(__builtin_popcountll(word));
   decided.decisions.reserve(ready_count);
@@ -588,7 +587,7 @@ void Negotiator::apply(CycleState& state) {
   // Then the names every node has now reported, in the order of their last reports; agreed
   // ones join the cache, but for the client's names of unnamed ones. Each needed this node's
   // report, so each is this node's oldest instance of its name.
-  for (Ruling& ruling : state.rulings) {
+  for (Ruling& ruling : rulings) {
     const NameId id = ids_.at(ruling.key);
     PendingName& name = names_[id];
     const bool agreed = ruling.error.empty();

@@ -244,7 +244,6 @@ class Negotiator {
   struct CycleState {
     std::vector<std::optional<NodeCycle>> from;  // by node
     size_t received = 0;
-    std::vector<Ruling> rulings;
     // CycleRoute::kRelayed: the hops this node has sent its parts on, and whether it told the
     // node past p that hands its part to it of the cycle (with its own part).
     uint32_t relays_sent = 0;
@@ -320,7 +319,8 @@ class Negotiator {
   // reported, in the order of their last reports.
   // Moves the reports' contributions out of the cycle's parts.
   std::vector<Ruling> rule_on_reports(CycleState& state);
-  void apply(CycleState& state);  // moves the contributions out
+  // Applies the cycle's cached decisions, then `rulings`; moves the contributions out.
+  void apply(CycleState& state, std::vector<Ruling> rulings);
   // The id of `key`, interned now if it is new. A step proposes its names in the same order
   // as the step before, so the name proposed after the last one then is nearly always the one
   // asked for: checking that guess compares the name once, where a lookup hashes it.
