@@ -401,7 +401,13 @@ gradsync_request Communicator::submit(const CollectiveArgs& args) {
 
   if (args.collective != ipc::Collective::kBarrier) {
     if (!ipc::parse_dtype(args.dtype)) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown dtype");
-    if (!ipc::parse_op(args.op)) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown op");
+    const auto op = ipc::parse_op(args.op);
+    if (!op) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "unknown op");
+    if (ipc::reduces(args.collective) && !ipc::op_reduces(*op, args.dtype)) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, std::string(ipc::op_name(*op)) +
+                                                     " reduces integers only, not " +
+                                                     ipc::dtype_name(args.dtype));
+    }
     const auto range = ipc::checked_range_bytes(args.collective, args.count, args.dtype,
                                                 static_cast<uint64_t>(options_.world_size));
     if (!range) throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "count overflows the byte size");

@@ -70,6 +70,12 @@ const char* op_name(gradsync_op op) {
       return "max";
     case GRADSYNC_PROD:
       return "prod";
+    case GRADSYNC_BAND:
+      return "band";
+    case GRADSYNC_BOR:
+      return "bor";
+    case GRADSYNC_BXOR:
+      return "bxor";
   }
   return "?";
 }

@@ -76,8 +76,19 @@ constexpr std::optional<gradsync_dtype> parse_dtype(uint32_t raw) {
 }
 
 constexpr std::optional<gradsync_op> parse_op(uint32_t raw) {
-  if (raw > GRADSYNC_PROD) return std::nullopt;
+  if (raw > GRADSYNC_BXOR) return std::nullopt;
   return static_cast<gradsync_op>(raw);
+}
+
+constexpr bool is_bitwise(gradsync_op op) {
+  return op == GRADSYNC_BAND || op == GRADSYNC_BOR || op == GRADSYNC_BXOR;
+}
+constexpr bool is_integer(gradsync_dtype d) {
+  return d == GRADSYNC_INT32 || d == GRADSYNC_INT64;
+}
+// Whether `op` reduces `d`: the bitwise ops have no meaning on floating-point bits.
+constexpr bool op_reduces(gradsync_op op, gradsync_dtype d) {
+  return !is_bitwise(op) || is_integer(d);
 }
 
 // Size of one element; 0 for an invalid dtype.

@@ -100,7 +100,7 @@ std::function<void(std::byte*)> fill_with(std::vector<at::Tensor> blocks, Reduce
 // An allreduce of `tensor` whose result lands back in it (where `keep`).
 Transfer reduction_in_place(const at::Tensor& tensor, gradsync_op op, const char* call,
                             bool keep = true) {
-  const ReducedType type = reduced_type(tensor, call);
+  const ReducedType type = reduced_type(tensor, op, call);
   Transfer transfer;
   transfer.kind = TransferKind::kAllreduce;
   transfer.count = static_cast<size_t>(tensor.numel());
@@ -433,10 +433,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce_scatter(
   const std::vector<at::Tensor> sources = inputs.front();
   const c10::Device device = call_device("reduce_scatter", output, sources);
   for (const at::Tensor& source : sources) check_like(source, output, "reduce_scatter");
+  const gradsync_op op = reduction_op(opts.reduceOp, "reduce_scatter");
   std::vector<Transfer> transfers;
   transfers.push_back(scatter_reduction(sources, static_cast<size_t>(output.numel()),
-                                        reduced_type(output, "reduce_scatter"),
-                                        reduction_op(opts.reduceOp, "reduce_scatter"), output));
+                                        reduced_type(output, op, "reduce_scatter"), op, output));
   return run("reduce_scatter", OpType::REDUCE_SCATTER, device, std::move(transfers), outputs,
              bound(opts.timeout));
 }
@@ -448,10 +448,10 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(
       output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * size_,
       "gradsync: _reduce_scatter_base needs an input of the output's dtype and ", size_,
       " times its size");
-  const ReducedType type = reduced_type(input, "_reduce_scatter_base");
+  const gradsync_op op = reduction_op(opts.reduceOp, "_reduce_scatter_base");
+  const ReducedType type = reduced_type(input, op, "_reduce_scatter_base");
   std::vector<Transfer> transfers;
-  transfers.push_back(scatter_reduction({input}, static_cast<size_t>(output.numel()), type,
-                                        reduction_op(opts.reduceOp, "_reduce_scatter_base"),
+  transfers.push_back(scatter_reduction({input}, static_cast<size_t>(output.numel()), type, op,
                                         output));
   std::byte* send = direct_elements(input, type);
   std::byte* recv = direct_elements(output, type);

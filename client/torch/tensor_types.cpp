@@ -7,12 +7,16 @@ namespace {
 
 [[noreturn]] void unsupported_op(const char* call, const char* op) {
   TORCH_CHECK(false, "gradsync: ", call, " does not support the reduction op ", op,
-              " (SUM, AVG, PRODUCT, MIN and MAX are supported)");
+              " (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR and BXOR are supported)");
 }
 
 }  // namespace
 
-ReducedType reduced_type(const at::Tensor& tensor, const char* call) {
+ReducedType reduced_type(const at::Tensor& tensor, gradsync_op op, const char* call) {
+  const bool bitwise = op == GRADSYNC_BAND || op == GRADSYNC_BOR || op == GRADSYNC_BXOR;
+  TORCH_CHECK(!bitwise || !at::isFloatingType(tensor.scalar_type()), "gradsync: ", call, " of ",
+              tensor.scalar_type(),
+              " tensors: the bitwise ops BAND, BOR and BXOR reduce integer and bool tensors");
   switch (tensor.scalar_type()) {
     case at::kFloat:
       return {at::kFloat, GRADSYNC_FLOAT32};
@@ -49,11 +53,11 @@ gradsync_op reduction_op(const c10d::ReduceOp& op, const char* call) {
     case c10d::ReduceOp::MAX:
       return GRADSYNC_MAX;
     case c10d::ReduceOp::BAND:
-      unsupported_op(call, "BAND");
+      return GRADSYNC_BAND;
     case c10d::ReduceOp::BOR:
-      unsupported_op(call, "BOR");
+      return GRADSYNC_BOR;
     case c10d::ReduceOp::BXOR:
-      unsupported_op(call, "BXOR");
+      return GRADSYNC_BXOR;
     case c10d::ReduceOp::PREMUL_SUM:
       unsupported_op(call, "PREMUL_SUM");
     default:

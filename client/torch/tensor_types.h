@@ -13,18 +13,18 @@ namespace gradsync::torch_backend {
 
 // What a reduced tensor's elements travel and are reduced as: its own type where gradsync has
 // it; int32 for the narrower integers and bool, whose sums and products (taken modulo their
-// width, as Gloo's wrap) and whose minima and maxima come out the same.
+// width, as Gloo's wrap), minima, maxima and bitwise reductions come out the same.
 struct ReducedType {
   at::ScalarType scalar;
   gradsync_dtype dtype;
   size_t bytes() const { return c10::elementSize(scalar); }
 };
 
-// Throws (a RuntimeError in Python) naming the call and the dtype where there is none.
-ReducedType reduced_type(const at::Tensor& tensor, const char* call);
+// Throws (a RuntimeError in Python) naming the call and the dtype where there is none, or
+// where `op` does not reduce it (the bitwise ops reduce integer and bool tensors only).
+ReducedType reduced_type(const at::Tensor& tensor, gradsync_op op, const char* call);
 
-// The gradsync op of a PyTorch reduction; throws naming the call and the op for the bitwise
-// ops and PREMUL_SUM.
+// The gradsync op of a PyTorch reduction; throws naming the call and the op for PREMUL_SUM.
 gradsync_op reduction_op(const c10d::ReduceOp& op, const char* call);
 
 // Collectives that only move bytes (broadcast, allgather) carry any element type: its bytes

@@ -85,6 +85,10 @@ Submission resolve_submission(const ipc::SubmissionEntry& entry, BufferMemo& buf
   if (ipc::reduces(s.collective)) {
     const auto op = ipc::parse_op(entry.op);
     if (!op) return invalid(fmt::format("unknown reduction op {}", entry.op));
+    if (!ipc::op_reduces(*op, s.dtype)) {
+      return invalid(fmt::format("{} reduces integers only, not {}", ipc::op_name(*op),
+                                 ipc::dtype_name(s.dtype)));
+    }
     s.op = *op;
   }
   if (s.collective == ipc::Collective::kBroadcast) {

@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define GRADSYNC_API_VERSION 11
+#define GRADSYNC_API_VERSION 12
 
 #if defined(__GNUC__)
 #define GRADSYNC_EXPORT __attribute__((visibility("default")))
@@ -59,7 +59,11 @@ typedef enum gradsync_op {
   GRADSYNC_AVG = 1,
   GRADSYNC_MIN = 2,
   GRADSYNC_MAX = 3,
-  GRADSYNC_PROD = 4
+  GRADSYNC_PROD = 4,
+  /* Bitwise and, or and exclusive or, of integer dtypes only (API version 12). */
+  GRADSYNC_BAND = 5,
+  GRADSYNC_BOR = 6,
+  GRADSYNC_BXOR = 7
 } gradsync_op;
 
 typedef struct gradsync_comm gradsync_comm;

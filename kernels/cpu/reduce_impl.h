@@ -117,8 +117,15 @@ void reduce_block(const void* const* inputs, size_t num_inputs, void* const* out
       return wrapping_mul(a, b);
     } else if constexpr (Op == GRADSYNC_MIN) {
       return b < a ? b : a;
-    } else {
+    } else if constexpr (Op == GRADSYNC_MAX) {
       return a < b ? b : a;
+    } else if constexpr (Op == GRADSYNC_BAND) {
+      return static_cast<Acc>(a & b);
+    } else if constexpr (Op == GRADSYNC_BOR) {
+      return static_cast<Acc>(a | b);
+    } else {
+      static_assert(Op == GRADSYNC_BXOR);
+      return static_cast<Acc>(a ^ b);
     }
   };
   alignas(64) Acc acc[kBlockElements];
@@ -186,6 +193,23 @@ void reduce_op(gradsync_op op, const void* const* inputs, size_t num_inputs, voi
     case GRADSYNC_PROD:
       return reduce_typed<Storage, GRADSYNC_PROD>(inputs, num_inputs, outputs, num_outputs, count,
                                                   streaming);
+    case GRADSYNC_BAND:
+    case GRADSYNC_BOR:
+    case GRADSYNC_BXOR:
+      // Submissions pair the bitwise ops with integer dtypes only (ipc::op_reduces).
+      if constexpr (std::is_integral_v<Storage>) {
+        if (op == GRADSYNC_BAND) {
+          return reduce_typed<Storage, GRADSYNC_BAND>(inputs, num_inputs, outputs, num_outputs,
+                                                      count, streaming);
+        }
+        if (op == GRADSYNC_BOR) {
+          return reduce_typed<Storage, GRADSYNC_BOR>(inputs, num_inputs, outputs, num_outputs,
+                                                     count, streaming);
+        }
+        return reduce_typed<Storage, GRADSYNC_BXOR>(inputs, num_inputs, outputs, num_outputs,
+                                                    count, streaming);
+      }
+      return;
   }
 }
 

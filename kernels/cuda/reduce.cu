@@ -85,8 +85,15 @@ __device__ __forceinline__ Acc combine(Acc a, Acc b) {
     }
   } else if constexpr (Op == GRADSYNC_MIN) {
     return b < a ? b : a;  // the host's comparison, so NaNs land where they land there
-  } else {
+  } else if constexpr (Op == GRADSYNC_MAX) {
     return a < b ? b : a;
+  } else if constexpr (Op == GRADSYNC_BAND) {
+    return static_cast<Acc>(a & b);
+  } else if constexpr (Op == GRADSYNC_BOR) {
+    return static_cast<Acc>(a | b);
+  } else {
+    static_assert(Op == GRADSYNC_BXOR);
+    return static_cast<Acc>(a ^ b);
   }
 }
 
@@ -223,6 +230,15 @@ cudaError_t launch_op(gradsync_op op, const Operands& operands, size_t count, cu
       return launch<Storage, GRADSYNC_MAX>(operands, count, stream);
     case GRADSYNC_PROD:
       return launch<Storage, GRADSYNC_PROD>(operands, count, stream);
+    case GRADSYNC_BAND:
+    case GRADSYNC_BOR:
+    case GRADSYNC_BXOR:
+      if constexpr (std::is_integral_v<Storage>) {  // integer dtypes only (ipc::op_reduces)
+        if (op == GRADSYNC_BAND) return launch<Storage, GRADSYNC_BAND>(operands, count, stream);
+        if (op == GRADSYNC_BOR) return launch<Storage, GRADSYNC_BOR>(operands, count, stream);
+        return launch<Storage, GRADSYNC_BXOR>(operands, count, stream);
+      }
+      break;
   }
   return cudaErrorInvalidValue;
 }

@@ -4,6 +4,7 @@
 // reduce-scatter and all-to-all come back equal to the reference, on one node and across loopback
 // nodes (staged through host memory). The contract tested: a rank's writes are complete (its stream
 // synchronised) before it submits, and the result is there when the request completes.
+#include "ipc/protocol.h"
 #include "tests/gpu/gpu_testing.h"
 #include "tests/gpu/spin_kernel.h"
 #include "tests/integration/loopback_cluster.h"
@@ -83,8 +84,9 @@ int run_rank() {
   for (const gradsync_dtype dtype : {GRADSYNC_FLOAT32, GRADSYNC_FLOAT64, GRADSYNC_FLOAT16,
                                      GRADSYNC_BFLOAT16, GRADSYNC_INT32, GRADSYNC_INT64}) {
     const size_t bytes = kCount * gradsync_dtype_size(dtype);
-    for (const gradsync_op op :
-         {GRADSYNC_SUM, GRADSYNC_AVG, GRADSYNC_MIN, GRADSYNC_MAX, GRADSYNC_PROD}) {
+    for (const gradsync_op op : {GRADSYNC_SUM, GRADSYNC_AVG, GRADSYNC_MIN, GRADSYNC_MAX,
+                                 GRADSYNC_PROD, GRADSYNC_BAND, GRADSYNC_BOR, GRADSYNC_BXOR}) {
+      if (!ipc::op_reduces(op, dtype)) continue;
       for (const bool in_place : {false, true}) {
         reference::fill_input(host.data(), kCount, dtype, rank, op);
         GRADSYNC_CUDA_CHECK(cudaMemcpy(send, host.data(), bytes, cudaMemcpyHostToDevice));

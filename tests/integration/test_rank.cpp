@@ -1,6 +1,7 @@
 // gradsync-test-rank: one rank of an integration test, a real client process. Identity comes
 // from the environment, as for any rank. The scenario is argv[1]; the exit status is the result
 // (0: every check passed; for the fault scenarios, the gradsync_result the rank ended with).
+#include "ipc/protocol.h"
 #include "tests/integration/parts_scenario.h"
 #include "tests/integration/topk_scenario.h"
 #include "tools/common/reference.h"
@@ -51,7 +52,9 @@ const char* name_or_none(const char* name) {
 
 const gradsync_dtype kDtypes[] = {GRADSYNC_FLOAT32,  GRADSYNC_FLOAT64, GRADSYNC_FLOAT16,
                                   GRADSYNC_BFLOAT16, GRADSYNC_INT32,   GRADSYNC_INT64};
-const gradsync_op kOps[] = {GRADSYNC_SUM, GRADSYNC_AVG, GRADSYNC_MIN, GRADSYNC_MAX, GRADSYNC_PROD};
+// Each op with the dtypes it reduces (ipc::op_reduces: the bitwise ops take the integers).
+const gradsync_op kOps[] = {GRADSYNC_SUM,  GRADSYNC_AVG,  GRADSYNC_MIN, GRADSYNC_MAX,
+                            GRADSYNC_PROD, GRADSYNC_BAND, GRADSYNC_BOR, GRADSYNC_BXOR};
 
 // Every collective, op and dtype, in place and out of place, checked against the reference.
 // Host memory offered as device memory through the C++ wrapper: refused (no driver, or not
@@ -93,6 +96,7 @@ int scenario_collectives(Communicator& comm) {
     const size_t element = gradsync_dtype_size(dtype);
     for (size_t count : {size_t{1}, size_t{1000}, max_count}) {
       for (gradsync_op op : kOps) {
+        if (!gradsync::ipc::op_reduces(op, dtype)) continue;
         for (bool in_place : {false, true}) {
           ++seed;
           reference::fill_input(a.data(), count, dtype, g_rank, op, seed);
@@ -129,6 +133,7 @@ int scenario_collectives(Communicator& comm) {
                        count, in_place, wrong);
       }
       for (gradsync_op op : kOps) {
+        if (!gradsync::ipc::op_reduces(op, dtype)) continue;
         for (bool in_place : {false, true}) {
           ++seed;
           auto* send = a.as<uint8_t>();
@@ -213,6 +218,7 @@ int scenario_mixed(Communicator& comm) {
   for (int copy = 0; copy < 3; ++copy) {
     for (gradsync_dtype dtype : kDtypes) {
       for (gradsync_op op : kOps) {
+        if (!gradsync::ipc::op_reduces(op, dtype)) continue;
         const size_t count = 1500 + (tensors.size() * 331) % 4500;
         tensors.push_back({dtype, op, count, total});
         total += (count * gradsync_dtype_size(dtype) + 63) / 64 * 64;
@@ -457,6 +463,7 @@ int scenario_cluster(Communicator& comm) {
     for (gradsync_dtype dtype : kDtypes) {
       for (size_t count : {size_t{1}, size_t{2}, size_t{3}, size_t{1001}, max_count}) {
         for (gradsync_op op : kOps) {
+          if (!gradsync::ipc::op_reduces(op, dtype)) continue;
           ++seed;
           reference::fill_input(a.data(), count, dtype, g_rank, op, seed);
           const std::string name =

@@ -29,6 +29,18 @@ def main():
         gradsync.allreduce(t, name=f"op.{op}", op=op)
         expect(torch.allclose(t, reduce(contributions)), f"allreduce {op}")
 
+    # The bitwise ops, on integers: every rank's bits in, bit by bit.
+    bits = [(torch.arange(1000, dtype=torch.int64) * (2 * r + 3)) % 1024 - 512 for r in range(size)]
+    for op, combine in (("band", torch.bitwise_and), ("bor", torch.bitwise_or),
+                        ("bxor", torch.bitwise_xor)):
+        for dtype in (torch.int32, torch.int64):
+            t = bits[rank].to(dtype, copy=True)
+            gradsync.allreduce(t, name=f"op.{op}.{dtype}", op=op)
+            expected = bits[0]
+            for b in bits[1:]:
+                expected = combine(expected, b)
+            expect(torch.equal(t, expected.to(dtype)), f"allreduce {op} {dtype}")
+
     # Every dtype, out of place, asynchronous, several in flight.
     handles = []
     for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
@@ -126,6 +138,11 @@ def main():
         expect(False, "unknown op accepted")
     except gradsync.InvalidArgumentError:
         pass
+    try:
+        gradsync.allreduce(torch.ones(3), op="bxor")
+        expect(False, "a bitwise op on floats was accepted")
+    except gradsync.InvalidArgumentError as error:
+        expect("bxor reduces integers only, not float32" in str(error), f"message: {error}")
 
     # A job setting the daemon does not know is refused, naming it.
     try:

@@ -42,6 +42,8 @@ REFERENCE_ONLY = (torch.float16, torch.bfloat16, torch.int16, torch.bool)
 MOVED = REDUCED + [torch.complex64]
 OPS = {"sum": dist.ReduceOp.SUM, "product": dist.ReduceOp.PRODUCT, "min": dist.ReduceOp.MIN,
        "max": dist.ReduceOp.MAX}
+# Integer and bool tensors only.
+BITWISE_OPS = {"band": dist.ReduceOp.BAND, "bor": dist.ReduceOp.BOR, "bxor": dist.ReduceOp.BXOR}
 SIZES = [1, 7, 1000, 40_003]
 
 failures = []
@@ -83,6 +85,12 @@ def values(rank, count, dtype, salt=0):
 
 
 def reduce_reference(tensors, op):
+    if op in BITWISE_OPS:
+        combine = {"band": torch.bitwise_and, "bor": torch.bitwise_or, "bxor": torch.bitwise_xor}[op]
+        result = tensors[0]
+        for tensor in tensors[1:]:
+            result = combine(result, tensor)
+        return result
     stacked = torch.stack([t.double() for t in tensors])
     result = {"sum": stacked.sum(0), "product": stacked.prod(0), "min": stacked.min(0).values,
               "max": stacked.max(0).values, "avg": stacked.mean(0)}[op]
@@ -115,6 +123,22 @@ def check_calls(group, gloo, ranks, label):
                     else:
                         dist.all_reduce(theirs, op=op, group=gloo)
                     expect(equal(ours, theirs), f"{label} all_reduce {op_name} {dtype} {count} async={async_op}")
+                if not dtype.is_floating_point:
+                    for op_name, op in BITWISE_OPS.items():
+                        mine = values(ranks[rank], count, dtype, salt=7)
+                        ours, theirs = on_device(mine), mine.clone()
+                        run(dist.all_reduce, async_op, ours, op=op, group=group)
+                        if dtype in REFERENCE_ONLY:
+                            theirs = reduce_reference([values(r, count, dtype, salt=7) for r in ranks], op_name)
+                        else:
+                            dist.all_reduce(theirs, op=op, group=gloo)
+                        expect(equal(ours, theirs), f"{label} all_reduce {op_name} {dtype} {count} async={async_op}")
+                    # A reduce-scatter with one of them: block r of every rank's bits combined.
+                    blocks = [on_device(values(ranks[rank], count, dtype, salt=b)) for b in range(world)]
+                    expected = reduce_reference([values(r, count, dtype, salt=rank) for r in ranks], "bxor")
+                    out = empty(count, dtype)
+                    run(dist.reduce_scatter, async_op, out, blocks, op=dist.ReduceOp.BXOR, group=group)
+                    expect(equal(out, expected), f"{label} reduce_scatter bxor {dtype} {count}")
                 if dtype.is_floating_point:
                     ours = on_device(values(ranks[rank], count, dtype))
                     dist.all_reduce(ours, op=dist.ReduceOp.AVG, group=group)

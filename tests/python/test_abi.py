@@ -14,7 +14,7 @@ mismatches = []
 for name, value in values.items():
     python_name = name[4:] if name.startswith("ERR_") else name
     python_name = "ERR_" + python_name if name.startswith("ERR_") else python_name
-    if name in ("SUM", "AVG", "MIN", "MAX", "PROD"):
+    if name in ("SUM", "AVG", "MIN", "MAX", "PROD", "BAND", "BOR", "BXOR"):
         if _core.OPS[name.lower()] != value:
             mismatches.append(name)
     elif getattr(_core, python_name, None) != value:

@@ -160,6 +160,32 @@ TEST_F(SubmissionTest, RejectsUnknownEnums) {
   expect_invalid("collective");
 }
 
+TEST_F(SubmissionTest, BitwiseOpsReduceIntegersOnly) {
+  entry_.op = GRADSYNC_BXOR;
+  expect_invalid("bxor reduces integers only, not float32");
+  SetUp();
+  entry_.op = GRADSYNC_BAND;
+  entry_.dtype = GRADSYNC_BFLOAT16;
+  expect_invalid("band reduces integers only, not bfloat16");
+  for (const gradsync_dtype dtype : {GRADSYNC_INT32, GRADSYNC_INT64}) {
+    for (const gradsync_op op : {GRADSYNC_BAND, GRADSYNC_BOR, GRADSYNC_BXOR}) {
+      SetUp();
+      entry_.dtype = dtype;
+      entry_.op = op;
+      entry_.count = 256;
+      const Submission s = resolve();
+      EXPECT_TRUE(s.valid()) << s.error;
+    }
+  }
+  // A collective that does not reduce takes no op: a bitwise one left there is not checked.
+  SetUp();
+  entry_.collective = static_cast<uint8_t>(ipc::Collective::kAllgather);
+  entry_.op = GRADSYNC_BOR;
+  entry_.count = 256;
+  const Submission gather = resolve();
+  EXPECT_TRUE(gather.valid()) << gather.error;
+}
+
 TEST_F(SubmissionTest, RejectsBadRoots) {
   entry_.collective = static_cast<uint8_t>(ipc::Collective::kBroadcast);
   entry_.root = 2;

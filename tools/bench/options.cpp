@@ -20,7 +20,10 @@ const std::map<std::string, gradsync_op> kOps = {{"sum", GRADSYNC_SUM},
                                                  {"prod", GRADSYNC_PROD},
                                                  {"min", GRADSYNC_MIN},
                                                  {"max", GRADSYNC_MAX},
-                                                 {"avg", GRADSYNC_AVG}};
+                                                 {"avg", GRADSYNC_AVG},
+                                                 {"band", GRADSYNC_BAND},
+                                                 {"bor", GRADSYNC_BOR},
+                                                 {"bxor", GRADSYNC_BXOR}};
 
 int parse_int(const std::string& flag, const std::string& text, int min) {
   char* end = nullptr;
@@ -52,7 +55,8 @@ std::string usage() {
   return "usage: gradsync-bench [-np K] [--spawn-daemon | --cluster N [--rate 1gbit]]\n"
          "  [-c allreduce|broadcast|allgather|reduce_scatter|alltoall]\n"
          "  -b MIN -e MAX [-f FACTOR | -i STEP]   sizes in bytes, K/M/G suffixes\n"
-         "  -d float|double|half|bfloat16|int32|int64   -o sum|prod|min|max|avg   -r ROOT\n"
+         "  -d float|double|half|bfloat16|int32|int64   -o sum|prod|min|max|avg|band|bor|bxor\n"
+         "  -r ROOT   (band, bor and bxor take int32 or int64)\n"
          "  -n ITERS -w WARMUP  --check  --json FILE  --daemon PATH  --help  --version\n"
          "  --device   the sweep's buffers on the rank's GPU (LOCAL_RANK mod devices)\n"
          "  --stream   with --device: ordered on a CUDA stream, timed to the stream's end\n"
@@ -193,6 +197,10 @@ BenchOptions parse_options(int argc, char** argv) {
     }
   }
   if (o.min_bytes > o.max_bytes) throw std::invalid_argument("-b is larger than -e");
+  if (!ipc::op_reduces(o.op, o.dtype)) {
+    throw std::invalid_argument(std::string("-o ") + op_flag_name(o.op) +
+                                " reduces integers only: -d int32 or int64");
+  }
   if (!o.calibrate_path.empty() && !o.model.empty())
     throw std::invalid_argument("--calibrate and --model exclude each other");
   if (o.device && (!o.model.empty() || !o.calibrate_path.empty()))

@@ -15,6 +15,10 @@ double input_value(int rank, size_t i, gradsync_op op, uint64_t seed) {
     const uint64_t pick = mix % 5;
     return pick == 0 ? -1.0 : (pick == 1 ? 2.0 : 1.0);
   }
+  if (op == GRADSYNC_BAND || op == GRADSYNC_BOR || op == GRADSYNC_BXOR) {
+    // Every pattern of the low 8 bits, negative ones too: each bit set on some ranks only.
+    return static_cast<double>(static_cast<int64_t>((mix * 37) % 256) - 128);
+  }
   return static_cast<double>(static_cast<int64_t>(mix % 11) - 5);
 }
 
@@ -36,6 +40,15 @@ double expected_allreduce(int ranks, size_t i, gradsync_dtype dtype, gradsync_op
         break;
       case GRADSYNC_MAX:
         acc = std::max(acc, v);
+        break;
+      case GRADSYNC_BAND:
+        acc = static_cast<double>(static_cast<int64_t>(acc) & static_cast<int64_t>(v));
+        break;
+      case GRADSYNC_BOR:
+        acc = static_cast<double>(static_cast<int64_t>(acc) | static_cast<int64_t>(v));
+        break;
+      case GRADSYNC_BXOR:
+        acc = static_cast<double>(static_cast<int64_t>(acc) ^ static_cast<int64_t>(v));
         break;
     }
   }

@@ -23,7 +23,8 @@ ERR_INVALID_ARGUMENT, ERR_CONNECT, ERR_PROTOCOL, ERR_PERMISSION = 2, 3, 4, 5
 ERR_MISMATCH, ERR_PEER_FAILED, ERR_DAEMON_GONE, ERR_OUT_OF_MEMORY = 6, 7, 8, 9
 ERR_INTERNAL, ERR_TIMEOUT, ERR_UNSUPPORTED = 10, 11, 12
 FLOAT32, FLOAT64, FLOAT16, BFLOAT16, INT32, INT64 = 0, 1, 2, 3, 4, 5
-OPS = {"sum": 0, "avg": 1, "average": 1, "mean": 1, "min": 2, "max": 3, "prod": 4, "product": 4}
+OPS = {"sum": 0, "avg": 1, "average": 1, "mean": 1, "min": 2, "max": 3, "prod": 4, "product": 4,
+       "band": 5, "bor": 6, "bxor": 7}  # the bitwise ops: integer dtypes only
 
 _ELEMENT_BYTES = {FLOAT32: 4, FLOAT64: 8, FLOAT16: 2, BFLOAT16: 2, INT32: 4, INT64: 8}
 _DTYPE_BY_NAME = {
