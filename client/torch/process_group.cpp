@@ -87,41 +87,47 @@ std::byte* unless_aliased(const std::byte* send, size_t send_bytes, std::byte* r
   return overlap ? nullptr : recv;
 }
 
-// Copies `blocks` end to end into staging, as `type`.
-std::function<void(std::byte*)> fill_with(std::vector<at::Tensor> blocks, ReducedType type) {
-  return [blocks = std::move(blocks), type](std::byte* send) {
+// Copies `blocks` end to end into staging, as `type`, multiplied by PREMUL_SUM's factor where
+// the reduction has one.
+std::function<void(std::byte*)> fill_with(std::vector<at::Tensor> blocks, ReducedType type,
+                                          const at::Tensor& premultiplier = {}) {
+  return [blocks = std::move(blocks), type, premultiplier](std::byte* send) {
     for (const at::Tensor& block : blocks) {
-      copy_in(send, block, type.scalar);
+      if (premultiplier.defined()) {
+        multiply_in(send, block, type.scalar, premultiplier);
+      } else {
+        copy_in(send, block, type.scalar);
+      }
       send += static_cast<size_t>(block.numel()) * type.bytes();
     }
   };
 }
 
 // An allreduce of `tensor` whose result lands back in it (where `keep`).
-Transfer reduction_in_place(const at::Tensor& tensor, gradsync_op op, const char* call,
+Transfer reduction_in_place(const at::Tensor& tensor, const Reduction& reduction, const char* call,
                             bool keep = true) {
-  const ReducedType type = reduced_type(tensor, op, call);
+  const ReducedType type = reduced_type(tensor, reduction, call);
   Transfer transfer;
   transfer.kind = TransferKind::kAllreduce;
   transfer.count = static_cast<size_t>(tensor.numel());
   transfer.send_bytes = transfer.count * type.bytes();
   transfer.dtype = type.dtype;
-  transfer.op = op;
-  transfer.fill = fill_with({tensor}, type);
+  transfer.op = reduction.op;
+  transfer.fill = fill_with({tensor}, type, reduction.premultiplier);
   transfer.deliver = [tensor, type, keep](const std::byte* recv) {
     if (keep) copy_out(recv, tensor, type.scalar);
   };
-  // In place only where the result is kept: a reduce leaves its other ranks' tensors as they are.
-  if (std::byte* memory = keep ? direct_elements(tensor, type) : nullptr) {
-    run_direct(transfer, memory, memory, {tensor});
-  }
+  // In place only where the result is kept: a reduce leaves its other ranks' tensors as they
+  // are. A premultiplied input is staged: the staging copy multiplies.
+  std::byte* memory = keep && !reduction.premultiplied() ? direct_elements(tensor, type) : nullptr;
+  if (memory != nullptr) run_direct(transfer, memory, memory, {tensor});
   return transfer;
 }
 
 // A reduce-scatter of `blocks` (one per rank, of one size) laid end to end in staging, as
 // `type`; `output` takes this rank's reduced block.
 Transfer scatter_reduction(const std::vector<at::Tensor>& blocks, size_t block_elements,
-                           ReducedType type, gradsync_op op, const at::Tensor& output) {
+                           ReducedType type, const Reduction& reduction, const at::Tensor& output) {
   Transfer transfer;
   transfer.kind = TransferKind::kReduceScatter;
   transfer.count = block_elements;
@@ -130,8 +136,8 @@ Transfer scatter_reduction(const std::vector<at::Tensor>& blocks, size_t block_e
     transfer.send_bytes += static_cast<size_t>(block.numel()) * type.bytes();
   }
   transfer.dtype = type.dtype;
-  transfer.op = op;
-  transfer.fill = fill_with(blocks, type);
+  transfer.op = reduction.op;
+  transfer.fill = fill_with(blocks, type, reduction.premultiplier);
   transfer.deliver = [output, type](const std::byte* recv) { copy_out(recv, output, type.scalar); };
   return transfer;
 }
@@ -247,19 +253,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allreduce(std::vector<at::T
   const c10::Device device = call_device("allreduce", tensor);
   std::vector<Transfer> transfers;
   transfers.push_back(
-      reduction_in_place(tensor, reduction_op(opts.reduceOp, "allreduce"), "allreduce"));
+      reduction_in_place(tensor, reduction_of(opts.reduceOp, "allreduce"), "allreduce"));
   return run("allreduce", OpType::ALLREDUCE, device, std::move(transfers), tensors,
              bound(opts.timeout));
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  const gradsync_op op = reduction_op(opts.reduceOp, "allreduce_coalesced");
+  const Reduction reduction = reduction_of(opts.reduceOp, "allreduce_coalesced");
   const c10::Device device = call_device("allreduce_coalesced", tensors);
   std::vector<Transfer> transfers;
   transfers.reserve(tensors.size());
   for (const at::Tensor& tensor : tensors) {
-    transfers.push_back(reduction_in_place(tensor, op, "allreduce_coalesced"));
+    transfers.push_back(reduction_in_place(tensor, reduction, "allreduce_coalesced"));
   }
   return run("allreduce_coalesced", OpType::ALLREDUCE_COALESCED, device, std::move(transfers),
              tensors, bound(opts.timeout));
@@ -275,7 +281,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce(std::vector<at::Tens
   const bool root = opts.rootRank == rank_;
   std::vector<Transfer> transfers;
   transfers.push_back(
-      reduction_in_place(tensor, reduction_op(opts.reduceOp, "reduce"), "reduce", root));
+      reduction_in_place(tensor, reduction_of(opts.reduceOp, "reduce"), "reduce", root));
   return run("reduce", OpType::REDUCE, device, std::move(transfers), tensors, bound(opts.timeout));
 }
 
@@ -433,10 +439,11 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::reduce_scatter(
   const std::vector<at::Tensor> sources = inputs.front();
   const c10::Device device = call_device("reduce_scatter", output, sources);
   for (const at::Tensor& source : sources) check_like(source, output, "reduce_scatter");
-  const gradsync_op op = reduction_op(opts.reduceOp, "reduce_scatter");
+  const Reduction reduction = reduction_of(opts.reduceOp, "reduce_scatter");
   std::vector<Transfer> transfers;
   transfers.push_back(scatter_reduction(sources, static_cast<size_t>(output.numel()),
-                                        reduced_type(output, op, "reduce_scatter"), op, output));
+                                        reduced_type(output, reduction, "reduce_scatter"),
+                                        reduction, output));
   return run("reduce_scatter", OpType::REDUCE_SCATTER, device, std::move(transfers), outputs,
              bound(opts.timeout));
 }
@@ -448,12 +455,13 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupGradsync::_reduce_scatter_base(
       output.scalar_type() == input.scalar_type() && input.numel() == output.numel() * size_,
       "gradsync: _reduce_scatter_base needs an input of the output's dtype and ", size_,
       " times its size");
-  const gradsync_op op = reduction_op(opts.reduceOp, "_reduce_scatter_base");
-  const ReducedType type = reduced_type(input, op, "_reduce_scatter_base");
+  const Reduction reduction = reduction_of(opts.reduceOp, "_reduce_scatter_base");
+  const ReducedType type = reduced_type(input, reduction, "_reduce_scatter_base");
   std::vector<Transfer> transfers;
-  transfers.push_back(scatter_reduction({input}, static_cast<size_t>(output.numel()), type, op,
-                                        output));
-  std::byte* send = direct_elements(input, type);
+  transfers.push_back(
+      scatter_reduction({input}, static_cast<size_t>(output.numel()), type, reduction, output));
+  // A premultiplied input is staged: the staging copy multiplies, and the input stays as it is.
+  std::byte* send = reduction.premultiplied() ? nullptr : direct_elements(input, type);
   std::byte* recv = direct_elements(output, type);
   const size_t block = bytes_of(output);
   // In place: the output is this rank's block of the input.

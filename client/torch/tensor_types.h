@@ -20,12 +20,22 @@ struct ReducedType {
   size_t bytes() const { return c10::elementSize(scalar); }
 };
 
-// Throws (a RuntimeError in Python) naming the call and the dtype where there is none, or
-// where `op` does not reduce it (the bitwise ops reduce integer and bool tensors only).
-ReducedType reduced_type(const at::Tensor& tensor, gradsync_op op, const char* call);
+// A PyTorch reduction as gradsync runs it: the op, and for PREMUL_SUM the factor every rank's
+// input is multiplied by as it is staged (the sum then runs as SUM, and the input stays as it
+// was, as NCCL leaves it).
+struct Reduction {
+  gradsync_op op = GRADSYNC_SUM;
+  at::Tensor premultiplier;  // a scalar; undefined but for PREMUL_SUM
+  bool premultiplied() const { return premultiplier.defined(); }
+};
 
-// The gradsync op of a PyTorch reduction; throws naming the call and the op for PREMUL_SUM.
-gradsync_op reduction_op(const c10d::ReduceOp& op, const char* call);
+// Throws (a RuntimeError in Python) naming the call and the op for ops gradsync has none of.
+Reduction reduction_of(const c10d::ReduceOp& op, const char* call);
+
+// Throws (a RuntimeError in Python) naming the call and the dtype where there is none, or
+// where the reduction does not take it (the bitwise ops reduce integer and bool tensors only,
+// PREMUL_SUM floating-point ones).
+ReducedType reduced_type(const at::Tensor& tensor, const Reduction& reduction, const char* call);
 
 // Collectives that only move bytes (broadcast, allgather) carry any element type: its bytes
 // travel as 4-byte words, the last one padded.

@@ -18,6 +18,11 @@ void copy_in(std::byte* staging, const at::Tensor& tensor, at::ScalarType as) {
 void copy_in(std::byte* staging, const at::Tensor& tensor) {
   copy_in(staging, tensor, tensor.scalar_type());
 }
+void multiply_in(std::byte* staging, const at::Tensor& tensor, at::ScalarType as,
+                 const at::Tensor& factor) {
+  at::Tensor target = at::from_blob(staging, tensor.sizes(), tensor.options().dtype(as));
+  at::mul_out(target, tensor, factor);
+}
 void copy_out(const std::byte* staging, const at::Tensor& tensor, at::ScalarType as) {
   // from_blob takes a mutable pointer; the view is only read.
   tensor.copy_(

@@ -21,6 +21,9 @@ size_t bytes_of(const at::Tensor& tensor);
 // elements of `as` (converted where that is not the tensor's own type).
 void copy_in(std::byte* staging, const at::Tensor& tensor, at::ScalarType as);
 void copy_in(std::byte* staging, const at::Tensor& tensor);
+// copy_in, each element multiplied by `factor` (a scalar tensor) on the way: one pass.
+void multiply_in(std::byte* staging, const at::Tensor& tensor, at::ScalarType as,
+                 const at::Tensor& factor);
 void copy_out(const std::byte* staging, const at::Tensor& tensor, at::ScalarType as);
 void copy_out(const std::byte* staging, const at::Tensor& tensor);
 

@@ -206,8 +206,8 @@ void reduce_op(gradsync_op op, const void* const* inputs, size_t num_inputs, voi
           return reduce_typed<Storage, GRADSYNC_BOR>(inputs, num_inputs, outputs, num_outputs,
                                                      count, streaming);
         }
-        return reduce_typed<Storage, GRADSYNC_BXOR>(inputs, num_inputs, outputs, num_outputs,
-                                                    count, streaming);
+        return reduce_typed<Storage, GRADSYNC_BXOR>(inputs, num_inputs, outputs, num_outputs, count,
+                                                    streaming);
       }
       return;
   }

@@ -37,8 +37,9 @@ def check_bad_input(expect):
            lambda: dist.all_reduce(torch.empty(4, device="meta")))
     raises(expect, "a sparse tensor", ["gradsync", "Sparse"],
            lambda: dist.all_reduce(torch.ones(4).to_sparse()))
-    raises(expect, "an unsupported op", ["gradsync", "PREMUL_SUM"],
-           lambda: dist.all_reduce(torch.ones(4), op=dist._make_nccl_premul_sum(2.0)))
+    raises(expect, "PREMUL_SUM of integers", ["gradsync", "PREMUL_SUM", "floating-point"],
+           lambda: dist.all_reduce(torch.ones(4, dtype=torch.int64),
+                                   op=dist._make_nccl_premul_sum(2.0)))
     raises(expect, "a bitwise op on floats", ["gradsync", "BAND", "integer and bool tensors"],
            lambda: dist.all_reduce(torch.ones(4), op=dist.ReduceOp.BAND))
     # Complex all_reduce PyTorch turns into real pairs itself; _reduce_scatter_base it hands on.

@@ -140,6 +140,26 @@ def check_calls(group, gloo, ranks, label):
                     run(dist.reduce_scatter, async_op, out, blocks, op=dist.ReduceOp.BXOR, group=group)
                     expect(equal(out, expected), f"{label} reduce_scatter bxor {dtype} {count}")
                 if dtype.is_floating_point:
+                    # PREMUL_SUM (no Gloo to compare with): each rank's input times the factor,
+                    # summed; a number or a tensor, exact on these values.
+                    for factor, scale in ((0.5, 0.5), ([torch.tensor(0.25, dtype=torch.float64)], 0.25)):
+                        premul = dist._make_nccl_premul_sum(factor)
+                        expected = reduce_reference(
+                            [values(r, count, dtype).double() * scale for r in ranks], "sum").to(dtype)
+                        ours = on_device(values(ranks[rank], count, dtype))
+                        run(dist.all_reduce, async_op, ours, op=premul, group=group)
+                        expect(equal(ours, expected), f"{label} all_reduce premul {scale} {dtype} {count}")
+                        # _reduce_scatter_base: its input stays as it was.
+                        source = on_device(torch.cat([values(ranks[rank], count, dtype, salt=b)
+                                                      for b in range(world)]))
+                        before = source.clone()
+                        out = empty(count, dtype)
+                        run(dist._reduce_scatter_base, async_op, out, source, op=premul, group=group)
+                        expected = reduce_reference(
+                            [values(r, count, dtype, salt=rank).double() * scale for r in ranks],
+                            "sum").to(dtype)
+                        expect(equal(out, expected) and equal(source, before),
+                               f"{label} _reduce_scatter_base premul {scale} {dtype} {count}")
                     ours = on_device(values(ranks[rank], count, dtype))
                     dist.all_reduce(ours, op=dist.ReduceOp.AVG, group=group)
                     ours = ours.cpu()

@@ -16,14 +16,9 @@ const std::vector<std::pair<std::string, gradsync_dtype>> kDtypes = {
     {"bfloat16", GRADSYNC_BFLOAT16}, {"int32", GRADSYNC_INT32},     {"int64", GRADSYNC_INT64},
     {"float32", GRADSYNC_FLOAT32},   {"float64", GRADSYNC_FLOAT64}, {"float16", GRADSYNC_FLOAT16},
     {"int", GRADSYNC_INT32}};
-const std::map<std::string, gradsync_op> kOps = {{"sum", GRADSYNC_SUM},
-                                                 {"prod", GRADSYNC_PROD},
-                                                 {"min", GRADSYNC_MIN},
-                                                 {"max", GRADSYNC_MAX},
-                                                 {"avg", GRADSYNC_AVG},
-                                                 {"band", GRADSYNC_BAND},
-                                                 {"bor", GRADSYNC_BOR},
-                                                 {"bxor", GRADSYNC_BXOR}};
+const std::map<std::string, gradsync_op> kOps = {
+    {"sum", GRADSYNC_SUM}, {"prod", GRADSYNC_PROD}, {"min", GRADSYNC_MIN}, {"max", GRADSYNC_MAX},
+    {"avg", GRADSYNC_AVG}, {"band", GRADSYNC_BAND}, {"bor", GRADSYNC_BOR}, {"bxor", GRADSYNC_BXOR}};
 
 int parse_int(const std::string& flag, const std::string& text, int min) {
   char* end = nullptr;
@@ -55,8 +50,8 @@ std::string usage() {
   return "usage: gradsync-bench [-np K] [--spawn-daemon | --cluster N [--rate 1gbit]]\n"
          "  [-c allreduce|broadcast|allgather|reduce_scatter|alltoall]\n"
          "  -b MIN -e MAX [-f FACTOR | -i STEP]   sizes in bytes, K/M/G suffixes\n"
-         "  -d float|double|half|bfloat16|int32|int64   -o sum|prod|min|max|avg|band|bor|bxor\n"
-         "  -r ROOT   (band, bor and bxor take int32 or int64)\n"
+         "  -d float|double|half|bfloat16|int32|int64   -r ROOT\n"
+         "  -o sum|prod|min|max|avg|band|bor|bxor   (band, bor, bxor: int32 and int64 only)\n"
          "  -n ITERS -w WARMUP  --check  --json FILE  --daemon PATH  --help  --version\n"
          "  --device   the sweep's buffers on the rank's GPU (LOCAL_RANK mod devices)\n"
          "  --stream   with --device: ordered on a CUDA stream, timed to the stream's end\n"
