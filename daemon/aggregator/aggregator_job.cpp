@@ -37,7 +37,8 @@ std::optional<std::string> AggregatorJob::announce(uint32_t node,
   const auto op = ipc::parse_op(announced.getOp());
   const uint64_t count = announced.getCount();
   const bool bf16 = announced.getBf16();
-  if (!dtype || !op || *op == GRADSYNC_AVG || count == 0 || (bf16 && *dtype != GRADSYNC_FLOAT32)) {
+  if (!dtype || !op || *op == GRADSYNC_AVG || !ipc::op_reduces(*op, *dtype) || count == 0 ||
+      (bf16 && *dtype != GRADSYNC_FLOAT32)) {
     return fmt::format(
         "node {} announced collective {} with dtype {}, op {}, {} elements{}: not "
         "a sum this aggregator can take",

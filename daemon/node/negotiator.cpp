@@ -51,6 +51,10 @@ Proposal read_proposal(wire::Ready::Reader ready) {
         fmt::format("a peer reported '{}' with collective {}, dtype {}, op {}: not all known",
                     p.key, ready.getCollective(), ready.getDtype(), ready.getOp()));
   }
+  if (ipc::reduces(*collective) && !ipc::op_reduces(*op, *dtype)) {
+    throw std::invalid_argument(fmt::format("a peer reported '{}' reducing {} by {}", p.key,
+                                            ipc::dtype_name(*dtype), ipc::op_name(*op)));
+  }
   p.signature.collective = *collective;
   p.signature.dtype = *dtype;
   p.signature.op = *op;

@@ -884,10 +884,11 @@ TEST(Negotiator, RejectsContributionsThatDoNotFitTheirData) {
 
 // Two inputs tests/fuzz found (both also in its corpus): a report with values outside the enums,
 // and a short message listing more reports than any node sends in a cycle.
-TEST(Negotiator, RejectsReportsOutsideTheEnumsAndTooManyOfThem) {
+TEST(Negotiator, RejectsReportsNoRankCouldSubmitAndTooManyOfThem) {
   auto ignore = [](uint32_t, capnp::MessageBuilder&) {};
-  for (const auto& [collective, dtype, op] :
-       std::vector<std::array<uint8_t, 3>>{{9, 0, 0}, {0, 248, 0}, {0, 0, 77}}) {
+  // Values outside the enums, and an allreduce of float32 by a bitwise op.
+  for (const auto& [collective, dtype, op] : std::vector<std::array<uint8_t, 3>>{
+           {9, 0, 0}, {0, 248, 0}, {0, 0, 77}, {0, GRADSYNC_FLOAT32, GRADSYNC_BXOR}}) {
     Negotiator node0("job", 2, 0, "ranks 0", 16, {}, ignore);
     capnp::MallocMessageBuilder message;
     auto cycle = message.initRoot<wire::NodeMessage>().initCycle();
