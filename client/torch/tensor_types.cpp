@@ -83,8 +83,10 @@ Reduction reduction_of(const c10d::ReduceOp& op, const char* call) {
     case c10d::ReduceOp::BXOR:
       return {GRADSYNC_BXOR};
     case c10d::ReduceOp::PREMUL_SUM: {
+      // PyTorch gives PREMUL_SUM no supplement of any other kind (its own backends cast so too:
+      // a dynamic_cast would compare type information across separately built libraries).
       const auto* supplement =
-          dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+          static_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
       TORCH_CHECK(supplement != nullptr, "gradsync: ", call,
                   " got PREMUL_SUM without its factor (make it with "
                   "torch.distributed._make_nccl_premul_sum)");
