@@ -97,6 +97,17 @@ def reduce_reference(tensors, op):
     return result.to(tensors[0].dtype)
 
 
+def premul_sum(factor):
+    """PREMUL_SUM by `factor`, a number or a one-element tensor (which PyTorch 1 takes in a
+    list, one a tensor of the call)."""
+    if isinstance(factor, torch.Tensor):
+        try:
+            return dist._make_nccl_premul_sum(factor)
+        except TypeError:
+            return dist._make_nccl_premul_sum([factor])
+    return dist._make_nccl_premul_sum(factor)
+
+
 def run(call, async_op, *args, **kwargs):
     """A dist call, synchronous or waited for through its Work (and its future)."""
     if not async_op:
@@ -142,8 +153,8 @@ def check_calls(group, gloo, ranks, label):
                 if dtype.is_floating_point:
                     # PREMUL_SUM (no Gloo to compare with): each rank's input times the factor,
                     # summed; a number or a tensor, exact on these values.
-                    for factor, scale in ((0.5, 0.5), ([torch.tensor(0.25, dtype=torch.float64)], 0.25)):
-                        premul = dist._make_nccl_premul_sum(factor)
+                    for factor, scale in ((0.5, 0.5), (torch.tensor(0.25, dtype=torch.float64), 0.25)):
+                        premul = premul_sum(factor)
                         expected = reduce_reference(
                             [values(r, count, dtype).double() * scale for r in ranks], "sum").to(dtype)
                         ours = on_device(values(ranks[rank], count, dtype))
