@@ -30,10 +30,15 @@ ipc::UniqueFd connect_to_daemon(const std::string& path) {
   return socket;
 }
 
-std::string ask_node_address(const std::string& path, int timeout_ms) {
+namespace {
+
+// Asks the daemon at `path` one question (`ask` fills the Inspect) on a connection of its own,
+// and hands the reply to `answer`; the daemon's error is thrown.
+template <typename Ask, typename Answer>
+auto inspect(const std::string& path, int timeout_ms, Ask&& ask, Answer&& answer) {
   const ipc::UniqueFd socket = connect_to_daemon(path);
   capnp::MallocMessageBuilder message;
-  message.initRoot<ipc::wire::Request>().initInspect().setNodeAddress();
+  ask(message.initRoot<ipc::wire::Request>().initInspect());
   ipc::send_frame(socket.get(), ipc::encode(message));
   ipc::FrameReader reader;
   const ipc::Frame frame = ipc::receive_frame(socket.get(), reader, timeout_ms);
@@ -43,10 +48,31 @@ std::string ask_node_address(const std::string& path, int timeout_ms) {
     throw Error(static_cast<gradsync_result>(root.getError().getCode()),
                 root.getError().getMessage().cStr());
   }
-  if (!root.isNodeAddress()) {
-    throw Error(GRADSYNC_ERR_PROTOCOL, "unexpected reply to a node-address question");
-  }
-  return root.getNodeAddress().cStr();
+  return answer(root);
+}
+
+}  // namespace
+
+std::string ask_node_address(const std::string& path, int timeout_ms) {
+  return inspect(
+      path, timeout_ms, [](ipc::wire::Inspect::Builder ask) { ask.setNodeAddress(); },
+      [](ipc::wire::Reply::Reader reply) -> std::string {
+        if (!reply.isNodeAddress()) {
+          throw Error(GRADSYNC_ERR_PROTOCOL, "unexpected reply to a node-address question");
+        }
+        return reply.getNodeAddress().cStr();
+      });
+}
+
+std::string ask_waiting_for(const std::string& path, const std::string& job, int timeout_ms) {
+  return inspect(
+      path, timeout_ms, [&job](ipc::wire::Inspect::Builder ask) { ask.setWaitingFor(job); },
+      [](ipc::wire::Reply::Reader reply) -> std::string {
+        if (!reply.isWaitingFor()) {
+          throw Error(GRADSYNC_ERR_PROTOCOL, "unexpected reply to a waiting-for question");
+        }
+        return reply.getWaitingFor().cStr();
+      });
 }
 
 }  // namespace gradsync::client

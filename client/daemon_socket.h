@@ -16,4 +16,8 @@ ipc::UniqueFd connect_to_daemon(const std::string& path);
 // address but loopback).
 std::string ask_node_address(const std::string& path, int timeout_ms);
 
+// What the daemon at `path` says job `job` waits for (gradsync_waiting_for), asked on a
+// connection of its own; throws Error with the daemon's reason where it cannot say.
+std::string ask_waiting_for(const std::string& path, const std::string& job, int timeout_ms);
+
 }  // namespace gradsync::client

@@ -36,8 +36,8 @@ using gradsync::client::Error;
 // heap's calls), per thread like errno.
 thread_local std::string error_without_comm;
 
-// A daemon answers a question about itself from its control thread, at once.
-constexpr int kNodeAddressTimeoutMs = 10'000;
+// A daemon answers a question from its control thread, at once or with an engine snapshot.
+constexpr int kQuestionTimeoutMs = 10'000;
 
 // Where node daemons listen unless configured otherwise (gradsyncd's `listen`).
 constexpr int32_t kDefaultNodePort = 9478;
@@ -476,12 +476,28 @@ gradsync_result gradsync_node_address(const char* socket_path, char* address, si
       throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "no room for the address");
     }
     const std::string answer = gradsync::client::ask_node_address(
-        socket_path != nullptr ? socket_path : socket_from_env(), kNodeAddressTimeoutMs);
+        socket_path != nullptr ? socket_path : socket_from_env(), kQuestionTimeoutMs);
     if (answer.size() >= capacity) {
       throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "the address " + answer + " needs " +
                                                      std::to_string(answer.size() + 1) + " bytes");
     }
     std::memcpy(address, answer.c_str(), answer.size() + 1);
+    return GRADSYNC_OK;
+  });
+}
+
+gradsync_result gradsync_waiting_for(gradsync_comm* comm, char* text, size_t capacity) {
+  return with_comm(comm, [&](Communicator& c) {
+    if (text == nullptr || capacity == 0) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "no room for the answer");
+    }
+    const gradsync_options& options = c.options();
+    const std::string answer = gradsync::client::ask_waiting_for(
+        std::string(options.socket_path, strnlen(options.socket_path, sizeof(options.socket_path))),
+        std::string(options.job, strnlen(options.job, sizeof(options.job))), kQuestionTimeoutMs);
+    const size_t kept = std::min(answer.size(), capacity - 1);
+    std::memcpy(text, answer.data(), kept);
+    text[kept] = '\0';
     return GRADSYNC_OK;
   });
 }

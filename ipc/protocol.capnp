@@ -107,6 +107,9 @@ struct Inspect {
     status @0 :Void;  # daemon, configuration, clients, jobs and peers
     trace @1 :TraceRequest;
     nodeAddress @2 :Void;  # where other nodes reach this daemon: answered with nodeAddress
+    # A job of the asker's (by name): answered with waitingFor, what its oldest collective that
+    # some of its ranks or nodes submitted waits for, naming the others ("" for nothing).
+    waitingFor @3 :Text;
   }
 }
 
@@ -143,6 +146,7 @@ struct Reply {
     report @3 :Report;
     events @4 :RegisteredEvents;
     nodeAddress @5 :Text;  # HOST:PORT
+    waitingFor @6 :Text;
   }
 }
 

@@ -302,14 +302,23 @@ void CollectiveWorker::submit(Lane& lane, InFlight& flight) {
   }
 }
 
+std::string CollectiveWorker::waiting_for(Lane& lane) {
+  try {
+    const std::string waiting = lane.comm.waiting_for();
+    return waiting.empty() ? std::string() : "; the daemon: " + waiting;
+  } catch (const std::exception& error) {  // the answer would only have helped
+    return std::string("; the daemon could not say what the job waits for: ") + error.what();
+  }
+}
+
 bool CollectiveWorker::progress(Lane& lane, InFlight& oldest, std::chrono::milliseconds slice) {
   while (oldest.finished < oldest.requests.size()) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= oldest.deadline) {
       const auto timeout = oldest.task.timeout.count();
-      oldest.error = std::make_exception_ptr(
-          std::runtime_error("gradsync: " + oldest.task.call + " timed out after " +
-                             std::to_string(timeout) + " ms (the process group's timeout)"));
+      oldest.error = std::make_exception_ptr(std::runtime_error(
+          "gradsync: " + oldest.task.call + " timed out after " + std::to_string(timeout) +
+          " ms (the process group's timeout)" + waiting_for(lane)));
       broken_ = std::make_exception_ptr(std::runtime_error(
           "gradsync: an earlier " + oldest.task.call + " timed out after " +
           std::to_string(timeout) + " ms; this process group cannot run collectives any more"));

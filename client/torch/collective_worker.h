@@ -186,6 +186,9 @@ class CollectiveWorker {
   void deliver(Lane& lane, InFlight& done);
   // Waits up to `slice` for the lane's oldest task: true once it is over.
   bool progress(Lane& lane, InFlight& oldest, std::chrono::milliseconds slice);
+  // What the lane's job waits for as its daemon says, for a timeout's message ("; the daemon:
+  // ..."; empty where nothing waits).
+  static std::string waiting_for(Lane& lane);
   void finish(Lane& lane, InFlight& done);
   // The stream the worker copies to and from `device` on (none for the host).
   std::optional<c10::Stream> stream_for(c10::Device device);

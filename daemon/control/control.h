@@ -19,6 +19,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -98,6 +99,10 @@ class ControlServer {
   void reply_ok(Client& client);
   // Where other nodes reach this daemon (transport::reachable_address), or why it cannot say.
   void reply_node_address(Client& client);
+  // What the asker's job waits for (Inspect.waitingFor), from an engine snapshot.
+  void reply_waiting_for(Client& client, const std::string& job);
+  // The engine's snapshot; none (the client told why) where the engine does not answer.
+  std::optional<EngineSnapshot> engine_snapshot(Client& client);
   void reply_error(Client& client, gradsync_result code, const std::string& message);
   // `how`: whether the rank left the job (a goodbye) or its connection ended.
   void disconnect(uint64_t client_id, const std::string& reason, Departure how);

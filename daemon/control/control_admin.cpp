@@ -55,28 +55,16 @@ std::vector<std::string> changed_keys(const std::string& before_toml,
 void ControlServer::handle_inspect(Client& client, ipc::wire::Inspect::Reader inspect) {
   switch (inspect.which()) {
     case ipc::wire::Inspect::STATUS: {
-      InspectEngine command;
-      auto snapshot = command.snapshot.get_future();
-      engine_.post(std::move(command));
-      if (snapshot.wait_for(kSnapshotTimeout) != std::future_status::ready) {
-        reply_error(
-            client, GRADSYNC_ERR_TIMEOUT,
-            fmt::format("the engine thread has not answered in {} s", kSnapshotTimeout.count()));
-        return;
-      }
-      try {
-        EngineSnapshot view = snapshot.get();
-        // A job's names, ranks and progress are its owner's business (and the operator's).
-        restrict_to_viewer(view, client.credentials.uid, ::geteuid(),
-                           [this](const std::string& job) -> std::optional<uid_t> {
-                             const auto it = jobs_.find(job);
-                             if (it == jobs_.end()) return std::nullopt;
-                             return it->second.owner;
-                           });
-        reply_report(client, status_json(info_, config_, view));
-      } catch (const std::future_error&) {  // the engine went without answering (shutdown)
-        reply_error(client, GRADSYNC_ERR_DAEMON_GONE, "gradsyncd is shutting down");
-      }
+      std::optional<EngineSnapshot> view = engine_snapshot(client);
+      if (!view) return;
+      // A job's names, ranks and progress are its owner's business (and the operator's).
+      restrict_to_viewer(*view, client.credentials.uid, ::geteuid(),
+                         [this](const std::string& job) -> std::optional<uid_t> {
+                           const auto it = jobs_.find(job);
+                           if (it == jobs_.end()) return std::nullopt;
+                           return it->second.owner;
+                         });
+      reply_report(client, status_json(info_, config_, *view));
       return;
     }
     case ipc::wire::Inspect::TRACE:
@@ -85,8 +73,50 @@ void ControlServer::handle_inspect(Client& client, ipc::wire::Inspect::Reader in
     case ipc::wire::Inspect::NODE_ADDRESS:
       reply_node_address(client);
       return;
+    case ipc::wire::Inspect::WAITING_FOR:
+      reply_waiting_for(client, inspect.getWaitingFor().cStr());
+      return;
   }
   reply_error(client, GRADSYNC_ERR_PROTOCOL, "unknown inspect request");
+}
+
+std::optional<EngineSnapshot> ControlServer::engine_snapshot(Client& client) {
+  InspectEngine command;
+  auto snapshot = command.snapshot.get_future();
+  engine_.post(std::move(command));
+  if (snapshot.wait_for(kSnapshotTimeout) != std::future_status::ready) {
+    reply_error(
+        client, GRADSYNC_ERR_TIMEOUT,
+        fmt::format("the engine thread has not answered in {} s", kSnapshotTimeout.count()));
+    return std::nullopt;
+  }
+  try {
+    return snapshot.get();
+  } catch (const std::future_error&) {  // the engine went without answering (shutdown)
+    reply_error(client, GRADSYNC_ERR_DAEMON_GONE, "gradsyncd is shutting down");
+    return std::nullopt;
+  }
+}
+
+void ControlServer::reply_waiting_for(Client& client, const std::string& job) {
+  // Another user's job is as unknown to the asker as one that is not there (as in status).
+  const uid_t viewer = client.credentials.uid;
+  const auto record = jobs_.find(job);
+  if (record == jobs_.end() ||
+      (viewer != 0 && viewer != ::geteuid() && record->second.owner != viewer)) {
+    reply_error(client, GRADSYNC_ERR_INVALID_ARGUMENT,
+                fmt::format("no job '{}' of yours on this daemon", job));
+    return;
+  }
+  const std::optional<EngineSnapshot> view = engine_snapshot(client);
+  if (!view) return;
+  std::string waiting;
+  for (const JobView& candidate : view->jobs) {
+    if (candidate.name == job) waiting = candidate.stall;
+  }
+  capnp::MallocMessageBuilder reply;
+  reply.initRoot<ipc::wire::Reply>().setWaitingFor(waiting);
+  ipc::send_frame(client.socket.get(), ipc::encode(reply));
 }
 
 void ControlServer::reply_node_address(Client& client) {

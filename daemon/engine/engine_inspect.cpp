@@ -46,6 +46,7 @@ void Engine::handle(InspectEngine& command) {
     view.local_ranks = job->connected_ranks();
     view.world_size = job->world_size();
     view.stall_seconds = job->stall_seconds();
+    view.stall = job->stall_text();
     view.traced = job->trace() != nullptr;
     view.parent = job->parent().job;
     view.parent_ranks = job->parent().ranks;
@@ -153,7 +154,7 @@ bool Engine::inspect_stalls(Clock::time_point now) {
       }
     }
     for (const auto& warning : warnings) log_->warn("stall: {}", warning);
-    job->set_stall_seconds(age);
+    job->set_stall(age, oldest);
     if (config_.stall_shutdown_seconds > 0 &&
         age >= std::chrono::duration<double>(shutdown_after).count()) {
       fail_job(*job, GRADSYNC_ERR_TIMEOUT, "stalled: " + oldest, true);

@@ -43,6 +43,7 @@ struct JobView {
   std::string algorithm;   // across nodes: as asked for (auto, ring, rhd)
   std::string wire_codec;  // across nodes: none or bf16
   double stall_seconds = 0;
+  std::string stall;  // what the oldest stall waits for, in words (empty: nothing waits)
   bool traced = false;
   // The job it is a part of (empty: none) and its ranks' ranks there; the ranks this job lost
   // (their connections ended without a goodbye), which fail its parts.

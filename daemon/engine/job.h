@@ -124,9 +124,14 @@ class Job {
   // trial of no steps), for the engine's log.
   std::vector<AutotuneTrial> take_autotune_events();
 
-  // The age of the job's oldest stall as last inspected (engine.cpp), for gradsyncctl.
+  // The job's oldest stall as last inspected (engine_inspect.cpp): its age, and what it waits
+  // for in words (empty: nothing), for gradsyncctl and a rank whose call timed out.
   double stall_seconds() const { return stall_seconds_; }
-  void set_stall_seconds(double seconds) { stall_seconds_ = seconds; }
+  const std::string& stall_text() const { return stall_text_; }
+  void set_stall(double seconds, std::string message) {
+    stall_seconds_ = seconds;
+    stall_text_ = std::move(message);
+  }
 
  private:
   // Negotiation entries kept between steps before idle ones are swept.
@@ -182,6 +187,7 @@ class Job {
   std::deque<ReadyUnit> ready_;
   uint64_t ready_count_ = 0;  // units that became ready, ever
   double stall_seconds_ = 0;
+  std::string stall_text_;
   Qos qos_;
   StepMeter steps_;
   std::optional<Autotuner> autotuner_;

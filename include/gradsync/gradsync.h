@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define GRADSYNC_API_VERSION 12
+#define GRADSYNC_API_VERSION 13
 
 #if defined(__GNUC__)
 #define GRADSYNC_EXPORT __attribute__((visibility("default")))
@@ -279,6 +279,13 @@ GRADSYNC_EXPORT gradsync_result gradsync_test(gradsync_comm* comm, gradsync_requ
  * again. */
 GRADSYNC_EXPORT gradsync_result gradsync_wait_timeout(gradsync_comm* comm, gradsync_request request,
                                                       int32_t timeout_ms);
+/* What the communicator's job waits for, as its daemon says (API version 13): its oldest
+ * collective that some of its ranks (or nodes) have submitted and others have not, naming
+ * the tensor and those that have not; "" when nothing waits. For a call that takes too long: a
+ * rank that hangs, died or called something else. The daemon looks once a second. Into text
+ * (capacity bytes with the NUL; a longer answer is cut short). */
+GRADSYNC_EXPORT gradsync_result gradsync_waiting_for(gradsync_comm* comm, char* text,
+                                                     size_t capacity);
 
 /* The message of the last failed call on this communicator (never NULL). */
 GRADSYNC_EXPORT const char* gradsync_last_error(const gradsync_comm* comm);

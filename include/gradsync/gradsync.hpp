@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -199,6 +200,13 @@ class Communicator {
     if (result == GRADSYNC_IN_PROGRESS) return false;
     check(result, comm_);
     return true;
+  }
+  // What the job waits for, as the daemon says (gradsync_waiting_for); empty when nothing waits.
+  std::string waiting_for() {
+    std::string text(4096, '\0');
+    check(gradsync_waiting_for(comm_, text.data(), text.size()), comm_);
+    text.resize(std::strlen(text.c_str()));
+    return text;
   }
   // True when complete; throws if it completed with an error.
   bool test(gradsync_request request) {

@@ -716,6 +716,16 @@ TEST(Cluster, AStallAcrossNodesNamesTheMissingNode) {
   ranks[1].signal(SIGKILL);
 }
 
+// Across nodes a rank's question names the node whose ranks have not submitted the tensor.
+TEST(Cluster, ARankAsksWhatItsJobWaitsForAcrossNodes) {
+  LoopbackCluster cluster(2);
+  auto ranks = cluster.spawn("asked", {1, 1}, {"waiting_for", "node(s) 1 (" + cluster.address(1)});
+  const auto status = ranks[0].wait_for(std::chrono::seconds(30));
+  ASSERT_TRUE(status) << "node 0's rank never finished asking";
+  EXPECT_EQ(*status, 0) << "node 0's rank was not told its job waits for node 1";
+  ranks[1].signal(SIGKILL);
+}
+
 // Every node keeps every node's reports of a new name: node 1, too, names node 2 as the one
 // whose rank has not submitted it (in its log, and in its rank's error).
 TEST(Cluster, EveryNodeNamesTheNodeAStallWaitsFor) {

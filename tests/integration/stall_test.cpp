@@ -57,6 +57,17 @@ TEST_F(StallTest, AWithheldTensorIsNamedWithTheRankAndItsAgeExported) {
   for (auto& rank : ranks) rank.signal(SIGKILL);
 }
 
+// A rank asks the daemon what its job waits for (gradsync_waiting_for): the tensor and the rank
+// that has not submitted it.
+TEST_F(StallTest, ARankAsksWhatItsJobWaitsFor) {
+  start("");
+  auto ranks = spawn_ranks("asked", 2, {"waiting_for", "local rank(s) 1 (job rank(s) 1)"});
+  const auto status = ranks[0].wait_for(std::chrono::seconds(30));
+  ASSERT_TRUE(status) << "rank 0 never finished asking";
+  EXPECT_EQ(*status, 0) << "rank 0 was not told what its job waits for";
+  ranks[1].signal(SIGKILL);
+}
+
 TEST_F(StallTest, StallShutdownFailsTheJobWithTheMessage) {
   start("stall_warning_seconds = 1\nstall_shutdown_seconds = 2");
   auto ranks = spawn_ranks("stall", 2, {"withhold"});

@@ -323,6 +323,38 @@ int scenario_withhold(Communicator& comm, const std::string& missing, int submit
   return 0;
 }
 
+// Rank 0 submits a tensor the other ranks withhold (they sleep until killed) and asks the daemon
+// what its job waits for: nothing at first, then the tensor and `missing`, within 10 s.
+int scenario_waiting_for(Communicator& comm, const std::string& missing) {
+  SharedBuffer buf = comm.allocate(4096);
+  if (g_rank != 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(120));
+    return 0;
+  }
+  const std::string before = comm.waiting_for();
+  EXPECT_OR_FAIL(before.empty(), "the job waits for something before any submission: %s",
+                 before.c_str());
+  comm.allreduce("withheld.tensor", buf.data(), buf.data(), 16, GRADSYNC_FLOAT32, GRADSYNC_SUM);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  std::string waiting;
+  while (std::chrono::steady_clock::now() < deadline) {
+    waiting = comm.waiting_for();
+    if (waiting.find("withheld.tensor") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::printf("waiting for: %s\n", waiting.c_str());
+  EXPECT_OR_FAIL(waiting.find("withheld.tensor") != std::string::npos &&
+                     waiting.find(missing) != std::string::npos,
+                 "the daemon's answer does not name the tensor and '%s': %s", missing.c_str(),
+                 waiting.c_str());
+  // A buffer too small for the answer gets as much of it as fits.
+  char small[8];
+  EXPECT_OR_FAIL(gradsync_waiting_for(comm.get(), small, sizeof(small)) == GRADSYNC_OK &&
+                     std::strlen(small) == sizeof(small) - 1,
+                 "a short buffer did not get the answer cut short: '%s'", small);
+  return 0;  // with the request in flight: the rank leaves, as a rank that gives up would
+}
+
 // A group of tensors negotiated and run as one unit, between ungrouped collectives.
 int scenario_grouped(Communicator& comm) {
   constexpr size_t kMembers = 16;
@@ -1006,6 +1038,9 @@ int main(int argc, char** argv) {
     if (scenario == "withhold") {
       return scenario_withhold(comm, args.size() > 1 ? args[1] : "local rank(s) 1",
                                args.size() > 2 ? std::stoi(args[2]) : 1);
+    }
+    if (scenario == "waiting_for") {
+      return scenario_waiting_for(comm, args.size() > 1 ? args[1] : "job rank(s) 1");
     }
     if (scenario == "mismatch") return scenario_mismatch(comm);
     if (scenario == "cluster") return scenario_cluster(comm);

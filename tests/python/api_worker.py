@@ -18,6 +18,7 @@ def expect(condition, what):
 def main():
     comm = gradsync.init()
     rank, size = gradsync.rank(), gradsync.size()
+    expect(comm.waiting_for() == "", "the job waits for nothing before any call")
     contributions = [torch.arange(1000, dtype=torch.float64) * (r + 1) for r in range(size)]
 
     # Ordinary tensors (staged), every op.

@@ -1,5 +1,6 @@
 """Faults through the "gradsync" backend: bad input gets a clear error on every rank involved
 and leaves the group usable; a rank that dies makes the others' pending calls raise in time."""
+import datetime
 import os
 import time
 
@@ -82,6 +83,15 @@ def check_bad_input(expect):
     check_point_to_point_faults(expect, raises)
     raises(expect, "a subgroup naming a rank outside the world", ["rank"],
            lambda: dist.new_group([0, world]))
+    # A call that times out because another rank never makes it says, from the daemon, which
+    # rank that is (on a group of its own: a timeout leaves its group unusable).
+    waiting = dist.new_group(list(range(world)), timeout=datetime.timedelta(seconds=3))
+    if rank == 0:
+        raises(expect, "a timeout names the ranks it waits for",
+               ["allreduce timed out", "the daemon:", "job rank(s) " +
+                ", ".join(str(r) for r in range(1, world)), "have not submitted it"],
+               lambda: dist.all_reduce(torch.ones(4), group=waiting))
+    dist.barrier()
     # The group still works after all of that.
     tensor = torch.full((5,), float(rank))
     dist.all_reduce(tensor)

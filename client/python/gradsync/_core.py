@@ -343,6 +343,14 @@ class Communicator:
     def _last_error(self):
         return library().gradsync_last_error(self._handle).decode(errors="replace")
 
+    def waiting_for(self):
+        """What this communicator's job waits for, as its daemon says: its oldest collective that
+        some ranks (or nodes) have submitted and others have not, naming those; "" when nothing
+        waits. For a call that takes too long."""
+        text = ctypes.create_string_buffer(4096)
+        self._check(library().gradsync_waiting_for(self._handle, text, len(text)))
+        return text.value.decode(errors="replace")
+
     def _submit(self, function, name, send_array, out_array, out_bytes, *args, send_blocks=1,
                 priority=0):
         """Runs one collective from send_array into out_array, staging whichever is not in

@@ -113,6 +113,7 @@ def _declare(lib):
         "gradsync_wait": ([comm, request], c_int),
         "gradsync_test": ([comm, request], c_int),
         "gradsync_wait_timeout": ([comm, request, ctypes.c_int32], c_int),
+        "gradsync_waiting_for": ([comm, ctypes.c_char_p, c_size], c_int),
         "gradsync_last_error": ([comm], c_char),
         "gradsync_result_string": ([c_int], c_char),
     }
