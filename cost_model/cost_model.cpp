@@ -17,6 +17,7 @@ std::optional<AllreduceAlgorithm> parse_algorithm(std::string_view name) {
   if (name == "rhd") return AllreduceAlgorithm::kHalvingDoubling;
   if (name == "aggregate") return AllreduceAlgorithm::kAggregate;
   if (name == "split") return AllreduceAlgorithm::kSplit;
+  if (name == "direct") return AllreduceAlgorithm::kDirect;
   return std::nullopt;
 }
 
@@ -28,6 +29,8 @@ const char* algorithm_name(AllreduceAlgorithm algorithm) {
       return "aggregate";
     case AllreduceAlgorithm::kSplit:
       return "split";
+    case AllreduceAlgorithm::kDirect:
+      return "direct";
     case AllreduceAlgorithm::kRing:
       break;
   }
@@ -99,6 +102,14 @@ double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_
   return time;
 }
 
+double predict_direct(const LinkFigures& link, uint32_t nodes, uint64_t bytes) {
+  if (nodes <= 1) return 0;
+  const double fraction = (nodes - 1.0) / nodes;
+  const double s = static_cast<double>(bytes);
+  return 2 * (nodes - 1.0) * link.alpha_seconds + 2 * fraction * s * link.beta_seconds_per_byte +
+         fraction * s * link.gamma_seconds_per_byte;
+}
+
 double predict_aggregate(const LinkFigures& link, uint32_t nodes,
                          const AggregatorFigures& aggregators, uint64_t bytes, double share) {
   if (nodes <= 1 || aggregators.count == 0) return 0;
@@ -135,6 +146,8 @@ double predict_allreduce(AllreduceAlgorithm algorithm, const LinkFigures& link, 
       return predict_ring(link, nodes, bytes, codec);
     case AllreduceAlgorithm::kHalvingDoubling:
       return predict_halving_doubling(link, nodes, bytes);
+    case AllreduceAlgorithm::kDirect:
+      return predict_direct(link, nodes, bytes);
     case AllreduceAlgorithm::kAggregate:
       return predict_aggregate(link, nodes, aggregators, wire);
     case AllreduceAlgorithm::kSplit:

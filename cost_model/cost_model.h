@@ -40,8 +40,10 @@ struct LinkFigures {
 };
 
 // kAggregate and kSplit run through the job's aggregators (docs/aggregators.md): the whole
-// buffer, or a share of it while the ring among the nodes runs the rest.
-enum class AllreduceAlgorithm { kRing, kHalvingDoubling, kAggregate, kSplit };
+// buffer, or a share of it while the ring among the nodes runs the rest. kDirect adds every
+// element in node order whatever the fusion (node_direct_allreduce.cpp): it runs where a job
+// forces it, for results that repeat to the bit; the measured choice never makes it.
+enum class AllreduceAlgorithm { kRing, kHalvingDoubling, kAggregate, kSplit, kDirect };
 
 // A job's aggregators as the model sees them: how many, and the wire β of each one's link.
 struct AggregatorFigures {
@@ -78,7 +80,7 @@ inline constexpr double kEagerBulkMinWireOverReduce = 64;
 // The link is slow next to this node's copies, as above; false where either is not measured.
 bool eager_bulk_pays(const LinkFigures& link);
 
-// "ring", "rhd", "aggregate", "split"; nullopt for "auto" or "".
+// "ring", "rhd", "aggregate", "split", "direct"; nullopt for "auto" or "".
 std::optional<AllreduceAlgorithm> parse_algorithm(std::string_view name);
 const char* algorithm_name(AllreduceAlgorithm algorithm);
 // "none", "bf16", "topk" or "topk:PERCENT" (say "topk:0.5"); nullopt for anything else.
@@ -100,6 +102,10 @@ const char* wire_codec_name(WireCodec codec);  // without the parameter: "topk"
 double predict_ring(const LinkFigures& link, uint32_t nodes, uint64_t bytes,
                     WireCodec codec = WireCodec::kNone);
 double predict_halving_doubling(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
+//  direct: every node sends each other node its partial sums of that node's 1/n, then the
+//    finished 1/n to every other node: two steps of n-1 messages, the ring's bytes on the
+//    wire, (n-1)/n of the data reduced.
+double predict_direct(const LinkFigures& link, uint32_t nodes, uint64_t bytes);
 
 // Through k aggregators (the PHub and BytePS summation service), of `share` of the bytes
 // while the ring runs the rest (share 1: aggregation alone). Chunks stream, so the busier of

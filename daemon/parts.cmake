@@ -89,6 +89,7 @@ gradsync_daemon_part(collectives/internode
           daemon/collectives/internode/node_common.cpp
           daemon/collectives/internode/node_ring_allreduce.cpp
           daemon/collectives/internode/node_halving_doubling_allreduce.cpp
+          daemon/collectives/internode/node_direct_allreduce.cpp
           daemon/collectives/internode/node_direct_broadcast.cpp
           daemon/collectives/internode/node_chain_broadcast.cpp
           daemon/collectives/internode/node_allgather.cpp

@@ -92,8 +92,9 @@ inline constexpr std::array<FamilyDoc, static_cast<size_t>(Family::kCount)> kFam
      "op algorithm",
      "Collectives completed on this node (one per tensor, not per rank), by op and algorithm: "
      "local (one node), ring or rhd (allreduce across nodes), negotiation (data carried by the "
-     "negotiation), direct (broadcast, allgather, reduce-scatter and all-to-all across nodes, "
-     "sent from each node to every other), chain (broadcast along a pipelined chain of nodes), "
+     "negotiation), direct (broadcast, allgather, reduce-scatter, all-to-all and a forced "
+     "direct allreduce across nodes, sent from each node to every other), chain (broadcast along a "
+     "pipelined chain of nodes), "
      "topk (allreduce across nodes through the top-k wire codec)"},
     {Family::kCollectiveDurationSeconds, "gradsync_collective_duration_seconds", Type::kHistogram,
      "op size",

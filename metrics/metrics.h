@@ -86,7 +86,7 @@ class Metrics {
     uint64_t cycle_messages = 0;  // parts of cycles sent to other nodes, direct or relayed
   };
   void negotiated(const Negotiated& since_last);
-  // "ring", "rhd", "aggregate", "split", "topk" or "negotiation"
+  // "ring", "rhd", "direct", "aggregate", "split", "topk" or "negotiation"
   void internode_allreduce(const char* algorithm);
   // The top-k codec's held-back values, all jobs together: what a job's holding changed by,
   // and tensor names it dropped past its bound (increments).

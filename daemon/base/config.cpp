@@ -145,9 +145,10 @@ const std::vector<Key>& keys() {
        "reported by name",
        0, 1 << 16},
       {"allreduce_algorithm", &C::allreduce_algorithm, Reload::kLiveNewJobs,
-       "inter-node allreduce: `auto` (the cost model), `ring`, `rhd`, `aggregate` or `split` "
-       "(through aggregators: docs/aggregators.md), and with it the broadcast (`ring`: the "
-       "chain, the others direct); a job's `GRADSYNC_ALGO` overrides it"},
+       "inter-node allreduce: `auto` (the cost model), `ring`, `rhd`, `direct` (sums in node "
+       "order: the same bits run after run), `aggregate` or `split` (through aggregators: "
+       "docs/aggregators.md), and with it the broadcast (`ring`: the chain, the others "
+       "direct); a job's `GRADSYNC_ALGO` overrides it"},
       {"allreduce_wire_codec", &C::allreduce_wire_codec, Reload::kLiveNewJobs,
        "what f32 allreduces send between nodes: `none` (the values), `bf16` (rounded to "
        "bfloat16 on the ring: half the bytes) or `topk:PERCENT` (sums and averages send that "
@@ -482,8 +483,9 @@ void validate(const DaemonConfig& config) {
   }
   if (config.allreduce_algorithm != "auto" &&
       !cost_model::parse_algorithm(config.allreduce_algorithm)) {
-    throw key_error("allreduce_algorithm", "must be auto, ring, rhd, aggregate or split, not '" +
-                                               config.allreduce_algorithm + "'");
+    throw key_error("allreduce_algorithm",
+                    "must be auto, ring, rhd, direct, aggregate or split, not '" +
+                        config.allreduce_algorithm + "'");
   }
   if (config.role != "node" && config.role != "aggregator") {
     throw key_error("role", "must be node or aggregator, not '" + config.role + "'");

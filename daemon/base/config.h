@@ -64,7 +64,7 @@ struct DaemonConfig {
   std::string tcp_bulk_protocol = "auto";
   uint64_t tcp_rendezvous_min_bytes = 256 << 10;  // rendezvous, auto: smaller messages go eager
   uint32_t response_cache_capacity = 1024;        // collectives per multi-node job; 0: no cache
-  std::string allreduce_algorithm = "auto";       // across nodes: auto, ring, rhd
+  std::string allreduce_algorithm = "auto";       // across nodes: auto, ring, rhd, direct, ...
   // What f32 allreduces send between nodes: none (the values) or bf16 (rounded, half the
   // bytes); a job's GRADSYNC_WIRE_CODEC overrides it.
   std::string allreduce_wire_codec = "none";

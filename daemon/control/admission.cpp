@@ -77,9 +77,10 @@ void resolve_settings(ClientIdentity& who, ipc::wire::Hello::Reader hello,
   who.algorithm = hello.getAlgorithm().cStr();
   if (who.algorithm.empty()) who.algorithm = rules.default_algorithm;
   if (who.algorithm != "auto" && !cost_model::parse_algorithm(who.algorithm)) {
-    throw Refusal{GRADSYNC_ERR_INVALID_ARGUMENT,
-                  fmt::format("GRADSYNC_ALGO must be auto, ring, rhd, aggregate or split, not '{}'",
-                              who.algorithm)};
+    throw Refusal{
+        GRADSYNC_ERR_INVALID_ARGUMENT,
+        fmt::format("GRADSYNC_ALGO must be auto, ring, rhd, direct, aggregate or split, not '{}'",
+                    who.algorithm)};
   }
   for (auto aggregator : hello.getAggregators()) who.aggregators.emplace_back(aggregator.cStr());
   if (who.aggregators.empty()) who.aggregators = rules.default_aggregators;

@@ -40,7 +40,7 @@ struct JobView {
   int32_t world_size = 0;
   std::vector<std::string> nodes;  // empty for a single-node job
   uint32_t node_rank = 0;
-  std::string algorithm;   // across nodes: as asked for (auto, ring, rhd)
+  std::string algorithm;   // across nodes: as asked for (auto, ring, rhd, direct, ...)
   std::string wire_codec;  // across nodes: none or bf16
   double stall_seconds = 0;
   std::string stall;  // what the oldest stall waits for, in words (empty: nothing waits)

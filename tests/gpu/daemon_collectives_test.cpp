@@ -363,6 +363,13 @@ TEST_P(DeviceCollectivesAcrossNodesTest, RanksOnLoopbackNodesGetTheReference) {
 INSTANTIATE_TEST_SUITE_P(NodesByRanks, DeviceCollectivesAcrossNodesTest,
                          ::testing::Values(std::tuple{2, 1}, std::tuple{2, 2}, std::tuple{3, 1}));
 
+// The same with the direct allreduce forced (sums in node order, decision 0029): the fused
+// device tensors staged into one host buffer, which it cuts into the nodes' shares.
+TEST(DeviceDirectAllreduceAcrossNodes, RanksOnLoopbackNodesGetTheReference) {
+  testing::LoopbackCluster cluster(3);
+  run_across_nodes(cluster, 3, 2, "gpu-direct-3x2", {{"GRADSYNC_ALGO", "direct"}});
+}
+
 // The same through aggregators (docs/aggregators.md): each node's device sum staged to host
 // memory, pushed to the aggregators in chunks, their sums back to the device. Nodes, ranks per
 // node, aggregators and the allreduce algorithm forced (aggregate, or split with the ring).

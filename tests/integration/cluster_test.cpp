@@ -167,13 +167,23 @@ TEST_P(AlgorithmTest, EveryDtypeOpAndCountIsRight) {
   expect_forced_job_succeeds(GetParam(), "forced", {"cluster"});
 }
 
-INSTANTIATE_TEST_SUITE_P(Algorithms, AlgorithmTest,
-                         ::testing::Values(ForcedAlgorithm{"rhd", {2, 1}},
-                                           ForcedAlgorithm{"rhd", {3, 2}},
-                                           ForcedAlgorithm{"rhd", {4, 1}},
-                                           ForcedAlgorithm{"rhd", {5, 1}},
-                                           ForcedAlgorithm{"ring", {5, 1}}),
-                         forced_algorithm_name);
+INSTANTIATE_TEST_SUITE_P(
+    Algorithms, AlgorithmTest,
+    ::testing::Values(ForcedAlgorithm{"rhd", {2, 1}}, ForcedAlgorithm{"rhd", {3, 2}},
+                      ForcedAlgorithm{"rhd", {4, 1}}, ForcedAlgorithm{"rhd", {5, 1}},
+                      ForcedAlgorithm{"ring", {5, 1}}, ForcedAlgorithm{"direct", {3, 2}}),
+    forced_algorithm_name);
+
+// GRADSYNC_ALGO=direct: every float sum is the same bits, the nodes' sums added in node order,
+// whether the tensors fuse, go one by one or come in another order (node_direct_allreduce.cpp).
+class NodeOrderTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(NodeOrderTest, DirectAllreducesAddInNodeOrderWhateverTheFusion) {
+  expect_forced_job_succeeds(ForcedAlgorithm{"direct", GetParam()}, "node_order", {"node_order"});
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, NodeOrderTest, ::testing::Values(Shape{3, 1}, Shape{3, 2}),
+                         shape_name);
 
 // Tensors large enough to be pipelined in pieces, with each algorithm forced: the pieces' cut,
 // the overlap of one step's pieces with the next, and each node's share of a count no node
@@ -188,7 +198,8 @@ TEST_P(PipelinedTest, LargeAllreducesAreRight) {
 INSTANTIATE_TEST_SUITE_P(Algorithms, PipelinedTest,
                          ::testing::Values(ForcedAlgorithm{"ring", {2, 1}},
                                            ForcedAlgorithm{"ring", {3, 2}},
-                                           ForcedAlgorithm{"rhd", {3, 1}}),
+                                           ForcedAlgorithm{"rhd", {3, 1}},
+                                           ForcedAlgorithm{"direct", {3, 1}}),
                          forced_algorithm_name);
 
 // The bf16 wire codec on the ring, asked for by the job: pipelined in pieces, over a count no

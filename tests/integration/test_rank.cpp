@@ -682,6 +682,71 @@ int scenario_large(Communicator& comm, size_t count) {
   return 0;
 }
 
+// Float sums whose bits depend on the order of their additions (inputs of every magnitude from
+// 2^-20 to 2^20), with GRADSYNC_ALGO=direct: every result must be the nodes' sums added in node
+// order, each node's sum its ranks' inputs in local rank order (ranks placed in blocks of
+// `ranks_per_node`), to the bit, whether the tensors fuse (submitted together), go one by one
+// or come in another order; small ones piggyback on the negotiation, large ones do not.
+int scenario_node_order(Communicator& comm, int ranks_per_node) {
+  const std::vector<size_t> counts = {7, 3000, 70001, 300007};
+  auto input = [](int rank, size_t tensor, size_t count) {
+    std::mt19937 random(static_cast<unsigned>(rank * 131 + static_cast<int>(tensor)));
+    std::uniform_real_distribution<float> mantissa(-1, 1);
+    std::uniform_int_distribution<int> exponent(-20, 20);
+    std::vector<float> values(count);
+    for (float& v : values) v = std::ldexp(mantissa(random), exponent(random));
+    return values;
+  };
+  std::vector<std::vector<float>> expected(counts.size());
+  for (size_t t = 0; t < counts.size(); ++t) {
+    std::vector<std::vector<float>> inputs;
+    inputs.reserve(static_cast<size_t>(g_ranks));
+    for (int rank = 0; rank < g_ranks; ++rank) inputs.push_back(input(rank, t, counts[t]));
+    expected[t].resize(counts[t]);
+    for (size_t i = 0; i < counts[t]; ++i) {
+      float total = 0;
+      const auto per_node = static_cast<size_t>(ranks_per_node);
+      for (size_t first = 0; first < inputs.size(); first += per_node) {
+        float sum = inputs[first][i];
+        for (size_t local = 1; local < per_node; ++local) sum += inputs[first + local][i];
+        total = first == 0 ? sum : total + sum;
+      }
+      expected[t][i] = total;
+    }
+  }
+  std::vector<SharedBuffer> sends;
+  std::vector<SharedBuffer> recvs;
+  for (size_t t = 0; t < counts.size(); ++t) {
+    sends.push_back(comm.allocate(counts[t] * sizeof(float)));
+    const std::vector<float> mine = input(g_rank, t, counts[t]);
+    std::memcpy(sends.back().data(), mine.data(), counts[t] * sizeof(float));
+    recvs.push_back(comm.allocate(counts[t] * sizeof(float)));
+  }
+  for (const char* how : {"together", "one by one", "backwards"}) {
+    for (auto& recv : recvs) std::memset(recv.data(), 0, recv.size());
+    std::vector<gradsync_request> requests(counts.size());
+    for (size_t k = 0; k < counts.size(); ++k) {
+      const size_t t = std::strcmp(how, "backwards") == 0 ? counts.size() - 1 - k : k;
+      const std::string name = "grad." + std::to_string(t);
+      requests[t] = comm.allreduce(name.c_str(), sends[t].data(), recvs[t].data(), counts[t],
+                                   GRADSYNC_FLOAT32, GRADSYNC_SUM);
+      if (std::strcmp(how, "one by one") == 0) comm.wait(requests[t]);
+    }
+    for (size_t t = 0; t < counts.size(); ++t) {
+      if (std::strcmp(how, "one by one") != 0) comm.wait(requests[t]);
+      size_t differ = 0;
+      const auto* got = static_cast<const float*>(recvs[t].data());
+      for (size_t i = 0; i < counts[t]; ++i) {
+        differ +=
+            std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(expected[t][i]) ? 1 : 0;
+      }
+      EXPECT_OR_FAIL(differ == 0, "%s: tensor %zu of %zu floats: %zu not the node-order sum", how,
+                     t, counts[t], differ);
+    }
+  }
+  return 0;
+}
+
 // Broadcasts of `count` floats from every root, out of place and in place (the root's buffer
 // is its result), each checked against the reference: large enough, the nodes pass them along
 // a chain in pieces (cost_model.h).
@@ -1050,6 +1115,7 @@ int main(int argc, char** argv) {
                             args.size() > 3 ? std::stoul(args[3]) : 40000);
     }
     if (scenario == "large") return scenario_large(comm, std::stoul(args.at(1)));
+    if (scenario == "node_order") return scenario_node_order(comm, options.local_world_size);
     if (scenario == "allgathers") return scenario_allgathers(comm, std::stoi(args.at(1)));
     if (scenario == "reduce_scatters") {
       return scenario_reduce_scatters(comm, std::stoi(args.at(1)));

@@ -162,6 +162,28 @@ TEST(CostModel, ChoosesAggregatorsWhereTheyPay) {
   EXPECT_STREQ(algorithm_name(AllreduceAlgorithm::kSplit), "split");
 }
 
+// The direct allreduce: the ring's bytes and reduce, 2(n-1) messages in two steps; forced
+// only, never the measured choice.
+TEST(CostModel, TheDirectAllreduceIsForcedOnly) {
+  const uint64_t bytes = 64 << 20;
+  const double s = static_cast<double>(bytes);
+  EXPECT_DOUBLE_EQ(predict_direct(kLink, 4, bytes), 6 * kLink.alpha_seconds +
+                                                        1.5 * s * kLink.beta_seconds_per_byte +
+                                                        0.75 * s * kLink.gamma_seconds_per_byte);
+  EXPECT_DOUBLE_EQ(
+      predict_allreduce(AllreduceAlgorithm::kDirect, kLink, 4, bytes, WireCodec::kNone),
+      predict_direct(kLink, 4, bytes));
+  EXPECT_EQ(predict_direct(kLink, 1, bytes), 0);
+  for (const uint64_t size : {uint64_t{8}, uint64_t{1} << 20, bytes}) {
+    for (const uint32_t nodes : {2u, 3u, 8u, 64u}) {
+      EXPECT_NE(choose_allreduce(kLink, nodes, size, WireCodec::kNone),
+                AllreduceAlgorithm::kDirect);
+    }
+  }
+  EXPECT_EQ(parse_algorithm("direct"), AllreduceAlgorithm::kDirect);
+  EXPECT_STREQ(algorithm_name(AllreduceAlgorithm::kDirect), "direct");
+}
+
 TEST(CostModel, BroadcastsMatchTheirClosedForms) {
   const uint64_t bytes = 64 << 20;
   const double wire = bytes * kLink.beta_seconds_per_byte;

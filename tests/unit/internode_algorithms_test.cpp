@@ -15,8 +15,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -124,6 +127,24 @@ class Cluster {
       recv_[static_cast<size_t>(rank)].assign(recv_count * element_bytes(dtype), 0);
     }
   }
+  // f32 inputs of every magnitude from 2^-20 to 2^20, either sign, out of place: sums of them
+  // round differently in different orders.
+  void fill_mixed_magnitudes(uint64_t count, uint32_t seed) {
+    fill(GRADSYNC_FLOAT32, GRADSYNC_SUM, count, count);
+    std::mt19937 random(seed);
+    std::uniform_real_distribution<float> mantissa(-1, 1);
+    std::uniform_int_distribution<int> exponent(-20, 20);
+    for (auto& send : send_) {
+      auto* values = reinterpret_cast<float*>(send.data());
+      for (uint64_t i = 0; i < count; ++i)
+        values[i] = std::ldexp(mantissa(random), exponent(random));
+    }
+  }
+  float input(int32_t rank, uint64_t i) const {
+    return reinterpret_cast<const float*>(send_[static_cast<size_t>(rank)].data())[i];
+  }
+  const std::vector<int32_t>& ranks_of(uint32_t node) const { return ranks_of_node_[node]; }
+
   // Rank `rank`'s result: its receive buffer, or its send buffer when in place.
   const void* result(int32_t rank) const {
     const auto& recv = recv_[static_cast<size_t>(rank)];
@@ -304,6 +325,77 @@ TEST_P(InterNodeAlgorithms, HalvingDoublingAllreduce) {
   });
 }
 
+TEST_P(InterNodeAlgorithms, DirectAllreduce) {
+  allreduce(
+      [](CollectiveContext& c, const AllreduceOperand& o) { return node_direct_allreduce(c, o); });
+}
+
+// The direct allreduce's point: every element is the nodes' sums added in node order, each
+// node's sum its ranks' inputs added in local rank order, to the bit: for the tensor alone
+// and for the same tensor cut in two at an odd place (as fusion with other tensors would place
+// its elements elsewhere in the work), in pieces far smaller than a node's share.
+TEST_P(InterNodeAlgorithms, DirectAllreduceAddsInNodeOrderWhateverTheFusion) {
+  const uint64_t count = 3001;
+  cluster_.fill_mixed_magnitudes(count, 7);
+  const uint32_t nodes = cluster_.nodes();
+  std::vector<float> expected(count);
+  std::vector<float> rotated(count);  // node 1's sum first: another order
+  std::vector<float> node_sums(nodes);
+  for (uint64_t i = 0; i < count; ++i) {
+    for (uint32_t node = 0; node < nodes; ++node) {
+      const std::vector<int32_t>& ranks = cluster_.ranks_of(node);
+      float sum = cluster_.input(ranks.front(), i);
+      for (size_t r = 1; r < ranks.size(); ++r) sum += cluster_.input(ranks[r], i);
+      node_sums[node] = sum;
+    }
+    expected[i] = node_sums[0];
+    for (uint32_t node = 1; node < nodes; ++node) expected[i] += node_sums[node];
+    rotated[i] = node_sums[1 % nodes];
+    for (uint32_t k = 1; k < nodes; ++k) rotated[i] += node_sums[(1 + k) % nodes];
+  }
+  if (nodes >= 3) {
+    // Else addition's commutativity makes every order one: the data must tell orders apart.
+    ASSERT_NE(std::memcmp(expected.data(), rotated.data(), count * sizeof(float)), 0);
+  }
+  auto expect_node_order = [&](const char* how) {
+    for (int32_t rank = 0; rank < cluster_.world_size(); ++rank) {
+      ASSERT_EQ(std::memcmp(cluster_.result(rank), expected.data(), count * sizeof(float)), 0)
+          << how << ", rank " << rank;
+    }
+  };
+  std::vector<ReadyCollective> ready;
+  for (uint32_t node = 0; node < nodes; ++node) {
+    ready.push_back(
+        cluster_.ready(node, ipc::Collective::kAllreduce, GRADSYNC_FLOAT32, GRADSYNC_SUM, count));
+  }
+  constexpr uint64_t kPieceBytes = 256;
+  std::vector<std::unique_ptr<AllreduceOperand>> whole;
+  for (const auto& collective : ready)
+    whole.push_back(std::make_unique<AllreduceOperand>(collective));
+  expect_no_errors(cluster_.run([&](uint32_t node, CollectiveContext& c) {
+    c.piece_bytes = kPieceBytes;
+    return node_direct_allreduce(c, *whole[node]);
+  }));
+  expect_node_order("alone");
+
+  cluster_.fill_mixed_magnitudes(count, 7);  // the same inputs, the results cleared
+  std::vector<std::vector<uint8_t>> work(nodes, std::vector<uint8_t>(count * sizeof(float)));
+  std::vector<std::unique_ptr<AllreduceOperand>> packed;
+  for (uint32_t node = 0; node < nodes; ++node) {
+    packed.push_back(std::make_unique<AllreduceOperand>(ready[node], work[node].data()));
+  }
+  constexpr uint64_t kCut = 1237;
+  for (const auto& [begin, end] : {std::pair{uint64_t{0}, kCut}, std::pair{kCut, count}}) {
+    std::vector<AllreduceOperand> parts;
+    for (const auto& operand : packed) parts.push_back(operand->slice(begin, end));
+    expect_no_errors(cluster_.run([&](uint32_t node, CollectiveContext& c) {
+      c.piece_bytes = kPieceBytes;
+      return node_direct_allreduce(c, parts[node]);
+    }));
+  }
+  expect_node_order("cut in two");
+}
+
 // The ring's bf16 wire codec: the inputs and every partial sum are small integers, exact in
 // bf16, so the sum is exact too (an average's division is not, so it is left out).
 TEST_P(InterNodeAlgorithms, RingAllreduceThroughTheBf16Codec) {
@@ -440,6 +532,9 @@ TEST_P(InterNodeAlgorithms, ALostNodeFailsEveryAlgorithmOnTheOthers) {
       [&](uint32_t node, CollectiveContext& c) { return node_ring_allreduce(c, *operands[node]); },
       [&](uint32_t node, CollectiveContext& c) {
         return node_halving_doubling_allreduce(c, *operands[node]);
+      },
+      [&](uint32_t node, CollectiveContext& c) {
+        return node_direct_allreduce(c, *operands[node]);
       },
       [&](uint32_t node, CollectiveContext& c) {
         return run_broadcast(c, ready[node], lost, BroadcastAlgorithm::kChain);

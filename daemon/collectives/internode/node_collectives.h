@@ -65,11 +65,14 @@ inline constexpr size_t kFusionScratchSlot = 2;
 
 NodeTask node_ring_allreduce(CollectiveContext& step, const AllreduceOperand& operand);
 NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const AllreduceOperand& operand);
+// Every element added in node order, whatever the fusion: the same bits run after run (the
+// work in one block).
+NodeTask node_direct_allreduce(CollectiveContext& step, const AllreduceOperand& operand);
 // Through the job's aggregators (links.aggregators(), at least one): alone, or with
 // `aggregated_share` of the data while the ring runs the rest (the split).
 NodeTask node_aggregate_allreduce(CollectiveContext& step, const AllreduceOperand& operand);
 NodeTask node_split_allreduce(CollectiveContext& step, const AllreduceOperand& operand);
-// One of the four.
+// One of the five.
 NodeTask run_allreduce(CollectiveContext& step, const AllreduceOperand& operand,
                        cost_model::AllreduceAlgorithm algorithm);
 

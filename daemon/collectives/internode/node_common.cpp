@@ -16,6 +16,8 @@ NodeTask run_allreduce(CollectiveContext& step, const AllreduceOperand& operand,
       return node_aggregate_allreduce(step, operand);
     case cost_model::AllreduceAlgorithm::kSplit:
       return node_split_allreduce(step, operand);
+    case cost_model::AllreduceAlgorithm::kDirect:
+      return node_direct_allreduce(step, operand);
     case cost_model::AllreduceAlgorithm::kHalvingDoubling:
       break;
   }
