@@ -54,6 +54,15 @@ TEST_F(StallTest, AWithheldTensorIsNamedWithTheRankAndItsAgeExported) {
   EXPECT_EQ(rank_series("submitted", 1), 0);
   EXPECT_EQ(rank_series("completed", 0), 0);
   EXPECT_EQ(rank_series("completed", 1), 0);
+  // gradsyncctl's table says what the job waits for, in its row.
+  const CommandResult jobs =
+      run_command(tools::executable_dir() + "/gradsyncctl --socket " + socket() + " jobs");
+  EXPECT_EQ(jobs.status, 0) << jobs.out;
+  const size_t row = jobs.out.find("\nstall ");
+  ASSERT_NE(row, std::string::npos) << jobs.out;
+  const std::string job_row = jobs.out.substr(row + 1, jobs.out.find('\n', row + 1) - row - 1);
+  EXPECT_NE(job_row.find("tensor 'withheld.tensor' has waited"), std::string::npos) << jobs.out;
+  EXPECT_NE(job_row.find("local rank(s) 1 (job rank(s) 1)"), std::string::npos) << jobs.out;
   for (auto& rank : ranks) rank.signal(SIGKILL);
 }
 

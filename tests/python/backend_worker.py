@@ -8,6 +8,8 @@ Run by tests/python/run_ranks.py. --check picks what to run:
               _allgather_base and _reduce_scatter_base), every dtype, in place and not,
               synchronous and async_op, in the world and in subgroups; the object collectives
   ddp         DDP with no hook, then ZeroRedundancyOptimizer: parameters equal to Gloo's run
+  reproducible  float32 allreduces with GRADSYNC_ALGO=direct, whole and cut: the nodes' sums
+              in node order, to the bit (backend_reproducible.py)
   bad-input   mismatched shapes and dtypes, a tensor on an unsupported device, a subgroup with
               a rank outside the world, an unsupported op: a clear error on every rank, no hang
   p2p         send, recv, isend, irecv, batch_isend_irecv (backend_point_to_point.py)
@@ -385,7 +387,8 @@ def check_subgroups(world):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--init-file", required=True)
-    parser.add_argument("--check", required=True, choices=["calls", "ddp", "bad-input", "p2p", "dies", "p2p-dies", "exit"])
+    parser.add_argument("--check", required=True, choices=["calls", "ddp", "reproducible", "bad-input", "p2p", "dies", "p2p-dies",
+                                 "exit"])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where the gradsync side's tensors lie")
@@ -433,6 +436,9 @@ def main():
     elif args.check == "ddp":
         from backend_training import check_training
         status = check_training(args.steps, expect, DEVICE[0], args.shared_memory is not None)
+    elif args.check == "reproducible":
+        from backend_reproducible import check_reproducible
+        status = check_reproducible(expect)
     elif args.check == "p2p":
         from backend_point_to_point import check_point_to_point
         check_point_to_point(expect, DEVICE[0], args.shared_memory is not None)

@@ -155,6 +155,12 @@ void print_jobs(const nlohmann::json& status, std::ostream& out) {
     auto put_first = [&note](const std::string& clause) {
       note = note.empty() ? clause : clause + "; " + note;
     };
+    // What a stalled job waits for: the tensor, and the ranks or nodes that hold it back.
+    if (std::string stall = job.value("stall", ""); !stall.empty()) {
+      const std::string own_name = "job '" + text(job["name"]) + "': ";
+      if (stall.starts_with(own_name)) stall.erase(0, own_name.size());
+      put_first(stall);
+    }
     if (job["traced"].get<bool>()) put_first("tracing");
     if (!job["parent"].is_null()) put_first("part of " + text(job["parent"]["job"]));
     if (!job["lost_ranks"].empty()) put_first("lost ranks " + job["lost_ranks"].dump());

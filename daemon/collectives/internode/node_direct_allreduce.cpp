@@ -48,15 +48,16 @@ NodeTask node_direct_allreduce(CollectiveContext& step, const AllreduceOperand& 
   // pieces of one size.
   auto share = [&](uint32_t c) { return count * c / n; };
   const uint64_t largest = (count + n - 1) / n;
-  const uint64_t piece = std::max<uint64_t>(
-      {step.piece_bytes / element, (largest + kMaxPieces - 1) / kMaxPieces, 1});
+  const uint64_t piece =
+      std::max<uint64_t>({step.piece_bytes / element, (largest + kMaxPieces - 1) / kMaxPieces, 1});
   auto pieces_of = [&](uint32_t c) { return (share(c + 1) - share(c) + piece - 1) / piece; };
   auto piece_range = [&](uint32_t c, uint64_t p) {
     const uint64_t begin = share(c) + p * piece;
     return std::pair{begin, std::min(share(c + 1), begin + piece)};
   };
   auto tag = [&](uint32_t sender, uint32_t part, uint64_t p) {
-    return links.tag(tags::kData, sender, step.sequence, static_cast<uint32_t>(part * kMaxPieces + p));
+    return links.tag(tags::kData, sender, step.sequence,
+                     static_cast<uint32_t>(part * kMaxPieces + p));
   };
 
   Flight flight(links, &step.scratch, operand.memory(), "running a direct allreduce");
@@ -73,9 +74,8 @@ NodeTask node_direct_allreduce(CollectiveContext& step, const AllreduceOperand& 
     if (node == me) continue;
     for (uint64_t p = 0; p < own_pieces; ++p) {
       const auto [begin, end] = piece_range(me, p);
-      arriving[node].push_back(flight.add(step.receive(tag(node, kPartialSums, p), node,
-                                                       arrival(node, begin),
-                                                       (end - begin) * element)));
+      arriving[node].push_back(flight.add(step.receive(
+          tag(node, kPartialSums, p), node, arrival(node, begin), (end - begin) * element)));
     }
   }
 
