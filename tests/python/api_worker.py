@@ -151,6 +151,11 @@ def main():
         expect(False, "an unknown wire codec was accepted")
     except gradsync.InvalidArgumentError as error:
         expect("GRADSYNC_WIRE_CODEC" in str(error), f"message: {error}")
+    try:
+        gradsync.Communicator(job=f"{comm.job}.algorithm", algorithm="tree")
+        expect(False, "an unknown algorithm was accepted")
+    except gradsync.InvalidArgumentError as error:
+        expect("GRADSYNC_ALGO must be auto, ring, rhd, direct" in str(error), f"message: {error}")
 
     gradsync.barrier()
     gradsync.shutdown()

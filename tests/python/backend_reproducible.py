@@ -45,7 +45,8 @@ def check_reproducible(expect):
              for part in (together[:7], together[7:150001], together[150001:])]
     for work in works:
         work.wait()
-    for how, result in (("whole", whole), ("cut in two", cut), ("cut in three, together", together)):
+    for how, result in (("whole", whole), ("cut in two", cut),
+                        ("cut in three, together", together)):
         differing = int((result != expected).sum())
         print(f"rank {rank}: {how}: {differing} of {COUNT} not the node-order sum", flush=True)
         expect(differing == 0, f"{how}: the node-order sum to the bit ({differing} differ)")

@@ -227,18 +227,20 @@ class Handle:
 class Communicator:
     """A connection to the node's gradsyncd as one rank of a job. Arguments default to the
     environment (GRADSYNC_SOCKET, GRADSYNC_JOB, RANK, WORLD_SIZE, LOCAL_RANK,
-    LOCAL_WORLD_SIZE: torchrun's variables; GRADSYNC_WIRE_CODEC, GRADSYNC_AUTOTUNE,
-    GRADSYNC_AGGREGATORS).
+    LOCAL_WORLD_SIZE: torchrun's variables; GRADSYNC_ALGO, GRADSYNC_WIRE_CODEC,
+    GRADSYNC_AUTOTUNE, GRADSYNC_AGGREGATORS).
+    `algorithm`: the job's allreduce across nodes, "auto", "ring", "rhd", "direct" (float sums
+    the same bits run after run: docs/multi-node.md), "aggregate" or "split";
     `wire_codec`: what the job's f32 allreduces send between nodes, "bf16" or "none";
     `autotune`: whether the daemons tune the job's settings over its first steps
-    (docs/autotune.md); None leaves it to the environment or the daemon. Node 0's ranks decide
-    both for the job. `aggregators`: "HOST:PORT,..." of the aggregators the job's allreduces
-    across nodes may go through (docs/aggregators.md), the same on every node. Used by one
-    thread at a time."""
+    (docs/autotune.md); None leaves each to the environment or the daemon. Node 0's ranks
+    decide these for the job. `aggregators`: "HOST:PORT,..." of the aggregators the job's
+    allreduces across nodes may go through (docs/aggregators.md), the same on every node. Used
+    by one thread at a time."""
 
     def __init__(self, socket=None, job=None, rank=None, world_size=None, local_rank=None,
-                 local_world_size=None, timeout_ms=0, wire_codec=None, autotune=None,
-                 aggregators=None):
+                 local_world_size=None, timeout_ms=0, algorithm=None, wire_codec=None,
+                 autotune=None, aggregators=None):
         lib = library()
         options = _library.Options()
         _check_connect(lib, lib.gradsync_options_from_env(ctypes.byref(options)))
@@ -251,6 +253,8 @@ class Communicator:
             if value is not None:
                 setattr(options, field, value)
         options.timeout_ms = timeout_ms
+        if algorithm is not None:
+            options.algorithm = algorithm.encode()
         self.rank, self.size = options.rank, options.world_size
         self.local_rank, self.local_size = options.local_rank, options.local_world_size
         self.job = options.job.decode()
