@@ -85,8 +85,9 @@ typedef struct gradsync_options {
    * Empty for a single-node job. */
   char nodes[1024];
   int32_t node_rank;
-  /* Inter-node allreduce algorithm for the job: "ring", "rhd", "auto" or "" (the daemon's
-   * configuration decides). Node 0's ranks' choice holds for the whole job. */
+  /* Inter-node allreduce algorithm for the job: "auto", "ring", "rhd", "direct" (float sums
+   * the same bits run after run), "aggregate", "split" or "" (the daemon's configuration
+   * decides; docs/multi-node.md). Node 0's ranks' choice holds for the whole job. */
   char algorithm[16];
 } gradsync_options;
 
