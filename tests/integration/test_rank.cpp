@@ -690,11 +690,9 @@ int scenario_large(Communicator& comm, size_t count) {
 int scenario_node_order(Communicator& comm, int ranks_per_node) {
   const std::vector<size_t> counts = {7, 3000, 70001, 300007};
   auto input = [](int rank, size_t tensor, size_t count) {
-    std::mt19937 random(static_cast<unsigned>(rank * 131 + static_cast<int>(tensor)));
-    std::uniform_real_distribution<float> mantissa(-1, 1);
-    std::uniform_int_distribution<int> exponent(-20, 20);
     std::vector<float> values(count);
-    for (float& v : values) v = std::ldexp(mantissa(random), exponent(random));
+    reference::fill_mixed_magnitudes(values.data(), count,
+                                     static_cast<uint32_t>(rank * 131 + static_cast<int>(tensor)));
     return values;
   };
   std::vector<std::vector<float>> expected(counts.size());

@@ -387,8 +387,9 @@ def check_subgroups(world):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--init-file", required=True)
-    parser.add_argument("--check", required=True, choices=["calls", "ddp", "reproducible", "bad-input", "p2p", "dies", "p2p-dies",
-                                 "exit"])
+    parser.add_argument("--check", required=True,
+                        choices=["calls", "ddp", "reproducible", "bad-input", "p2p", "dies",
+                                 "p2p-dies", "exit"])
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                         help="where the gradsync side's tensors lie")

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <random>
 
 namespace gradsync::reference {
 
@@ -103,6 +104,13 @@ double load(const void* base, size_t i, gradsync_dtype dtype) {
 void fill_input(void* base, size_t count, gradsync_dtype dtype, int rank, gradsync_op op,
                 uint64_t seed) {
   for (size_t i = 0; i < count; ++i) store(base, i, dtype, input_value(rank, i, op, seed));
+}
+
+void fill_mixed_magnitudes(float* data, size_t count, uint32_t seed) {
+  std::mt19937 random(seed);
+  std::uniform_real_distribution<float> mantissa(-1, 1);
+  std::uniform_int_distribution<int> exponent(-20, 20);
+  for (size_t i = 0; i < count; ++i) data[i] = std::ldexp(mantissa(random), exponent(random));
 }
 
 bool matches(double got, double expected, gradsync_dtype dtype) {

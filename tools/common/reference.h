@@ -25,6 +25,10 @@ double load(const void* base, size_t i, gradsync_dtype dtype);
 void fill_input(void* base, size_t count, gradsync_dtype dtype, int rank, gradsync_op op,
                 uint64_t seed = 0);
 
+// Fills `count` f32 values of every magnitude from 2^-20 to 2^20, either sign, drawn from
+// `seed`: sums of them round differently in different orders (for tests of summation order).
+void fill_mixed_magnitudes(float* data, size_t count, uint32_t seed);
+
 // Whether `got` matches `expected` for the dtype (exact for integers; relative for floats).
 bool matches(double got, double expected, gradsync_dtype dtype);
 

@@ -51,9 +51,17 @@ NodeTask node_direct_allreduce(CollectiveContext& step, const AllreduceOperand& 
   const uint64_t piece =
       std::max<uint64_t>({step.piece_bytes / element, (largest + kMaxPieces - 1) / kMaxPieces, 1});
   auto pieces_of = [&](uint32_t c) { return (share(c + 1) - share(c) + piece - 1) / piece; };
+  const uint64_t most_pieces = (largest + piece - 1) / piece;  // some share is the largest
   auto piece_range = [&](uint32_t c, uint64_t p) {
     const uint64_t begin = share(c) + p * piece;
     return std::pair{begin, std::min(share(c + 1), begin + piece)};
+  };
+  // This node's sum of elements [begin, end): a lone local rank's input where it lies, else the
+  // local ranks' sum, written into the work.
+  auto local_sum = [&](uint64_t begin, uint64_t end) {
+    if (const uint8_t* input = operand.sole_input(begin, end)) return input;
+    operand.reduce_into(op, begin, end, nullptr);
+    return static_cast<const uint8_t*>(operand.at(begin, end));
   };
   auto tag = [&](uint32_t sender, uint32_t part, uint64_t p) {
     return links.tag(tags::kData, sender, step.sequence,
@@ -79,8 +87,6 @@ NodeTask node_direct_allreduce(CollectiveContext& step, const AllreduceOperand& 
     }
   }
 
-  uint64_t most_pieces = 0;
-  for (uint32_t c = 0; c < n; ++c) most_pieces = std::max(most_pieces, pieces_of(c));
   std::vector<std::vector<size_t>> finished(n);  // each owner's finished pieces, landing in place
   std::vector<const void*> inputs(n);
   // Round q sends the partial sums of piece q, then finishes piece q - 1 of the own share: the
@@ -90,14 +96,9 @@ NodeTask node_direct_allreduce(CollectiveContext& step, const AllreduceOperand& 
       const uint32_t owner = (me + k) % n;  // to the right first: not every node to node 0
       if (q >= pieces_of(owner)) continue;
       const auto [begin, end] = piece_range(owner, q);
-      // A lone local rank's input leaves from where it lies; else the local ranks' sum, written
-      // into the work, whose range the owner's finished piece overwrites only once these sums
-      // have reached it.
-      const uint8_t* source = operand.sole_input(begin, end);
-      if (source == nullptr) {
-        operand.reduce_into(op, begin, end, nullptr);
-        source = operand.at(begin, end);
-      }
+      // Written into the work, the sums leave from a range the owner's finished piece
+      // overwrites only once they have reached it.
+      const uint8_t* source = local_sum(begin, end);
       co_await step.pace((end - begin) * element);
       flight.add(step.send(owner, tag(me, kPartialSums, q), source, (end - begin) * element));
       finished[owner].push_back(flight.add(step.receive(
@@ -110,11 +111,7 @@ NodeTask node_direct_allreduce(CollectiveContext& step, const AllreduceOperand& 
       if (auto error = co_await flight.wait(arriving[node][p])) co_return error;
     }
     const auto [begin, end] = piece_range(me, p);
-    const uint8_t* own = operand.sole_input(begin, end);
-    if (own == nullptr) {
-      operand.reduce_into(op, begin, end, nullptr);
-      own = operand.at(begin, end);
-    }
+    const uint8_t* own = local_sum(begin, end);
     for (uint32_t node = 0; node < n; ++node) {
       inputs[node] = node == me ? own : arrival(node, begin);
     }
