@@ -11,11 +11,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 struct gradsync_heap {
   // Shared with the communicators it is attached to (gradsync_heap_destroy).
@@ -468,6 +470,43 @@ gradsync_result gradsync_options_node_group(const gradsync_options* job, gradsyn
 gradsync_result gradsync_options_across_nodes_group(const gradsync_options* job,
                                                     gradsync_options* group) {
   return derive_group(job, group, &gradsync::client::groups::across_nodes_group);
+}
+
+gradsync_result gradsync_job_settings_for_group(const gradsync_options* job,
+                                                const gradsync_options* group,
+                                                gradsync_job_settings* settings, int32_t* ranks,
+                                                size_t capacity) {
+  return guarded(error_without_comm, [&] {
+    if (job == nullptr || group == nullptr || settings == nullptr || ranks == nullptr) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "job, group, settings or ranks is NULL");
+    }
+    constexpr size_t kNeeded =
+        offsetof(gradsync_job_settings, parent_ranks) + sizeof(gradsync_job_settings::parent_ranks);
+    if (settings->struct_bytes < kNeeded) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, "gradsync_job_settings.struct_bytes is " +
+                                                     std::to_string(settings->struct_bytes) +
+                                                     ": a group's parent needs a struct of " +
+                                                     std::to_string(kNeeded) +
+                                                     " bytes or more (API version 11)");
+    }
+    std::vector<int32_t> in_job;
+    try {
+      in_job = gradsync::client::groups::ranks_in_job(*job, *group);
+    } catch (const std::invalid_argument& e) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT, e.what());
+    }
+    if (capacity < in_job.size()) {
+      throw Error(GRADSYNC_ERR_INVALID_ARGUMENT,
+                  "room for " + std::to_string(capacity) + " ranks, where group '" +
+                      std::string(group->job, strnlen(group->job, sizeof(group->job))) + "' has " +
+                      std::to_string(in_job.size()));
+    }
+    std::copy(in_job.begin(), in_job.end(), ranks);
+    static_assert(sizeof(settings->parent_job) == sizeof(job->job));
+    std::memcpy(settings->parent_job, job->job, sizeof(settings->parent_job));
+    settings->parent_ranks = ranks;
+    return GRADSYNC_OK;
+  });
 }
 
 gradsync_result gradsync_node_address(const char* socket_path, char* address, size_t capacity) {

@@ -76,4 +76,25 @@ gradsync_options across_nodes_group(const gradsync_options& job) {
   return group;
 }
 
+std::vector<int32_t> ranks_in_job(const gradsync_options& job, const gradsync_options& group) {
+  const int32_t per_node = job.local_world_size;
+  const int32_t node = node_index(job);
+  const std::string_view name(group.job, strnlen(group.job, sizeof(group.job)));
+  const gradsync_options own_node = node_group(job);
+  const gradsync_options own_across = across_nodes_group(job);
+  std::vector<int32_t> ranks;
+  if (name == own_node.job && group.world_size == own_node.world_size) {
+    for (int32_t r = 0; r < per_node; ++r) ranks.push_back(node * per_node + r);
+  } else if (name == own_across.job && group.world_size == own_across.world_size) {
+    for (int32_t n = 0; n < own_across.world_size; ++n)
+      ranks.push_back(n * per_node + job.local_rank);
+  } else {
+    throw std::invalid_argument("group '" + std::string(name) + "' of " +
+                                std::to_string(group.world_size) + " rank(s) is neither of job '" +
+                                job.job + "''s groups for rank " + std::to_string(job.rank) +
+                                " ('" + own_node.job + "', '" + own_across.job + "')");
+  }
+  return ranks;
+}
+
 }  // namespace gradsync::client::groups

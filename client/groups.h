@@ -6,6 +6,9 @@
 
 #include <gradsync/gradsync.h>
 
+#include <cstdint>
+#include <vector>
+
 namespace gradsync::client::groups {
 
 // The options of the group of this rank's node: its local ranks, job "<job>.node".
@@ -16,5 +19,10 @@ gradsync_options node_group(const gradsync_options& job);
 // job "<job>.local<L>", this node's index as the rank, every node of the job. Throws
 // std::invalid_argument as node_group.
 gradsync_options across_nodes_group(const gradsync_options& job);
+
+// Each rank of `group`, one of the two above of `job`, as its rank in `job`: the parent ranks
+// that make the group a part of the job (gradsync_job_settings.parent_job), so that a rank the
+// job loses fails the group at once. Throws std::invalid_argument where `group` is neither.
+std::vector<int32_t> ranks_in_job(const gradsync_options& job, const gradsync_options& group);
 
 }  // namespace gradsync::client::groups

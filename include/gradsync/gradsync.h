@@ -20,7 +20,7 @@
 extern "C" {
 #endif
 
-#define GRADSYNC_API_VERSION 13
+#define GRADSYNC_API_VERSION 14
 
 #if defined(__GNUC__)
 #define GRADSYNC_EXPORT __attribute__((visibility("default")))
@@ -142,6 +142,17 @@ GRADSYNC_EXPORT gradsync_result gradsync_options_node_group(const gradsync_optio
                                                             gradsync_options* group);
 GRADSYNC_EXPORT gradsync_result gradsync_options_across_nodes_group(const gradsync_options* job,
                                                                     gradsync_options* group);
+/* Makes `group`, from either of the two above on `job`, a part of `job` (API version 14):
+ * sets settings' parent_job to job's name and its parent_ranks to `ranks`, filled with each
+ * rank of the group as its rank in the job (capacity entries, at least group->world_size; read
+ * while connecting). Connected with those settings, the group fails at once where a rank of the
+ * job that it holds dies, even one that never joined it, instead of waiting for it. The other
+ * fields of settings stay as they are; settings->struct_bytes must include parent_ranks. Fails
+ * with GRADSYNC_ERR_INVALID_ARGUMENT where `group` is neither of job's groups. */
+GRADSYNC_EXPORT gradsync_result gradsync_job_settings_for_group(const gradsync_options* job,
+                                                                const gradsync_options* group,
+                                                                gradsync_job_settings* settings,
+                                                                int32_t* ranks, size_t capacity);
 
 /* Fills settings from GRADSYNC_WIRE_CODEC (API version 3), GRADSYNC_AUTOTUNE (1 or 0; unset
  * or empty: the daemon decides; API version 8) and GRADSYNC_AGGREGATORS (API version 9); the

@@ -685,6 +685,15 @@ TEST(Cluster, ARankLostOnOneNodeFailsThePartsHoldingItOnAnother) {
   expect_all_succeed(ranks, cluster);
 }
 
+// A job's node and across-nodes groups made parts of it (gradsync_job_settings_for_group): a
+// rank the job loses before it joined them fails the groups holding it, on both nodes, within a
+// bound; the others run on.
+TEST(Cluster, ARankLostFailsTheGroupsOfItsJobThatHoldIt) {
+  LoopbackCluster cluster(2);
+  auto ranks = cluster.spawn("whole", {2, 2}, {"groups_rank_lost"});
+  expect_all_succeed(ranks, cluster);
+}
+
 // A node daemon restarted (SIGTERM, then started again on the same address) while its job's
 // ranks are connected: every rank of the job gets an error within a bound, a new job forms
 // across the same nodes (the survivor reconnects to the restarted daemon, which binds its

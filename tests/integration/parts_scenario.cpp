@@ -2,7 +2,9 @@
 
 #include <gradsync/gradsync.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -171,6 +173,77 @@ int scenario_parts_rank_lost_across_nodes(const gradsync_options& job) {
     SharedBuffer buffer = comm.allocate(4 * sizeof(float));
     problems.push_back(expect_lost("the part of ranks 1 and 2", "rank 1 of job '" + name + "'",
                                    broadcast_from(comm, buffer, 0)));
+  }
+  return report(rank, problems);
+}
+
+int scenario_groups_rank_lost(const gradsync_options& job) {
+  const int rank = job.rank;
+  const std::string name = job.job;
+  Communicator whole(job);
+  whole.barrier();
+  if (rank == 1) std::_Exit(0);
+  std::vector<std::string> problems;
+  SharedBuffer one = whole.allocate(sizeof(float));
+  problems.push_back(expect_lost("the whole job", "local rank 1 (pid", sum_in(whole, one)));
+
+  struct Group {
+    const char* what;
+    gradsync_result (*derive)(const gradsync_options*, gradsync_options*);
+  };
+  for (const Group& kind :
+       {Group{"the node's group", &gradsync_options_node_group},
+        Group{"the group across nodes", &gradsync_options_across_nodes_group}}) {
+    Part group{};
+    std::vector<int32_t> ranks(static_cast<size_t>(job.world_size), -1);
+    group.settings.struct_bytes = sizeof(group.settings);
+    if (kind.derive(&job, &group.options) != GRADSYNC_OK ||
+        gradsync_job_settings_for_group(&job, &group.options, &group.settings, ranks.data(),
+                                        ranks.size()) != GRADSYNC_OK) {
+      problems.push_back(std::string(kind.what) + ": " + gradsync_last_error(nullptr));
+      continue;
+    }
+    ranks.resize(static_cast<size_t>(group.options.world_size));
+    Communicator comm(group.options, group.settings);
+    if (std::find(ranks.begin(), ranks.end(), 1) != ranks.end()) {
+      SharedBuffer value = comm.allocate(sizeof(float));
+      problems.push_back(
+          expect_lost(kind.what, "rank 1 of job '" + name + "'", sum_in(comm, value)));
+    } else {
+      float expected = 0;
+      for (const int32_t r : ranks) expected += static_cast<float>(r + 1);
+      const float sum = sum_of(comm, "sum", static_cast<float>(rank + 1));
+      if (sum != expected) {
+        problems.push_back(std::string(kind.what) + " summed " + std::to_string(sum) +
+                           ", expected " + std::to_string(expected));
+      }
+    }
+  }
+
+  if (rank == 0) {
+    // What is refused, each with its reason.
+    gradsync_options node{};
+    if (gradsync_options_node_group(&job, &node) != GRADSYNC_OK) {
+      problems.push_back(std::string("the node's group: ") + gradsync_last_error(nullptr));
+    }
+    int32_t room[1];
+    auto refused = [&](const char* what, const gradsync_options& group,
+                       gradsync_job_settings settings, size_t capacity,
+                       const std::string& because) {
+      const gradsync_result result =
+          gradsync_job_settings_for_group(&job, &group, &settings, room, capacity);
+      const std::string message = gradsync_last_error(nullptr);
+      if (result != GRADSYNC_ERR_INVALID_ARGUMENT || message.find(because) == std::string::npos) {
+        problems.push_back(std::string(what) + ": " + gradsync_result_string(result) + ": " +
+                           message);
+      }
+    };
+    gradsync_job_settings settings{};
+    settings.struct_bytes = sizeof(settings);
+    refused("the job as its own group", job, settings, 1, "is neither of job '" + name + "''s");
+    refused("room for one of two ranks", node, settings, 1, "room for 1 ranks");
+    settings.struct_bytes = offsetof(gradsync_job_settings, parent_job);
+    refused("a struct without parent_ranks", node, settings, 2, "API version 11");
   }
   return report(rank, problems);
 }

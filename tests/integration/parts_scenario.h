@@ -20,6 +20,14 @@ int scenario_parts_rank_lost(const gradsync_options& job);
 // fails within the bound, node 0 having told node 1 of the loss.
 int scenario_parts_rank_lost_across_nodes(const gradsync_options& job);
 
+// Four ranks of a job across two nodes, two a node, each connecting its node's group and its
+// group across nodes as parts of the job (gradsync_job_settings_for_group). Rank 1 dies after
+// a barrier, before it joined either: the groups holding it (node 0's, and local rank 1's
+// across nodes) fail within the bound naming it; the other two each run an allreduce, right.
+// Rank 0 also checks that a group that is not the job's, a struct too old for a parent and too
+// few ranks' room are refused as invalid arguments.
+int scenario_groups_rank_lost(const gradsync_options& job);
+
 // Two ranks of one job, and a part holding both. A rank that leaves the job with a goodbye
 // does not fail the part: both go on running allreduces in it. A rank that names other ranks
 // in the parent than the part's first rank is refused (GRADSYNC_ERR_MISMATCH), and a parent

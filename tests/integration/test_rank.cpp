@@ -1083,6 +1083,9 @@ int main(int argc, char** argv) {
     if (scenario == "heap") return scenario_heap(options, std::stoi(args.at(1)));
     if (scenario == "parts_rank_lost") return gradsync::testing::scenario_parts_rank_lost(options);
     if (scenario == "parts_rank_left") return gradsync::testing::scenario_parts_rank_left(options);
+    if (scenario == "groups_rank_lost") {
+      return gradsync::testing::scenario_groups_rank_lost(options);
+    }
     if (scenario == "parts_rank_lost_across_nodes") {
       return gradsync::testing::scenario_parts_rank_lost_across_nodes(options);
     }

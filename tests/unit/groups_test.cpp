@@ -93,5 +93,31 @@ TEST(Groups, LayoutsThatDoNotFitAreRefusedWithTheReason) {
   expect_refused(long_name, "longer than 63 bytes");
 }
 
+// Each group's ranks as the job's: what makes a group fail with a rank its job loses.
+TEST(Groups, EachGroupsRanksAreNamedAsTheJobsRanks) {
+  const gradsync_options job = job_options(5, 3, 4);  // node 1, local rank 1
+  EXPECT_THAT(ranks_in_job(job, node_group(job)), ::testing::ElementsAre(4, 5, 6, 7));
+  EXPECT_THAT(ranks_in_job(job, across_nodes_group(job)), ::testing::ElementsAre(1, 5, 9));
+  const gradsync_options alone = job_options(2, 1, 4);
+  EXPECT_THAT(ranks_in_job(alone, across_nodes_group(alone)), ::testing::ElementsAre(2));
+}
+
+TEST(Groups, AGroupThatIsNeitherOfTheJobsIsRefused) {
+  const gradsync_options job = job_options(5, 3, 4);
+  // Another local rank's group across nodes, and the same name of another size.
+  gradsync_options other = across_nodes_group(job_options(6, 3, 4));
+  gradsync_options resized = node_group(job);
+  resized.world_size = 2;
+  for (const gradsync_options& group : {other, resized, job}) {
+    try {
+      ranks_in_job(job, group);
+      ADD_FAILURE() << "accepted group " << group.job;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_THAT(e.what(), HasSubstr("is neither of job 'train''s groups for rank 5 "
+                                      "('train.node', 'train.local1')"));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gradsync::client::groups
