@@ -24,6 +24,12 @@ uint8_t* Scratch::get(size_t slot, size_t bytes) {
   return buffer->data();
 }
 
+size_t Scratch::bytes() const {
+  size_t held = 0;
+  for (const auto& buffer : buffers_) held += buffer ? buffer->size() : 0;
+  return held;
+}
+
 std::vector<std::shared_ptr<const void>> Scratch::abandon() {
   std::vector<std::shared_ptr<const void>> memory(buffers_.begin(), buffers_.end());
   buffers_.clear();

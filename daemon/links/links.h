@@ -76,6 +76,8 @@ class Scratch {
  public:
   uint8_t* get(size_t slot, size_t bytes);
   std::vector<std::shared_ptr<const void>> abandon();
+  // The memory held, every slot's: each keeps the most it was asked for.
+  size_t bytes() const;
 
  private:
   std::vector<std::shared_ptr<std::vector<uint8_t>>> buffers_;

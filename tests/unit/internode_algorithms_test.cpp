@@ -138,6 +138,7 @@ class Cluster {
     return reinterpret_cast<const float*>(send_[static_cast<size_t>(rank)].data())[i];
   }
   const std::vector<int32_t>& ranks_of(uint32_t node) const { return ranks_of_node_[node]; }
+  size_t scratch_bytes(uint32_t node) const { return scratch_[node]->bytes(); }
 
   // Rank `rank`'s result: its receive buffer, or its send buffer when in place.
   const void* result(int32_t rank) const {
@@ -327,7 +328,8 @@ TEST_P(InterNodeAlgorithms, DirectAllreduce) {
 // The direct allreduce's point: every element is the nodes' sums added in node order, each
 // node's sum its ranks' inputs added in local rank order, to the bit: for the tensor alone
 // and for the same tensor cut in two at an odd place (as fusion with other tensors would place
-// its elements elsewhere in the work), in pieces far smaller than a node's share.
+// its elements elsewhere in the work), in pieces far smaller than a node's share; the partial
+// sums arriving in a window of four pieces.
 TEST_P(InterNodeAlgorithms, DirectAllreduceAddsInNodeOrderWhateverTheFusion) {
   const uint64_t count = 3001;
   cluster_.fill_mixed_magnitudes(count, 7);
@@ -398,6 +400,10 @@ TEST_P(InterNodeAlgorithms, DirectAllreduceAddsInNodeOrderWhateverTheFusion) {
     }));
   }
   expect_node_order("cut in two");
+  // Each node held a window of pieces of the others' sums, not its whole share of them.
+  for (uint32_t node = 0; node < nodes; ++node) {
+    EXPECT_LE(cluster_.scratch_bytes(node), (nodes - 1) * 4 * kPieceBytes) << "node " << node;
+  }
 }
 
 // The ring's bf16 wire codec: the inputs and every partial sum are small integers, exact in

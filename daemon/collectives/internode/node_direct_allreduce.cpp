@@ -29,6 +29,13 @@ namespace {
 constexpr uint64_t kMaxPieces = 1024;
 static_assert(2 * kMaxPieces <= 0x10000, "pieces overflow the tag's part");
 
+// Pieces of its share whose partial sums a node has room for from each other node: receives
+// are posted this far ahead, and a slot is reused once its piece is summed. A node sends
+// another node its sums of piece q only once that node has summed piece q - 4 (see the rounds
+// below), so with 4 every piece arrives to a receive already posted: eager data never waits
+// in UCX's buffers, and the memory is that of 4 pieces whatever the tensor's size.
+constexpr uint64_t kWindowPieces = 4;
+
 constexpr uint32_t kPartialSums = 0;  // a node's sums of another's share, to that node
 constexpr uint32_t kFinished = 1;     // the owner's finished piece, to every other node
 
@@ -69,23 +76,24 @@ NodeTask node_direct_allreduce(CollectiveContext& step, const AllreduceOperand& 
   };
 
   Flight flight(links, &step.scratch, operand.memory(), "running a direct allreduce");
-  // Every other node's partial sums of this node's share, each in a run of the share's size.
-  const uint64_t own_begin = share(me);
-  const uint64_t own_elements = share(me + 1) - own_begin;
+  // Every other node's partial sums of this node's share: a window of pieces from each, piece p
+  // in slot p % kWindowPieces.
   const uint64_t own_pieces = pieces_of(me);
-  uint8_t* arrivals = step.scratch.get(0, std::max<uint64_t>((n - 1) * own_elements * element, 1));
-  auto arrival = [&](uint32_t node, uint64_t at) {
-    return arrivals + ((node < me ? node : node - 1) * own_elements + (at - own_begin)) * element;
+  const uint64_t slots = std::min(own_pieces, kWindowPieces);
+  uint8_t* arrivals = step.scratch.get(0, std::max<uint64_t>((n - 1) * slots * piece * element, 1));
+  auto arrival = [&](uint32_t node, uint64_t p) {
+    return arrivals + ((node < me ? node : node - 1) * slots + p % slots) * piece * element;
   };
-  std::vector<std::vector<size_t>> arriving(n);
-  for (uint32_t node = 0; node < n; ++node) {
-    if (node == me) continue;
-    for (uint64_t p = 0; p < own_pieces; ++p) {
-      const auto [begin, end] = piece_range(me, p);
-      arriving[node].push_back(flight.add(step.receive(
-          tag(node, kPartialSums, p), node, arrival(node, begin), (end - begin) * element)));
+  std::vector<std::vector<size_t>> arriving(n);  // by node, the flight's receive of piece p
+  auto expect_piece = [&](uint64_t p) {
+    const auto [begin, end] = piece_range(me, p);
+    for (uint32_t node = 0; node < n; ++node) {
+      if (node == me) continue;
+      arriving[node].push_back(flight.add(step.receive(tag(node, kPartialSums, p), node,
+                                                       arrival(node, p), (end - begin) * element)));
     }
-  }
+  };
+  for (uint64_t p = 0; p < slots; ++p) expect_piece(p);
 
   std::vector<std::vector<size_t>> finished(n);  // each owner's finished pieces, landing in place
   std::vector<const void*> inputs(n);
@@ -113,11 +121,12 @@ NodeTask node_direct_allreduce(CollectiveContext& step, const AllreduceOperand& 
     const auto [begin, end] = piece_range(me, p);
     const uint8_t* own = local_sum(begin, end);
     for (uint32_t node = 0; node < n; ++node) {
-      inputs[node] = node == me ? own : arrival(node, begin);
+      inputs[node] = node == me ? own : arrival(node, p);
     }
     uint8_t* result = operand.at(begin, end);
     void* outputs[] = {result};
     kernels::reduce_to_all(dtype, op, inputs.data(), n, outputs, 1, end - begin, false);
+    if (p + slots < own_pieces) expect_piece(p + slots);  // into the slot just summed
     if (operand.op() == GRADSYNC_AVG) {
       kernels::divide(dtype, result, end - begin, static_cast<uint64_t>(step.world_size));
     }
