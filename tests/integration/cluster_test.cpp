@@ -474,6 +474,15 @@ TEST_P(SmallCollectives, BroadcastsRideWithTheNegotiation) {
             kRanks * kSteps);
 }
 
+// Reduce-scatters of many small pieces (a node's blocks in about 90 to 280 of them, against
+// a window of four in flight): every piece goes through every slot many times, over UCX, with
+// uneven ranks per node.
+TEST(Cluster, LargeReduceScattersInSmallPiecesAreRight) {
+  LoopbackCluster cluster(3, "pipeline_piece_bytes = 65536\n");
+  auto ranks = cluster.spawn("rs-pieces", {2, 1, 1}, {"reduce_scatters", "2"});
+  expect_all_succeed(ranks, cluster);
+}
+
 INSTANTIATE_TEST_SUITE_P(Names, SmallCollectives, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Unnamed" : "Named"; });
 

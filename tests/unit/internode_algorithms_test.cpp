@@ -491,6 +491,37 @@ TEST_P(InterNodeAlgorithms, ReduceScatter) {
   }
 }
 
+// In pieces far smaller than what goes to a node: each node holds a window of four pieces of
+// what arrives from each other node and of what it packs for each, whatever the size.
+TEST_P(InterNodeAlgorithms, ReduceScatterInAWindowOfSmallPieces) {
+  constexpr uint64_t kPieceBytes = 256;
+  const uint64_t count = 3001;
+  for (const DtypeOp& r :
+       {DtypeOp{GRADSYNC_FLOAT32, GRADSYNC_SUM}, DtypeOp{GRADSYNC_INT64, GRADSYNC_MAX},
+        DtypeOp{GRADSYNC_FLOAT64, GRADSYNC_AVG}}) {
+    SCOPED_TRACE(::testing::Message() << "dtype " << r.dtype << " op " << r.op);
+    cluster_.fill(r.dtype, r.op, count * static_cast<uint64_t>(cluster_.world_size()), count);
+    std::vector<ReadyCollective> ready;
+    for (uint32_t node = 0; node < cluster_.nodes(); ++node) {
+      ready.push_back(cluster_.ready(node, ipc::Collective::kReduceScatter, r.dtype, r.op, count));
+    }
+    expect_no_errors(cluster_.run([&](uint32_t node, CollectiveContext& context) {
+      context.piece_bytes = kPieceBytes;
+      return node_reduce_scatter(context, ready[node], cluster_.rank_map());
+    }));
+    for (int32_t rank = 0; rank < cluster_.world_size(); ++rank) {
+      ASSERT_EQ(reference::count_wrong_reduce_scatter(cluster_.result(rank), count, r.dtype, r.op,
+                                                      cluster_.world_size(), rank),
+                0u)
+          << "rank " << rank;
+    }
+  }
+  const uint64_t nodes = cluster_.nodes();
+  for (uint32_t node = 0; node < nodes; ++node) {
+    EXPECT_LE(cluster_.scratch_bytes(node), 2 * (nodes - 1) * 4 * kPieceBytes) << "node " << node;
+  }
+}
+
 // One message between each pair of nodes, whatever their ranks.
 TEST_P(InterNodeAlgorithms, AllToAllSendsOneMessagePerNodePair) {
   const auto world = static_cast<uint64_t>(cluster_.world_size());

@@ -139,6 +139,15 @@ NodeResult alltoall_contributions(const ReadyCollective& collective, const RankM
 // Shared by the algorithms.
 namespace node_detail {
 
+// Pieces of the data a node receives from each other node that it holds at once, in the
+// algorithms that receive from every node in rounds (the direct allreduce and reduce-scatter):
+// receives are posted this far ahead and a slot is reused once its piece is reduced. In their
+// rounds (round q sends piece q, then reduces piece q - 1 of the node's own), a node sends
+// another piece q only once that one is in its round q - 2, so has reduced its piece q - 4:
+// with 4 every piece arrives to a receive already posted (eager data never waits in UCX's
+// buffers), and the memory is that of 4 pieces whatever the collective's size.
+inline constexpr uint64_t kWindowPieces = 4;
+
 // The global ranks of each of `nodes` nodes, ascending (`rank_nodes` complete).
 std::vector<std::vector<int32_t>> ranks_by_node(const RankMap& rank_nodes, uint32_t nodes,
                                                 int32_t world_size);

@@ -29,13 +29,6 @@ namespace {
 constexpr uint64_t kMaxPieces = 1024;
 static_assert(2 * kMaxPieces <= 0x10000, "pieces overflow the tag's part");
 
-// Pieces of its share whose partial sums a node has room for from each other node: receives
-// are posted this far ahead, and a slot is reused once its piece is summed. A node sends
-// another node its sums of piece q only once that node has summed piece q - 4 (see the rounds
-// below), so with 4 every piece arrives to a receive already posted: eager data never waits
-// in UCX's buffers, and the memory is that of 4 pieces whatever the tensor's size.
-constexpr uint64_t kWindowPieces = 4;
-
 constexpr uint32_t kPartialSums = 0;  // a node's sums of another's share, to that node
 constexpr uint32_t kFinished = 1;     // the owner's finished piece, to every other node
 
@@ -77,9 +70,9 @@ NodeTask node_direct_allreduce(CollectiveContext& step, const AllreduceOperand& 
 
   Flight flight(links, &step.scratch, operand.memory(), "running a direct allreduce");
   // Every other node's partial sums of this node's share: a window of pieces from each, piece p
-  // in slot p % kWindowPieces.
+  // in slot p % slots.
   const uint64_t own_pieces = pieces_of(me);
-  const uint64_t slots = std::min(own_pieces, kWindowPieces);
+  const uint64_t slots = std::min(own_pieces, node_detail::kWindowPieces);
   uint8_t* arrivals = step.scratch.get(0, std::max<uint64_t>((n - 1) * slots * piece * element, 1));
   auto arrival = [&](uint32_t node, uint64_t p) {
     return arrivals + ((node < me ? node : node - 1) * slots + p % slots) * piece * element;

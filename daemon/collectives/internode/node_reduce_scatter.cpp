@@ -4,10 +4,12 @@
 // each local rank's receive range. A node sends and receives (n-1)/n of a rank's send range
 // once: the bytes of a ring's reduce-scatter, in one step instead of n-1.
 //
-// Pipelined: what goes to a node is cut into pieces, each reduced and sent while the next is
-// reduced, and each arriving piece is reduced into the results as soon as it is there from
-// every node. A node with one local rank sends that rank's blocks straight from its buffer
-// where the receiving node's ranks are consecutive (the usual placement): no copy.
+// Pipelined, in rounds: what goes to a node is cut into pieces, each reduced and sent while
+// the next is reduced, and each arriving piece is reduced into the results as soon as it is
+// there from every node. A node holds a window of pieces of what arrives and of what it packs
+// (node_detail::kWindowPieces), not the whole. A node with one local rank sends that rank's
+// blocks straight from its buffer where the receiving node's ranks are consecutive (the usual
+// placement): no copy.
 //
 // A small one piggybacks on the negotiation instead: each node's ranks' whole send ranges,
 // reduced over the node, travel with the cycle that decides it, and every node takes its
@@ -92,96 +94,129 @@ NodeTask node_reduce_scatter(CollectiveContext& step, const ReadyCollective& col
   const std::vector<int32_t>& mine = node_ranks[me];
   std::vector<const Submission*> local;
   if (auto error = node_detail::in_rank_order(collective, mine, local)) co_return error;
-  // Every node cuts a run of K blocks alike: pieces of whole elements, at most kMaxPieces.
-  constexpr uint64_t kMaxPieces = 1024;
-  const auto piece_elements = [&](size_t blocks) {
-    const uint64_t elements = count * blocks;
-    return std::max<uint64_t>(
-        {cost_model::kPipelinePieceBytes / element, (elements + kMaxPieces - 1) / kMaxPieces, 1});
+  using node_detail::kWindowPieces;
+
+  // A node's blocks (a run of count elements per rank of it), cut alike on every node: pieces
+  // of whole elements, at most kMaxPieces.
+  struct Run {
+    uint64_t elements = 0;
+    uint64_t piece = 0;
+    uint64_t pieces = 0;
+    uint64_t slots = 0;  // pieces held at once: piece p in slot p % slots
+    std::pair<uint64_t, uint64_t> range(uint64_t p) const {
+      return {p * piece, std::min(elements, (p + 1) * piece)};
+    }
   };
-  auto tag = [&](uint32_t sender, uint32_t piece) {
-    return links.tag(tags::kData, sender, step.sequence, piece);
+  constexpr uint64_t kMaxPieces = 1024;
+  auto run_of = [&](uint32_t node) {
+    Run run;
+    run.elements = count * node_ranks[node].size();
+    run.piece = std::max<uint64_t>(
+        {step.piece_bytes / element, (run.elements + kMaxPieces - 1) / kMaxPieces, 1});
+    run.pieces = (run.elements + run.piece - 1) / run.piece;
+    run.slots = std::min(run.pieces, kWindowPieces);
+    return run;
+  };
+  auto tag = [&](uint32_t sender, uint64_t piece) {
+    return links.tag(tags::kData, sender, step.sequence, static_cast<uint32_t>(piece));
   };
 
   Flight flight(links, &step.scratch, node_detail::rank_memory(collective),
                 "running a reduce-scatter across nodes");
-  // What arrives: from each other node, its sums of this node's blocks, in pieces.
-  const uint64_t own_elements = count * mine.size();
-  const uint64_t own_piece = piece_elements(mine.size());
-  const auto own_pieces = static_cast<uint32_t>((own_elements + own_piece - 1) / own_piece);
-  uint8_t* arrivals = step.scratch.get(0, (n - 1) * own_elements * element);
-  auto arrival = [&](uint32_t node) {
-    return arrivals + (node < me ? node : node - 1) * own_elements * element;
+  // What arrives: from each other node, its sums of this node's blocks, a window of pieces
+  // (slot 0).
+  const Run own = run_of(me);
+  uint8_t* arrivals =
+      step.scratch.get(0, std::max<uint64_t>((n - 1) * own.slots * own.piece * element, 1));
+  auto arrival = [&](uint32_t node, uint64_t p) {
+    return arrivals +
+           ((node < me ? node : node - 1) * own.slots + p % own.slots) * own.piece * element;
   };
-  std::vector<std::vector<size_t>> receives(n);
-  for (uint32_t node = 0; node < n; ++node) {
-    if (node == me) continue;
-    for (uint32_t p = 0; p < own_pieces; ++p) {
-      const uint64_t begin = p * own_piece;
-      const uint64_t end = std::min(own_elements, begin + own_piece);
-      receives[node].push_back(flight.add(step.receive(
-          tag(node, p), node, arrival(node) + begin * element, (end - begin) * element)));
+  std::vector<std::vector<size_t>> receives(n);  // by node, the flight's receive of piece p
+  auto expect_piece = [&](uint64_t p) {
+    const auto [begin, end] = own.range(p);
+    for (uint32_t node = 0; node < n; ++node) {
+      if (node == me) continue;
+      receives[node].push_back(
+          flight.add(step.receive(tag(node, p), node, arrival(node, p), (end - begin) * element)));
     }
-  }
+  };
+  for (uint64_t p = 0; p < own.slots; ++p) expect_piece(p);
 
-  // What leaves: each other node's blocks, reduced over this node's ranks into a packed run of
-  // its own (slot 1), as its pieces may still be on the wire when the next node's are reduced.
-  std::vector<uint64_t> packed_at(n, 0);
+  // What leaves: each other node's blocks reduced over this node's ranks, a piece at a time,
+  // into a window of slots of its own (slot 1): a slot is packed again once the piece sent
+  // from it has left. With one local rank and the other node's ranks consecutive (the usual
+  // placement), straight from that rank's buffer instead: no copy.
+  struct Outgoing {
+    Run run;
+    bool straight = false;
+    uint64_t packed_at = 0;     // its slots' first element in slot 1
+    std::vector<size_t> sends;  // the flight's send of piece p
+  };
+  std::vector<Outgoing> outgoing(n);
   uint64_t packed_elements = 0;
   for (uint32_t node = 0; node < n; ++node) {
-    packed_at[node] = packed_elements;
-    if (node != me) packed_elements += count * node_ranks[node].size();
+    if (node == me) continue;
+    Outgoing& out = outgoing[node];
+    out.run = run_of(node);
+    out.straight = local.size() == 1 && node_detail::consecutive(node_ranks[node]);
+    out.packed_at = packed_elements;
+    if (!out.straight) packed_elements += out.run.slots * out.run.piece;
   }
-  uint8_t* packed_all = nullptr;  // taken from scratch once a node's blocks need packing
+  uint8_t* packed = packed_elements > 0 ? step.scratch.get(1, packed_elements * element) : nullptr;
+  uint64_t rounds = own.pieces;
+  for (const Outgoing& out : outgoing) rounds = std::max(rounds, out.run.pieces);
+
   std::array<const void*, ipc::kMaxLocalRanks> inputs;
-  for (uint32_t k = 1; k < n; ++k) {
-    // Starting to the right, so that not every node sends to node 0 first.
-    const uint32_t node = (me + k) % n;
-    const std::vector<int32_t>& theirs = node_ranks[node];
-    const uint64_t elements = count * theirs.size();
-    const uint64_t piece = piece_elements(theirs.size());
-    const bool straight = local.size() == 1 && node_detail::consecutive(theirs);
-    if (!straight && packed_all == nullptr) {
-      packed_all = step.scratch.get(1, packed_elements * element);
-    }
-    uint8_t* packed = straight ? nullptr : packed_all + packed_at[node] * element;
-    for (uint64_t begin = 0, p = 0; begin < elements; begin += piece, ++p) {
-      const uint64_t end = std::min(elements, begin + piece);
+  std::vector<const void*> sums(local.size() + n - 1);
+  const bool streaming = block >= kernels::kStreamingMinBytes;
+  // Round q sends every other node piece q of its blocks, then reduces piece q - 1 of this
+  // node's, whose sums are all there: the links carry one piece while the one before it is
+  // reduced (kWindowPieces says why every piece finds its receive posted). A packed slot's
+  // last send, of piece q - 4, was to a node that has since reduced its piece q - 3 and so
+  // posted that receive long ago: waiting for it waits for the wire alone.
+  for (uint64_t q = 0; q <= rounds; ++q) {
+    for (uint32_t k = 1; k < n; ++k) {
+      // Starting to the right, so that not every node sends to node 0 first.
+      const uint32_t node = (me + k) % n;
+      Outgoing& out = outgoing[node];
+      if (q >= out.run.pieces) continue;
+      const std::vector<int32_t>& theirs = node_ranks[node];
+      const auto [begin, end] = out.run.range(q);
       const uint8_t* source = nullptr;
-      if (straight) {
+      if (out.straight) {
         source = local[0]->send + (static_cast<uint64_t>(theirs.front()) * count + begin) * element;
       } else {
+        uint8_t* slot = packed + (out.packed_at + (q % out.run.slots) * out.run.piece) * element;
+        if (q >= out.run.slots) {
+          if (auto error = co_await flight.wait(out.sends[q - out.run.slots])) co_return error;
+        }
         for_each_block_part(begin, end, count, [&](uint64_t index, uint64_t within, uint64_t m) {
           const uint64_t at = static_cast<uint64_t>(theirs[index]) * count + within;
           for (size_t r = 0; r < local.size(); ++r) inputs[r] = local[r]->send + at * element;
-          void* output = packed + (index * count + within) * element;
+          void* output = slot + (index * count + within - begin) * element;
           kernels::reduce_to_all(lead.dtype, op, inputs.data(), local.size(), &output, 1, m, false);
         });
-        source = packed + begin * element;
+        source = slot;
         co_await next_round();  // lets the pieces already sent move
       }
       co_await step.pace((end - begin) * element);
-      flight.add(
-          step.send(node, tag(me, static_cast<uint32_t>(p)), source, (end - begin) * element));
+      out.sends.push_back(flight.add(step.send(node, tag(me, q), source, (end - begin) * element)));
     }
-  }
-
-  // Each piece of this node's blocks, once every other node's sums of it are here.
-  std::vector<const void*> sums(local.size() + n - 1);
-  const bool streaming = block >= kernels::kStreamingMinBytes;
-  for (uint32_t p = 0; p < own_pieces; ++p) {
+    if (q == 0 || q - 1 >= own.pieces) continue;
+    const uint64_t p = q - 1;
     for (uint32_t node = 0; node < n; ++node) {
       if (node == me) continue;
       if (auto error = co_await flight.wait(receives[node][p])) co_return error;
     }
-    const uint64_t begin = p * own_piece;
-    const uint64_t end = std::min(own_elements, begin + own_piece);
+    const auto [begin, end] = own.range(p);
     for_each_block_part(begin, end, count, [&](uint64_t index, uint64_t within, uint64_t m) {
       const uint64_t at = static_cast<uint64_t>(mine[index]) * count + within;
+      const uint64_t in_piece = index * count + within - begin;
       size_t inputs_used = 0;
       for (const Submission* s : local) sums[inputs_used++] = s->send + at * element;
       for (uint32_t node = 0; node < n; ++node) {
-        if (node != me) sums[inputs_used++] = arrival(node) + (index * count + within) * element;
+        if (node != me) sums[inputs_used++] = arrival(node, p) + in_piece * element;
       }
       uint8_t* result = local[index]->recv + within * element;
       void* output = result;
@@ -190,6 +225,7 @@ NodeTask node_reduce_scatter(CollectiveContext& step, const ReadyCollective& col
         kernels::divide(lead.dtype, result, m, static_cast<uint64_t>(step.world_size));
       }
     });
+    if (p + own.slots < own.pieces) expect_piece(p + own.slots);  // into the slot just reduced
   }
   co_return co_await flight.wait_all();
 }
