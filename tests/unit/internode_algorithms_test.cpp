@@ -402,7 +402,8 @@ TEST_P(InterNodeAlgorithms, DirectAllreduceAddsInNodeOrderWhateverTheFusion) {
   expect_node_order("cut in two");
   // Each node held a window of pieces of the others' sums, not its whole share of them.
   for (uint32_t node = 0; node < nodes; ++node) {
-    EXPECT_LE(cluster_.scratch_bytes(node), (nodes - 1) * 4 * kPieceBytes) << "node " << node;
+    EXPECT_LE(cluster_.scratch_bytes(node), uint64_t{nodes - 1} * 4 * kPieceBytes)
+        << "node " << node;
   }
 }
 

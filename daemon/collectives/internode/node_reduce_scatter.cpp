@@ -182,7 +182,8 @@ NodeTask node_reduce_scatter(CollectiveContext& step, const ReadyCollective& col
       Outgoing& out = outgoing[node];
       if (q >= out.run.pieces) continue;
       const std::vector<int32_t>& theirs = node_ranks[node];
-      const auto [begin, end] = out.run.range(q);
+      const uint64_t begin = out.run.range(q).first;  // not a binding: the lambdas below take it
+      const uint64_t end = out.run.range(q).second;
       const uint8_t* source = nullptr;
       if (out.straight) {
         source = local[0]->send + (static_cast<uint64_t>(theirs.front()) * count + begin) * element;
@@ -209,7 +210,8 @@ NodeTask node_reduce_scatter(CollectiveContext& step, const ReadyCollective& col
       if (node == me) continue;
       if (auto error = co_await flight.wait(receives[node][p])) co_return error;
     }
-    const auto [begin, end] = own.range(p);
+    const uint64_t begin = own.range(p).first;
+    const uint64_t end = own.range(p).second;
     for_each_block_part(begin, end, count, [&](uint64_t index, uint64_t within, uint64_t m) {
       const uint64_t at = static_cast<uint64_t>(mine[index]) * count + within;
       const uint64_t in_piece = index * count + within - begin;
