@@ -318,6 +318,15 @@ TEST_P(InterNodeAlgorithms, HalvingDoublingAllreduce) {
   allreduce([](CollectiveContext& c, const AllreduceOperand& o) {
     return node_halving_doubling_allreduce(c, o);
   });
+  // What arrives at once, so what a node holds: half the work (the largest run is f32 sums past
+  // a piece), or the whole from a partner that sits out.
+  const uint32_t nodes = cluster_.nodes();
+  const uint32_t extra = nodes - std::bit_floor(nodes);
+  for (uint32_t node = 0; node < nodes; ++node) {
+    const bool folds_in = node < 2 * extra && node % 2 == 1;
+    const uint64_t most = folds_in ? kPastOnePiece : kPastOnePiece - kPastOnePiece / 2;
+    EXPECT_LE(cluster_.scratch_bytes(node), most * sizeof(float)) << "node " << node;
+  }
 }
 
 TEST_P(InterNodeAlgorithms, DirectAllreduce) {

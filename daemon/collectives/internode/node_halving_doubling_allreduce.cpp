@@ -92,7 +92,10 @@ NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const Allreduc
     operand.deliver(0, count);
     co_return std::nullopt;
   }
-  uint8_t* incoming = step.scratch.get(0, std::max<uint64_t>(all_bytes, 1));
+  // The most that arrives at once: the whole work from a partner that sits out, else the first
+  // level's half.
+  const uint64_t most_arriving = me < 2 * extra ? count : count - count / 2;
+  uint8_t* incoming = step.scratch.get(0, std::max<uint64_t>(most_arriving * element, 1));
   if (me < 2 * extra) {
     receive_range(me - 1, 0, 0, count, incoming);
     for (const size_t receive : receives) {
