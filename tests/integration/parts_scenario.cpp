@@ -94,6 +94,21 @@ Waited sum_in(Communicator& comm, SharedBuffer& buffer) {
   };
 }
 
+// This rank's place in the whole job `job` once rank 1 has died (its connections ending without
+// a goodbye, after a barrier) and the whole job failed naming it, which every other rank checks
+// into `problems`: from then on the loss is known. Rank 1 never returns.
+Communicator whole_job_without_rank_1(const gradsync_options& job,
+                                      std::vector<std::string>& problems) {
+  Communicator whole(job);
+  whole.barrier();
+  if (job.rank == 1) std::_Exit(0);
+  {
+    SharedBuffer one = whole.allocate(sizeof(float));
+    problems.push_back(expect_lost("the whole job", "local rank 1 (pid", sum_in(whole, one)));
+  }
+  return whole;
+}
+
 int report(int rank, const std::vector<std::string>& problems) {
   int status = 0;
   for (const std::string& problem : problems) {
@@ -109,13 +124,8 @@ int report(int rank, const std::vector<std::string>& problems) {
 int scenario_parts_rank_lost(const gradsync_options& job) {
   const int rank = job.rank;
   const std::string name = job.job;
-  Communicator whole(job);
-  whole.barrier();
-  if (rank == 1) std::_Exit(0);  // its connection ends without a goodbye
   std::vector<std::string> problems;
-  // The whole job fails as rank 1 goes: from here on its loss is known.
-  SharedBuffer one = whole.allocate(sizeof(float));
-  problems.push_back(expect_lost("the whole job", "local rank 1 (pid", sum_in(whole, one)));
+  const Communicator whole = whole_job_without_rank_1(job, problems);
 
   // A part without rank 1 runs on.
   const std::vector<int32_t> even_ranks = {0, 2};
@@ -158,12 +168,8 @@ int scenario_parts_rank_lost(const gradsync_options& job) {
 int scenario_parts_rank_lost_across_nodes(const gradsync_options& job) {
   const int rank = job.rank;
   const std::string name = job.job;
-  Communicator whole(job);
-  whole.barrier();
-  if (rank == 1) std::_Exit(0);
   std::vector<std::string> problems;
-  SharedBuffer one = whole.allocate(sizeof(float));
-  problems.push_back(expect_lost("the whole job", "local rank 1 (pid", sum_in(whole, one)));
+  const Communicator whole = whole_job_without_rank_1(job, problems);
   if (rank == 2) {
     // Rank 1's part with this rank, across the two nodes, which rank 1 never joined: its node
     // has no such job, and tells this one of the loss through the whole job's messages.
@@ -180,12 +186,8 @@ int scenario_parts_rank_lost_across_nodes(const gradsync_options& job) {
 int scenario_groups_rank_lost(const gradsync_options& job) {
   const int rank = job.rank;
   const std::string name = job.job;
-  Communicator whole(job);
-  whole.barrier();
-  if (rank == 1) std::_Exit(0);
   std::vector<std::string> problems;
-  SharedBuffer one = whole.allocate(sizeof(float));
-  problems.push_back(expect_lost("the whole job", "local rank 1 (pid", sum_in(whole, one)));
+  const Communicator whole = whole_job_without_rank_1(job, problems);
 
   struct Group {
     const char* what;

@@ -279,6 +279,26 @@ class InterNodeAlgorithms : public testing::TestWithParam<Shape> {
     }
   }
 
+  // A reduce-scatter of `count` elements a rank in pieces of `piece_bytes`, checked on every
+  // rank.
+  void reduce_scatter(const DtypeOp& r, uint64_t count, uint64_t piece_bytes) {
+    cluster_.fill(r.dtype, r.op, count * static_cast<uint64_t>(cluster_.world_size()), count);
+    std::vector<ReadyCollective> ready;
+    for (uint32_t node = 0; node < cluster_.nodes(); ++node) {
+      ready.push_back(cluster_.ready(node, ipc::Collective::kReduceScatter, r.dtype, r.op, count));
+    }
+    expect_no_errors(cluster_.run([&](uint32_t node, CollectiveContext& context) {
+      context.piece_bytes = piece_bytes;
+      return node_reduce_scatter(context, ready[node], cluster_.rank_map());
+    }));
+    for (int32_t rank = 0; rank < cluster_.world_size(); ++rank) {
+      ASSERT_EQ(reference::count_wrong_reduce_scatter(cluster_.result(rank), count, r.dtype, r.op,
+                                                      cluster_.world_size(), rank),
+                0u)
+          << "rank " << rank;
+    }
+  }
+
   void broadcast(BroadcastAlgorithm algorithm) {
     for (const uint64_t count : {uint64_t{1}, uint64_t{1001}, kPastOnePiece}) {
       for (int32_t root = 0; root < cluster_.world_size(); ++root) {
@@ -482,21 +502,7 @@ TEST_P(InterNodeAlgorithms, ReduceScatter) {
       if (count > 1001 && (r.dtype != GRADSYNC_FLOAT32 || r.op != GRADSYNC_SUM)) continue;
       SCOPED_TRACE(::testing::Message()
                    << "dtype " << r.dtype << " op " << r.op << " count " << count);
-      cluster_.fill(r.dtype, r.op, count * world, count);
-      std::vector<ReadyCollective> ready;
-      for (uint32_t node = 0; node < cluster_.nodes(); ++node) {
-        ready.push_back(
-            cluster_.ready(node, ipc::Collective::kReduceScatter, r.dtype, r.op, count));
-      }
-      expect_no_errors(cluster_.run([&](uint32_t node, CollectiveContext& context) {
-        return node_reduce_scatter(context, ready[node], cluster_.rank_map());
-      }));
-      for (int32_t rank = 0; rank < cluster_.world_size(); ++rank) {
-        ASSERT_EQ(reference::count_wrong_reduce_scatter(cluster_.result(rank), count, r.dtype, r.op,
-                                                        cluster_.world_size(), rank),
-                  0u)
-            << "rank " << rank;
-      }
+      reduce_scatter(r, count, cost_model::kPipelinePieceBytes);
     }
   }
 }
@@ -510,21 +516,7 @@ TEST_P(InterNodeAlgorithms, ReduceScatterInAWindowOfSmallPieces) {
        {DtypeOp{GRADSYNC_FLOAT32, GRADSYNC_SUM}, DtypeOp{GRADSYNC_INT64, GRADSYNC_MAX},
         DtypeOp{GRADSYNC_FLOAT64, GRADSYNC_AVG}}) {
     SCOPED_TRACE(::testing::Message() << "dtype " << r.dtype << " op " << r.op);
-    cluster_.fill(r.dtype, r.op, count * static_cast<uint64_t>(cluster_.world_size()), count);
-    std::vector<ReadyCollective> ready;
-    for (uint32_t node = 0; node < cluster_.nodes(); ++node) {
-      ready.push_back(cluster_.ready(node, ipc::Collective::kReduceScatter, r.dtype, r.op, count));
-    }
-    expect_no_errors(cluster_.run([&](uint32_t node, CollectiveContext& context) {
-      context.piece_bytes = kPieceBytes;
-      return node_reduce_scatter(context, ready[node], cluster_.rank_map());
-    }));
-    for (int32_t rank = 0; rank < cluster_.world_size(); ++rank) {
-      ASSERT_EQ(reference::count_wrong_reduce_scatter(cluster_.result(rank), count, r.dtype, r.op,
-                                                      cluster_.world_size(), rank),
-                0u)
-          << "rank " << rank;
-    }
+    reduce_scatter(r, count, kPieceBytes);
   }
   const uint64_t nodes = cluster_.nodes();
   for (uint32_t node = 0; node < nodes; ++node) {
