@@ -89,8 +89,8 @@ const std::vector<Key>& keys() {
       {"pipeline_piece_bytes", &C::pipeline_piece_bytes, Reload::kLiveNewJobs,
        "a batch runs in pieces of about this size: on one node, the most that other jobs' and "
        "higher priorities' work waits behind; across nodes, the ring allreduce's blocks and "
-       "what the direct allreduce and reduce-scatter send each node are pipelined in pieces of "
-       "it (node 0's value)",
+       "what the direct allreduce, reduce-scatter and all-to-all send each node are pipelined "
+       "in pieces of it (node 0's value)",
        4 << 10, 1 << 30},
       {"ring_entries", &C::ring_entries, Reload::kLiveNewClients,
        "entries per client ring, a power of two; also the client's in-flight limit", 2, 1 << 16},

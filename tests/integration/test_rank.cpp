@@ -630,7 +630,7 @@ int scenario_reduce_scatters(Communicator& comm, int steps) {
 }
 
 // `steps` steps of the same all-to-alls: a small one (which piggybacks on the
-// negotiation), a large one (one message between each pair of nodes) and an
+// negotiation), a large one (a stream between each pair of nodes) and an
 // empty one, each checked against the reference.
 int scenario_alltoalls(Communicator& comm, int steps) {
   struct Exchanged {

@@ -299,6 +299,26 @@ class InterNodeAlgorithms : public testing::TestWithParam<Shape> {
     }
   }
 
+  // An all-to-all of `count` elements a block in pieces of `piece_bytes`, checked on every rank.
+  void alltoall(gradsync_dtype dtype, uint64_t count, uint64_t piece_bytes) {
+    const uint64_t world = static_cast<uint64_t>(cluster_.world_size());
+    cluster_.fill(dtype, GRADSYNC_SUM, count * world, count * world);
+    std::vector<ReadyCollective> ready;
+    for (uint32_t node = 0; node < cluster_.nodes(); ++node) {
+      ready.push_back(cluster_.ready(node, ipc::Collective::kAllToAll, dtype, GRADSYNC_SUM, count));
+    }
+    expect_no_errors(cluster_.run([&](uint32_t node, CollectiveContext& context) {
+      context.piece_bytes = piece_bytes;
+      return node_alltoall(context, ready[node], cluster_.rank_map());
+    }));
+    for (int32_t rank = 0; rank < cluster_.world_size(); ++rank) {
+      ASSERT_EQ(reference::count_wrong_alltoall(cluster_.result(rank), count, dtype, GRADSYNC_SUM,
+                                                cluster_.world_size(), rank),
+                0u)
+          << "rank " << rank;
+    }
+  }
+
   void broadcast(BroadcastAlgorithm algorithm) {
     for (const uint64_t count : {uint64_t{1}, uint64_t{1001}, kPastOnePiece}) {
       for (int32_t root = 0; root < cluster_.world_size(); ++root) {
@@ -524,32 +544,40 @@ TEST_P(InterNodeAlgorithms, ReduceScatterInAWindowOfSmallPieces) {
   }
 }
 
-// One message between each pair of nodes, whatever their ranks.
-TEST_P(InterNodeAlgorithms, AllToAllSendsOneMessagePerNodePair) {
+// Pieces of one stream between each pair of nodes, whatever their ranks: none rank to rank.
+TEST_P(InterNodeAlgorithms, AllToAllSendsOnlyBetweenNodePairs) {
   const auto world = static_cast<uint64_t>(cluster_.world_size());
   for (const uint64_t count : {uint64_t{1}, uint64_t{1001}, kPastOnePiece / world + 3}) {
     for (const gradsync_dtype dtype : {GRADSYNC_FLOAT32, GRADSYNC_BFLOAT16, GRADSYNC_INT64}) {
       if (count > 1001 && dtype != GRADSYNC_FLOAT32) continue;
       SCOPED_TRACE(::testing::Message() << "dtype " << dtype << " count " << count);
-      cluster_.fill(dtype, GRADSYNC_SUM, count * world, count * world);
-      std::vector<ReadyCollective> ready;
-      for (uint32_t node = 0; node < cluster_.nodes(); ++node) {
-        ready.push_back(
-            cluster_.ready(node, ipc::Collective::kAllToAll, dtype, GRADSYNC_SUM, count));
-      }
       const uint64_t messages_before = cluster_.network().messages_sent();
-      expect_no_errors(cluster_.run([&](uint32_t node, CollectiveContext& context) {
-        return node_alltoall(context, ready[node], cluster_.rank_map());
-      }));
-      const uint64_t nodes = cluster_.nodes();
-      EXPECT_EQ(cluster_.network().messages_sent() - messages_before, nodes * (nodes - 1));
-      for (int32_t rank = 0; rank < cluster_.world_size(); ++rank) {
-        ASSERT_EQ(reference::count_wrong_alltoall(cluster_.result(rank), count, dtype, GRADSYNC_SUM,
-                                                  cluster_.world_size(), rank),
-                  0u)
-            << "rank " << rank;
+      alltoall(dtype, count, cost_model::kPipelinePieceBytes);
+      uint64_t pieces = 0;
+      for (uint32_t from = 0; from < cluster_.nodes(); ++from) {
+        for (uint32_t to = 0; to < cluster_.nodes(); ++to) {
+          if (from == to) continue;
+          const uint64_t stream = count * element_bytes(dtype) * cluster_.ranks_of(from).size() *
+                                  cluster_.ranks_of(to).size();
+          pieces += node_detail::PieceCut(stream, cost_model::kPipelinePieceBytes).pieces;
+        }
       }
+      EXPECT_EQ(cluster_.network().messages_sent() - messages_before, pieces);
     }
+  }
+}
+
+// In pieces far smaller than a stream: each node holds a window of four pieces of what it
+// packs for each other node and of what arrives from each, whatever the size.
+TEST_P(InterNodeAlgorithms, AllToAllInAWindowOfSmallPieces) {
+  constexpr uint64_t kPieceBytes = 256;
+  for (const gradsync_dtype dtype : {GRADSYNC_FLOAT32, GRADSYNC_BFLOAT16, GRADSYNC_INT64}) {
+    SCOPED_TRACE(::testing::Message() << "dtype " << dtype);
+    alltoall(dtype, 3001, kPieceBytes);
+  }
+  const uint64_t nodes = cluster_.nodes();
+  for (uint32_t node = 0; node < nodes; ++node) {
+    EXPECT_LE(cluster_.scratch_bytes(node), 2 * (nodes - 1) * 4 * kPieceBytes) << "node " << node;
   }
 }
 

@@ -1,11 +1,15 @@
-// All-to-all across nodes: one message per pair of nodes, carrying every block this node's
-// ranks address to the other node's ranks (destination rank by destination rank, each with its
-// sources in rank order), so a node sends n-1 messages however many ranks each node has. The
-// blocks between this node's own ranks are copied while the messages travel.
+// All-to-all across nodes: one stream between each pair of nodes, carrying every block this
+// node's ranks address to the other node's ranks (destination rank by destination rank, each
+// with its sources in rank order), so a node sends to n-1 nodes however many ranks each node
+// has, never rank to rank. The blocks between this node's own ranks are copied while the
+// streams travel.
 //
-// Where this node has one rank and the other node's ranks are consecutive (the usual
-// placement), a message leaves straight from the rank's send range and lands straight in its
-// receive range; otherwise it is packed into scratch and unpacked from it.
+// In rounds, as the reduce-scatter runs: each stream is cut into pieces, round q sends every
+// other node piece q of its stream and unpacks piece q - 1 of every stream arriving, and a
+// node holds a window of pieces of what it packs and of what arrives
+// (node_detail::kWindowPieces), not the whole. Where this node has one rank and the other
+// node's ranks are consecutive (the usual placement), a stream leaves straight from the rank's
+// send range and lands straight in its receive range: no copy, no window.
 //
 // A small one piggybacks on the negotiation instead: each node's ranks' whole send ranges
 // travel with the cycle that decides it, and every node takes its ranks' blocks from them.
@@ -18,24 +22,6 @@
 #include <cstring>
 
 namespace gradsync::daemon {
-namespace {
-
-// Walks the blocks of the message between a node whose ranks are `sources` and one whose ranks
-// are `targets`, in message order: fn(offset in the message, source rank, target rank).
-template <typename Fn>
-void for_each_message_block(const std::vector<int32_t>& sources,
-                            const std::vector<int32_t>& targets, uint64_t block, Fn&& fn) {
-  uint64_t offset = 0;
-  for (const int32_t target : targets) {
-    for (const int32_t source : sources) {
-      fn(offset, source, target);
-      offset += block;
-    }
-  }
-}
-
-}  // namespace
-
 NodeResult alltoall_contributions(const ReadyCollective& collective, const RankMap& rank_nodes,
                                   int32_t world_size,
                                   std::span<const std::span<const uint8_t>> contributions) {
@@ -71,6 +57,8 @@ NodeTask node_alltoall(CollectiveContext& step, const ReadyCollective& collectiv
   const uint32_t me = links.me();
   const uint64_t block = collective.first().block_bytes();
   if (block == 0) co_return std::nullopt;  // every node has the agreed count: all skip alike
+  using node_detail::for_each_block_part;
+  using node_detail::PieceCut;
   const std::vector<std::vector<int32_t>> node_ranks =
       node_detail::ranks_by_node(rank_nodes, n, step.world_size);
   const std::vector<int32_t>& mine = node_ranks[me];
@@ -79,68 +67,121 @@ NodeTask node_alltoall(CollectiveContext& step, const ReadyCollective& collectiv
   auto local_of = [&](int32_t rank) {
     return local[static_cast<size_t>(std::find(mine.begin(), mine.end(), rank) - mine.begin())];
   };
-  // Straight from and into a lone local rank's ranges, where the other node's ranks are a run.
-  auto straight = [&](uint32_t node) {
-    return local.size() == 1 && node_detail::consecutive(node_ranks[node]);
+  auto tag = [&](uint32_t sender, uint64_t piece) {
+    return links.tag(tags::kData, sender, step.sequence, static_cast<uint32_t>(piece));
   };
-  auto message_bytes = [&](uint32_t node) { return block * mine.size() * node_ranks[node].size(); };
-  auto tag = [&](uint32_t sender) { return links.tag(tags::kData, sender, step.sequence, 0); };
 
-  // Scratch for what is packed (slot 1) and what lands to be unpacked (slot 0), by node.
-  std::vector<uint64_t> scratch_at(n, 0);
+  // The stream with each other node, the same length and cut alike both ways (|mine| x
+  // |theirs| blocks); its slots in scratch, for what is packed (slot 1) and what lands to be
+  // unpacked (slot 0), unless it goes straight.
+  struct Stream {
+    PieceCut cut{0, 1};
+    bool straight = false;
+    uint64_t slots_at = 0;
+    std::vector<size_t> sends;     // the flight's send of piece p
+    std::vector<size_t> receives;  // the flight's receive of piece p
+  };
+  std::vector<Stream> streams(n);
   uint64_t scratch_bytes = 0;
+  uint64_t rounds = 0;
   for (uint32_t node = 0; node < n; ++node) {
-    scratch_at[node] = scratch_bytes;
-    if (node != me && !straight(node)) scratch_bytes += message_bytes(node);
+    if (node == me) continue;
+    Stream& stream = streams[node];
+    stream.cut = PieceCut(block * mine.size() * node_ranks[node].size(), step.piece_bytes);
+    stream.straight = local.size() == 1 && node_detail::consecutive(node_ranks[node]);
+    stream.slots_at = scratch_bytes;
+    if (!stream.straight) scratch_bytes += stream.cut.slots * stream.cut.piece;
+    rounds = std::max(rounds, stream.cut.pieces);
   }
   uint8_t* arrivals = scratch_bytes > 0 ? step.scratch.get(0, scratch_bytes) : nullptr;
   uint8_t* packed = scratch_bytes > 0 ? step.scratch.get(1, scratch_bytes) : nullptr;
+  auto slot = [&](uint8_t* slots, const Stream& stream, uint64_t p) {
+    return slots + stream.slots_at + (p % stream.cut.slots) * stream.cut.piece;
+  };
 
   Flight flight(links, &step.scratch, node_detail::rank_memory(collective),
                 "running an all-to-all across nodes");
-  std::vector<size_t> receives(n, 0);
-  for (uint32_t node = 0; node < n; ++node) {
-    if (node == me) continue;
+  // A straight stream's pieces land in place, all posted at once; the others' in a window.
+  auto expect_piece = [&](uint32_t node, uint64_t p) {
+    Stream& stream = streams[node];
+    const auto [begin, end] = stream.cut.range(p);
     uint8_t* landing =
-        straight(node) ? local[0]->recv + static_cast<uint64_t>(node_ranks[node].front()) * block
-                       : arrivals + scratch_at[node];
-    receives[node] = flight.add(step.receive(tag(node), node, landing, message_bytes(node)));
-  }
-  for (uint32_t k = 1; k < n; ++k) {
-    const uint32_t node = (me + k) % n;  // to the right first, so not everyone starts at 0
-    const uint8_t* source = nullptr;
-    if (straight(node)) {
-      source = local[0]->send + static_cast<uint64_t>(node_ranks[node].front()) * block;
-    } else {
-      uint8_t* message = packed + scratch_at[node];
-      for_each_message_block(
-          mine, node_ranks[node], block, [&](uint64_t offset, int32_t from, int32_t to) {
-            std::memcpy(message + offset, local_of(from)->send + static_cast<uint64_t>(to) * block,
-                        block);
-          });
-      source = message;
-    }
-    co_await step.pace(message_bytes(node));
-    flight.add(step.send(node, tag(me), source, message_bytes(node)));
-  }
-  // The blocks between this node's own ranks, while the messages travel.
-  for (const Submission* from : local) {
-    for (const Submission* to : local) {
-      const auto from_rank = static_cast<uint64_t>(from->session->identity().rank);
-      const auto to_rank = static_cast<uint64_t>(to->session->identity().rank);
-      std::memcpy(to->recv + from_rank * block, from->send + to_rank * block, block);
-    }
-  }
+        stream.straight
+            ? local[0]->recv + static_cast<uint64_t>(node_ranks[node].front()) * block + begin
+            : slot(arrivals, stream, p);
+    stream.receives.push_back(flight.add(step.receive(tag(node, p), node, landing, end - begin)));
+  };
   for (uint32_t node = 0; node < n; ++node) {
     if (node == me) continue;
-    if (auto error = co_await flight.wait(receives[node])) co_return error;
-    if (straight(node)) continue;
-    const uint8_t* message = arrivals + scratch_at[node];
-    for_each_message_block(node_ranks[node], mine, block,
-                           [&](uint64_t offset, int32_t from, int32_t to) {
-                             std::memcpy(local_of(to)->recv + static_cast<uint64_t>(from) * block,
-                                         message + offset, block);
-                           });
+    const Stream& stream = streams[node];
+    const uint64_t ahead = stream.straight ? stream.cut.pieces : stream.cut.slots;
+    for (uint64_t p = 0; p < ahead; ++p) expect_piece(node, p);
+  }
+
+  // Round q sends every other node piece q of its stream, then unpacks piece q - 1 of every
+  // stream arriving (kWindowPieces says why every piece finds its receive posted). A packed
+  // slot is packed again once the piece sent from it, four rounds before, has left.
+  for (uint64_t q = 0; q <= rounds; ++q) {
+    for (uint32_t k = 1; k < n; ++k) {
+      const uint32_t node = (me + k) % n;  // to the right first, so not everyone starts at 0
+      Stream& stream = streams[node];
+      if (q >= stream.cut.pieces) continue;
+      const std::vector<int32_t>& theirs = node_ranks[node];
+      const uint64_t begin = stream.cut.range(q).first;  // not a binding: the lambda takes it
+      const uint64_t end = stream.cut.range(q).second;
+      const uint8_t* source = nullptr;
+      if (stream.straight) {
+        source = local[0]->send + static_cast<uint64_t>(theirs.front()) * block + begin;
+      } else {
+        uint8_t* piece = slot(packed, stream, q);
+        if (q >= stream.cut.slots) {
+          if (auto error = co_await flight.wait(stream.sends[q - stream.cut.slots])) {
+            co_return error;
+          }
+        }
+        // Block i of the stream is from mine[i % |mine|] to theirs[i / |mine|].
+        for_each_block_part(begin, end, block, [&](uint64_t index, uint64_t within, uint64_t m) {
+          const int32_t from = mine[index % mine.size()];
+          const auto to = static_cast<uint64_t>(theirs[index / mine.size()]);
+          std::memcpy(piece + index * block + within - begin,
+                      local_of(from)->send + to * block + within, m);
+        });
+        source = piece;
+      }
+      co_await step.pace(end - begin);
+      stream.sends.push_back(flight.add(step.send(node, tag(me, q), source, end - begin)));
+    }
+    if (q == 0) {
+      // The blocks between this node's own ranks, while the first pieces travel.
+      for (const Submission* from : local) {
+        for (const Submission* to : local) {
+          const auto from_rank = static_cast<uint64_t>(from->session->identity().rank);
+          const auto to_rank = static_cast<uint64_t>(to->session->identity().rank);
+          std::memcpy(to->recv + from_rank * block, from->send + to_rank * block, block);
+        }
+      }
+      continue;
+    }
+    const uint64_t p = q - 1;
+    for (uint32_t node = 0; node < n; ++node) {
+      if (node == me) continue;
+      const Stream& stream = streams[node];
+      if (p >= stream.cut.pieces) continue;
+      if (auto error = co_await flight.wait(stream.receives[p])) co_return error;
+      if (stream.straight) continue;
+      const std::vector<int32_t>& theirs = node_ranks[node];
+      const uint8_t* piece = slot(arrivals, stream, p);
+      const uint64_t begin = stream.cut.range(p).first;
+      const uint64_t end = stream.cut.range(p).second;
+      // Block i of the arriving stream is from theirs[i % |theirs|] to mine[i / |theirs|].
+      for_each_block_part(begin, end, block, [&](uint64_t index, uint64_t within, uint64_t m) {
+        const auto from = static_cast<uint64_t>(theirs[index % theirs.size()]);
+        const int32_t to = mine[index / theirs.size()];
+        std::memcpy(local_of(to)->recv + from * block + within,
+                    piece + index * block + within - begin, m);
+      });
+      if (p + stream.cut.slots < stream.cut.pieces) expect_piece(node, p + stream.cut.slots);
+    }
   }
   co_return co_await flight.wait_all();
 }

@@ -15,11 +15,13 @@
 #include "daemon/links/node_task.h"
 #include "daemon/links/rank_map.h"
 
+#include <algorithm>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gradsync::daemon {
@@ -126,7 +128,7 @@ void pack_reduce_scatter_sums(const ReadyCollective& collective, int32_t world_s
 NodeResult reduce_scatter_contributions(const ReadyCollective& collective, int32_t world_size,
                                         std::span<const std::span<const uint8_t>> contributions);
 
-// All-to-all (node_alltoall.cpp): one message between each pair of nodes, placed by
+// All-to-all (node_alltoall.cpp): one stream of pieces between each pair of nodes, placed by
 // `rank_nodes` (complete). A small one piggybacks on the negotiation: this node's contribution
 // is its ranks' whole send ranges in rank order (pack_send_ranges), from which every node
 // takes its ranks' blocks.
@@ -140,13 +142,46 @@ NodeResult alltoall_contributions(const ReadyCollective& collective, const RankM
 namespace node_detail {
 
 // Pieces of the data a node receives from each other node that it holds at once, in the
-// algorithms that receive from every node in rounds (the direct allreduce and reduce-scatter):
+// algorithms that receive from every node in rounds (the direct allreduce, reduce-scatter and
+// all-to-all):
 // receives are posted this far ahead and a slot is reused once its piece is reduced. In their
 // rounds (round q sends piece q, then reduces piece q - 1 of the node's own), a node sends
 // another piece q only once that one is in its round q - 2, so has reduced its piece q - 4:
 // with 4 every piece arrives to a receive already posted (eager data never waits in UCX's
 // buffers), and the memory is that of 4 pieces whatever the collective's size.
 inline constexpr uint64_t kWindowPieces = 4;
+
+// What one node sends another in those algorithms (and the all-to-all), `units` elements or
+// bytes, cut alike on both: pieces of `piece` units (the last shorter), at most
+// kMaxWindowedPieces of them (a piece's index is part of its tag), of which `slots` are held
+// at once, piece p in slot p % slots.
+inline constexpr uint64_t kMaxWindowedPieces = 1024;
+struct PieceCut {
+  uint64_t units = 0;
+  uint64_t piece = 1;
+  uint64_t pieces = 0;
+  uint64_t slots = 0;
+
+  // Pieces of about `wanted_piece` units (the pipeline's piece), fewer where there would be
+  // more than kMaxWindowedPieces.
+  PieceCut(uint64_t units, uint64_t wanted_piece);
+  std::pair<uint64_t, uint64_t> range(uint64_t p) const {
+    return {p * piece, std::min(units, (p + 1) * piece)};
+  }
+};
+
+// Units [begin, end) of a run of equal blocks of `block` units, a block at a time:
+// fn(block index in the run, offset in that block, units).
+template <typename Fn>
+void for_each_block_part(uint64_t begin, uint64_t end, uint64_t block, Fn&& fn) {
+  for (uint64_t at = begin; at < end;) {
+    const uint64_t index = at / block;
+    const uint64_t within = at % block;
+    const uint64_t units = std::min(end - at, block - within);
+    fn(index, within, units);
+    at += units;
+  }
+}
 
 // The global ranks of each of `nodes` nodes, ascending (`rank_nodes` complete).
 std::vector<std::vector<int32_t>> ranks_by_node(const RankMap& rank_nodes, uint32_t nodes,

@@ -34,6 +34,13 @@ NodeTask run_broadcast(CollectiveContext& step, const ReadyCollective& collectiv
 
 namespace node_detail {
 
+PieceCut::PieceCut(uint64_t units, uint64_t wanted_piece)
+    : units(units),
+      piece(std::max<uint64_t>(
+          {wanted_piece, (units + kMaxWindowedPieces - 1) / kMaxWindowedPieces, 1})),
+      pieces((units + piece - 1) / piece),
+      slots(std::min(pieces, kWindowPieces)) {}
+
 const Submission* root_of(const ReadyCollective& collective) {
   for (const auto& s : collective.ranks) {
     if (s.session->identity().rank == collective.first().root) return &s;

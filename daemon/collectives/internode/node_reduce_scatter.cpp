@@ -23,23 +23,6 @@
 #include <array>
 
 namespace gradsync::daemon {
-namespace {
-
-// Elements [begin, end) of a packed run of blocks (block i of the run is global rank
-// `ranks[i]`'s), taken a block at a time: fn(rank index in the run, offset in its block, n).
-template <typename Fn>
-void for_each_block_part(uint64_t begin, uint64_t end, uint64_t count, Fn&& fn) {
-  for (uint64_t at = begin; at < end;) {
-    const uint64_t index = at / count;
-    const uint64_t within = at % count;
-    const uint64_t n = std::min(end - at, count - within);
-    fn(index, within, n);
-    at += n;
-  }
-}
-
-}  // namespace
-
 void pack_reduce_scatter_sums(const ReadyCollective& collective, int32_t world_size,
                               std::vector<uint8_t>& contribution) {
   const Submission& lead = collective.first();
@@ -94,28 +77,12 @@ NodeTask node_reduce_scatter(CollectiveContext& step, const ReadyCollective& col
   const std::vector<int32_t>& mine = node_ranks[me];
   std::vector<const Submission*> local;
   if (auto error = node_detail::in_rank_order(collective, mine, local)) co_return error;
-  using node_detail::kWindowPieces;
+  using node_detail::for_each_block_part;
+  using node_detail::PieceCut;
 
-  // A node's blocks (a run of count elements per rank of it), cut alike on every node: pieces
-  // of whole elements, at most kMaxPieces.
-  struct Run {
-    uint64_t elements = 0;
-    uint64_t piece = 0;
-    uint64_t pieces = 0;
-    uint64_t slots = 0;  // pieces held at once: piece p in slot p % slots
-    std::pair<uint64_t, uint64_t> range(uint64_t p) const {
-      return {p * piece, std::min(elements, (p + 1) * piece)};
-    }
-  };
-  constexpr uint64_t kMaxPieces = 1024;
+  // A node's blocks (a run of count elements per rank of it), cut alike on every node.
   auto run_of = [&](uint32_t node) {
-    Run run;
-    run.elements = count * node_ranks[node].size();
-    run.piece = std::max<uint64_t>(
-        {step.piece_bytes / element, (run.elements + kMaxPieces - 1) / kMaxPieces, 1});
-    run.pieces = (run.elements + run.piece - 1) / run.piece;
-    run.slots = std::min(run.pieces, kWindowPieces);
-    return run;
+    return PieceCut(count * node_ranks[node].size(), step.piece_bytes / element);
   };
   auto tag = [&](uint32_t sender, uint64_t piece) {
     return links.tag(tags::kData, sender, step.sequence, static_cast<uint32_t>(piece));
@@ -125,7 +92,7 @@ NodeTask node_reduce_scatter(CollectiveContext& step, const ReadyCollective& col
                 "running a reduce-scatter across nodes");
   // What arrives: from each other node, its sums of this node's blocks, a window of pieces
   // (slot 0).
-  const Run own = run_of(me);
+  const PieceCut own = run_of(me);
   uint8_t* arrivals =
       step.scratch.get(0, std::max<uint64_t>((n - 1) * own.slots * own.piece * element, 1));
   auto arrival = [&](uint32_t node, uint64_t p) {
@@ -148,7 +115,7 @@ NodeTask node_reduce_scatter(CollectiveContext& step, const ReadyCollective& col
   // from it has left. With one local rank and the other node's ranks consecutive (the usual
   // placement), straight from that rank's buffer instead: no copy.
   struct Outgoing {
-    Run run;
+    PieceCut run{0, 1};
     bool straight = false;
     uint64_t packed_at = 0;     // its slots' first element in slot 1
     std::vector<size_t> sends;  // the flight's send of piece p
