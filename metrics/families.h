@@ -51,6 +51,7 @@ enum class Family {
   kJobWireBytes,
   kJobWireShare,
   kJobShareWaitSeconds,
+  kJobScratchBytes,
   kLinkPacerRateBytesPerSecond,
   kAggregatorBytesReceived,
   kAggregatorBytesSent,
@@ -186,6 +187,9 @@ inline constexpr std::array<FamilyDoc, static_cast<size_t>(Family::kCount)> kFam
      "training_job",
      "Time a job's ready work waited while other jobs were served (engine) or for its share of "
      "the links to other nodes"},
+    {Family::kJobScratchBytes, "gradsync_job_scratch_bytes", Type::kGauge, "training_job",
+     "Memory a job's collectives across nodes hold on this node for what they pack, receive and "
+     "fuse: each keeps the most it was asked for until the job ends"},
     {Family::kLinkPacerRateBytesPerSecond, "gradsync_link_pacer_rate_bytes_per_second",
      Type::kGauge, "",
      "What the pacer last measured this node's links to other nodes to carry (0: not yet); jobs "

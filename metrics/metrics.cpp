@@ -142,6 +142,7 @@ struct Metrics::Impl {
   prometheus::Family<prometheus::Counter>* job_wire_bytes = nullptr;
   prometheus::Family<prometheus::Gauge>* job_wire_share = nullptr;
   prometheus::Family<prometheus::Counter>* job_share_wait = nullptr;
+  prometheus::Family<prometheus::Gauge>* job_scratch = nullptr;
   // The autotune families, in Family's order from kAutotuneTrials.
   std::array<prometheus::Family<prometheus::Gauge>*, kAutotuneFamilies> autotune{};
   prometheus::Family<prometheus::Counter>* aggregator_received = nullptr;
@@ -185,6 +186,7 @@ struct Metrics::Impl {
     prometheus::Counter* wire_bytes = nullptr;
     prometheus::Gauge* wire_share = nullptr;
     prometheus::Counter* share_wait = nullptr;
+    prometheus::Gauge* scratch = nullptr;
     std::array<prometheus::Gauge*, kAutotuneFamilies> autotune{};  // once the job tunes here
     JobProgress last;  // as last reported: the counters move by its differences
   };
@@ -281,6 +283,7 @@ Metrics::Metrics(const std::string& listen, const BuildInfo& build, const std::s
   impl_->job_wire_bytes = &family<prometheus::Counter>(registry, Family::kJobWireBytes);
   impl_->job_wire_share = &family<prometheus::Gauge>(registry, Family::kJobWireShare);
   impl_->job_share_wait = &family<prometheus::Counter>(registry, Family::kJobShareWaitSeconds);
+  impl_->job_scratch = &family<prometheus::Gauge>(registry, Family::kJobScratchBytes);
   impl_->aggregator_received =
       &family<prometheus::Counter>(registry, Family::kAggregatorBytesReceived);
   impl_->aggregator_sent = &family<prometheus::Counter>(registry, Family::kAggregatorBytesSent);
@@ -469,10 +472,12 @@ void Metrics::set_job_progress(const std::string& job, const JobProgress& progre
     series.wire_bytes = &impl_->job_wire_bytes->Add(labels);
     series.wire_share = &impl_->job_wire_share->Add(labels);
     series.share_wait = &impl_->job_share_wait->Add(labels);
+    series.scratch = &impl_->job_scratch->Add(labels);
   }
   series.weight->Set(progress.weight);
   series.cap->Set(progress.cap_bytes_per_second);
   series.wire_share->Set(progress.wire_share);
+  series.scratch->Set(static_cast<double>(progress.scratch_bytes));
   series.engine_bytes->Increment(
       static_cast<double>(progress.engine_bytes - series.last.engine_bytes));
   series.wire_bytes->Increment(static_cast<double>(progress.wire_bytes - series.last.wire_bytes));
@@ -530,6 +535,7 @@ void Metrics::job_ended(const std::string& job) {
   impl_->job_wire_bytes->Remove(series.wire_bytes);
   impl_->job_wire_share->Remove(series.wire_share);
   impl_->job_share_wait->Remove(series.share_wait);
+  impl_->job_scratch->Remove(series.scratch);
   for (size_t i = 0; i < kAutotuneFamilies; ++i) {
     if (series.autotune[i] != nullptr) impl_->autotune[i]->Remove(series.autotune[i]);
   }

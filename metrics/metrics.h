@@ -106,6 +106,7 @@ class Metrics {
     uint64_t wire_bytes = 0;
     double wire_share = 0;
     double share_wait_seconds = 0;
+    uint64_t scratch_bytes = 0;  // its collectives across nodes hold (NodeJob::scratch_bytes)
     // Where this node tunes the job (docs/autotune.md).
     struct Autotune {
       uint64_t trials = 0;

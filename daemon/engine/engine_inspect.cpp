@@ -265,8 +265,10 @@ void Engine::export_samples() {
     progress.wire_bytes = wire.granted_bytes;
     progress.wire_share = qos.wire_share;
     progress.share_wait_seconds = qos.engine_wait_seconds + wire.waited_seconds;
-    if (const NodeJob* network = job->network(); network && network->negotiator()) {
-      progress.node_cycles = network->negotiator()->last_cycles();
+    progress.scratch_bytes = 0;
+    if (const NodeJob* network = job->network()) {
+      progress.scratch_bytes = network->scratch_bytes();
+      if (network->negotiator()) progress.node_cycles = network->negotiator()->last_cycles();
     }
     progress.autotune.reset();
     if (const Autotuner* tuner = job->autotuner()) {

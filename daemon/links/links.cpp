@@ -20,13 +20,17 @@ uint8_t* Scratch::get(size_t slot, size_t bytes) {
   if (buffers_.size() <= slot) buffers_.resize(slot + 1);
   auto& buffer = buffers_[slot];
   if (!buffer) buffer = std::make_shared<std::vector<uint8_t>>();
-  if (buffer->size() < bytes) buffer->resize(bytes);
+  if (buffer->size() < bytes) {
+    // Exactly what is asked, without the old contents: growing in place may take up to twice
+    // the old size, and the slot keeps what it took for the job's life.
+    std::vector<uint8_t>(bytes).swap(*buffer);
+  }
   return buffer->data();
 }
 
 size_t Scratch::bytes() const {
   size_t held = 0;
-  for (const auto& buffer : buffers_) held += buffer ? buffer->size() : 0;
+  for (const auto& buffer : buffers_) held += buffer ? buffer->capacity() : 0;
   return held;
 }
 

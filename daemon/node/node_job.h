@@ -175,6 +175,10 @@ class NodeJob {
   // Paces the job's bulk sends through the node's pacer, as `flow` (wire_pacer.h).
   void set_pacer(WirePacer* pacer, WirePacer::Flow flow) { links_.set_pacer(pacer, flow); }
   const Negotiator* negotiator() const { return negotiator_ ? &*negotiator_ : nullptr; }
+  // The memory the job's collectives hold for what they pack, receive and fuse: the batches'
+  // in flight and the spare ones', each slot the most it was asked for (and what measured the
+  // links as the job formed).
+  size_t scratch_bytes() const;
 
   // Node 0, in a job that autotunes: the settings every node applies from the next cycle on.
   void announce(const TuningAnnouncement& tuned);

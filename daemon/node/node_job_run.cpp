@@ -670,4 +670,11 @@ NodeResult NodeJob::reduce_contributions(const ReadyCollective& collective,
   return std::nullopt;
 }
 
+size_t NodeJob::scratch_bytes() const {
+  size_t bytes = scratch_.bytes();
+  for (const auto& work : in_flight_) bytes += work->scratch ? work->scratch->bytes() : 0;
+  for (const auto& spare : spare_scratch_) bytes += spare->bytes();
+  return bytes;
+}
+
 }  // namespace gradsync::daemon

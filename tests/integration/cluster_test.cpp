@@ -476,11 +476,28 @@ TEST_P(SmallCollectives, BroadcastsRideWithTheNegotiation) {
 
 // Reduce-scatters of many small pieces (a node's blocks in about 90 to 280 of them, against
 // a window of four in flight): every piece goes through every slot many times, over UCX, with
-// uneven ranks per node.
+// uneven ranks per node. Node 0's daemon says what the job holds: what measured its links (2
+// MiB) and four pieces from and for each other node, not the 24 MB a whole exchange would.
 TEST(Cluster, LargeReduceScattersInSmallPiecesAreRight) {
-  LoopbackCluster cluster(3, "pipeline_piece_bytes = 65536\n");
-  auto ranks = cluster.spawn("rs-pieces", {2, 1, 1}, {"reduce_scatters", "2"});
+  constexpr uint64_t kPieceBytes = 65536;
+  LoopbackCluster cluster(3, "pipeline_piece_bytes = " + std::to_string(kPieceBytes), true);
+  // The ranks stay 1.5 s once done: the daemon samples its jobs' figures every second.
+  auto ranks = cluster.spawn("rs-pieces", {2, 1, 1}, {"reduce_scatters", "2", "1500"});
+  double held = -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (bool seen = false; std::chrono::steady_clock::now() < deadline;) {
+    const double bytes = sample(scrape(cluster.metrics_port()),
+                                "gradsync_job_scratch_bytes{training_job=\"rs-pieces\"}");
+    if (bytes < 0 && seen) break;  // the job ended, and its series with it
+    seen = bytes >= 0;
+    held = std::max(held, bytes);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   expect_all_succeed(ranks, cluster);
+  constexpr double kProbeBytes = 2 << 20;
+  EXPECT_GT(held, kProbeBytes) << "no sample of the job's scratch after its reduce-scatters";
+  // Four pieces from and for each of the 2 other nodes.
+  EXPECT_LE(held, kProbeBytes + static_cast<double>(kPieceBytes * 2 * 2 * 4));
 }
 
 INSTANTIATE_TEST_SUITE_P(Names, SmallCollectives, ::testing::Bool(),

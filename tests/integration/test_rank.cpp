@@ -594,8 +594,8 @@ int scenario_allgathers(Communicator& comm, int steps) {
 // `steps` steps of the same reduce-scatters: a small one (which piggybacks on the
 // negotiation) and large ones (over the network, in pipelined pieces, with a
 // count no piece size divides), out of place and in place, sum and average, each checked
-// against the reference.
-int scenario_reduce_scatters(Communicator& comm, int steps) {
+// against the reference; then `hold_ms` idle.
+int scenario_reduce_scatters(Communicator& comm, int steps, int hold_ms) {
   struct Scattered {
     const char* name;
     gradsync_dtype dtype;
@@ -626,6 +626,8 @@ int scenario_reduce_scatters(Communicator& comm, int steps) {
       EXPECT_OR_FAIL(wrong == 0, "step %d reduce-scatter %s: %zu wrong", step, r.name, wrong);
     }
   }
+  // The job stays, idle, for whoever inspects the daemons.
+  std::this_thread::sleep_for(std::chrono::milliseconds(hold_ms));
   return 0;
 }
 
@@ -1119,7 +1121,8 @@ int main(int argc, char** argv) {
     if (scenario == "node_order") return scenario_node_order(comm, options.local_world_size);
     if (scenario == "allgathers") return scenario_allgathers(comm, std::stoi(args.at(1)));
     if (scenario == "reduce_scatters") {
-      return scenario_reduce_scatters(comm, std::stoi(args.at(1)));
+      return scenario_reduce_scatters(comm, std::stoi(args.at(1)),
+                                      args.size() > 2 ? std::stoi(args[2]) : 0);
     }
     if (scenario == "alltoalls") return scenario_alltoalls(comm, std::stoi(args.at(1)));
     if (scenario == "broadcasts") return scenario_broadcasts(comm, std::stoul(args.at(1)));
