@@ -482,7 +482,7 @@ TEST(Cluster, LargeReduceScattersInSmallPiecesAreRight) {
   constexpr uint64_t kPieceBytes = 65536;
   LoopbackCluster cluster(3, "pipeline_piece_bytes = " + std::to_string(kPieceBytes), true);
   // The ranks stay 1.5 s once done: the daemon samples its jobs' figures every second.
-  auto ranks = cluster.spawn("rs-pieces", {2, 1, 1}, {"reduce_scatters", "2", "1500"});
+  auto ranks = cluster.spawn("rs-pieces", {2, 1, 1}, {"reduce_scatters", "2", "named", "1500"});
   double held = -1;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   for (bool seen = false; std::chrono::steady_clock::now() < deadline;) {

@@ -32,8 +32,8 @@ namespace reference = gradsync::reference;
 
 int g_rank = 0;
 int g_ranks = 1;
-// The scenarios of small and large collectives of one kind take "unnamed" after their step
-// count: they then submit without names, as the torch.distributed backend does.
+// The scenarios of small and large collectives of one kind take "unnamed" (or "named") after
+// their step count: unnamed, they submit without names, as the torch.distributed backend does.
 bool g_unnamed = false;
 
 const char* name_or_none(const char* name) {
@@ -594,7 +594,7 @@ int scenario_allgathers(Communicator& comm, int steps) {
 // `steps` steps of the same reduce-scatters: a small one (which piggybacks on the
 // negotiation) and large ones (over the network, in pipelined pieces, with a
 // count no piece size divides), out of place and in place, sum and average, each checked
-// against the reference; then `hold_ms` idle.
+// against the reference; then `hold_ms` idle (arguments: STEPS [unnamed|named] [HOLD_MS]).
 int scenario_reduce_scatters(Communicator& comm, int steps, int hold_ms) {
   struct Scattered {
     const char* name;
@@ -1122,7 +1122,7 @@ int main(int argc, char** argv) {
     if (scenario == "allgathers") return scenario_allgathers(comm, std::stoi(args.at(1)));
     if (scenario == "reduce_scatters") {
       return scenario_reduce_scatters(comm, std::stoi(args.at(1)),
-                                      args.size() > 2 ? std::stoi(args[2]) : 0);
+                                      args.size() > 3 ? std::stoi(args[3]) : 0);
     }
     if (scenario == "alltoalls") return scenario_alltoalls(comm, std::stoi(args.at(1)));
     if (scenario == "broadcasts") return scenario_broadcasts(comm, std::stoul(args.at(1)));
