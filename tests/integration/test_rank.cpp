@@ -337,9 +337,14 @@ int scenario_waiting_for(Communicator& comm, const std::string& missing) {
   comm.allreduce("withheld.tensor", buf.data(), buf.data(), 16, GRADSYNC_FLOAT32, GRADSYNC_SUM);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   std::string waiting;
+  // Until the other nodes' reports of the cycle arrive, the daemon knows only that it waits
+  // for "the other nodes"; then it names those that have not submitted.
   while (std::chrono::steady_clock::now() < deadline) {
     waiting = comm.waiting_for();
-    if (waiting.find("withheld.tensor") != std::string::npos) break;
+    if (waiting.find("withheld.tensor") != std::string::npos &&
+        waiting.find(missing) != std::string::npos) {
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   std::printf("waiting for: %s\n", waiting.c_str());
