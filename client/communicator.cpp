@@ -83,8 +83,15 @@ Communicator::Communicator(const gradsync_options& options, const gradsync_job_s
     default:
       hello.setAutotune(ipc::wire::Autotune::DEFAULT);
   }
-  ipc::send_frame(socket_.get(), ipc::encode(message));
-  ipc::Frame frame = ipc::receive_frame(socket_.get(), reader_, timeout_ms(options_));
+  ipc::Frame frame;
+  try {
+    ipc::send_frame(socket_.get(), ipc::encode(message));
+    frame = ipc::receive_frame(socket_.get(), reader_, timeout_ms(options_));
+  } catch (const ipc::SystemError& e) {
+    // A daemon that dies as the rank joins (reset, closed, silent): gone, as after joining.
+    throw Error(GRADSYNC_ERR_DAEMON_GONE,
+                std::string("lost the connection to gradsyncd while joining: ") + e.what());
+  }
   ipc::DecodedMessage reply(frame.payload);
   const auto root = reply.root<ipc::wire::Reply>();
   if (root.isError()) {

@@ -2,7 +2,11 @@
 #include "tests/integration/harness.h"
 
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -195,6 +199,35 @@ TEST_P(ShutdownWhileWaitingTest, KilledDaemonIsAnErrorWithinABound) {
 // Ranks blocked in gradsync_wait, and ranks polling with gradsync_test.
 INSTANTIATE_TEST_SUITE_P(WaitStyles, ShutdownWhileWaitingTest,
                          ::testing::Values("loop", "loop_polling"));
+
+// A daemon that dies as a rank joins (here: a socket that takes the connection and closes it
+// unread, so that the rank reads a reset): the rank is told the daemon is gone, as it would be
+// once joined, not that something inside it failed.
+TEST(Joining, ADaemonThatDiesAsTheRankJoinsIsGone) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("gradsync-joining-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "gradsyncd.sock").string();
+  ipc::UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  ASSERT_GE(listener.get(), 0);
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  ASSERT_LT(path.size(), sizeof(address.sun_path));
+  std::memcpy(address.sun_path, path.c_str(), path.size() + 1);
+  ASSERT_EQ(::bind(listener.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)),
+            0);
+  ASSERT_EQ(::listen(listener.get(), 1), 0);
+  tools::ChildProcess rank(
+      {tools::executable_dir() + "/gradsync-test-rank", "join"},
+      {{"GRADSYNC_SOCKET", path}, {"GRADSYNC_JOB", "joining"}, {"RANK", "0"}, {"WORLD_SIZE", "1"}});
+  {
+    const ipc::UniqueFd connection(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+    ASSERT_GE(connection.get(), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the hello waits unread
+  }
+  EXPECT_EQ(rank.wait_for(std::chrono::seconds(10)).value_or(-1), GRADSYNC_ERR_DAEMON_GONE);
+  std::filesystem::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace gradsync::testing
