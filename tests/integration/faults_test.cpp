@@ -204,10 +204,13 @@ INSTANTIATE_TEST_SUITE_P(WaitStyles, ShutdownWhileWaitingTest,
 // unread, so that the rank reads a reset): the rank is told the daemon is gone, as it would be
 // once joined, not that something inside it failed.
 TEST(Joining, ADaemonThatDiesAsTheRankJoinsIsGone) {
-  const std::filesystem::path dir =
-      std::filesystem::temp_directory_path() / ("gradsync-joining-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  const std::string path = (dir / "gradsyncd.sock").string();
+  struct RemovedAtEnd {
+    std::filesystem::path path;
+    ~RemovedAtEnd() { std::filesystem::remove_all(path); }
+  } const dir{std::filesystem::temp_directory_path() /
+              ("gradsync-joining-" + std::to_string(::getpid()))};
+  std::filesystem::create_directories(dir.path);
+  const std::string path = (dir.path / "gradsyncd.sock").string();
   ipc::UniqueFd listener(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
   ASSERT_GE(listener.get(), 0);
   sockaddr_un address{};
@@ -226,7 +229,6 @@ TEST(Joining, ADaemonThatDiesAsTheRankJoinsIsGone) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the hello waits unread
   }
   EXPECT_EQ(rank.wait_for(std::chrono::seconds(10)).value_or(-1), GRADSYNC_ERR_DAEMON_GONE);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
