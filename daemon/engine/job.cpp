@@ -8,18 +8,6 @@
 
 namespace gradsync::daemon {
 
-uint64_t ReadyUnit::bytes() const {
-  uint64_t total = 0;
-  for (const auto& c : collectives) total += c.bytes();
-  return total;
-}
-
-int32_t ReadyUnit::priority() const {
-  int32_t highest = collectives.front().first().priority;
-  for (const auto& c : collectives) highest = std::max(highest, c.first().priority);
-  return highest;
-}
-
 Job::Job(std::string name, int32_t local_world_size, Clock::time_point formation_deadline)
     : name_(std::move(name)),
       local_world_size_(local_world_size),

@@ -3,6 +3,7 @@
 
 #include "daemon/job/submission.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -40,11 +41,19 @@ struct ReadyCollective {
 // Collectives that run together: one, or a whole group.
 struct ReadyUnit {
   std::vector<ReadyCollective> collectives;
-  uint64_t bytes() const;
+  uint64_t bytes() const {
+    uint64_t total = 0;
+    for (const auto& c : collectives) total += c.bytes();
+    return total;
+  }
   // Its place among the job's units as they became ready here (priority.h: its age).
   uint64_t order = 0;
   // The highest of its collectives' (every rank gave each the same: find_mismatch).
-  int32_t priority() const;
+  int32_t priority() const {
+    int32_t highest = collectives.front().first().priority;
+    for (const auto& c : collectives) highest = std::max(highest, c.first().priority);
+    return highest;
+  }
 };
 
 // Completes every rank's part of every collective of `unit`; returns how many parts.

@@ -357,13 +357,13 @@ void expect_job_fuses(const Shape& shape, const std::string& scenario,
 
 // Allreduces of every dtype and op in flight together: the nodes fuse the runs of one dtype and
 // op that a cycle decides, and cut them where either changes.
-class FusionTest : public ::testing::TestWithParam<Shape> {};
+class MixedFusionTest : public ::testing::TestWithParam<Shape> {};
 
-TEST_P(FusionTest, RunsOfOneDtypeAndOpFuseAndStayRight) {
+TEST_P(MixedFusionTest, RunsOfOneDtypeAndOpFuseAndStayRight) {
   expect_job_fuses(GetParam(), "mixed");
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, FusionTest,
+INSTANTIATE_TEST_SUITE_P(Shapes, MixedFusionTest,
                          ::testing::Values(Shape{2, 1}, Shape{3, 2}, Shape{4, 1}), shape_name);
 
 // Tensors from a few floats to megabytes decided together, with halving-doubling forced: the

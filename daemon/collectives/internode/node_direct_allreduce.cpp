@@ -26,8 +26,8 @@ namespace gradsync::daemon {
 namespace {
 
 // Pieces of a share, at most: a piece's tag part holds its step (2) times this in 16 bits.
-constexpr uint64_t kMaxPieces = 1024;
-static_assert(2 * kMaxPieces <= 0x10000, "pieces overflow the tag's part");
+constexpr uint64_t kMaxPiecesPerShare = 1024;
+static_assert(2 * kMaxPiecesPerShare <= 0x10000, "pieces overflow the tag's part");
 
 constexpr uint32_t kPartialSums = 0;  // a node's sums of another's share, to that node
 constexpr uint32_t kFinished = 1;     // the owner's finished piece, to every other node
@@ -48,8 +48,8 @@ NodeTask node_direct_allreduce(CollectiveContext& step, const AllreduceOperand& 
   // pieces of one size.
   auto share = [&](uint32_t c) { return count * c / n; };
   const uint64_t largest = (count + n - 1) / n;
-  const uint64_t piece =
-      std::max<uint64_t>({step.piece_bytes / element, (largest + kMaxPieces - 1) / kMaxPieces, 1});
+  const uint64_t piece = std::max<uint64_t>(
+      {step.piece_bytes / element, (largest + kMaxPiecesPerShare - 1) / kMaxPiecesPerShare, 1});
   auto pieces_of = [&](uint32_t c) { return (share(c + 1) - share(c) + piece - 1) / piece; };
   const uint64_t most_pieces = (largest + piece - 1) / piece;  // some share is the largest
   auto piece_range = [&](uint32_t c, uint64_t p) {
@@ -65,7 +65,7 @@ NodeTask node_direct_allreduce(CollectiveContext& step, const AllreduceOperand& 
   };
   auto tag = [&](uint32_t sender, uint32_t part, uint64_t p) {
     return links.tag(tags::kData, sender, step.sequence,
-                     static_cast<uint32_t>(part * kMaxPieces + p));
+                     static_cast<uint32_t>(part * kMaxPiecesPerShare + p));
   };
 
   Flight flight(links, &step.scratch, operand.memory(), "running a direct allreduce");

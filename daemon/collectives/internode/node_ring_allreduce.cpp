@@ -27,8 +27,8 @@ namespace {
 // share (with eager bulk data, a piece that arrives before its receive is posted is buffered
 // whole by UCX, so pieces should not grow without bound). A piece's tag part counts steps
 // times pieces in 16 bits.
-constexpr uint64_t kMaxPieces = 64;
-static_assert(uint64_t{2} * (kMaxNodes - 1) * kMaxPieces <= 0x10000,
+constexpr uint64_t kMaxPiecesPerStep = 64;
+static_assert(uint64_t{2} * (kMaxNodes - 1) * kMaxPiecesPerStep <= 0x10000,
               "pieces overflow the tag's part");
 
 // This node's own chunk goes out at most this many pieces ahead of the first one not yet
@@ -163,7 +163,7 @@ NodeTask node_ring_allreduce(CollectiveContext& step, const AllreduceOperand& op
   const RingWire wire(operand, step.scratch, step.codec);
   // Every node computes the same cut: it depends on the count and node count only.
   const auto pieces = static_cast<uint32_t>(
-      std::clamp<uint64_t>(count / n * element / step.piece_bytes, 1, kMaxPieces));
+      std::clamp<uint64_t>(count / n * element / step.piece_bytes, 1, kMaxPiecesPerStep));
   auto chunk_of = [n](int64_t c) { return static_cast<uint32_t>(((c % n) + n) % n); };
   auto piece = [&](uint32_t chunk, uint32_t j) {
     const uint64_t begin = count * chunk / n;
