@@ -19,6 +19,19 @@ using Clock = std::chrono::steady_clock;
 
 // How often the engine looks for stalled tensors and samples its metrics.
 constexpr auto kStallInspectionInterval = std::chrono::seconds(1);
+// A collective some ranks submitted a moment before the others is no stall (ranks run a little
+// apart): what gradsyncctl, gradsync_waiting_for and the metrics call one has waited this long.
+constexpr auto kStallMinimumAge = std::chrono::seconds(1);
+
+// The job's oldest stall as it is now: on its ranks here, or waiting on other nodes.
+std::optional<Stall> oldest_stall(const Job& job, Clock::time_point now) {
+  std::optional<Stall> oldest = job.oldest_stall(now, kStallMinimumAge);
+  if (const NodeJob* network = job.network()) {
+    std::optional<Stall> across = network->oldest_stall(now, kStallMinimumAge);
+    if (across && (!oldest || across->seconds > oldest->seconds)) oldest = std::move(across);
+  }
+  return oldest;
+}
 
 const char* state_of(const Job& job) {
   if (job.failure()) return "failed";
@@ -45,8 +58,11 @@ void Engine::handle(InspectEngine& command) {
     view.local_world_size = job->local_world_size();
     view.local_ranks = job->connected_ranks();
     view.world_size = job->world_size();
-    view.stall_seconds = job->stall_seconds();
-    view.stall = job->stall_text();
+    // As it is now, not as last inspected: a wait that ended a moment ago is over.
+    if (std::optional<Stall> stall = oldest_stall(*job, Clock::now())) {
+      view.stall_seconds = stall->seconds;
+      view.stall = std::move(stall->message);
+    }
     view.traced = job->trace() != nullptr;
     view.parent = job->parent().job;
     view.parent_ranks = job->parent().ranks;
@@ -121,43 +137,31 @@ bool Engine::inspect_stalls(Clock::time_point now) {
   next_stall_inspection_ = now + kStallInspectionInterval;
   const auto warn_after = std::chrono::seconds(config_.stall_warning_seconds);
   const auto shutdown_after = std::chrono::seconds(config_.stall_shutdown_seconds);
+  const auto peer_timeout = std::chrono::seconds(config_.peer_timeout_seconds);
   bool failed = false;
   std::vector<std::string> warnings;
   for (auto& [name, job] : jobs_) {
     job->check_trace(now);
     if (job->failure()) continue;
     warnings.clear();
-    double age = 0;
-    std::string oldest;
-    if (auto stall = job->oldest_stall(now, warn_after, warnings)) {
-      age = stall->seconds;
-      oldest = std::move(stall->message);
-    }
+    job->warn_stalls(now, warn_after, warnings);
     if (NodeJob* network = job->network()) {
-      // The same for a job whose nodes have not all joined (their ranks may not be there yet,
-      // or their Joined messages cannot cross).
-      if (job->locally_formed() && !network->formed() &&
-          now - network->created() >= std::chrono::seconds(config_.peer_timeout_seconds)) {
-        network->check_peers_alive();
-      }
-      if (auto stall = network->oldest_stall(now, warn_after, warnings)) {
-        // Waiting this long on other nodes may be their ranks being slow, or a link that
-        // carries nothing any more (cut, with control messages in flight: no error comes).
-        // Their daemons answer a ping only in the first case; the second fails the peer.
-        if (stall->seconds >= static_cast<double>(config_.peer_timeout_seconds)) {
-          network->check_peers_alive();
-        }
-        if (stall->seconds > age) {
-          age = stall->seconds;
-          oldest = std::move(stall->message);
-        }
-      }
+      network->warn_stalls(now, warn_after, warnings);
+      // Waiting this long on other nodes may be their ranks being slow, or a link that carries
+      // nothing any more (cut, with control messages in flight: no error comes). Their daemons
+      // answer a ping only in the first case; the second fails the peer. The same for a job
+      // whose nodes have not all joined (their ranks may not be there yet, or their Joined
+      // messages cannot cross).
+      const bool forming_long =
+          job->locally_formed() && !network->formed() && now - network->created() >= peer_timeout;
+      if (forming_long || network->oldest_stall(now, peer_timeout)) network->check_peers_alive();
     }
     for (const auto& warning : warnings) log_->warn("stall: {}", warning);
-    job->set_stall(age, oldest);
-    if (config_.stall_shutdown_seconds > 0 &&
-        age >= std::chrono::duration<double>(shutdown_after).count()) {
-      fail_job(*job, GRADSYNC_ERR_TIMEOUT, "stalled: " + oldest, true);
+    const std::optional<Stall> stall = oldest_stall(*job, now);
+    job->set_stall_seconds(stall ? stall->seconds : 0);
+    if (stall && config_.stall_shutdown_seconds > 0 &&
+        stall->seconds >= std::chrono::duration<double>(shutdown_after).count()) {
+      fail_job(*job, GRADSYNC_ERR_TIMEOUT, "stalled: " + stall->message, true);
       failed = true;
     }
   }

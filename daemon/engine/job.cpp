@@ -124,16 +124,11 @@ int32_t Job::connected_ranks() const {
                                             [](const Session* s) { return s != nullptr; }));
 }
 
-std::optional<Stall> Job::oldest_stall(Clock::time_point now, Clock::duration warn_after,
-                                       std::vector<std::string>& warn) {
+std::optional<Stall> Job::oldest_stall(Clock::time_point now, Clock::duration min_age) const {
   const std::string* oldest_name = nullptr;
   const PendingTensor* oldest = nullptr;
-  for (auto& [name, tensor] : pending_) {
-    if (tensor.ranks_waiting == 0 || tensor.ranks_waiting == tensor.per_rank.size()) continue;
-    if (now - tensor.since >= warn_after && !tensor.warned) {
-      tensor.warned = true;
-      warn.push_back(stall_message(name, tensor, now - tensor.since));
-    }
+  for (const auto& [name, tensor] : pending_) {
+    if (!tensor.partly_submitted() || now - tensor.since < min_age) continue;
     if (oldest == nullptr || tensor.since < oldest->since) {
       oldest = &tensor;
       oldest_name = &name;
@@ -142,6 +137,16 @@ std::optional<Stall> Job::oldest_stall(Clock::time_point now, Clock::duration wa
   if (oldest == nullptr) return std::nullopt;
   return Stall{std::chrono::duration<double>(now - oldest->since).count(),
                stall_message(*oldest_name, *oldest, now - oldest->since)};
+}
+
+void Job::warn_stalls(Clock::time_point now, Clock::duration warn_after,
+                      std::vector<std::string>& warn) {
+  for (auto& [name, tensor] : pending_) {
+    if (tensor.partly_submitted() && now - tensor.since >= warn_after && !tensor.warned) {
+      tensor.warned = true;
+      warn.push_back(stall_message(name, tensor, now - tensor.since));
+    }
+  }
 }
 
 std::string Job::stall_message(const std::string& name, const PendingTensor& tensor,

@@ -96,10 +96,12 @@ class Job {
   // Drops the recording once it has ended (at its deadline, if not before).
   void check_trace(Clock::time_point now);
 
-  // The oldest tensor some local ranks have submitted and others have not, if any; and, in
-  // `warn`, each one older than `warn_after` that has not been warned about before.
-  std::optional<Stall> oldest_stall(Clock::time_point now, Clock::duration warn_after,
-                                    std::vector<std::string>& warn);
+  // The oldest tensor some local ranks submitted at least `min_age` ago and others have not,
+  // if any.
+  std::optional<Stall> oldest_stall(Clock::time_point now, Clock::duration min_age) const;
+  // Puts in `warn` each such tensor waiting `warn_after` or more, once.
+  void warn_stalls(Clock::time_point now, Clock::duration warn_after,
+                   std::vector<std::string>& warn);
   // Its share of the node (docs/qos.md), and what it got of it.
   struct Qos {
     uint64_t flow = 0;  // in the engine's and the pacer's fair order; 0: not placed yet
@@ -124,14 +126,9 @@ class Job {
   // trial of no steps), for the engine's log.
   std::vector<AutotuneTrial> take_autotune_events();
 
-  // The job's oldest stall as last inspected (engine_inspect.cpp): its age, and what it waits
-  // for in words (empty: nothing), for gradsyncctl and a rank whose call timed out.
+  // The age of the job's oldest stall as last inspected (engine_inspect.cpp), for the metrics.
   double stall_seconds() const { return stall_seconds_; }
-  const std::string& stall_text() const { return stall_text_; }
-  void set_stall(double seconds, std::string message) {
-    stall_seconds_ = seconds;
-    stall_text_ = std::move(message);
-  }
+  void set_stall_seconds(double seconds) { stall_seconds_ = seconds; }
 
  private:
   // Negotiation entries kept between steps before idle ones are swept.
@@ -145,6 +142,9 @@ class Job {
     const std::string* name = nullptr;  // its key in pending_
     // The tensor a rank submitted after this one last time: find_pending's guess.
     PendingTensor* submitted_next = nullptr;
+
+    // Some ranks have submitted it and others have not: what a stall is.
+    bool partly_submitted() const { return ranks_waiting != 0 && ranks_waiting != per_rank.size(); }
   };
   // The entry of `name`, made now if it is new. A rank submits a step's tensors in the order
   // of the step before, so the tensor it submitted after its last one then is nearly always
@@ -187,7 +187,6 @@ class Job {
   std::deque<ReadyUnit> ready_;
   uint64_t ready_count_ = 0;  // units that became ready, ever
   double stall_seconds_ = 0;
-  std::string stall_text_;
   Qos qos_;
   StepMeter steps_;
   std::optional<Autotuner> autotuner_;

@@ -396,39 +396,47 @@ std::optional<std::string> NodeJob::abort_due() const {
   return abort_reason_;
 }
 
-std::optional<Stall> NodeJob::oldest_stall(std::chrono::steady_clock::time_point now,
-                                           std::chrono::steady_clock::duration warn_after,
-                                           std::vector<std::string>& warn) {
-  auto describe = [&](const ReadyUnit& unit, std::chrono::steady_clock::duration waited) {
-    const std::string& name = unit.collectives.front().first().name;
-    std::string nodes;
-    if (negotiator_) {
-      for (const uint32_t node : negotiator_->nodes_without(name)) {
-        nodes += fmt::format("{}{} ({})", nodes.empty() ? "" : ", ", node, layout().nodes[node]);
-      }
-    }
-    return fmt::format("job '{}': tensor '{}' is ready on node {} and has waited {} s for {}",
-                       links_.job_name(), name, links_.me(),
-                       std::chrono::duration_cast<std::chrono::seconds>(waited).count(),
-                       nodes.empty() ? std::string("the other nodes")
-                                     : "node(s) " + nodes + ", which have not submitted it");
-  };
-  size_t oldest_slot = units_.size();
-  for (size_t slot = 0; slot < units_.size(); ++slot) {
-    if (!units_[slot]) continue;
-    UnitWait& wait = unit_waits_[slot];
-    if (now - wait.since >= warn_after && !wait.warned) {
-      wait.warned = true;
-      warn.push_back(describe(*units_[slot], now - wait.since));
-    }
-    if (oldest_slot == units_.size() || wait.since < unit_waits_[oldest_slot].since) {
-      oldest_slot = slot;
+std::string NodeJob::stall_message(const ReadyUnit& unit,
+                                   std::chrono::steady_clock::duration waited) const {
+  const std::string& name = unit.collectives.front().first().name;
+  std::string nodes;
+  if (negotiator_) {
+    for (const uint32_t node : negotiator_->nodes_without(name)) {
+      nodes += fmt::format("{}{} ({})", nodes.empty() ? "" : ", ", node, layout().nodes[node]);
     }
   }
-  if (oldest_slot == units_.size()) return std::nullopt;
-  const auto waited = now - unit_waits_[oldest_slot].since;
+  return fmt::format("job '{}': tensor '{}' is ready on node {} and has waited {} s for {}",
+                     links_.job_name(), name, links_.me(),
+                     std::chrono::duration_cast<std::chrono::seconds>(waited).count(),
+                     nodes.empty() ? std::string("the other nodes")
+                                   : "node(s) " + nodes + ", which have not submitted it");
+}
+
+std::optional<Stall> NodeJob::oldest_stall(std::chrono::steady_clock::time_point now,
+                                           std::chrono::steady_clock::duration min_age) const {
+  size_t oldest = units_.size();
+  for (size_t slot = 0; slot < units_.size(); ++slot) {
+    if (!units_[slot] || now - unit_waits_[slot].since < min_age) continue;
+    if (oldest == units_.size() || unit_waits_[slot].since < unit_waits_[oldest].since) {
+      oldest = slot;
+    }
+  }
+  if (oldest == units_.size()) return std::nullopt;
+  const auto waited = now - unit_waits_[oldest].since;
   return Stall{std::chrono::duration<double>(waited).count(),
-               describe(*units_[oldest_slot], waited)};
+               stall_message(*units_[oldest], waited)};
+}
+
+void NodeJob::warn_stalls(std::chrono::steady_clock::time_point now,
+                          std::chrono::steady_clock::duration warn_after,
+                          std::vector<std::string>& warn) {
+  for (size_t slot = 0; slot < units_.size(); ++slot) {
+    UnitWait& wait = unit_waits_[slot];
+    if (units_[slot] && now - wait.since >= warn_after && !wait.warned) {
+      wait.warned = true;
+      warn.push_back(stall_message(*units_[slot], now - wait.since));
+    }
+  }
 }
 
 void NodeJob::broadcast_abort(const std::string& reason) {

@@ -132,12 +132,14 @@ class NodeJob {
   // within the peer timeout of the abort.
   std::optional<std::string> abort_due() const;
 
-  // The oldest collective ready here that other nodes have not proposed, named with its job
-  // and those nodes (as far as this node knows; see Negotiator::nodes_without). Each one older
-  // than `warn_after` is put in `warn` once.
+  // The oldest collective ready here at least `min_age` that other nodes have not proposed,
+  // named with its job and those nodes (as far as this node knows; see
+  // Negotiator::nodes_without).
   std::optional<Stall> oldest_stall(std::chrono::steady_clock::time_point now,
-                                    std::chrono::steady_clock::duration warn_after,
-                                    std::vector<std::string>& warn);
+                                    std::chrono::steady_clock::duration min_age) const;
+  // Puts in `warn` each such collective waiting `warn_after` or more, once.
+  void warn_stalls(std::chrono::steady_clock::time_point now,
+                   std::chrono::steady_clock::duration warn_after, std::vector<std::string>& warn);
 
   // Tells every other node that the job failed here, and whether it gave up agreed
   // collectives (fail_waiting found some): see NodeMessage.abortAbandoned. And the job's
@@ -347,6 +349,8 @@ class NodeJob {
     bool warned = false;
   };
   std::vector<UnitWait> unit_waits_;  // by cookie, as units_
+  std::string stall_message(const ReadyUnit& unit,
+                            std::chrono::steady_clock::duration waited) const;
   // What the top-k codec held back, by tensor name; before in_flight_, whose tasks use it.
   Residuals residuals_;
   uint64_t reported_held_bytes_ = 0;  // residuals_'s, as the metrics were last told

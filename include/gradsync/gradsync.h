@@ -292,10 +292,10 @@ GRADSYNC_EXPORT gradsync_result gradsync_test(gradsync_comm* comm, gradsync_requ
 GRADSYNC_EXPORT gradsync_result gradsync_wait_timeout(gradsync_comm* comm, gradsync_request request,
                                                       int32_t timeout_ms);
 /* What the communicator's job waits for, as its daemon says (API version 13): its oldest
- * collective that some of its ranks (or nodes) have submitted and others have not, naming
- * the tensor and those that have not; "" when nothing waits. For a call that takes too long: a
- * rank that hangs, died or called something else. The daemon looks once a second. Into text
- * (capacity bytes with the NUL; a longer answer is cut short). */
+ * collective that some of its ranks (or nodes) submitted a second or more ago and others have
+ * not, naming the tensor and those that have not; "" when nothing waits. For a call that takes
+ * too long: a rank that hangs, died or called something else. Into text (capacity bytes with
+ * the NUL; a longer answer is cut short). */
 GRADSYNC_EXPORT gradsync_result gradsync_waiting_for(gradsync_comm* comm, char* text,
                                                      size_t capacity);
 

@@ -324,7 +324,8 @@ int scenario_withhold(Communicator& comm, const std::string& missing, int submit
 }
 
 // Rank 0 submits a tensor the other ranks withhold (they sleep until killed) and asks the daemon
-// what its job waits for: nothing at first, then the tensor and `missing`, within 10 s.
+// what its job waits for: nothing at first, nor just after (ranks submit a moment apart: a
+// stall has waited a second), then the tensor and `missing`, within 10 s.
 int scenario_waiting_for(Communicator& comm, const std::string& missing) {
   SharedBuffer buf = comm.allocate(4096);
   if (g_rank != 0) {
@@ -334,7 +335,14 @@ int scenario_waiting_for(Communicator& comm, const std::string& missing) {
   const std::string before = comm.waiting_for();
   EXPECT_OR_FAIL(before.empty(), "the job waits for something before any submission: %s",
                  before.c_str());
+  const auto submitted = std::chrono::steady_clock::now();
   comm.allreduce("withheld.tensor", buf.data(), buf.data(), 16, GRADSYNC_FLOAT32, GRADSYNC_SUM);
+  const std::string just_after = comm.waiting_for();
+  // Only where the answer came well within the second can it be held to that.
+  if (std::chrono::steady_clock::now() - submitted < std::chrono::milliseconds(500)) {
+    EXPECT_OR_FAIL(just_after.empty(), "a collective submitted a moment ago is a stall: %s",
+                   just_after.c_str());
+  }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   std::string waiting;
   // Until the other nodes' reports of the cycle arrive, the daemon knows only that it waits
@@ -352,6 +360,8 @@ int scenario_waiting_for(Communicator& comm, const std::string& missing) {
                      waiting.find(missing) != std::string::npos,
                  "the daemon's answer does not name the tensor and '%s': %s", missing.c_str(),
                  waiting.c_str());
+  EXPECT_OR_FAIL(waiting.find("has waited 0 s") == std::string::npos,
+                 "a stall younger than a second was reported: %s", waiting.c_str());
   // A buffer too small for the answer gets as much of it as fits.
   char small[8];
   EXPECT_OR_FAIL(gradsync_waiting_for(comm.get(), small, sizeof(small)) == GRADSYNC_OK &&

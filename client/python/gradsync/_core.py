@@ -349,8 +349,8 @@ class Communicator:
 
     def waiting_for(self):
         """What this communicator's job waits for, as its daemon says: its oldest collective that
-        some ranks (or nodes) have submitted and others have not, naming those; "" when nothing
-        waits. For a call that takes too long."""
+        some ranks (or nodes) submitted a second or more ago and others have not, naming those;
+        "" when nothing waits. For a call that takes too long."""
         text = ctypes.create_string_buffer(4096)
         self._check(library().gradsync_waiting_for(self._handle, text, len(text)))
         return text.value.decode(errors="replace")
