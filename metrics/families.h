@@ -189,7 +189,8 @@ inline constexpr std::array<FamilyDoc, static_cast<size_t>(Family::kCount)> kFam
      "the links to other nodes"},
     {Family::kJobScratchBytes, "gradsync_job_scratch_bytes", Type::kGauge, "training_job",
      "Memory a job's collectives across nodes hold on this node for what they pack, receive and "
-     "fuse: each keeps the most it was asked for until the job ends"},
+     "fuse: each keeps the most it was asked for until none has used it for "
+     "scratch_unused_seconds"},
     {Family::kLinkPacerRateBytesPerSecond, "gradsync_link_pacer_rate_bytes_per_second",
      Type::kGauge, "",
      "What the pacer last measured this node's links to other nodes to carry (0: not yet); jobs "

@@ -92,6 +92,12 @@ const std::vector<Key>& keys() {
        "what the direct allreduce, reduce-scatter and all-to-all send each node are pipelined "
        "in pieces of it (node 0's value)",
        4 << 10, 1 << 30},
+      {"scratch_unused_seconds", &C::scratch_unused_seconds, Reload::kLive,
+       "across nodes: what a job's collectives stage through (fusion buffers, pieces in "
+       "flight, wire codecs' buffers) that none of them has used this long is freed, and "
+       "allocated again when one needs it (`gradsync_job_scratch_bytes`); 0: kept until the job "
+       "ends",
+       0, 86400},
       {"ring_entries", &C::ring_entries, Reload::kLiveNewClients,
        "entries per client ring, a power of two; also the client's in-flight limit", 2, 1 << 16},
       {"engine_spin_us", &C::engine_spin_us, Reload::kLive,

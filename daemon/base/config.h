@@ -45,6 +45,7 @@ struct DaemonConfig {
 
   uint64_t fusion_threshold_bytes = 64ull << 20;
   uint64_t pipeline_piece_bytes = 4ull << 20;  // a batch runs in pieces of this size
+  uint32_t scratch_unused_seconds = 30;        // a job's staging memory unused this long is freed
   uint32_t ring_entries = 1024;                // per client, each ring
   uint32_t engine_spin_us = 100;               // spin (yielding) before the engine blocks
   uint32_t negotiation_hold_us = 50;  // hold an empty part of a peer's cycle (<= engine_spin_us)

@@ -190,8 +190,8 @@ class Engine {
   bool run_agreed(Job& job);
   bool check_formation(std::chrono::steady_clock::time_point now);
   // Once a second: warns of tensors some ranks or nodes wait on (stall_warning_seconds),
-  // fails jobs stalled for stall_shutdown_seconds, ends traces past their time, and exports
-  // the sampled metrics.
+  // fails jobs stalled for stall_shutdown_seconds, ends traces past their time, frees staging
+  // memory unused for scratch_unused_seconds, and exports the sampled metrics.
   bool inspect_stalls(std::chrono::steady_clock::time_point now);  // engine_inspect.cpp
   void export_samples();  // jobs, their progress and stall ages, peer traffic
   // Logs the job's autotune trials and choice since the last call (and to autotune_log).

@@ -1,5 +1,6 @@
 // What the engine tells an operator: snapshots of its state and job traces for gradsyncctl;
-// once a second, stalls (warned about, or failing their jobs) and the sampled metrics.
+// once a second, stalls (warned about, or failing their jobs), unused staging memory and the
+// sampled metrics.
 #include "daemon/base/log.h"
 #include "daemon/engine/engine.h"
 #include "daemon/node/node_job.h"
@@ -138,6 +139,7 @@ bool Engine::inspect_stalls(Clock::time_point now) {
   const auto warn_after = std::chrono::seconds(config_.stall_warning_seconds);
   const auto shutdown_after = std::chrono::seconds(config_.stall_shutdown_seconds);
   const auto peer_timeout = std::chrono::seconds(config_.peer_timeout_seconds);
+  const auto scratch_unused = std::chrono::seconds(config_.scratch_unused_seconds);
   bool failed = false;
   std::vector<std::string> warnings;
   for (auto& [name, job] : jobs_) {
@@ -146,6 +148,7 @@ bool Engine::inspect_stalls(Clock::time_point now) {
     warnings.clear();
     job->warn_stalls(now, warn_after, warnings);
     if (NodeJob* network = job->network()) {
+      if (scratch_unused.count() > 0) network->release_unused_scratch(now - scratch_unused);
       network->warn_stalls(now, warn_after, warnings);
       // Waiting this long on other nodes may be their ranks being slow, or a link that carries
       // nothing any more (cut, with control messages in flight: no error comes). Their daemons

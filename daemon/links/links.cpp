@@ -17,26 +17,41 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 uint8_t* Scratch::get(size_t slot, size_t bytes) {
-  if (buffers_.size() <= slot) buffers_.resize(slot + 1);
-  auto& buffer = buffers_[slot];
-  if (!buffer) buffer = std::make_shared<std::vector<uint8_t>>();
-  if (buffer->size() < bytes) {
+  if (slots_.size() <= slot) slots_.resize(slot + 1);
+  Slot& s = slots_[slot];
+  s.asked = Clock::now();
+  if (!s.buffer) s.buffer = std::make_shared<std::vector<uint8_t>>();
+  if (s.buffer->size() < bytes) {
     // Exactly what is asked, without the old contents: growing in place may take up to twice
-    // the old size, and the slot keeps what it took for the job's life.
-    std::vector<uint8_t>(bytes).swap(*buffer);
+    // the old size, and the slot keeps what it took until it goes unused.
+    std::vector<uint8_t>(bytes).swap(*s.buffer);
   }
-  return buffer->data();
+  return s.buffer->data();
 }
 
 size_t Scratch::bytes() const {
   size_t held = 0;
-  for (const auto& buffer : buffers_) held += buffer ? buffer->capacity() : 0;
+  for (const Slot& s : slots_) held += s.buffer ? s.buffer->capacity() : 0;
   return held;
 }
 
+size_t Scratch::release_unused(Clock::time_point unused_since) {
+  size_t freed = 0;
+  for (Slot& s : slots_) {
+    if (s.buffer && s.asked < unused_since) {
+      freed += s.buffer->capacity();
+      s.buffer.reset();
+    }
+  }
+  return freed;
+}
+
 std::vector<std::shared_ptr<const void>> Scratch::abandon() {
-  std::vector<std::shared_ptr<const void>> memory(buffers_.begin(), buffers_.end());
-  buffers_.clear();
+  std::vector<std::shared_ptr<const void>> memory;
+  for (Slot& s : slots_) {
+    if (s.buffer) memory.push_back(std::move(s.buffer));
+  }
+  slots_.clear();
   return memory;
 }
 

@@ -78,9 +78,17 @@ class Scratch {
   std::vector<std::shared_ptr<const void>> abandon();
   // The memory held, every slot's: each keeps the most it was asked for.
   size_t bytes() const;
+  // Frees each slot not asked for since `unused_since` (the next get allocates it afresh);
+  // returns the bytes freed. Only for a Scratch that nothing runs on: a collective keeps what
+  // get returned for as long as it runs.
+  size_t release_unused(std::chrono::steady_clock::time_point unused_since);
 
  private:
-  std::vector<std::shared_ptr<std::vector<uint8_t>>> buffers_;
+  struct Slot {
+    std::shared_ptr<std::vector<uint8_t>> buffer;
+    std::chrono::steady_clock::time_point asked{};
+  };
+  std::vector<Slot> slots_;
 };
 
 class NodeLinks {

@@ -181,6 +181,9 @@ class NodeJob {
   // in flight and the spare ones', each slot the most it was asked for (and what measured the
   // links as the job formed).
   size_t scratch_bytes() const;
+  // Frees what of it no collective has asked for since `unused_since`: in the spare ones, and
+  // what measured the links once that is over. In flight, a batch keeps what it holds.
+  void release_unused_scratch(std::chrono::steady_clock::time_point unused_since);
 
   // Node 0, in a job that autotunes: the settings every node applies from the next cycle on.
   void announce(const TuningAnnouncement& tuned);

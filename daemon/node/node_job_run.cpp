@@ -677,4 +677,9 @@ size_t NodeJob::scratch_bytes() const {
   return bytes;
 }
 
+void NodeJob::release_unused_scratch(std::chrono::steady_clock::time_point unused_since) {
+  if (!measuring()) scratch_.release_unused(unused_since);
+  for (const auto& spare : spare_scratch_) spare->release_unused(unused_since);
+}
+
 }  // namespace gradsync::daemon

@@ -501,6 +501,30 @@ TEST(Cluster, LargeReduceScattersInSmallPiecesAreRight) {
   EXPECT_LE(held, kProbeBytes + static_cast<double>(kPieceBytes * 2 * 2 * 4));
 }
 
+// Staging memory that none of a job's collectives has used for scratch_unused_seconds is freed
+// while the job lives: node 0's daemon says the job holds some after its reduce-scatters (and
+// what measured its links), then none while its ranks sit idle, before they leave.
+TEST(Cluster, StagingMemoryUnusedForAWhileIsFreed) {
+  LoopbackCluster cluster(2, "pipeline_piece_bytes = 65536\nscratch_unused_seconds = 1", true);
+  // The ranks stay 5 s once done: the daemon frees and samples once a second.
+  auto ranks = cluster.spawn("rs-idle", {1, 1}, {"reduce_scatters", "2", "named", "5000"});
+  double held = 0;
+  bool freed = false;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  for (bool seen = false; std::chrono::steady_clock::now() < deadline;) {
+    const double bytes = sample(scrape(cluster.metrics_port()),
+                                "gradsync_job_scratch_bytes{training_job=\"rs-idle\"}");
+    if (bytes < 0 && seen) break;  // the job ended, and its series with it
+    seen = bytes >= 0;
+    held = std::max(held, bytes);
+    freed = freed || (held > 0 && bytes == 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  expect_all_succeed(ranks, cluster);
+  EXPECT_GT(held, 0) << "no sample of the job's scratch after its reduce-scatters";
+  EXPECT_TRUE(freed) << "the job still held " << held << " bytes after idling 5 s";
+}
+
 INSTANTIATE_TEST_SUITE_P(Names, SmallCollectives, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Unnamed" : "Named"; });
 

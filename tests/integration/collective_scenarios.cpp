@@ -17,14 +17,14 @@ namespace gradsync::testing {
 namespace {
 
 // Waits for `request`, which must fail as a mismatch whose message holds both words.
-int expect_mismatch(Communicator& comm, const RankIdentity& me, gradsync_request request, const char* first,
-                    const char* second) {
+int expect_mismatch(Communicator& comm, const RankIdentity& me, gradsync_request request,
+                    const char* first, const char* second) {
   const gradsync_result result = gradsync_wait(comm.get(), request);
   const std::string message = gradsync_last_error(comm.get());
   EXPECT_OR_FAIL(me, result == GRADSYNC_ERR_MISMATCH, "expected a mismatch, got %d (%s)", result,
                  message.c_str());
-  EXPECT_OR_FAIL(me, 
-      message.find(first) != std::string::npos && message.find(second) != std::string::npos,
+  EXPECT_OR_FAIL(
+      me, message.find(first) != std::string::npos && message.find(second) != std::string::npos,
       "message does not name %s and %s: %s", first, second, message.c_str());
   return 0;
 }
@@ -80,8 +80,9 @@ int scenario_collectives(Communicator& comm, const RankIdentity& me) {
           comm.wait(comm.allreduce(name.c_str(), a.data(), recv, count, dtype, op));
           const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, recv, count,
                                                       dtype, op, me.ranks, 0, seed);
-          EXPECT_OR_FAIL(me, wrong == 0, "allreduce dtype %d op %d count %zu in_place %d: %zu wrong",
-                         dtype, op, count, in_place, wrong);
+          EXPECT_OR_FAIL(me, wrong == 0,
+                         "allreduce dtype %d op %d count %zu in_place %d: %zu wrong", dtype, op,
+                         count, in_place, wrong);
         }
       }
       for (int root = 0; root < me.ranks; ++root) {
@@ -91,8 +92,8 @@ int scenario_collectives(Communicator& comm, const RankIdentity& me) {
         comm.wait(comm.broadcast(name.c_str(), a.data(), b.data(), count, dtype, root));
         const size_t wrong = reference::count_wrong(reference::Kind::kBroadcast, b.data(), count,
                                                     dtype, GRADSYNC_SUM, me.ranks, root, seed);
-        EXPECT_OR_FAIL(me, wrong == 0, "broadcast root %d dtype %d count %zu: %zu wrong", root, dtype,
-                       count, wrong);
+        EXPECT_OR_FAIL(me, wrong == 0, "broadcast root %d dtype %d count %zu: %zu wrong", root,
+                       dtype, count, wrong);
       }
       for (bool in_place : {false, true}) {
         ++seed;
@@ -118,8 +119,8 @@ int scenario_collectives(Communicator& comm, const RankIdentity& me) {
               in_place ? send + static_cast<size_t>(me.rank) * count * element : b.as<uint8_t>();
           const std::string name = "rs." + std::to_string(seed);
           comm.wait(comm.reduce_scatter(name.c_str(), send, recv, count, dtype, op));
-          const size_t wrong =
-              reference::count_wrong_reduce_scatter(recv, count, dtype, op, me.ranks, me.rank, seed);
+          const size_t wrong = reference::count_wrong_reduce_scatter(recv, count, dtype, op,
+                                                                     me.ranks, me.rank, seed);
           EXPECT_OR_FAIL(me, wrong == 0,
                          "reduce-scatter dtype %d op %d count %zu in_place %d: %zu wrong", dtype,
                          op, count, in_place, wrong);
@@ -132,7 +133,8 @@ int scenario_collectives(Communicator& comm, const RankIdentity& me) {
       comm.wait(comm.alltoall(name.c_str(), a.data(), b.data(), count, dtype));
       const size_t wrong = reference::count_wrong_alltoall(b.data(), count, dtype, GRADSYNC_SUM,
                                                            me.ranks, me.rank, seed);
-      EXPECT_OR_FAIL(me, wrong == 0, "all-to-all dtype %d count %zu: %zu wrong", dtype, count, wrong);
+      EXPECT_OR_FAIL(me, wrong == 0, "all-to-all dtype %d count %zu: %zu wrong", dtype, count,
+                     wrong);
     }
   }
   for (int i = 0; i < 10; ++i) comm.barrier();
@@ -224,8 +226,8 @@ int scenario_mixed(Communicator& comm, const RankIdentity& me) {
       const uint8_t* recv = (i % 2 == 0 ? in.as<uint8_t>() : out.as<uint8_t>()) + t.offset;
       const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, recv, t.count,
                                                   t.dtype, t.op, me.ranks, 0, seed);
-      EXPECT_OR_FAIL(me, wrong == 0, "step %d tensor %zu (dtype %d op %d count %zu): %zu wrong", step,
-                     i, t.dtype, t.op, t.count, wrong);
+      EXPECT_OR_FAIL(me, wrong == 0, "step %d tensor %zu (dtype %d op %d count %zu): %zu wrong",
+                     step, i, t.dtype, t.op, t.count, wrong);
     }
   }
   return 0;
@@ -263,8 +265,8 @@ int scenario_fused_sizes(Communicator& comm, const RankIdentity& me, int rounds)
           const float* recv = (i % 2 == 0 ? in.as<float>() : out.as<float>()) + offsets[i];
           const size_t wrong = reference::count_wrong(reference::Kind::kAllreduce, recv, counts[i],
                                                       GRADSYNC_FLOAT32, op, me.ranks, 0, seed + i);
-          EXPECT_OR_FAIL(me, wrong == 0, "op %d step %d tensor %zu (%zu floats): %zu wrong", op, step,
-                         i, counts[i], wrong);
+          EXPECT_OR_FAIL(me, wrong == 0, "op %d step %d tensor %zu (%zu floats): %zu wrong", op,
+                         step, i, counts[i], wrong);
         }
       }
     }
@@ -306,7 +308,6 @@ int scenario_grouped(Communicator& comm, const RankIdentity& me) {
   return 0;
 }
 
-
 // Ranks disagree on a tensor's count, then on another's priority, then on the kind of their
 // first unnamed collective: every rank gets the error, naming the tensor and what differs (at
 // once: unnamed collectives of every kind share one sequence); the job goes on working.
@@ -335,7 +336,8 @@ int scenario_mismatch(Communicator& comm, const RankIdentity& me) {
   reference::fill_input(buf.data(), 100, GRADSYNC_FLOAT32, me.rank, GRADSYNC_SUM, 3);
   comm.wait(
       comm.allreduce("fine.tensor", buf.data(), buf.data(), 100, GRADSYNC_FLOAT32, GRADSYNC_SUM));
-  EXPECT_OR_FAIL(me, reference::count_wrong(reference::Kind::kAllreduce, buf.data(), 100,
+  EXPECT_OR_FAIL(me,
+                 reference::count_wrong(reference::Kind::kAllreduce, buf.data(), 100,
                                         GRADSYNC_FLOAT32, GRADSYNC_SUM, me.ranks, 0, 3) == 0,
                  "allreduce after the mismatch is wrong");
   return 0;

@@ -34,7 +34,8 @@ int scenario_groups(const RankIdentity& me, const gradsync_options& job) {
   SharedBuffer to_send = across_comm.allocate(kCount * sizeof(int32_t));
   SharedBuffer total = across_comm.allocate(kCount * sizeof(int32_t));
   auto* values = static_cast<int32_t*>(mine.data());
-  for (size_t i = 0; i < kCount; ++i) values[i] = (me.rank + 1) * static_cast<int32_t>(i % 1000 + 1);
+  for (size_t i = 0; i < kCount; ++i)
+    values[i] = (me.rank + 1) * static_cast<int32_t>(i % 1000 + 1);
   node_comm.wait(
       node_comm.allreduce("g", mine.data(), node_sum.data(), kCount, GRADSYNC_INT32, GRADSYNC_SUM));
   std::memcpy(to_send.data(), node_sum.data(), kCount * sizeof(int32_t));
@@ -110,11 +111,12 @@ int scenario_heap(const RankIdentity& me, const gradsync_options& job, int cycle
   const gradsync_result refused =
       gradsync_allreduce(comm.get(), "private", private_memory.data(), private_memory.data(),
                          private_memory.size(), GRADSYNC_FLOAT32, GRADSYNC_SUM, &request);
-  EXPECT_OR_FAIL(me, refused == GRADSYNC_ERR_INVALID_ARGUMENT &&
+  EXPECT_OR_FAIL(me,
+                 refused == GRADSYNC_ERR_INVALID_ARGUMENT &&
                      std::strstr(gradsync_last_error(comm.get()), "registered") != nullptr,
                  "private memory: %s (%d)", gradsync_last_error(comm.get()), refused);
-  EXPECT_OR_FAIL(me, 
-      gradsync_heap_free(heap.get(), private_memory.data()) == GRADSYNC_ERR_INVALID_ARGUMENT,
+  EXPECT_OR_FAIL(
+      me, gradsync_heap_free(heap.get(), private_memory.data()) == GRADSYNC_ERR_INVALID_ARGUMENT,
       "freeing memory the heap did not allocate was not refused");
   // Larger than an arena's least size: an arena of its own, let go of once freed.
   constexpr size_t kArenaSized = 65ull << 20;

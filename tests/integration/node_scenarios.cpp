@@ -54,7 +54,8 @@ int scenario_cluster(Communicator& comm, const RankIdentity& me) {
 // Training-shaped: `steps` steps of the same `tensors` gradient names (1 to `max_count` floats
 // each), submitted in a different order on every rank and step, then waited for and checked.
 // After the first step every name is in the daemons' response cache (when they have one).
-int scenario_steps(Communicator& comm, const RankIdentity& me, int steps, size_t tensors, size_t max_count) {
+int scenario_steps(Communicator& comm, const RankIdentity& me, int steps, size_t tensors,
+                   size_t max_count) {
   const size_t kTensors = tensors;
   std::vector<size_t> counts(kTensors);
   std::vector<size_t> offsets(kTensors);
@@ -188,8 +189,8 @@ int scenario_alltoalls(Communicator& comm, const RankIdentity& me, int steps) {
       ++seed;
       reference::fill_input(send_buffer.data(), x.count * static_cast<size_t>(me.ranks), x.dtype,
                             me.rank, GRADSYNC_SUM, seed);
-      comm.wait(comm.alltoall(me.name_or_none(x.name), send_buffer.data(), recv_buffer.data(), x.count,
-                              x.dtype));
+      comm.wait(comm.alltoall(me.name_or_none(x.name), send_buffer.data(), recv_buffer.data(),
+                              x.count, x.dtype));
       const size_t wrong = reference::count_wrong_alltoall(recv_buffer.data(), x.count, x.dtype,
                                                            GRADSYNC_SUM, me.ranks, me.rank, seed);
       EXPECT_OR_FAIL(me, wrong == 0, "step %d all-to-all %s: %zu wrong", step, x.name, wrong);
@@ -276,8 +277,8 @@ int scenario_node_order(Communicator& comm, const RankIdentity& me, int ranks_pe
         differ +=
             std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(expected[t][i]) ? 1 : 0;
       }
-      EXPECT_OR_FAIL(me, differ == 0, "%s: tensor %zu of %zu floats: %zu not the node-order sum", how,
-                     t, counts[t], differ);
+      EXPECT_OR_FAIL(me, differ == 0, "%s: tensor %zu of %zu floats: %zu not the node-order sum",
+                     how, t, counts[t], differ);
     }
   }
   return 0;
@@ -299,8 +300,8 @@ int scenario_broadcasts(Communicator& comm, const RankIdentity& me, size_t count
       const size_t wrong =
           reference::count_wrong(reference::Kind::kBroadcast, out, count, GRADSYNC_FLOAT32,
                                  GRADSYNC_SUM, me.ranks, root, seed);
-      EXPECT_OR_FAIL(me, wrong == 0, "broadcast of %zu floats from rank %d, %s: %zu wrong", count, root,
-                     in_place ? "in place" : "out of place", wrong);
+      EXPECT_OR_FAIL(me, wrong == 0, "broadcast of %zu floats from rank %d, %s: %zu wrong", count,
+                     root, in_place ? "in place" : "out of place", wrong);
     }
   }
   return 0;
@@ -334,7 +335,8 @@ int scenario_small_broadcasts(Communicator& comm, const RankIdentity& me, int st
             comm.broadcast(me.name_or_none(name.c_str()), a.data(), out, bc.count, bc.dtype, root));
         const size_t wrong = reference::count_wrong(reference::Kind::kBroadcast, out, bc.count,
                                                     bc.dtype, GRADSYNC_SUM, me.ranks, root, seed);
-        EXPECT_OR_FAIL(me, wrong == 0, "step %d broadcast %s: %zu wrong", step, name.c_str(), wrong);
+        EXPECT_OR_FAIL(me, wrong == 0, "step %d broadcast %s: %zu wrong", step, name.c_str(),
+                       wrong);
       }
     }
   }

@@ -23,14 +23,14 @@ struct RankIdentity {
 };
 
 // Fails the scenario (returns 1) with a message naming the rank and the line.
-#define EXPECT_OR_FAIL(me, cond, ...)                                         \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
+#define EXPECT_OR_FAIL(me, cond, ...)                                          \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       std::fprintf(stderr, "rank %d: %s:%d: ", (me).rank, __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                                      \
-      std::fprintf(stderr, "\n");                                             \
-      return 1;                                                               \
-    }                                                                         \
+      std::fprintf(stderr, __VA_ARGS__);                                       \
+      std::fprintf(stderr, "\n");                                              \
+      return 1;                                                                \
+    }                                                                          \
   } while (0)
 
 inline constexpr gradsync_dtype kDtypes[] = {GRADSYNC_FLOAT32,  GRADSYNC_FLOAT64, GRADSYNC_FLOAT16,
@@ -50,14 +50,17 @@ int scenario_mismatch(Communicator& comm, const RankIdentity& me);
 int scenario_priorities(Communicator& comm, const RankIdentity& me);
 
 // waiting_scenarios.cpp
-int scenario_withhold(Communicator& comm, const RankIdentity& me, const std::string& missing, int submitters);
+int scenario_withhold(Communicator& comm, const RankIdentity& me, const std::string& missing,
+                      int submitters);
 int scenario_waiting_for(Communicator& comm, const RankIdentity& me, const std::string& missing);
 int scenario_wait_timeout(Communicator& comm, const RankIdentity& me);
-int scenario_loop(Communicator& comm, const RankIdentity& me, size_t bytes, bool polling, bool broadcast);
+int scenario_loop(Communicator& comm, const RankIdentity& me, size_t bytes, bool polling,
+                  bool broadcast);
 
 // node_scenarios.cpp
 int scenario_cluster(Communicator& comm, const RankIdentity& me);
-int scenario_steps(Communicator& comm, const RankIdentity& me, int steps, size_t tensors, size_t max_count);
+int scenario_steps(Communicator& comm, const RankIdentity& me, int steps, size_t tensors,
+                   size_t max_count);
 int scenario_allgathers(Communicator& comm, const RankIdentity& me, int steps);
 int scenario_reduce_scatters(Communicator& comm, const RankIdentity& me, int steps, int hold_ms);
 int scenario_alltoalls(Communicator& comm, const RankIdentity& me, int steps);

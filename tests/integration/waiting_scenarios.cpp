@@ -17,7 +17,8 @@ namespace gradsync::testing {
 // killed): the daemon's stall inspector must name it and them, and with stall_shutdown_seconds
 // fail the job with that message (a submitter then exits 0 if it got a timeout naming the
 // tensor and `missing`).
-int scenario_withhold(Communicator& comm, const RankIdentity& me, const std::string& missing, int submitters) {
+int scenario_withhold(Communicator& comm, const RankIdentity& me, const std::string& missing,
+                      int submitters) {
   SharedBuffer buf = comm.allocate(4096);
   if (me.rank >= submitters) {
     std::this_thread::sleep_for(std::chrono::seconds(120));
@@ -29,10 +30,11 @@ int scenario_withhold(Communicator& comm, const RankIdentity& me, const std::str
   const std::string message = gradsync_last_error(comm.get());
   std::printf("%d %s\n", result, message.c_str());
   // With several nodes submitting, the first to give up fails the job on the others too.
-  EXPECT_OR_FAIL(me, 
-      result == GRADSYNC_ERR_TIMEOUT || (submitters > 1 && result == GRADSYNC_ERR_PEER_FAILED),
+  EXPECT_OR_FAIL(
+      me, result == GRADSYNC_ERR_TIMEOUT || (submitters > 1 && result == GRADSYNC_ERR_PEER_FAILED),
       "expected a timeout, got %d (%s)", result, message.c_str());
-  EXPECT_OR_FAIL(me, message.find("withheld.tensor") != std::string::npos &&
+  EXPECT_OR_FAIL(me,
+                 message.find("withheld.tensor") != std::string::npos &&
                      message.find(missing) != std::string::npos,
                  "the message does not name the tensor and '%s': %s", missing.c_str(),
                  message.c_str());
@@ -72,7 +74,8 @@ int scenario_waiting_for(Communicator& comm, const RankIdentity& me, const std::
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   std::printf("waiting for: %s\n", waiting.c_str());
-  EXPECT_OR_FAIL(me, waiting.find("withheld.tensor") != std::string::npos &&
+  EXPECT_OR_FAIL(me,
+                 waiting.find("withheld.tensor") != std::string::npos &&
                      waiting.find(missing) != std::string::npos,
                  "the daemon's answer does not name the tensor and '%s': %s", missing.c_str(),
                  waiting.c_str());
@@ -80,7 +83,8 @@ int scenario_waiting_for(Communicator& comm, const RankIdentity& me, const std::
                  "a stall younger than a second was reported: %s", waiting.c_str());
   // A buffer too small for the answer gets as much of it as fits.
   char small[8];
-  EXPECT_OR_FAIL(me, gradsync_waiting_for(comm.get(), small, sizeof(small)) == GRADSYNC_OK &&
+  EXPECT_OR_FAIL(me,
+                 gradsync_waiting_for(comm.get(), small, sizeof(small)) == GRADSYNC_OK &&
                      std::strlen(small) == sizeof(small) - 1,
                  "a short buffer did not get the answer cut short: '%s'", small);
   return 0;  // with the request in flight: the rank leaves, as a rank that gives up would
@@ -102,8 +106,8 @@ int scenario_wait_timeout(Communicator& comm, const RankIdentity& me) {
                    gradsync_result_string(negative));
     if (me.ranks > 1) {
       const gradsync_result early = gradsync_wait_timeout(comm.get(), r, 50);
-      EXPECT_OR_FAIL(me, early == GRADSYNC_IN_PROGRESS, "a wait before the others submitted gave %s",
-                     gradsync_result_string(early));
+      EXPECT_OR_FAIL(me, early == GRADSYNC_IN_PROGRESS,
+                     "a wait before the others submitted gave %s", gradsync_result_string(early));
     }
   }
   const gradsync_result done = gradsync_wait_timeout(comm.get(), r, 60'000);
@@ -117,7 +121,8 @@ int scenario_wait_timeout(Communicator& comm, const RankIdentity& me) {
 
 // Allreduce in a loop until something fails; the exit status is the failure's result code.
 // `polling` waits with gradsync_test instead of gradsync_wait.
-int scenario_loop(Communicator& comm, const RankIdentity& me, size_t bytes, bool polling, bool broadcast) {
+int scenario_loop(Communicator& comm, const RankIdentity& me, size_t bytes, bool polling,
+                  bool broadcast) {
   SharedBuffer buf = comm.allocate(bytes);
   std::printf("ready\n");
   std::fflush(stdout);
