@@ -369,6 +369,42 @@ TEST_P(InterNodeAlgorithms, HalvingDoublingAllreduce) {
   }
 }
 
+// Halving-doubling in pieces far smaller than a level's half: every result right, and a node
+// that takes part in the levels holds a window of four pieces, not the half (one that takes in
+// a partner sitting out holds that partner's whole data).
+TEST_P(InterNodeAlgorithms, HalvingDoublingAllreduceInSmallPieces) {
+  constexpr uint64_t kCount = 3001;
+  constexpr uint64_t kPieceBytes = 256;
+  cluster_.fill(GRADSYNC_FLOAT32, GRADSYNC_SUM, kCount, kCount);
+  std::vector<ReadyCollective> ready;
+  std::vector<std::unique_ptr<AllreduceOperand>> operands;
+  for (uint32_t node = 0; node < cluster_.nodes(); ++node) {
+    ready.push_back(
+        cluster_.ready(node, ipc::Collective::kAllreduce, GRADSYNC_FLOAT32, GRADSYNC_SUM, kCount));
+  }
+  operands.reserve(ready.size());
+  for (const auto& collective : ready) {
+    operands.push_back(std::make_unique<AllreduceOperand>(collective));
+  }
+  expect_no_errors(cluster_.run([&](uint32_t node, CollectiveContext& c) {
+    c.piece_bytes = kPieceBytes;
+    return node_halving_doubling_allreduce(c, *operands[node]);
+  }));
+  for (int32_t rank = 0; rank < cluster_.world_size(); ++rank) {
+    ASSERT_EQ(reference::count_wrong(reference::Kind::kAllreduce, cluster_.result(rank), kCount,
+                                     GRADSYNC_FLOAT32, GRADSYNC_SUM, cluster_.world_size(), 0),
+              0u)
+        << "rank " << rank;
+  }
+  const uint32_t nodes = cluster_.nodes();
+  const uint32_t extra = nodes - std::bit_floor(nodes);
+  for (uint32_t node = 0; node < nodes; ++node) {
+    const bool folds_in = node < 2 * extra && node % 2 == 1;
+    const uint64_t most = folds_in ? kCount * sizeof(float) : 4 * kPieceBytes;
+    EXPECT_LE(cluster_.scratch_bytes(node), most) << "node " << node;
+  }
+}
+
 TEST_P(InterNodeAlgorithms, DirectAllreduce) {
   allreduce(
       [](CollectiveContext& c, const AllreduceOperand& o) { return node_direct_allreduce(c, o); });

@@ -163,7 +163,7 @@ struct PieceCut {
   uint64_t slots = 0;
 
   // Pieces of about `wanted_piece` units (the pipeline's piece), fewer where there would be
-  // more than kMaxWindowedPieces.
+  // more than kMaxWindowedPieces; one of `units` where they are fewer.
   PieceCut(uint64_t units, uint64_t wanted_piece);
   std::pair<uint64_t, uint64_t> range(uint64_t p) const {
     return {p * piece, std::min(units, (p + 1) * piece)};

@@ -36,8 +36,11 @@ namespace node_detail {
 
 PieceCut::PieceCut(uint64_t units, uint64_t wanted_piece)
     : units(units),
+      // No longer than the whole: a slot holds a piece.
       piece(std::max<uint64_t>(
-          {wanted_piece, (units + kMaxWindowedPieces - 1) / kMaxWindowedPieces, 1})),
+          std::min(units,
+                   std::max(wanted_piece, (units + kMaxWindowedPieces - 1) / kMaxWindowedPieces)),
+          1)),
       pieces((units + piece - 1) / piece),
       slots(std::min(pieces, kWindowPieces)) {}
 

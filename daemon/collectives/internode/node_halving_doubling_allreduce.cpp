@@ -8,7 +8,11 @@
 // at the end.
 //
 // A range of the work travels as one message per block of it (AllreduceOperand::
-// for_each_block): one, unless fused tensors stay in place, each in its own buffer.
+// for_each_block): one, unless fused tensors stay in place, each in its own buffer. The halving
+// levels, which reduce what arrives, go in pieces of the pipeline's size (node_detail::PieceCut)
+// in rounds, as the reduce-scatter does: each piece is reduced while the next ones travel, and
+// a node holds a window of pieces (kWindowPieces) instead of a level's whole half. A node that
+// takes in the data of a partner sitting out receives it whole.
 #include "daemon/collectives/internode/node_collectives.h"
 #include "kernels/reduce.h"
 
@@ -29,15 +33,16 @@ NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const Allreduc
   const uint32_t extra = n - p;
   const auto levels = static_cast<uint32_t>(std::countr_zero(p));
   // Parts: 0 the fold-in, 1..levels halving, levels+1..2 levels doubling, 2 levels+1 the result
-  // back to a node that sat out; within a part, a message per block of its range.
+  // back to a node that sat out; within a part, a message per block of its range, or a halving
+  // level's per piece and block.
   const uint32_t fold_back = 2 * levels + 1;
-  const uint64_t blocks = operand.max_blocks();
-  if ((uint64_t{fold_back} + 1) * blocks > 0x10000) {
+  const uint64_t messages = node_detail::kMaxWindowedPieces + operand.max_blocks();  // a part's
+  if ((uint64_t{fold_back} + 1) * messages > 0x10000) {
     co_return "too many tensors fused in place for halving-doubling's message tags";
   }
-  auto tag = [&](uint32_t sender, uint32_t part, size_t block) {
+  auto tag = [&](uint32_t sender, uint32_t part, uint64_t message) {
     return links.tag(tags::kData, sender, step.sequence,
-                     static_cast<uint32_t>(part * blocks + block));
+                     static_cast<uint32_t>(part * messages + message));
   };
 
   // This node's input, reduced over its local ranks: a lone local rank's is read where it lies
@@ -92,11 +97,8 @@ NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const Allreduc
     operand.deliver(0, count);
     co_return std::nullopt;
   }
-  // The most that arrives at once: the whole work from a partner that sits out, else the first
-  // level's half.
-  const uint64_t most_arriving = me < 2 * extra ? count : count - count / 2;
-  uint8_t* incoming = step.scratch.get(0, std::max<uint64_t>(most_arriving * element, 1));
   if (me < 2 * extra) {
+    uint8_t* incoming = step.scratch.get(0, std::max<uint64_t>(count * element, 1));
     receive_range(me - 1, 0, 0, count, incoming);
     for (const size_t receive : receives) {
       if (auto error = co_await flight.wait(receive)) co_return error;
@@ -107,13 +109,29 @@ NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const Allreduc
   const uint32_t virtual_rank = me < 2 * extra ? me / 2 : me - extra;
   auto real_node = [extra](uint32_t v) { return v < extra ? 2 * v + 1 : v + extra; };
 
-  // Halving: keep one half of the current range, send the other to the partner.
+  // A halving level's range, from `from` on, cut in pieces alike on both sides; fn(begin, end,
+  // message) for each piece p's blocks, its messages numbered on from `message`.
+  using node_detail::PieceCut;
+  const uint64_t piece_units = std::max<uint64_t>(step.piece_bytes / element, 1);
+  auto for_each_piece_block = [&](uint64_t from, const PieceCut& cut, uint64_t p, uint64_t message,
+                                  auto&& fn) {
+    const auto [begin, end] = cut.range(p);
+    operand.for_each_block(from + begin, from + end,
+                           [&](uint64_t b, uint64_t e, size_t) { fn(b, e, message++); });
+    return message;
+  };
+
+  // Halving: keep one half of the current range, send the other to the partner, in rounds:
+  // round q sends piece q of the half given, then reduces piece q - 1 of the half kept, whose
+  // slot then takes the piece kWindowPieces on (node_detail::kWindowPieces says why every
+  // piece finds its receive posted).
   uint64_t begin = 0;
   uint64_t end = count;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // before each level, for the way back
   for (uint32_t level = 0; level < levels; ++level) {
     const uint32_t mask = p >> (level + 1);
     const uint32_t partner = real_node(virtual_rank ^ mask);
+    const uint32_t part = 1 + level;
     ranges.emplace_back(begin, end);
     const uint64_t middle = begin + (end - begin) / 2;
     const bool lower = (virtual_rank & mask) == 0;
@@ -121,16 +139,54 @@ NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const Allreduc
     const uint64_t keep_end = lower ? middle : end;
     const uint64_t give_begin = lower ? middle : begin;
     const uint64_t give_end = lower ? end : middle;
-    receive_range(partner, 1 + level, keep_begin, keep_end, incoming);
-    co_await step.pace((give_end - give_begin) * element);
-    send_range(partner, 1 + level, give_begin, give_end);
-    for (const size_t receive : receives) {
-      if (auto error = co_await flight.wait(receive)) co_return error;
+    const PieceCut kept(keep_end - keep_begin, piece_units);
+    const PieceCut given(give_end - give_begin, piece_units);
+    // Earlier levels' receives are over: the slots may move as they grow.
+    uint8_t* incoming =
+        step.scratch.get(0, std::max<uint64_t>(kept.slots * kept.piece * element, 1));
+    auto slot = [&](uint64_t piece) {
+      return incoming + (piece % kept.slots) * kept.piece * element;
+    };
+    std::vector<uint64_t> first_message(kept.pieces + 1, 0);
+    for (uint64_t q = 0; q < kept.pieces; ++q) {
+      first_message[q + 1] =
+          for_each_piece_block(keep_begin, kept, q, first_message[q], [](auto, auto, auto) {});
     }
-    reduce_received(keep_begin, keep_end, incoming);
+    std::vector<std::vector<size_t>> arrivals(kept.pieces);
+    auto expect_piece = [&](uint64_t piece) {
+      const uint64_t piece_begin = keep_begin + kept.range(piece).first;
+      for_each_piece_block(keep_begin, kept, piece, first_message[piece],
+                           [&](uint64_t b, uint64_t e, uint64_t message) {
+                             uint8_t* where = slot(piece) + (b - piece_begin) * element;
+                             arrivals[piece].push_back(flight.add(step.receive(
+                                 tag(partner, part, message), partner, where, (e - b) * element)));
+                           });
+    };
+    for (uint64_t q = 0; q < kept.slots; ++q) expect_piece(q);
+    uint64_t given_message = 0;
+    const uint64_t rounds = std::max(kept.pieces, given.pieces);
+    for (uint64_t q = 0; q <= rounds; ++q) {
+      if (q < given.pieces) {
+        const auto [piece_begin, piece_end] = given.range(q);
+        co_await step.pace((piece_end - piece_begin) * element);
+        given_message = for_each_piece_block(
+            give_begin, given, q, given_message, [&](uint64_t b, uint64_t e, uint64_t message) {
+              const uint8_t* from = input_is_work ? operand.at(b, e) : operand.sole_input(b, e);
+              flight.add(step.send(partner, tag(me, part, message), from, (e - b) * element));
+            });
+      }
+      if (q == 0 || q - 1 >= kept.pieces) continue;
+      const uint64_t piece = q - 1;
+      for (const size_t receive : arrivals[piece]) {
+        if (auto error = co_await flight.wait(receive)) co_return error;
+      }
+      const auto [piece_begin, piece_end] = kept.range(piece);
+      // Until the level is over the work outside what it reduced is not the input yet: the
+      // pieces given still read the input.
+      reduce_received(keep_begin + piece_begin, keep_begin + piece_end, slot(piece));
+      if (piece + kept.slots < kept.pieces) expect_piece(piece + kept.slots);
+    }
     input_is_work = true;
-    // The next receives reuse `incoming`; the sends just posted read the input or the work,
-    // which the next level does not write outside the kept half.
     begin = keep_begin;
     end = keep_end;
   }
