@@ -187,6 +187,8 @@ NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const Allreduc
       if (piece + kept.slots < kept.pieces) expect_piece(piece + kept.slots);
     }
     input_is_work = true;
+    // The sends just posted read the input or the work, which later levels do not write
+    // outside this level's kept half.
     begin = keep_begin;
     end = keep_end;
   }
