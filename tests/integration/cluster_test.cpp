@@ -475,6 +475,21 @@ TEST_P(SmallCollectives, BroadcastsRideWithTheNegotiation) {
             kRanks * kSteps);
 }
 
+// Node 0's samples of what `job` holds in scratch (gradsync_job_scratch_bytes), every 50 ms
+// from when its series appears until it goes (the job ended), for at most a minute.
+std::vector<double> scratch_samples(LoopbackCluster& cluster, const std::string& job) {
+  std::vector<double> samples;
+  const std::string series = "gradsync_job_scratch_bytes{training_job=\"" + job + "\"}";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    const double bytes = sample(scrape(cluster.metrics_port()), series);
+    if (bytes < 0 && !samples.empty()) break;
+    if (bytes >= 0) samples.push_back(bytes);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return samples;
+}
+
 // Reduce-scatters of many small pieces (a node's blocks in about 90 to 280 of them, against
 // a window of four in flight): every piece goes through every slot many times, over UCX, with
 // uneven ranks per node. Node 0's daemon says what the job holds: what measured its links (2
@@ -484,17 +499,9 @@ TEST(Cluster, LargeReduceScattersInSmallPiecesAreRight) {
   LoopbackCluster cluster(3, "pipeline_piece_bytes = " + std::to_string(kPieceBytes), true);
   // The ranks stay 1.5 s once done: the daemon samples its jobs' figures every second.
   auto ranks = cluster.spawn("rs-pieces", {2, 1, 1}, {"reduce_scatters", "2", "named", "1500"});
-  double held = -1;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (bool seen = false; std::chrono::steady_clock::now() < deadline;) {
-    const double bytes = sample(scrape(cluster.metrics_port()),
-                                "gradsync_job_scratch_bytes{training_job=\"rs-pieces\"}");
-    if (bytes < 0 && seen) break;  // the job ended, and its series with it
-    seen = bytes >= 0;
-    held = std::max(held, bytes);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  const std::vector<double> samples = scratch_samples(cluster, "rs-pieces");
   expect_all_succeed(ranks, cluster);
+  const double held = samples.empty() ? -1 : *std::max_element(samples.begin(), samples.end());
   constexpr double kProbeBytes = 2 << 20;
   EXPECT_GT(held, kProbeBytes) << "no sample of the job's scratch after its reduce-scatters";
   // Four pieces from and for each of the 2 other nodes.
@@ -508,19 +515,14 @@ TEST(Cluster, StagingMemoryUnusedForAWhileIsFreed) {
   LoopbackCluster cluster(2, "pipeline_piece_bytes = 65536\nscratch_unused_seconds = 1", true);
   // The ranks stay 5 s once done: the daemon frees and samples once a second.
   auto ranks = cluster.spawn("rs-idle", {1, 1}, {"reduce_scatters", "2", "named", "5000"});
+  const std::vector<double> samples = scratch_samples(cluster, "rs-idle");
+  expect_all_succeed(ranks, cluster);
   double held = 0;
   bool freed = false;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  for (bool seen = false; std::chrono::steady_clock::now() < deadline;) {
-    const double bytes = sample(scrape(cluster.metrics_port()),
-                                "gradsync_job_scratch_bytes{training_job=\"rs-idle\"}");
-    if (bytes < 0 && seen) break;  // the job ended, and its series with it
-    seen = bytes >= 0;
+  for (const double bytes : samples) {
     held = std::max(held, bytes);
     freed = freed || (held > 0 && bytes == 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  expect_all_succeed(ranks, cluster);
   EXPECT_GT(held, 0) << "no sample of the job's scratch after its reduce-scatters";
   EXPECT_TRUE(freed) << "the job still held " << held << " bytes after idling 5 s";
 }
