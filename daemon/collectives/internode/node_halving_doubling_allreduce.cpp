@@ -152,14 +152,14 @@ NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const Allreduc
       first_message[q + 1] =
           for_each_piece_block(keep_begin, kept, q, first_message[q], [](auto, auto, auto) {});
     }
-    std::vector<std::vector<size_t>> arrivals(kept.pieces);
+    std::vector<size_t> arrivals(first_message[kept.pieces]);  // the flight's receive of each
     auto expect_piece = [&](uint64_t piece) {
       const uint64_t piece_begin = keep_begin + kept.range(piece).first;
       for_each_piece_block(keep_begin, kept, piece, first_message[piece],
                            [&](uint64_t b, uint64_t e, uint64_t message) {
                              uint8_t* where = slot(piece) + (b - piece_begin) * element;
-                             arrivals[piece].push_back(flight.add(step.receive(
-                                 tag(partner, part, message), partner, where, (e - b) * element)));
+                             arrivals[message] = flight.add(step.receive(
+                                 tag(partner, part, message), partner, where, (e - b) * element));
                            });
     };
     for (uint64_t q = 0; q < kept.slots; ++q) expect_piece(q);
@@ -177,8 +177,8 @@ NodeTask node_halving_doubling_allreduce(CollectiveContext& step, const Allreduc
       }
       if (q == 0 || q - 1 >= kept.pieces) continue;
       const uint64_t piece = q - 1;
-      for (const size_t receive : arrivals[piece]) {
-        if (auto error = co_await flight.wait(receive)) co_return error;
+      for (uint64_t message = first_message[piece]; message < first_message[piece + 1]; ++message) {
+        if (auto error = co_await flight.wait(arrivals[message])) co_return error;
       }
       const auto [piece_begin, piece_end] = kept.range(piece);
       // Until the level is over the work outside what it reduced is not the input yet: the
